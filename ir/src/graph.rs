@@ -1,0 +1,309 @@
+//! The graph: values, ops, constants and the op order.
+//!
+//! Entities are typed `u32` handles ([`ValueId`], [`OpId`], [`ConstId`]) into arenas owned by
+//! the [`Graph`]. Handles are stable: removing an op takes it out of the op order but never
+//! renumbers anything, so a handle held by a pass stays valid (it may point at a dead op).
+//! The body is the ordered list [`Graph::ops`]; a well-formed graph defines every value
+//! before its uses in that order (the verifier checks it).
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use crate::op::Op;
+use crate::types::TensorType;
+
+macro_rules! entity {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// The handle's index in its arena.
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+
+            /// The handle for an arena index.
+            pub fn from_index(index: usize) -> Self {
+                $name(u32::try_from(index).expect("entity index exceeds u32"))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+entity!(
+    /// A value: a graph input or an op result.
+    ValueId,
+    "v"
+);
+entity!(
+    /// An operation.
+    OpId,
+    "op"
+);
+entity!(
+    /// A constant (weight) of the graph.
+    ConstId,
+    "c"
+);
+
+/// Where a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueDef {
+    /// The `n`-th graph input.
+    Input(usize),
+    /// Result `n` of an op.
+    Result(OpId, usize),
+}
+
+/// How a value is split over a device grid: for every tensor axis, the grid axes it is
+/// split over (empty: replicated along that axis). Used by the sharding passes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sharding {
+    /// Grid axes per tensor axis.
+    pub axes: Vec<Vec<u32>>,
+}
+
+/// A value's data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueData {
+    /// The readable name (from the model, or given by a pass); `None` prints a number.
+    pub name: Option<String>,
+    /// The type.
+    pub ty: TensorType,
+    /// The definition.
+    pub def: ValueDef,
+    /// The sharding, once a sharding pass set it.
+    pub sharding: Option<Sharding>,
+}
+
+/// An op's data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpData {
+    /// Kind and attributes.
+    pub op: Op,
+    /// Operands in order.
+    pub operands: Vec<ValueId>,
+    /// Results in order.
+    pub results: Vec<ValueId>,
+    /// The device this op is placed on, once placement ran.
+    pub device: Option<String>,
+    /// The source location or model node name, when known (printed as `loc("...")`).
+    pub loc: Option<String>,
+}
+
+/// The bytes of a constant: little-endian, row-major, `ty.size_bytes()` long (bool is one
+/// byte per element).
+///
+/// Cloning shares the buffer (reference counted); a constant may point into a memory map.
+/// Passes never copy weight data: they clone the [`Bytes`] handle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Constant {
+    /// The unique name, printed as `@name`.
+    pub name: String,
+    /// The type; its shape is fully static.
+    pub ty: TensorType,
+    /// The raw data.
+    pub data: Bytes,
+}
+
+/// A computation graph: inputs, a topologically ordered body of ops, outputs, constants.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    /// The graph's name, printed as `graph @name`.
+    pub name: String,
+    values: Vec<ValueData>,
+    ops: Vec<OpData>,
+    order: Vec<OpId>,
+    consts: Vec<Constant>,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph { name: name.into(), ..Graph::default() }
+    }
+
+    /// Adds a graph input.
+    pub fn add_input(&mut self, name: Option<String>, ty: TensorType) -> ValueId {
+        let id = ValueId::from_index(self.values.len());
+        self.values.push(ValueData { name, ty, def: ValueDef::Input(self.inputs.len()), sharding: None });
+        self.inputs.push(id);
+        id
+    }
+
+    /// Adds a constant; its name must be unique (the verifier checks it).
+    pub fn add_const(&mut self, c: Constant) -> ConstId {
+        let id = ConstId::from_index(self.consts.len());
+        self.consts.push(c);
+        id
+    }
+
+    /// Appends an op at the end of the body, with one result per given type.
+    /// Results get no names; see [`Graph::set_name`].
+    pub fn push_op(&mut self, op: Op, operands: Vec<ValueId>, result_types: Vec<TensorType>) -> OpId {
+        let id = self.create_op(op, operands, result_types);
+        self.order.push(id);
+        id
+    }
+
+    /// Inserts an op into the body before position `pos` of [`Graph::ops`].
+    pub fn insert_op(
+        &mut self,
+        pos: usize,
+        op: Op,
+        operands: Vec<ValueId>,
+        result_types: Vec<TensorType>,
+    ) -> OpId {
+        let id = self.create_op(op, operands, result_types);
+        self.order.insert(pos, id);
+        id
+    }
+
+    fn create_op(&mut self, op: Op, operands: Vec<ValueId>, result_types: Vec<TensorType>) -> OpId {
+        let id = OpId::from_index(self.ops.len());
+        let mut results = Vec::with_capacity(result_types.len());
+        for (i, ty) in result_types.into_iter().enumerate() {
+            let v = ValueId::from_index(self.values.len());
+            self.values.push(ValueData { name: None, ty, def: ValueDef::Result(id, i), sharding: None });
+            results.push(v);
+        }
+        self.ops.push(OpData { op, operands, results, device: None, loc: None });
+        id
+    }
+
+    /// Removes an op from the body. Its handle and its results' handles stay valid but dead.
+    pub fn remove_op(&mut self, op: OpId) {
+        self.order.retain(|&o| o != op);
+    }
+
+    /// Sets the graph outputs.
+    pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
+        self.outputs = outputs;
+    }
+
+    /// Gives a value a name.
+    pub fn set_name(&mut self, v: ValueId, name: impl Into<String>) {
+        self.values[v.index()].name = Some(name.into());
+    }
+
+    /// The body: live ops in order.
+    pub fn ops(&self) -> &[OpId] {
+        &self.order
+    }
+
+    /// The graph inputs.
+    pub fn inputs(&self) -> &[ValueId] {
+        &self.inputs
+    }
+
+    /// The graph outputs.
+    pub fn outputs(&self) -> &[ValueId] {
+        &self.outputs
+    }
+
+    /// An op's data.
+    pub fn op(&self, id: OpId) -> &OpData {
+        &self.ops[id.index()]
+    }
+
+    /// An op's data, mutably.
+    pub fn op_mut(&mut self, id: OpId) -> &mut OpData {
+        &mut self.ops[id.index()]
+    }
+
+    /// A value's data.
+    pub fn value(&self, id: ValueId) -> &ValueData {
+        &self.values[id.index()]
+    }
+
+    /// A value's data, mutably.
+    pub fn value_mut(&mut self, id: ValueId) -> &mut ValueData {
+        &mut self.values[id.index()]
+    }
+
+    /// A value's type.
+    pub fn ty(&self, id: ValueId) -> &TensorType {
+        &self.values[id.index()].ty
+    }
+
+    /// A constant.
+    pub fn constant(&self, id: ConstId) -> &Constant {
+        &self.consts[id.index()]
+    }
+
+    /// All constants, with their handles, in creation order.
+    pub fn consts(&self) -> impl Iterator<Item = (ConstId, &Constant)> {
+        self.consts.iter().enumerate().map(|(i, c)| (ConstId::from_index(i), c))
+    }
+
+    /// The number of constants.
+    pub fn num_consts(&self) -> usize {
+        self.consts.len()
+    }
+
+    /// The number of value handles ever created (live or dead).
+    pub fn num_values(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The number of op handles ever created (live or dead).
+    pub fn num_op_handles(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether a handle is in range (it may still be dead).
+    pub fn is_valid_value(&self, v: ValueId) -> bool {
+        v.index() < self.values.len()
+    }
+
+    /// Replaces every use of `from` (op operands and graph outputs) with `to`.
+    pub fn replace_all_uses(&mut self, from: ValueId, to: ValueId) {
+        for &o in &self.order {
+            for operand in &mut self.ops[o.index()].operands {
+                if *operand == from {
+                    *operand = to;
+                }
+            }
+        }
+        for out in &mut self.outputs {
+            if *out == from {
+                *out = to;
+            }
+        }
+    }
+}
+
+/// Any entity of a graph, for diagnostics that point at one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Entity {
+    /// The graph as a whole (its signature or outputs).
+    Graph,
+    /// A value.
+    Value(ValueId),
+    /// An op.
+    Op(OpId),
+    /// A constant.
+    Const(ConstId),
+}
+
+impl fmt::Display for Entity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entity::Graph => f.write_str("graph"),
+            Entity::Value(v) => write!(f, "{v}"),
+            Entity::Op(o) => write!(f, "{o}"),
+            Entity::Const(c) => write!(f, "{c}"),
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! tessera's graph IR.
+//!
+//! A [`Graph`] holds typed values, a topologically ordered body of ops ([`Op`]), graph inputs
+//! and outputs, and shared constants (weights). Around it:
+//!
+//! - [`infer`]: shape and type inference for every op;
+//! - [`verify`]: the verifier (its module doc lists the invariants);
+//! - [`text`]: the text format, printer and parser, with a safetensors sidecar for large
+//!   constants;
+//! - [`interp`]: the reference interpreter, the correctness oracle of every pass.
+//!
+//! The crate knows nothing of ONNX, egg or MLIR.
+
+mod graph;
+pub mod infer;
+pub mod interp;
+mod op;
+mod tensor;
+pub mod text;
+mod types;
+pub mod verify;
+
+pub use graph::{
+    ConstId, Constant, Entity, Graph, OpData, OpId, Sharding, ValueData, ValueDef, ValueId,
+};
+pub use op::{
+    ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,
+    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScatterReduction, UnaryOp,
+};
+pub use tensor::{DataSizeError, Tensor};
+pub use types::{format_f32, format_f64, Dim, ElemType, Scalar, Shape, TensorType};
+
+/// Re-exported so users of [`Constant::data`] need not depend on `bytes` themselves.
+pub use bytes::Bytes;
