@@ -64,8 +64,8 @@ pub enum Op {
     /// `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1`.
     Conv(ConvAttrs),
     /// N-d transposed convolution. Operands: input `[N, C, D...]`, weight `[C, M/groups, K...]`,
-    /// optional bias `[M]`. Output extent: `stride*(D-1) + output_padding + dilation*(K-1) + 1
-    /// - pad_begin - pad_end`.
+    /// optional bias `[M]`. Output extent:
+    /// `stride*(D-1) + output_padding + dilation*(K-1) + 1 - pad_begin - pad_end`.
     ConvTranspose {
         /// Strides, pads and dilations as for [`Op::Conv`].
         conv: ConvAttrs,
@@ -117,8 +117,8 @@ pub enum Op {
         /// Sum from the end.
         reverse: bool,
     },
-    /// Layer normalization over axes `axis..rank`: `(x - mean) / sqrt(var + epsilon) * scale
-    /// + bias`, population variance. Operands: x, scale, optional bias; scale and bias
+    /// Layer normalization over axes `axis..rank`:
+    /// `(x - mean) / sqrt(var + epsilon) * scale + bias`, with the population variance. Operands: x, scale, optional bias; scale and bias
     /// *broadcast* against the normalized shape.
     LayerNorm {
         /// First normalized axis.
@@ -126,8 +126,8 @@ pub enum Op {
         /// Added to the variance.
         epsilon: f64,
     },
-    /// Inference batch normalization on `[N, C, ...]`: `(x - mean[c]) / sqrt(var[c] +
-    /// epsilon) * scale[c] + bias[c]`. Operands: x, scale, bias, mean, var (each `[C]`).
+    /// Inference batch normalization on `[N, C, ...]`:
+    /// `(x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + bias[c]`. Operands: x, scale, bias, mean, var (each `[C]`).
     BatchNorm {
         /// Added to the variance.
         epsilon: f64,
@@ -628,8 +628,12 @@ impl Op {
                 PoolKind::Avg => "avg-pool",
             },
             Op::Reduce { kind, .. } => kind.op_name(),
-            Op::ArgReduce { kind: ArgKind::Max, .. } => "argmax",
-            Op::ArgReduce { kind: ArgKind::Min, .. } => "argmin",
+            Op::ArgReduce {
+                kind: ArgKind::Max, ..
+            } => "argmax",
+            Op::ArgReduce {
+                kind: ArgKind::Min, ..
+            } => "argmin",
             Op::Softmax { .. } => "softmax",
             Op::LogSoftmax { .. } => "log-softmax",
             Op::CumSum { .. } => "cumsum",
@@ -713,7 +717,10 @@ impl UnaryOp {
 
     /// Ops defined on every numeric type (the rest are float-only, or bool-only for `not`).
     pub fn accepts_int(self) -> bool {
-        matches!(self, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Relu)
+        matches!(
+            self,
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Relu
+        )
     }
 }
 
