@@ -131,13 +131,21 @@ pub struct Graph {
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Graph {
-        Graph { name: name.into(), ..Graph::default() }
+        Graph {
+            name: name.into(),
+            ..Graph::default()
+        }
     }
 
     /// Adds a graph input.
     pub fn add_input(&mut self, name: Option<String>, ty: TensorType) -> ValueId {
         let id = ValueId::from_index(self.values.len());
-        self.values.push(ValueData { name, ty, def: ValueDef::Input(self.inputs.len()), sharding: None });
+        self.values.push(ValueData {
+            name,
+            ty,
+            def: ValueDef::Input(self.inputs.len()),
+            sharding: None,
+        });
         self.inputs.push(id);
         id
     }
@@ -151,7 +159,12 @@ impl Graph {
 
     /// Appends an op at the end of the body, with one result per given type.
     /// Results get no names; see [`Graph::set_name`].
-    pub fn push_op(&mut self, op: Op, operands: Vec<ValueId>, result_types: Vec<TensorType>) -> OpId {
+    pub fn push_op(
+        &mut self,
+        op: Op,
+        operands: Vec<ValueId>,
+        result_types: Vec<TensorType>,
+    ) -> OpId {
         let id = self.create_op(op, operands, result_types);
         self.order.push(id);
         id
@@ -175,10 +188,21 @@ impl Graph {
         let mut results = Vec::with_capacity(result_types.len());
         for (i, ty) in result_types.into_iter().enumerate() {
             let v = ValueId::from_index(self.values.len());
-            self.values.push(ValueData { name: None, ty, def: ValueDef::Result(id, i), sharding: None });
+            self.values.push(ValueData {
+                name: None,
+                ty,
+                def: ValueDef::Result(id, i),
+                sharding: None,
+            });
             results.push(v);
         }
-        self.ops.push(OpData { op, operands, results, device: None, loc: None });
+        self.ops.push(OpData {
+            op,
+            operands,
+            results,
+            device: None,
+            loc: None,
+        });
         id
     }
 
@@ -244,7 +268,10 @@ impl Graph {
 
     /// All constants, with their handles, in creation order.
     pub fn consts(&self) -> impl Iterator<Item = (ConstId, &Constant)> {
-        self.consts.iter().enumerate().map(|(i, c)| (ConstId::from_index(i), c))
+        self.consts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (ConstId::from_index(i), c))
     }
 
     /// The number of constants.

@@ -28,7 +28,7 @@ pub use op::{
     PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScatterReduction, UnaryOp,
 };
 pub use tensor::{DataSizeError, Tensor};
-pub use types::{format_f32, format_f64, Dim, ElemType, Scalar, Shape, TensorType};
+pub use types::{Dim, ElemType, Scalar, Shape, TensorType, format_f32, format_f64};
 
 /// Re-exported so users of [`Constant::data`] need not depend on `bytes` themselves.
 pub use bytes::Bytes;

@@ -117,7 +117,11 @@ impl Tensor {
     }
 
     /// Decodes little-endian, row-major bytes (bool: one byte per element, nonzero is true).
-    pub fn from_le_bytes(elem: ElemType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, DataSizeError> {
+    pub fn from_le_bytes(
+        elem: ElemType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Tensor, DataSizeError> {
         let n: usize = shape.iter().product();
         let expected = n as u64 * elem.size_bytes() as u64;
         if bytes.len() as u64 != expected {
@@ -153,7 +157,8 @@ impl Tensor {
             ElemType::I64 => decode!(I64, i64, 8),
             ElemType::U8 => decode!(U8, u8, 1),
             ElemType::Bool => Tensor::Bool(
-                ArrayD::from_shape_vec(s, bytes.iter().map(|&b| b != 0).collect()).expect("length checked above"),
+                ArrayD::from_shape_vec(s, bytes.iter().map(|&b| b != 0).collect())
+                    .expect("length checked above"),
             ),
         })
     }

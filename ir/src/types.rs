@@ -75,7 +75,10 @@ impl ElemType {
 
     /// True for the floating-point types.
     pub fn is_float(self) -> bool {
-        matches!(self, ElemType::F16 | ElemType::BF16 | ElemType::F32 | ElemType::F64)
+        matches!(
+            self,
+            ElemType::F16 | ElemType::BF16 | ElemType::F32 | ElemType::F64
+        )
     }
 
     /// True for the integer types (signed and unsigned; not bool).
@@ -162,7 +165,10 @@ impl TensorType {
 
     /// A tensor type with a fully static shape.
     pub fn fixed(elem: ElemType, dims: &[u64]) -> TensorType {
-        TensorType { elem, shape: dims.iter().map(|&d| Dim::Static(d)).collect() }
+        TensorType {
+            elem,
+            shape: dims.iter().map(|&d| Dim::Static(d)).collect(),
+        }
     }
 
     /// The rank (number of axes).
@@ -177,17 +183,23 @@ impl TensorType {
 
     /// The number of elements, when the shape is static and the count fits in `u64`.
     pub fn num_elements(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |acc, d| acc.checked_mul(d.as_static()?))
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, d| acc.checked_mul(d.as_static()?))
     }
 
     /// The size in bytes, when the shape is static and the size fits in `u64`.
     pub fn size_bytes(&self) -> Option<u64> {
-        self.num_elements()?.checked_mul(self.elem.size_bytes() as u64)
+        self.num_elements()?
+            .checked_mul(self.elem.size_bytes() as u64)
     }
 
     /// The same shape with another element type.
     pub fn with_elem(&self, elem: ElemType) -> TensorType {
-        TensorType { elem, shape: self.shape.clone() }
+        TensorType {
+            elem,
+            shape: self.shape.clone(),
+        }
     }
 }
 
@@ -246,7 +258,11 @@ pub fn format_f64(x: f64) -> String {
     if x.is_nan() {
         "nan".to_string()
     } else if x.is_infinite() {
-        if x > 0.0 { "inf".to_string() } else { "-inf".to_string() }
+        if x > 0.0 {
+            "inf".to_string()
+        } else {
+            "-inf".to_string()
+        }
     } else {
         // `{:?}` is the shortest representation that round-trips, and keeps a `.0` or exponent.
         format!("{x:?}")
@@ -259,7 +275,11 @@ pub fn format_f32(x: f32) -> String {
     if x.is_nan() {
         "nan".to_string()
     } else if x.is_infinite() {
-        if x > 0.0 { "inf".to_string() } else { "-inf".to_string() }
+        if x > 0.0 {
+            "inf".to_string()
+        } else {
+            "-inf".to_string()
+        }
     } else {
         format!("{x:?}")
     }
