@@ -1,0 +1,270 @@
+//! `tessera run FILE.tir --input NAME=FILE.npy ... [--output-dir DIR]`: run a graph on `.npy`
+//! inputs with the reference interpreter.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use tessera_ir::{Dim, Graph, Tensor, ValueId, interp};
+
+use crate::{names, npy, summary};
+
+/// One `--input NAME=FILE.npy`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The graph input's name (or `#position` for an unnamed input).
+    pub name: String,
+    /// The `.npy` file.
+    pub file: PathBuf,
+}
+
+/// Runs `tessera run`.
+pub fn run(path: &Path, bindings: &[Binding], output_dir: Option<&Path>) -> Result<()> {
+    let graph = super::load_verified(path)?;
+    let files = match_inputs(&graph, bindings)?;
+    let mut inputs = Vec::with_capacity(files.len());
+    for (&v, file) in graph.inputs().iter().zip(&files) {
+        let what = format!("input `{}`", input_label(&graph, v));
+        inputs.push(npy::read_expecting(file, graph.ty(v), &what)?);
+    }
+    check_symbols(&graph, &inputs, &files)?;
+
+    let outputs = interp::run(&graph, &inputs).map_err(|e| {
+        let at =
+            e.op.filter(|op| op.index() < graph.num_op_handles())
+                .map(|op| {
+                    let data = graph.op(op);
+                    let results: Vec<String> = data
+                        .results
+                        .iter()
+                        .map(|&r| format!("%{}", value_label(&graph, r)))
+                        .collect();
+                    format!(" at {op} ({} -> {})", data.op.name(), results.join(", "))
+                })
+                .unwrap_or_default();
+        anyhow!(
+            "{}: the interpreter failed{at}: {}",
+            path.display(),
+            e.message
+        )
+    })?;
+    if outputs.len() != graph.outputs().len() {
+        bail!(
+            "{}: the interpreter returned {} outputs, the graph has {}",
+            path.display(),
+            outputs.len(),
+            graph.outputs().len()
+        );
+    }
+
+    let labels: Vec<String> = graph
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| output_label(&graph, v, i))
+        .collect();
+    match output_dir {
+        Some(dir) => write_outputs(dir, &labels, &outputs),
+        None => {
+            let mut text = String::new();
+            for (label, t) in labels.iter().zip(&outputs) {
+                let _ = writeln!(text, "%{label}: {}", t.ty());
+                text.push_str(&summary::summarize(t));
+            }
+            super::print_stdout(&text)
+        }
+    }
+}
+
+/// Matches the `--input` bindings to the graph inputs; returns one file per input, in order.
+fn match_inputs(graph: &Graph, bindings: &[Binding]) -> Result<Vec<PathBuf>> {
+    let labels: Vec<String> = graph
+        .inputs()
+        .iter()
+        .map(|&v| input_label(graph, v))
+        .collect();
+    let mut files: Vec<Option<PathBuf>> = vec![None; labels.len()];
+    for b in bindings {
+        let Some(pos) = labels.iter().position(|l| *l == b.name) else {
+            let known = if labels.is_empty() {
+                "it has no inputs".to_string()
+            } else {
+                format!(
+                    "its inputs are {}",
+                    labels
+                        .iter()
+                        .map(|l| format!("`{l}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            bail!(
+                "unknown input `{}` in --input {}={}: graph @{} has no input of that name; {known}",
+                b.name,
+                b.name,
+                b.file.display(),
+                graph.name
+            );
+        };
+        if let Some(first) = &files[pos] {
+            bail!(
+                "input `{}` is given twice: --input {}={} and --input {}={}",
+                b.name,
+                b.name,
+                first.display(),
+                b.name,
+                b.file.display()
+            );
+        }
+        files[pos] = Some(b.file.clone());
+    }
+    let missing: Vec<String> = graph
+        .inputs()
+        .iter()
+        .zip(&files)
+        .zip(&labels)
+        .filter(|((_, f), _)| f.is_none())
+        .map(|((&v, _), l)| format!("`{l}` ({})", graph.ty(v)))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "missing --input for graph input{} {} (give each as --input NAME=FILE.npy)",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        );
+    }
+    Ok(files.into_iter().flatten().collect())
+}
+
+/// Checks that every symbolic dimension takes one extent across all inputs.
+fn check_symbols(graph: &Graph, inputs: &[Tensor], files: &[PathBuf]) -> Result<()> {
+    let mut seen: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new(); // sym -> (extent, input, axis)
+    for (i, (&v, t)) in graph.inputs().iter().zip(inputs).enumerate() {
+        for (axis, (d, &n)) in graph.ty(v).shape.iter().zip(t.shape()).enumerate() {
+            let Dim::Sym(s) = d else { continue };
+            match seen.get(s.as_str()) {
+                Some(&(m, j, a)) if m != n => bail!(
+                    "{}: symbolic dimension {s} is {n} here (axis {axis} of input `{}`), but {m} in {} (axis {a} of input `{}`)",
+                    files[i].display(),
+                    input_label(graph, v),
+                    files[j].display(),
+                    input_label(graph, graph.inputs()[j])
+                ),
+                Some(_) => {}
+                None => {
+                    seen.insert(s, (n, i, axis));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The name a user gives a graph input on the command line: its value name, or `#i`.
+fn input_label(graph: &Graph, v: ValueId) -> String {
+    match (
+        &graph.value(v).name,
+        graph.inputs().iter().position(|&x| x == v),
+    ) {
+        (Some(n), _) => n.clone(),
+        (None, Some(i)) => format!("#{i}"),
+        (None, None) => v.to_string(),
+    }
+}
+
+fn value_label(graph: &Graph, v: ValueId) -> String {
+    graph.value(v).name.clone().unwrap_or_else(|| v.to_string())
+}
+
+/// An output's name: its value name, or `output<i>` when it has none.
+fn output_label(graph: &Graph, v: ValueId, i: usize) -> String {
+    graph
+        .value(v)
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("output{i}"))
+}
+
+fn write_outputs(dir: &Path, labels: &[String], outputs: &[Tensor]) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    let stems = names::file_stems(labels.iter().map(String::as_str));
+    let mut text = String::new();
+    for ((label, stem), t) in labels.iter().zip(&stems).zip(outputs) {
+        let file = dir.join(format!("{stem}.npy"));
+        npy::write(&file, t).with_context(|| format!("cannot write output `{label}`"))?;
+        let _ = writeln!(text, "%{label}: {} -> {}", t.ty(), file.display());
+    }
+    super::print_stdout(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_ir::{ElemType, TensorType};
+
+    fn graph() -> Graph {
+        let mut g = Graph::new("g");
+        g.add_input(
+            Some("x".into()),
+            TensorType::new(ElemType::F32, vec![Dim::sym("N"), Dim::Static(2)]),
+        );
+        g.add_input(None, TensorType::new(ElemType::F32, vec![Dim::sym("N")]));
+        g
+    }
+
+    fn bind(name: &str, file: &str) -> Binding {
+        Binding {
+            name: name.into(),
+            file: file.into(),
+        }
+    }
+
+    fn err(r: Result<impl std::fmt::Debug>) -> String {
+        format!("{:#}", r.expect_err("should fail"))
+    }
+
+    #[test]
+    fn matches_inputs_by_name_and_position() {
+        let g = graph();
+        let files = match_inputs(&g, &[bind("#1", "b.npy"), bind("x", "a.npy")]).expect("complete");
+        assert_eq!(files, [PathBuf::from("a.npy"), PathBuf::from("b.npy")]);
+    }
+
+    #[test]
+    fn input_errors() {
+        let g = graph();
+        let e = err(match_inputs(&g, &[bind("y", "a.npy")]));
+        assert!(
+            e.contains("unknown input `y` in --input y=a.npy")
+                && e.contains("its inputs are `x`, `#1`"),
+            "{e}"
+        );
+        let e = err(match_inputs(&g, &[bind("x", "a.npy"), bind("x", "b.npy")]));
+        assert!(
+            e.contains("input `x` is given twice: --input x=a.npy and --input x=b.npy"),
+            "{e}"
+        );
+        let e = err(match_inputs(&g, &[]));
+        assert!(
+            e.contains("missing --input for graph inputs `x` (f32[N, 2]), `#1` (f32[N])"),
+            "{e}"
+        );
+        let e = err(match_inputs(&g, &[bind("x", "a.npy")]));
+        assert!(e.contains("graph input `#1` (f32[N])"), "{e}");
+    }
+
+    #[test]
+    fn symbols_bind_consistently() {
+        let g = graph();
+        let t = |shape: &[usize]| Tensor::zeros(ElemType::F32, shape);
+        let files = [PathBuf::from("a.npy"), PathBuf::from("b.npy")];
+        assert!(check_symbols(&g, &[t(&[3, 2]), t(&[3])], &files).is_ok());
+        let e = err(check_symbols(&g, &[t(&[3, 2]), t(&[4])], &files));
+        assert!(
+            e.contains("b.npy: symbolic dimension N is 4 here (axis 0 of input `#1`), but 3 in a.npy (axis 0 of input `x`)"),
+            "{e}"
+        );
+    }
+}

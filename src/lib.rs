@@ -1,0 +1,16 @@
+//! The `tessera` package: the command line of the tessera ML compiler, as a library so that
+//! tests (and, later, out-of-tree target crates) can drive it.
+//!
+//! - [`cli`]: argument definitions, dispatch, exit codes;
+//! - [`commands`]: one module per subcommand (`fmt`, `run`);
+//! - [`npy`]: `.npy` files as [`tessera_ir::Tensor`]s;
+//! - [`names`]: file-safe, distinct file names for graph outputs;
+//! - [`summary`]: the printed summary of a tensor;
+//! - [`check`]: the one place the IR verifier is called.
+
+pub mod check;
+pub mod cli;
+pub mod commands;
+pub mod names;
+pub mod npy;
+pub mod summary;
