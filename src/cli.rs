@@ -110,11 +110,26 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole cause chain: "context: cause: root cause".
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", error_message(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, `context: cause: root cause`. A cause whose text
+/// the message already holds (errors that print their source themselves) is not repeated.
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.is_empty() {
+            msg = text;
+        } else if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
 }
 
 #[cfg(test)]
@@ -125,6 +140,27 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn error_chain_without_repeats() {
+        #[derive(Debug)]
+        struct Wrapped(std::io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "m.safetensors: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = anyhow::Error::new(Wrapped(io)).context("loading m.tir");
+        assert_eq!(error_message(&e), "loading m.tir: m.safetensors: gone");
+        let e = anyhow::anyhow!("root").context("middle").context("top");
+        assert_eq!(error_message(&e), "top: middle: root");
     }
 
     #[test]

@@ -32,12 +32,8 @@ pub fn load_verified(path: &Path) -> Result<Graph> {
         let mut err = io::stderr().lock();
         let _ = err.write_all(text::print_annotated(&graph, &notes).as_bytes());
         let n = findings.len();
-        let first = findings
-            .first()
-            .map(|f| format!(" (first: {}: {})", f.entity, f.message))
-            .unwrap_or_default();
         bail!(
-            "{}: the verifier found {n} error{}{first}",
+            "{}: the verifier found {n} error{} (shown in the IR above)",
             path.display(),
             if n == 1 { "" } else { "s" }
         );

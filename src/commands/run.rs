@@ -29,6 +29,11 @@ pub fn run(path: &Path, bindings: &[Binding], output_dir: Option<&Path>) -> Resu
         inputs.push(npy::read_expecting(file, graph.ty(v), &what)?);
     }
     check_symbols(&graph, &inputs, &files)?;
+    if let Some(dir) = output_dir {
+        // Fail before running, not after, when the outputs cannot be written.
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    }
 
     let outputs = interp::run(&graph, &inputs).map_err(|e| {
         let at =
@@ -187,8 +192,6 @@ fn output_label(graph: &Graph, v: ValueId, i: usize) -> String {
 }
 
 fn write_outputs(dir: &Path, labels: &[String], outputs: &[Tensor]) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
     let stems = names::file_stems(labels.iter().map(String::as_str));
     let mut text = String::new();
     for ((label, stem), t) in labels.iter().zip(&stems).zip(outputs) {

@@ -62,8 +62,10 @@ def main():
     e = np.exp(logits - logits.max(axis=1, keepdims=True))
     y = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
 
+    # Canonical layout: the constants, a blank line, the graph.
     lines = [const_decl(name, a) for name, a in consts.items()]
     lines += [
+        "",
         "graph @mlp(%x: f32[N, 16]) {",
         "  %w1 = const @fc1.weight : f32[16, 32]",
         "  %b1 = const @fc1.bias : f32[32]",
