@@ -11,14 +11,22 @@ fn shape(s: &str) -> Vec<Dim> {
     s.split(',')
         .map(|d| {
             let d = d.trim();
-            d.parse::<u64>().map(Dim::Static).unwrap_or_else(|_| Dim::sym(d))
+            d.parse::<u64>()
+                .map(Dim::Static)
+                .unwrap_or_else(|_| Dim::sym(d))
         })
         .collect()
 }
 
 fn show(r: Result<Vec<Dim>, tessera_ir::infer::InferError>) -> String {
     match r {
-        Ok(s) => format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        Ok(s) => format!(
+            "[{}]",
+            s.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Err(e) => format!("error: {e}"),
     }
 }
@@ -33,11 +41,23 @@ fn broadcasting() {
         ("N, 4", "N, 4", "[N, 4]"),
         ("N", "4", "[4]"),
         ("0, 3", "1, 3", "[0, 3]"),
-        ("2, 3", "4", "error: shapes [2, 3] and [4] do not broadcast: extents 3 and 4 differ"),
-        ("N", "M", "error: shapes [N] and [M] do not broadcast: extents N and M differ"),
+        (
+            "2, 3",
+            "4",
+            "error: shapes [2, 3] and [4] do not broadcast: extents 3 and 4 differ",
+        ),
+        (
+            "N",
+            "M",
+            "error: shapes [N] and [M] do not broadcast: extents N and M differ",
+        ),
     ];
     for (a, b, want) in cases {
-        assert_eq!(show(broadcast(&shape(a), &shape(b))), want, "broadcast({a}; {b})");
+        assert_eq!(
+            show(broadcast(&shape(a), &shape(b))),
+            want,
+            "broadcast({a}; {b})"
+        );
     }
 }
 
@@ -56,7 +76,11 @@ fn matmul_shapes() {
         ("", "3", "error: matmul operands must have rank >= 1"),
     ];
     for (a, b, want) in cases {
-        assert_eq!(show(matmul_shape(&shape(a), &shape(b))), want, "matmul({a}; {b})");
+        assert_eq!(
+            show(matmul_shape(&shape(a), &shape(b))),
+            want,
+            "matmul({a}; {b})"
+        );
     }
 }
 
@@ -85,7 +109,11 @@ fn infer_one(op: Op, operands: &[TensorType]) -> String {
     let g = Graph::new("t");
     let refs: Vec<&TensorType> = operands.iter().collect();
     match infer(&g, &op, &refs) {
-        Ok(ts) => ts.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        Ok(ts) => ts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         Err(e) => format!("error: {e}"),
     }
 }
@@ -95,25 +123,42 @@ fn f32t(s: &str) -> TensorType {
 }
 
 fn conv(strides: &[u64], pads: &[u64], dilations: &[u64], groups: u64) -> ConvAttrs {
-    ConvAttrs { strides: strides.to_vec(), pads: pads.to_vec(), dilations: dilations.to_vec(), groups }
+    ConvAttrs {
+        strides: strides.to_vec(),
+        pads: pads.to_vec(),
+        dilations: dilations.to_vec(),
+        groups,
+    }
 }
 
 #[test]
 fn windowed_ops() {
     let c = Op::Conv(conv(&[2, 2], &[3, 3, 3, 3], &[1, 1], 1));
-    assert_eq!(infer_one(c.clone(), &[f32t("N, 3, 224, 224"), f32t("64, 3, 7, 7")]), "f32[N, 64, 112, 112]");
+    assert_eq!(
+        infer_one(c.clone(), &[f32t("N, 3, 224, 224"), f32t("64, 3, 7, 7")]),
+        "f32[N, 64, 112, 112]"
+    );
     assert_eq!(
         infer_one(c.clone(), &[f32t("1, 3, H, 224"), f32t("64, 3, 7, 7")]),
         "error: spatial extent is the symbolic extent H: bind it to a number first"
     );
     let grouped = Op::Conv(conv(&[1], &[0, 0], &[2], 4));
-    assert_eq!(infer_one(grouped.clone(), &[f32t("1, 8, 10"), f32t("4, 2, 3")]), "f32[1, 4, 6]");
+    assert_eq!(
+        infer_one(grouped.clone(), &[f32t("1, 8, 10"), f32t("4, 2, 3")]),
+        "f32[1, 4, 6]"
+    );
     assert_eq!(
         infer_one(grouped, &[f32t("1, 8, 10"), f32t("4, 3, 3")]),
         "error: weight expects 3 channels per group, input has 8 / 4 groups"
     );
-    let ct = Op::ConvTranspose { conv: conv(&[2, 2], &[1, 1, 1, 1], &[1, 1], 1), output_padding: vec![1, 1] };
-    assert_eq!(infer_one(ct, &[f32t("1, 4, 5, 5"), f32t("4, 2, 3, 3")]), "f32[1, 2, 10, 10]");
+    let ct = Op::ConvTranspose {
+        conv: conv(&[2, 2], &[1, 1, 1, 1], &[1, 1], 1),
+        output_padding: vec![1, 1],
+    };
+    assert_eq!(
+        infer_one(ct, &[f32t("1, 4, 5, 5"), f32t("4, 2, 3, 3")]),
+        "f32[1, 2, 10, 10]"
+    );
     let pool = |ceil| {
         Op::Pool(PoolAttrs {
             kind: PoolKind::Max,
@@ -146,29 +191,50 @@ fn windowed_ops() {
 fn overflow_and_negative_extents_are_errors() {
     let big = u64::MAX / 2;
     assert_eq!(
-        infer_one(Op::Tile { repeats: vec![3] }, &[TensorType::fixed(ElemType::F32, &[big])]),
+        infer_one(
+            Op::Tile { repeats: vec![3] },
+            &[TensorType::fixed(ElemType::F32, &[big])]
+        ),
         "error: extent overflows u64"
     );
     assert_eq!(
         infer_one(
-            Op::Pad { pads: vec![-3, -3], mode: tessera_ir::PadMode::Constant, value: tessera_ir::Scalar::Int(0) },
+            Op::Pad {
+                pads: vec![-3, -3],
+                mode: tessera_ir::PadMode::Constant,
+                value: tessera_ir::Scalar::Int(0)
+            },
             &[f32t("4")]
         ),
         "error: pads (-3, -3) make axis 0 of extent 4 negative"
     );
     assert_eq!(
         infer_one(
-            Op::Fill { shape: vec![Dim::Static(big), Dim::Static(3)], elem: ElemType::F32, value: tessera_ir::Scalar::Int(0) },
+            Op::Fill {
+                shape: vec![Dim::Static(big), Dim::Static(3)],
+                elem: ElemType::F32,
+                value: tessera_ir::Scalar::Int(0)
+            },
             &[]
         ),
         "error: extent overflows u64"
     );
     assert_eq!(
-        infer_one(Op::Reshape { shape: shape("N, 4") }, &[f32t("N, 2, 2")]),
+        infer_one(
+            Op::Reshape {
+                shape: shape("N, 4")
+            },
+            &[f32t("N, 2, 2")]
+        ),
         "f32[N, 4]"
     );
     assert_eq!(
-        infer_one(Op::Reshape { shape: shape("M, 4") }, &[f32t("N, 2, 2")]),
+        infer_one(
+            Op::Reshape {
+                shape: shape("M, 4")
+            },
+            &[f32t("N, 2, 2")]
+        ),
         "error: cannot reshape f32[N, 2, 2] to [M, 4]: element counts differ"
     );
 }
@@ -176,23 +242,47 @@ fn overflow_and_negative_extents_are_errors() {
 #[test]
 fn multi_result_ops() {
     assert_eq!(
-        infer_one(Op::TopK { k: 2, axis: 1, largest: true }, &[f32t("N, 5")]),
+        infer_one(
+            Op::TopK {
+                k: 2,
+                axis: 1,
+                largest: true
+            },
+            &[f32t("N, 5")]
+        ),
         "f32[N, 2], i64[N, 2]"
     );
     assert_eq!(
-        infer_one(Op::Split { axis: 0, sizes: vec![1, 3] }, &[f32t("4, N")]),
+        infer_one(
+            Op::Split {
+                axis: 0,
+                sizes: vec![1, 3]
+            },
+            &[f32t("4, N")]
+        ),
         "f32[1, N], f32[3, N]"
     );
     assert_eq!(
-        infer_one(Op::Split { axis: 0, sizes: vec![1, 2] }, &[f32t("4, N")]),
+        infer_one(
+            Op::Split {
+                axis: 0,
+                sizes: vec![1, 2]
+            },
+            &[f32t("4, N")]
+        ),
         "error: sizes [1, 2] sum to 3, axis 0 has extent 4"
     );
 }
 
 #[test]
 fn einsum_shapes() {
-    let e = |eq: &str| Op::Einsum { equation: eq.to_string() };
-    assert_eq!(infer_one(e("bij,bjk->bik"), &[f32t("2, 3, 4"), f32t("2, 4, 5")]), "f32[2, 3, 5]");
+    let e = |eq: &str| Op::Einsum {
+        equation: eq.to_string(),
+    };
+    assert_eq!(
+        infer_one(e("bij,bjk->bik"), &[f32t("2, 3, 4"), f32t("2, 4, 5")]),
+        "f32[2, 3, 5]"
+    );
     assert_eq!(infer_one(e("ii->i"), &[f32t("3, 3")]), "f32[3]");
     assert_eq!(
         infer_one(e("ij,jk"), &[f32t("2, 3"), f32t("3, 4")]),

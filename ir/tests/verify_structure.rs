@@ -2,7 +2,9 @@
 //! built through the graph API. Type errors are tested as data files in `testdata/verify`.
 
 use tessera_ir::verify::verify;
-use tessera_ir::{BinaryOp, Bytes, Constant, ElemType, Entity, Graph, Op, Sharding, TensorType, UnaryOp};
+use tessera_ir::{
+    BinaryOp, Bytes, Constant, ElemType, Entity, Graph, Op, Sharding, TensorType, UnaryOp,
+};
 
 fn f32t(dims: &[u64]) -> TensorType {
     TensorType::fixed(ElemType::F32, dims)
@@ -11,7 +13,10 @@ fn f32t(dims: &[u64]) -> TensorType {
 fn errors(g: &Graph) -> Vec<String> {
     match verify(g) {
         Ok(()) => vec![],
-        Err(es) => es.iter().map(|e| format!("{}: {}", e.entity, e.message)).collect(),
+        Err(es) => es
+            .iter()
+            .map(|e| format!("{}: {}", e.entity, e.message))
+            .collect(),
     }
 }
 
@@ -40,7 +45,9 @@ fn use_before_definition_is_reported() {
     let early = g.insert_op(0, Op::Binary(BinaryOp::Add), vec![x, y], vec![f32t(&[2])]);
     assert_eq!(
         errors(&g),
-        vec![format!("{early}: `add` defining value v2: operand 1 (%y) is used before it is defined")]
+        vec![format!(
+            "{early}: `add` defining value v2: operand 1 (%y) is used before it is defined"
+        )]
     );
 }
 
@@ -48,7 +55,10 @@ fn use_before_definition_is_reported() {
 fn outputs_must_be_live() {
     let (mut g, _, relu) = base();
     g.remove_op(relu);
-    assert_eq!(errors(&g), vec!["graph: output 0 (%y) is not defined by a graph input or an op in the body"]);
+    assert_eq!(
+        errors(&g),
+        vec!["graph: output 0 (%y) is not defined by a graph input or an op in the body"]
+    );
     g.set_outputs(vec![]);
     assert_eq!(errors(&g), vec!["graph: the graph has no outputs"]);
 }
@@ -58,16 +68,33 @@ fn declared_result_type_must_match_inference() {
     let (mut g, _, relu) = base();
     let y = g.op(relu).results[0];
     g.value_mut(y).ty = f32t(&[3]);
-    assert_eq!(errors(&g), vec![format!("{relu}: `relu` defining %y: result 0 (%y) is declared f32[3], but the op gives f32[2]")]);
+    assert_eq!(
+        errors(&g),
+        vec![format!(
+            "{relu}: `relu` defining %y: result 0 (%y) is declared f32[3], but the op gives f32[2]"
+        )]
+    );
 }
 
 #[test]
 fn constants_are_checked() {
     let (mut g, _, _) = base();
-    let c = g.add_const(Constant { name: "w".into(), ty: f32t(&[2]), data: Bytes::from(vec![0u8; 7]) });
-    g.add_const(Constant { name: "w".into(), ty: f32t(&[1]), data: Bytes::from(vec![0u8; 4]) });
+    let c = g.add_const(Constant {
+        name: "w".into(),
+        ty: f32t(&[2]),
+        data: Bytes::from(vec![0u8; 7]),
+    });
+    g.add_const(Constant {
+        name: "w".into(),
+        ty: f32t(&[1]),
+        data: Bytes::from(vec![0u8; 4]),
+    });
     let sym = TensorType::new(ElemType::F32, vec![tessera_ir::Dim::sym("N")]);
-    g.add_const(Constant { name: "s".into(), ty: sym, data: Bytes::new() });
+    g.add_const(Constant {
+        name: "s".into(),
+        ty: sym,
+        data: Bytes::new(),
+    });
     assert_eq!(
         errors(&g),
         vec![
@@ -83,17 +110,24 @@ fn names_must_be_unique() {
     let (mut g, x, relu) = base();
     let y = g.op(relu).results[0];
     g.set_name(y, "x");
-    assert_eq!(errors(&g), vec![format!("{y}: the name %x is used by two values")]);
+    assert_eq!(
+        errors(&g),
+        vec![format!("{y}: the name %x is used by two values")]
+    );
     let _ = x;
 }
 
 #[test]
 fn annotations_are_checked() {
     let (mut g, x, relu) = base();
-    g.value_mut(x).sharding = Some(Sharding { axes: vec![vec![0], vec![1]] });
+    g.value_mut(x).sharding = Some(Sharding {
+        axes: vec![vec![0], vec![1]],
+    });
     g.op_mut(relu).device = Some(String::new());
     let y = g.op(relu).results[0];
-    g.value_mut(y).sharding = Some(Sharding { axes: vec![vec![0, 0]] });
+    g.value_mut(y).sharding = Some(Sharding {
+        axes: vec![vec![0, 0]],
+    });
     assert_eq!(
         errors(&g),
         vec![
@@ -107,16 +141,33 @@ fn annotations_are_checked() {
 #[test]
 fn result_count_must_match_the_op() {
     let (mut g, x, _) = base();
-    let split = g.push_op(Op::Split { axis: 0, sizes: vec![1, 1] }, vec![x], vec![f32t(&[1])]);
-    assert_eq!(errors(&g), vec![format!("{split}: `split` defining value v2: has 1 results, the op produces 2")]);
+    let split = g.push_op(
+        Op::Split {
+            axis: 0,
+            sizes: vec![1, 1],
+        },
+        vec![x],
+        vec![f32t(&[1])],
+    );
+    assert_eq!(
+        errors(&g),
+        vec![format!(
+            "{split}: `split` defining value v2: has 1 results, the op produces 2"
+        )]
+    );
 }
 
 #[test]
 fn every_error_names_an_entity_of_the_graph() {
     let (mut g, _, relu) = base();
-    g.op_mut(relu).operands.push(tessera_ir::ValueId::from_index(99));
+    g.op_mut(relu)
+        .operands
+        .push(tessera_ir::ValueId::from_index(99));
     let es = verify(&g).expect_err("invalid operand");
     assert_eq!(es.len(), 1);
     assert_eq!(es[0].entity, Entity::Op(relu));
-    assert_eq!(es[0].message, "`relu` defining %y: operand 1 is the invalid value v99");
+    assert_eq!(
+        es[0].message,
+        "`relu` defining %y: operand 1 is the invalid value v99"
+    );
 }

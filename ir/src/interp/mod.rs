@@ -13,9 +13,15 @@ pub struct InterpError {
 }
 
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
-    Err(InterpError { op: None, message: "interpreter not yet written".into() })
+    Err(InterpError {
+        op: None,
+        message: "interpreter not yet written".into(),
+    })
 }
 
 pub fn eval_op(op: &Op, operands: &[&Tensor]) -> Result<Vec<Tensor>, InterpError> {
-    Err(InterpError { op: None, message: "interpreter not yet written".into() })
+    Err(InterpError {
+        op: None,
+        message: "interpreter not yet written".into(),
+    })
 }

@@ -29,9 +29,15 @@ pub fn print_annotated(graph: &Graph, notes: &[(Entity, String)]) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Graph, LoadError> {
-    Err(LoadError { path: path.to_path_buf(), message: "text format not yet written".into() })
+    Err(LoadError {
+        path: path.to_path_buf(),
+        message: "text format not yet written".into(),
+    })
 }
 
 pub fn save(graph: &Graph, path: &Path) -> Result<(), LoadError> {
-    Err(LoadError { path: path.to_path_buf(), message: "text format not yet written".into() })
+    Err(LoadError {
+        path: path.to_path_buf(),
+        message: "text format not yet written".into(),
+    })
 }
