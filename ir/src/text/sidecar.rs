@@ -1,0 +1,349 @@
+//! Files: `.tir` text plus a safetensors sidecar for `external` constants.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use safetensors::tensor::{Dtype, View};
+
+use super::ParseError;
+use super::parser::{PendingConst, parse_file};
+use super::printer::{const_names, is_inline, print_impl, ty};
+use crate::graph::{Constant, Graph};
+use crate::types::{ElemType, TensorType};
+
+/// An error of [`load`](super::load) (or of [`Sidecar::open`]); every variant names a file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file could not be read or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The text does not parse (this includes external constants missing from the sidecar
+    /// or disagreeing with it); shown as `path:line:col: message`.
+    #[error("{}:{error}", path.display())]
+    Parse {
+        /// The text file.
+        path: PathBuf,
+        /// Where and why.
+        error: ParseError,
+    },
+    /// The sidecar is missing or is not a valid safetensors file.
+    #[error("{}: {message}", path.display())]
+    Sidecar {
+        /// The sidecar file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+impl LoadError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            LoadError::Io { path, .. }
+            | LoadError::Parse { path, .. }
+            | LoadError::Sidecar { path, .. } => path,
+        }
+    }
+}
+
+/// An error of [`save`](super::save).
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// Writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An external constant cannot be stored (its data does not match its type, or the
+    /// safetensors serializer refused it).
+    #[error("{}: {message}", path.display())]
+    Sidecar {
+        /// The sidecar file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The path of the sidecar of a text file: the same path with extension `.safetensors`
+/// (`model.tir` -> `model.safetensors`).
+pub fn sidecar_path(path: &Path) -> PathBuf {
+    path.with_extension("safetensors")
+}
+
+/// A safetensors file holding the data of `external` constants, one tensor per constant,
+/// named like the constant.
+///
+/// The buffer is shared: the constants that [`parse`](super::parse) builds from it are
+/// slices of it (for [`Sidecar::open`], of the memory map), never copies.
+#[derive(Clone, Debug)]
+pub struct Sidecar {
+    origin: String,
+    data: Bytes,
+    tensors: BTreeMap<String, (Dtype, Vec<usize>, Range<usize>)>,
+}
+
+impl Sidecar {
+    /// Memory-maps a safetensors file.
+    pub fn open(path: &Path) -> Result<Sidecar, LoadError> {
+        let data = map_file(path).map_err(|source| LoadError::Io {
+            path: path.into(),
+            source,
+        })?;
+        Sidecar::from_bytes(data, path.display().to_string()).map_err(|message| {
+            LoadError::Sidecar {
+                path: path.into(),
+                message,
+            }
+        })
+    }
+
+    /// Reads safetensors data from a buffer; `origin` names it in error messages.
+    pub fn from_bytes(data: Bytes, origin: impl Into<String>) -> Result<Sidecar, String> {
+        let (n, meta) = safetensors::SafeTensors::read_metadata(&data)
+            .map_err(|e| format!("not a valid safetensors file: {e}"))?;
+        let start = 8 + n;
+        let tensors = meta
+            .tensors()
+            .into_iter()
+            .map(|(name, info)| {
+                let (a, b) = info.data_offsets;
+                (name, (info.dtype, info.shape.clone(), start + a..start + b))
+            })
+            .collect();
+        Ok(Sidecar {
+            origin: origin.into(),
+            data,
+            tensors,
+        })
+    }
+
+    /// The tensor names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// The data of tensor `name`, checked against the declared type `ty`.
+    pub(crate) fn lookup(&self, name: &str, ty: &TensorType) -> Result<Bytes, String> {
+        let Some((dtype, shape, range)) = self.tensors.get(name) else {
+            return Err(format!(
+                "external constant `@{name}` is not in {}",
+                self.origin
+            ));
+        };
+        let want: Option<Vec<usize>> = ty
+            .static_dims()
+            .and_then(|d| d.into_iter().map(|x| usize::try_from(x).ok()).collect());
+        if *dtype != dtype_of(ty.elem) || want.as_ref() != Some(shape) {
+            return Err(format!(
+                "external constant `@{name}` is declared {} but {} holds {dtype:?}{shape:?}",
+                super::printer::ty(ty),
+                self.origin
+            ));
+        }
+        Ok(self.data.slice(range.clone()))
+    }
+}
+
+/// Memory-maps a whole file into a shared buffer.
+#[allow(unsafe_code)]
+fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    let file = File::open(path)?;
+    // SAFETY: the map is read-only. Modifying or truncating the file while it is mapped is
+    // undefined behaviour; tessera never writes a file in place (`save` writes a new file and
+    // renames it over the old one, which leaves existing maps intact), and we accept the
+    // usual risk of other programs doing so, as every mmap-based weight loader does.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(Bytes::from_owner(map))
+}
+
+pub(crate) fn dtype_of(elem: ElemType) -> Dtype {
+    match elem {
+        ElemType::F16 => Dtype::F16,
+        ElemType::BF16 => Dtype::BF16,
+        ElemType::F32 => Dtype::F32,
+        ElemType::F64 => Dtype::F64,
+        ElemType::I8 => Dtype::I8,
+        ElemType::I16 => Dtype::I16,
+        ElemType::I32 => Dtype::I32,
+        ElemType::I64 => Dtype::I64,
+        ElemType::U8 => Dtype::U8,
+        ElemType::Bool => Dtype::BOOL,
+    }
+}
+
+/// Adds the parsed constants to the graph, taking external data from `sidecar`.
+pub(crate) fn resolve(
+    mut graph: Graph,
+    consts: Vec<PendingConst>,
+    sidecar: Option<&Sidecar>,
+) -> Result<Graph, ParseError> {
+    for c in consts {
+        let data = match c.data {
+            Some(d) => d,
+            None => match sidecar {
+                Some(s) => s.lookup(&c.name, &c.ty).map_err(|m| c.pos.error(m))?,
+                None => {
+                    return Err(c.pos.error(format!(
+                        "constant `@{}` is external, but no sidecar was given",
+                        c.name
+                    )));
+                }
+            },
+        };
+        graph.add_const(Constant {
+            name: c.name,
+            ty: c.ty,
+            data,
+        });
+    }
+    Ok(graph)
+}
+
+/// See [`super::load`].
+pub(crate) fn load(path: &Path) -> Result<Graph, LoadError> {
+    let src = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let parse_err = |error| LoadError::Parse {
+        path: path.into(),
+        error,
+    };
+    let (graph, consts) = parse_file(&src).map_err(parse_err)?;
+    let sidecar = match consts.iter().find(|c| c.data.is_none()) {
+        None => None,
+        Some(first) => {
+            let side = sidecar_path(path);
+            let data = map_file(&side).map_err(|e| LoadError::Sidecar {
+                path: side.clone(),
+                message: format!(
+                    "cannot open the sidecar of {} (external constant `@{}` lives there): {e}",
+                    path.display(),
+                    first.name
+                ),
+            })?;
+            Some(
+                Sidecar::from_bytes(data, side.display().to_string()).map_err(|message| {
+                    LoadError::Sidecar {
+                        path: side,
+                        message,
+                    }
+                })?,
+            )
+        }
+    };
+    resolve(graph, consts, sidecar.as_ref()).map_err(parse_err)
+}
+
+/// One external constant as a safetensors view.
+struct ConstView<'a> {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
+impl View for ConstView<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// See [`super::save`].
+pub(crate) fn save(graph: &Graph, path: &Path) -> Result<(), SaveError> {
+    let text = print_impl(graph, &[]);
+    let names = const_names(graph);
+    let side = sidecar_path(path);
+    let side_err = |message: String| SaveError::Sidecar {
+        path: side.clone(),
+        message,
+    };
+    let mut views = Vec::new();
+    for (id, c) in graph.consts().filter(|(_, c)| !is_inline(c)) {
+        let shape = c
+            .ty
+            .static_dims()
+            .and_then(|d| d.into_iter().map(|x| usize::try_from(x).ok()).collect())
+            .ok_or_else(|| side_err(format!("constant `@{}` has type {}", c.name, ty(&c.ty))))?;
+        if c.ty.size_bytes() != Some(c.data.len() as u64) {
+            return Err(side_err(format!(
+                "constant `@{}` of type {} has {} bytes of data",
+                c.name,
+                ty(&c.ty),
+                c.data.len()
+            )));
+        }
+        let view = ConstView {
+            dtype: dtype_of(c.ty.elem),
+            shape,
+            data: &c.data,
+        };
+        views.push((names[id.index()].clone(), view));
+    }
+    // Sidecar first, so that a text that names external constants never lacks its data.
+    if !views.is_empty() {
+        // safetensors sorts tensors by dtype alignment then name, and writes no other
+        // metadata, so equal graphs give equal bytes.
+        let bytes = safetensors::serialize(views, None).map_err(|e| side_err(e.to_string()))?;
+        write_atomic(&side, &bytes)?;
+    }
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes a temporary file next to `path`, then renames it over `path`.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SaveError> {
+    let io_err = |source| SaveError::Io {
+        path: path.into(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err)?;
+    tmp.write_all(bytes).map_err(io_err)?;
+    // A temporary file is private (0600); give the result the permissions a plain create
+    // would, or those of the file it replaces.
+    let perms = match std::fs::metadata(path) {
+        Ok(m) => m.permissions(),
+        Err(_) => default_permissions(tmp.as_file()).map_err(io_err)?,
+    };
+    tmp.as_file().set_permissions(perms).map_err(io_err)?;
+    tmp.as_file().sync_all().map_err(io_err)?;
+    tmp.persist(path).map_err(|e| io_err(e.error))?;
+    Ok(())
+}
+
+#[cfg(unix)]
+fn default_permissions(_: &File) -> std::io::Result<std::fs::Permissions> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(std::fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(not(unix))]
+fn default_permissions(file: &File) -> std::io::Result<std::fs::Permissions> {
+    Ok(file.metadata()?.permissions())
+}
