@@ -70,7 +70,7 @@ fn mlp(layers: usize, width: u64) -> (Graph, u64) {
 fn main() {
     println!("| case | parameters | weights (MiB) | batch | run time (s) | peak RSS (MiB) |");
     println!("|---|---|---|---|---|---|");
-    for (layers, width, batch) in [(8usize, 3584u64, 8usize)] {
+    for (layers, width, batch) in [(4usize, 1024u64, 64usize), (8, 3584, 8)] {
         let (g, params) = mlp(layers, width);
         tessera_ir::verify::verify(&g).expect("benchmark graph verifies");
         let input = Tensor::F32(ndarray::ArrayD::from_elem(
