@@ -1,0 +1,231 @@
+//! Reading model files: memory-mapped protobuf decoding and tensor data (raw, typed fields,
+//! external files), without copying raw weight bytes.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use prost::Message;
+use tessera_ir::{ElemType, TensorType};
+
+use crate::proto::{ModelProto, TensorProto, tensor_proto};
+
+/// Memory-maps a file as shared bytes (empty files give empty bytes).
+#[allow(unsafe_code)]
+pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the map is read-only and private to this process. As with every tool that maps
+    // model files, a concurrent truncation of the file by another process is outside what we
+    // guard against.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(Bytes::from_owner(map))
+}
+
+/// Decodes a model; `bytes` fields of the result are slices of `data`.
+pub(crate) fn decode_model(data: Bytes) -> Result<ModelProto, String> {
+    ModelProto::decode(data).map_err(|e| format!("protobuf decoding failed: {e}"))
+}
+
+/// The IR element type of an ONNX `TensorProto.DataType` code.
+pub(crate) fn elem_type(code: i32) -> Result<ElemType, String> {
+    use tensor_proto::DataType as D;
+    let dt = D::try_from(code).map_err(|_| format!("unknown element type code {code}"))?;
+    Ok(match dt {
+        D::Float => ElemType::F32,
+        D::Double => ElemType::F64,
+        D::Float16 => ElemType::F16,
+        D::Bfloat16 => ElemType::BF16,
+        D::Int8 => ElemType::I8,
+        D::Int16 => ElemType::I16,
+        D::Int32 => ElemType::I32,
+        D::Int64 => ElemType::I64,
+        D::Uint8 => ElemType::U8,
+        D::Bool => ElemType::Bool,
+        other => {
+            return Err(format!(
+                "element type {} is not supported",
+                elem_type_name(other as i32)
+            ));
+        }
+    })
+}
+
+/// The ONNX spelling of an element type code, for messages.
+pub(crate) fn elem_type_name(code: i32) -> String {
+    tensor_proto::DataType::try_from(code)
+        .map(|d| d.as_str_name().to_ascii_lowercase())
+        .unwrap_or_else(|_| format!("code {code}"))
+}
+
+/// Resolves tensors' external data files relative to the model's folder, mapping each file
+/// once.
+#[derive(Default)]
+pub(crate) struct ExternalFiles {
+    base: Option<PathBuf>,
+    maps: BTreeMap<PathBuf, Bytes>,
+}
+
+impl ExternalFiles {
+    pub(crate) fn new(base: Option<PathBuf>) -> Self {
+        ExternalFiles {
+            base,
+            maps: BTreeMap::new(),
+        }
+    }
+
+    fn slice(&mut self, location: &str, offset: u64, length: Option<u64>) -> Result<Bytes, String> {
+        let rel = Path::new(location);
+        if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(format!(
+                "external data location `{location}` must be a relative path inside the model's folder"
+            ));
+        }
+        let Some(base) = &self.base else {
+            return Err(format!(
+                "external data `{location}` cannot be resolved: the model was not read from a file"
+            ));
+        };
+        let path = base.join(rel);
+        if !self.maps.contains_key(&path) {
+            let data = map_file(&path)
+                .map_err(|e| format!("external data file {}: {e}", path.display()))?;
+            self.maps.insert(path.clone(), data);
+        }
+        let data = &self.maps[&path];
+        let len = data.len() as u64;
+        let end = match length {
+            Some(l) => offset.checked_add(l),
+            None => Some(len),
+        };
+        match end {
+            Some(end) if offset <= end && end <= len => {
+                Ok(data.slice(offset as usize..end as usize))
+            }
+            _ => Err(format!(
+                "external data range offset {offset}, length {} exceeds the {len} bytes of {}",
+                length.map_or("(rest)".to_string(), |l| l.to_string()),
+                path.display()
+            )),
+        }
+    }
+}
+
+/// The type and little-endian bytes of a tensor. Raw and external data are shared, not copied;
+/// typed fields are converted.
+pub(crate) fn tensor_data(
+    t: &TensorProto,
+    ext: &mut ExternalFiles,
+) -> Result<(TensorType, Bytes), String> {
+    let elem = elem_type(t.data_type())?;
+    let mut dims = Vec::with_capacity(t.dims.len());
+    for &d in &t.dims {
+        dims.push(
+            u64::try_from(d)
+                .map_err(|_| format!("negative extent {d} in tensor dims {:?}", t.dims))?,
+        );
+    }
+    let ty = TensorType::fixed(elem, &dims);
+    let size = ty
+        .size_bytes()
+        .ok_or_else(|| format!("tensor of type {ty} is too large"))?;
+    let n = ty.num_elements().unwrap_or(0) as usize;
+    let data: Bytes = if t.data_location() == tensor_proto::DataLocation::External {
+        let mut location = None;
+        let mut offset = 0u64;
+        let mut length = None;
+        for kv in &t.external_data {
+            let v = kv.value();
+            let num = || {
+                v.parse::<u64>()
+                    .map_err(|_| format!("external data {}: `{v}` is not a number", kv.key()))
+            };
+            match kv.key() {
+                "location" => location = Some(v.to_string()),
+                "offset" => offset = num()?,
+                "length" => length = Some(num()?),
+                _ => {}
+            }
+        }
+        let location = location.ok_or("external data without a location")?;
+        ext.slice(&location, offset, length.or(Some(size)))?
+    } else if let Some(raw) = &t.raw_data {
+        raw.clone()
+    } else {
+        typed_data(t, elem, n)?
+    };
+    if data.len() as u64 != size {
+        return Err(format!(
+            "tensor of type {ty} needs {size} bytes of data, has {}",
+            data.len()
+        ));
+    }
+    Ok((ty, data))
+}
+
+/// Converts the typed repeated fields (`float_data`, `int32_data`, ...) to little-endian bytes.
+fn typed_data(t: &TensorProto, elem: ElemType, n: usize) -> Result<Bytes, String> {
+    fn check<T>(v: &[T], n: usize, field: &str) -> Result<(), String> {
+        if v.len() != n {
+            return Err(format!("{field} holds {} values for {n} elements", v.len()));
+        }
+        Ok(())
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(n * elem.size_bytes());
+    match elem {
+        ElemType::F32 => {
+            check(&t.float_data, n, "float_data")?;
+            t.float_data
+                .iter()
+                .for_each(|x| out.extend(x.to_le_bytes()));
+        }
+        ElemType::F64 => {
+            check(&t.double_data, n, "double_data")?;
+            t.double_data
+                .iter()
+                .for_each(|x| out.extend(x.to_le_bytes()));
+        }
+        ElemType::I64 => {
+            check(&t.int64_data, n, "int64_data")?;
+            t.int64_data
+                .iter()
+                .for_each(|x| out.extend(x.to_le_bytes()));
+        }
+        // Narrow types are stored one per int32 (f16 and bf16 as their bit patterns).
+        ElemType::I32
+        | ElemType::I16
+        | ElemType::I8
+        | ElemType::U8
+        | ElemType::Bool
+        | ElemType::F16
+        | ElemType::BF16 => {
+            check(&t.int32_data, n, "int32_data")?;
+            let w = elem.size_bytes();
+            for &x in &t.int32_data {
+                let x = if elem == ElemType::Bool {
+                    i32::from(x != 0)
+                } else {
+                    x
+                };
+                out.extend(&x.to_le_bytes()[..w]);
+            }
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Decodes a serialized `TensorProto` (the `.pb` files of the ONNX test suite) into a tensor.
+pub fn decode_tensor(data: Bytes) -> Result<tessera_ir::Tensor, String> {
+    let t = TensorProto::decode(data).map_err(|e| format!("protobuf decoding failed: {e}"))?;
+    let (ty, bytes) = tensor_data(&t, &mut ExternalFiles::new(None))?;
+    let dims: Vec<usize> = ty
+        .static_dims()
+        .unwrap_or_default()
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    tessera_ir::Tensor::from_le_bytes(ty.elem, &dims, &bytes).map_err(|e| e.to_string())
+}

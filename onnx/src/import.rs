@@ -1,0 +1,556 @@
+//! The import driver: model checks, graph inputs and initializers, the node walk, folding of
+//! known values, and graph outputs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tessera_ir::infer::infer;
+use tessera_ir::{Constant, Dim, Graph, Op, Tensor, TensorType, ValueId};
+
+use crate::decode::{self, ExternalFiles};
+use crate::ops::{self, Node};
+use crate::proto::{GraphProto, ModelProto, TensorProto, tensor_shape_proto, type_proto};
+use crate::{ImportError, ImportOptions, OPSET_RANGE, Unsupported};
+
+/// Results with at most this many elements are folded when every operand is known.
+pub(crate) const FOLD_LIMIT: u64 = 1 << 16;
+
+/// Imports an ONNX model file; external data files are resolved next to it.
+pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
+    let data = decode::map_file(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let base = path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            p.to_path_buf()
+        }
+    });
+    import_with(data, base, path, options)
+}
+
+/// Imports a model held in memory; `origin` names it in errors. External data is resolved
+/// relative to `base_dir` when given.
+pub fn import_bytes(
+    data: Bytes,
+    base_dir: Option<&Path>,
+    origin: &Path,
+    options: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    import_with(data, base_dir.map(Path::to_path_buf), origin, options)
+}
+
+fn import_with(
+    data: Bytes,
+    base: Option<PathBuf>,
+    path: &Path,
+    options: &ImportOptions,
+) -> Result<Graph, ImportError> {
+    let malformed = |message: String| ImportError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    };
+    let model = decode::decode_model(data).map_err(malformed)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| malformed("the model has no graph".into()))?;
+    let opset = default_opset(&model).map_err(malformed)?;
+    check_supported(&model, graph, opset).map_err(|items| ImportError::Unsupported {
+        path: path.to_path_buf(),
+        items,
+    })?;
+
+    let mut cx = Ctx::new(
+        graph.name().to_string(),
+        opset,
+        ExternalFiles::new(base),
+        path,
+    );
+    cx.import_main(graph, options)?;
+    Ok(cx.g)
+}
+
+/// The default domain's opset version (ONNX's rule: missing means version 1, which is below
+/// what we accept).
+fn default_opset(model: &ModelProto) -> Result<i64, String> {
+    let found = model
+        .opset_import
+        .iter()
+        .find(|o| matches!(o.domain(), "" | "ai.onnx"))
+        .map(|o| o.version());
+    match found {
+        Some(v) => Ok(v),
+        None if model.opset_import.is_empty() => Err("the model imports no opset".into()),
+        None => Ok(OPSET_RANGE.end().to_owned()),
+    }
+}
+
+/// Collects every unsupported operator, opset and element type, for one error message.
+fn check_supported(
+    model: &ModelProto,
+    graph: &GraphProto,
+    opset: i64,
+) -> Result<(), Vec<Unsupported>> {
+    let mut found: BTreeMap<(String, String), (i64, usize, String)> = BTreeMap::new();
+    let mut note = |domain: &str, what: String, opset: i64, first: &str| {
+        let e = found
+            .entry((domain.to_string(), what))
+            .or_insert((opset, 0, first.to_string()));
+        e.1 += 1;
+    };
+    if !OPSET_RANGE.contains(&opset) {
+        note(
+            "ai.onnx",
+            format!(
+                "opset {opset} (supported: {} to {})",
+                OPSET_RANGE.start(),
+                OPSET_RANGE.end()
+            ),
+            opset,
+            "model",
+        );
+    }
+    let domain_opset = |d: &str| {
+        model
+            .opset_import
+            .iter()
+            .find(|o| o.domain() == d)
+            .map_or(0, |o| o.version())
+    };
+    fn walk(g: &GraphProto, visit: &mut dyn FnMut(&crate::proto::NodeProto)) {
+        for n in &g.node {
+            visit(n);
+            for a in &n.attribute {
+                if let Some(sub) = &a.g {
+                    walk(sub, visit);
+                }
+                for sub in &a.graphs {
+                    walk(sub, visit);
+                }
+            }
+        }
+    }
+    walk(graph, &mut |n| {
+        let domain = if n.domain().is_empty() {
+            "ai.onnx"
+        } else {
+            n.domain()
+        };
+        let name = ops::node_display_name(n);
+        if domain != "ai.onnx" {
+            note(
+                domain,
+                n.op_type().to_string(),
+                domain_opset(n.domain()),
+                &name,
+            );
+        } else if !ops::is_supported(n.op_type(), opset) {
+            note(domain, n.op_type().to_string(), opset, &name);
+        }
+    });
+    let mut check_elem = |code: i32, first: &str| {
+        if decode::elem_type(code).is_err() {
+            note(
+                "ai.onnx",
+                format!("element type {}", decode::elem_type_name(code)),
+                opset,
+                first,
+            );
+        }
+    };
+    for t in &graph.initializer {
+        check_elem(t.data_type(), t.name());
+    }
+    for v in graph.input.iter().chain(&graph.output) {
+        if let Some(type_proto::Value::TensorType(t)) =
+            v.r#type.as_ref().and_then(|t| t.value.as_ref())
+        {
+            check_elem(t.elem_type(), v.name());
+        }
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(found
+        .into_iter()
+        .map(|((domain, what), (opset, count, first))| Unsupported {
+            domain,
+            what,
+            opset,
+            count,
+            first,
+        })
+        .collect())
+}
+
+/// What an ONNX value name stands for.
+#[derive(Clone)]
+enum Slot {
+    /// An IR value.
+    Value(ValueId),
+    /// An initializer not used yet; becomes a `const` op at its first use.
+    Init(TensorType, Bytes),
+}
+
+/// Import state: the graph under construction and the mapping from ONNX names.
+pub(crate) struct Ctx<'p> {
+    /// The graph being built.
+    pub g: Graph,
+    /// The default-domain opset.
+    pub opset: i64,
+    /// ONNX value names in scope.
+    names: BTreeMap<String, Slot>,
+    /// Values whose contents are known at import time (constants), for folding.
+    known: BTreeMap<ValueId, Tensor>,
+    /// Constant names in use.
+    const_names: BTreeSet<String>,
+    /// IR value names in use.
+    value_names: BTreeSet<String>,
+    ext: ExternalFiles,
+    path: &'p Path,
+    /// The name of the node being imported, when it has one (new ops get it as location).
+    loc: Option<String>,
+    /// The first output name of the node being imported (a base for new constants' names).
+    hint: String,
+}
+
+impl<'p> Ctx<'p> {
+    fn new(name: String, opset: i64, ext: ExternalFiles, path: &'p Path) -> Self {
+        let mut g = Graph::new(if name.is_empty() {
+            "main".to_string()
+        } else {
+            name
+        });
+        g.set_outputs(Vec::new());
+        Ctx {
+            g,
+            opset,
+            names: BTreeMap::new(),
+            known: BTreeMap::new(),
+            const_names: BTreeSet::new(),
+            value_names: BTreeSet::new(),
+            ext,
+            path,
+            loc: None,
+            hint: String::new(),
+        }
+    }
+
+    fn graph_error(&self, message: String) -> ImportError {
+        ImportError::Graph {
+            path: self.path.to_path_buf(),
+            message,
+        }
+    }
+
+    fn import_main(
+        &mut self,
+        graph: &GraphProto,
+        options: &ImportOptions,
+    ) -> Result<(), ImportError> {
+        // Initializers first: in IR version < 4 they are also listed as inputs, and then they
+        // are constants, not inputs.
+        self.add_initializers(graph)?;
+        let mut bound: BTreeSet<&str> = BTreeSet::new();
+        for vi in &graph.input {
+            let name = vi.name();
+            if self.names.contains_key(name) {
+                continue;
+            }
+            let mut ty = value_info_type(vi)
+                .map_err(|m| self.graph_error(format!("input `{name}`: {m}")))?;
+            if let Some(dims) = options.input_shapes.get(name) {
+                if dims.len() != ty.rank() {
+                    return Err(self.graph_error(format!(
+                        "--input-shape {name}: gives {} extents, the input has rank {} ({ty})",
+                        dims.len(),
+                        ty.rank()
+                    )));
+                }
+                for (d, &n) in ty.shape.iter().zip(dims) {
+                    if let Dim::Static(s) = d
+                        && *s != n
+                    {
+                        return Err(self.graph_error(format!(
+                            "--input-shape {name}: extent {n} conflicts with the declared {ty}"
+                        )));
+                    }
+                }
+                ty = TensorType::fixed(ty.elem, dims);
+                bound.insert(name);
+            }
+            let vname = self.unique_value_name(name);
+            let v = self.g.add_input(Some(vname), ty);
+            self.names.insert(name.to_string(), Slot::Value(v));
+        }
+        if let Some(missing) = options
+            .input_shapes
+            .keys()
+            .find(|k| !bound.contains(k.as_str()))
+        {
+            let inputs: Vec<&str> = graph
+                .input
+                .iter()
+                .map(|v| v.name())
+                .filter(|n| !matches!(self.names.get(*n), Some(Slot::Init(..))))
+                .collect();
+            return Err(self.graph_error(format!(
+                "--input-shape names `{missing}`, which is not a graph input (inputs: {})",
+                inputs.join(", ")
+            )));
+        }
+
+        self.import_nodes(graph)?;
+
+        let mut outputs = Vec::new();
+        for vi in &graph.output {
+            let v = self
+                .lookup(vi.name())
+                .map_err(|m| self.graph_error(format!("output `{}`: {m}", vi.name())))?;
+            outputs.push(v);
+        }
+        if outputs.is_empty() {
+            return Err(self.graph_error("the graph has no outputs".into()));
+        }
+        self.g.set_outputs(outputs);
+        Ok(())
+    }
+
+    fn add_initializers(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        for t in &graph.initializer {
+            self.add_initializer(t)
+                .map_err(|m| self.graph_error(format!("initializer `{}`: {m}", t.name())))?;
+        }
+        if let Some(s) = graph.sparse_initializer.first() {
+            let name = s.values.as_ref().map_or("", |v| v.name());
+            return Err(self.graph_error(format!("sparse initializer `{name}` is not supported")));
+        }
+        Ok(())
+    }
+
+    fn add_initializer(&mut self, t: &TensorProto) -> Result<(), String> {
+        let (ty, data) = decode::tensor_data(t, &mut self.ext)?;
+        self.names
+            .insert(t.name().to_string(), Slot::Init(ty, data));
+        Ok(())
+    }
+
+    /// Imports the nodes of a graph or an inlined subgraph, in order.
+    pub(crate) fn import_nodes(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        for n in &graph.node {
+            let node = Node::new(n);
+            self.loc = (!n.name().is_empty()).then(|| n.name().to_string());
+            self.hint = n.output.first().cloned().unwrap_or_default();
+            let outs = ops::build(self, &node).map_err(|message| ImportError::Node {
+                path: self.path.to_path_buf(),
+                node: node.display_name(),
+                op_type: n.op_type().to_string(),
+                message,
+            })?;
+            for (i, name) in n.output.iter().enumerate() {
+                if name.is_empty() {
+                    continue;
+                }
+                let Some(&v) = outs.get(i) else {
+                    return Err(ImportError::Node {
+                        path: self.path.to_path_buf(),
+                        node: node.display_name(),
+                        op_type: n.op_type().to_string(),
+                        message: format!("output {i} (`{name}`) is not produced by this importer"),
+                    });
+                };
+                self.bind(name, v);
+            }
+        }
+        self.loc = None;
+        Ok(())
+    }
+
+    /// Binds an ONNX name to a value, naming the value after it when it has no name yet.
+    pub(crate) fn bind(&mut self, name: &str, v: ValueId) {
+        if self.g.value(v).name.is_none() {
+            let unique = self.unique_value_name(name);
+            self.g.set_name(v, unique);
+        }
+        self.names.insert(name.to_string(), Slot::Value(v));
+    }
+
+    fn unique_value_name(&mut self, name: &str) -> String {
+        let base = if name.is_empty() { "v" } else { name };
+        let mut candidate = base.to_string();
+        let mut i = 1;
+        while self.value_names.contains(&candidate) {
+            candidate = format!("{base}_{i}");
+            i += 1;
+        }
+        self.value_names.insert(candidate.clone());
+        candidate
+    }
+
+    fn unique_const_name(&mut self, name: &str) -> String {
+        let base = if name.is_empty() { "const" } else { name };
+        let mut candidate = base.to_string();
+        let mut i = 1;
+        while self.const_names.contains(&candidate) {
+            candidate = format!("{base}_{i}");
+            i += 1;
+        }
+        self.const_names.insert(candidate.clone());
+        candidate
+    }
+
+    /// The IR value of an ONNX name; an initializer becomes a `const` op here.
+    pub(crate) fn lookup(&mut self, name: &str) -> Result<ValueId, String> {
+        match self.names.get(name).cloned() {
+            Some(Slot::Value(v)) => Ok(v),
+            Some(Slot::Init(ty, data)) => {
+                let v = self.add_constant(name, ty, data);
+                self.names.insert(name.to_string(), Slot::Value(v));
+                Ok(v)
+            }
+            None => Err(format!(
+                "`{name}` is not defined (not a graph input, initializer or earlier node output)"
+            )),
+        }
+    }
+
+    /// Adds a graph constant and the `const` op that yields it.
+    pub(crate) fn add_constant(&mut self, name: &str, ty: TensorType, data: Bytes) -> ValueId {
+        let cname = self.unique_const_name(name);
+        let c = self.g.add_const(Constant {
+            name: cname,
+            ty: ty.clone(),
+            data,
+        });
+        let op = self.g.push_op(Op::Const(c), vec![], vec![ty]);
+        let v = self.g.op(op).results[0];
+        let vname = self.unique_value_name(name);
+        self.g.set_name(v, vname);
+        v
+    }
+
+    /// A constant value from a computed tensor (named after `hint`).
+    pub(crate) fn constant_tensor(&mut self, hint: &str, t: Tensor) -> ValueId {
+        let ty = t.ty();
+        let data = Bytes::from(t.to_le_bytes());
+        let small = ty.num_elements().is_some_and(|n| n <= FOLD_LIMIT);
+        let v = self.add_constant(hint, ty, data);
+        if small {
+            self.known.insert(v, t);
+        }
+        v
+    }
+
+    /// The contents of a value when they are known at import time (a constant).
+    pub(crate) fn known(&mut self, v: ValueId) -> Option<Tensor> {
+        if let Some(t) = self.known.get(&v) {
+            return Some(t.clone());
+        }
+        let tessera_ir::ValueDef::Result(op, 0) = self.g.value(v).def else {
+            return None;
+        };
+        let Op::Const(c) = self.g.op(op).op else {
+            return None;
+        };
+        let c = self.g.constant(c);
+        let dims: Vec<usize> = c.ty.static_dims()?.iter().map(|&d| d as usize).collect();
+        let t = Tensor::from_le_bytes(c.ty.elem, &dims, &c.data).ok()?;
+        if c.ty.num_elements().is_some_and(|n| n <= FOLD_LIMIT) {
+            self.known.insert(v, t.clone());
+        }
+        Some(t)
+    }
+
+    /// A base name for values the current node creates (its first output's name).
+    pub(crate) fn hint(&self) -> &str {
+        &self.hint
+    }
+
+    /// The contents of the ONNX value `name` when known at import time, without creating
+    /// a `const` op for an initializer that is only read at import time.
+    pub(crate) fn known_name(&mut self, name: &str) -> Option<Tensor> {
+        match self.names.get(name)? {
+            Slot::Init(ty, data) => {
+                let dims: Vec<usize> = ty.static_dims()?.iter().map(|&d| d as usize).collect();
+                Tensor::from_le_bytes(ty.elem, &dims, data).ok()
+            }
+            Slot::Value(v) => {
+                let v = *v;
+                self.known(v)
+            }
+        }
+    }
+
+    /// The type of a value.
+    pub(crate) fn ty(&self, v: ValueId) -> &TensorType {
+        self.g.ty(v)
+    }
+
+    /// Appends an op (typed by inference) and returns its results; folds it into constants
+    /// when every operand is known and the results are small.
+    pub(crate) fn emit(&mut self, op: Op, operands: &[ValueId]) -> Result<Vec<ValueId>, String> {
+        let types = {
+            let tys: Vec<&TensorType> = operands.iter().map(|&v| self.g.ty(v)).collect();
+            infer(&self.g, &op, &tys).map_err(|e| format!("{}: {}", op.name(), e.message))?
+        };
+        let small = types
+            .iter()
+            .all(|t| t.num_elements().is_some_and(|n| n <= FOLD_LIMIT));
+        if small && !matches!(op, Op::Const(_)) {
+            let mut inputs = Vec::with_capacity(operands.len());
+            for &v in operands {
+                match self.known(v) {
+                    Some(t) => inputs.push(t),
+                    None => break,
+                }
+            }
+            if inputs.len() == operands.len() {
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                if let Ok(outs) = tessera_ir::interp::eval_op(&op, &refs) {
+                    let hint = self.hint.clone();
+                    return Ok(outs
+                        .into_iter()
+                        .map(|t| self.constant_tensor(&hint, t))
+                        .collect());
+                }
+            }
+        }
+        let id = self.g.push_op(op, operands.to_vec(), types);
+        self.g.op_mut(id).loc = self.loc.clone();
+        Ok(self.g.op(id).results.clone())
+    }
+
+    /// Like [`Ctx::emit`] for single-result ops.
+    pub(crate) fn emit1(&mut self, op: Op, operands: &[ValueId]) -> Result<ValueId, String> {
+        Ok(self.emit(op, operands)?[0])
+    }
+}
+
+/// The IR type of a graph input's declared type. Unknown extents become fresh symbols.
+fn value_info_type(vi: &crate::proto::ValueInfoProto) -> Result<TensorType, String> {
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Err("only tensor inputs are supported (not sequences, maps or optionals)".into());
+    };
+    let elem = decode::elem_type(t.elem_type())?;
+    let Some(shape) = &t.shape else {
+        return Err("the input has no declared shape (rank unknown)".into());
+    };
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for (i, d) in shape.dim.iter().enumerate() {
+        dims.push(match &d.value {
+            Some(tensor_shape_proto::dimension::Value::DimValue(n)) => Dim::Static(
+                u64::try_from(*n).map_err(|_| format!("negative extent {n} on axis {i}"))?,
+            ),
+            Some(tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                Dim::Sym(p.clone())
+            }
+            _ => Dim::Sym(format!("{}_{i}", vi.name())),
+        });
+    }
+    Ok(TensorType::new(elem, dims))
+}

@@ -1,0 +1,135 @@
+//! tessera's ONNX importer: the only code in tessera that knows ONNX.
+//!
+//! [`import_file`] memory-maps a model, decodes it with prost (messages compiled from
+//! `proto/onnx.proto`, written from the ONNX IR specification) and builds a
+//! [`tessera_ir::Graph`]. Weight data is never copied: `raw_data` and external data become
+//! [`tessera_ir::Bytes`] slices of the mapped files.
+//!
+//! Import maps every ONNX node onto IR ops with ONNX's semantics (broadcasting, negative
+//! axes, `auto_pad`, optional inputs, attribute defaults, opset differences); compositions
+//! are expanded into several IR ops. Small computations whose inputs are all known (shape
+//! arithmetic: `Shape`, `Gather`, `Concat`, ... feeding `Reshape` or `Expand`) are folded
+//! into constants with the reference interpreter, so exported transformers come in with
+//! static shapes once their symbolic input dimensions are bound
+//! ([`ImportOptions::input_shapes`]).
+//!
+//! Before building anything the importer checks the whole model and rejects it with one
+//! error that lists every unsupported (domain, op type, opset) with its node count and first
+//! node ([`ImportError::Unsupported`]).
+
+mod decode;
+mod import;
+mod ops;
+
+#[allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
+mod proto {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use decode::decode_tensor;
+pub use import::{import_bytes, import_file};
+pub use ops::supported_ops;
+
+/// The default-domain opsets the importer accepts.
+pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 7..=25;
+
+/// Options of an import.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Static shapes for graph inputs by name (`--input-shape x=1x3x224x224`); they replace
+    /// the model's declared (possibly symbolic) shapes, and must have the same rank.
+    pub input_shapes: BTreeMap<String, Vec<u64>>,
+}
+
+/// One unsupported feature of a model: an operator (domain, op type, opset) or an element
+/// type, with how often it occurs and where first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The operator domain (`ai.onnx` for the default domain).
+    pub domain: String,
+    /// The op type, or a description such as `element type uint16`.
+    pub what: String,
+    /// The opset of the domain the model imports.
+    pub opset: i64,
+    /// How many nodes (or tensors) use it.
+    pub count: usize,
+    /// The first node (or tensor) that uses it.
+    pub first: String,
+}
+
+/// An import failure. Every variant names the model file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a well-formed ONNX model (truncated, not protobuf, missing graph).
+    #[error("{path}: not a valid ONNX model: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model uses operators, opsets or element types tessera does not support; all of
+    /// them are listed.
+    #[error("{path}: {}", UnsupportedList(.items))]
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// Everything unsupported, sorted.
+        items: Vec<Unsupported>,
+    },
+    /// A node cannot be imported (bad attributes, dangling inputs, shapes that do not fit).
+    #[error("{path}: node `{node}` ({op_type}): {message}")]
+    Node {
+        /// The file.
+        path: PathBuf,
+        /// The node's name (or its first output when unnamed).
+        node: String,
+        /// The node's op type.
+        op_type: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A problem with the graph as a whole (inputs, outputs, initializers, options).
+    #[error("{path}: {message}")]
+    Graph {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+struct UnsupportedList<'a>(&'a [Unsupported]);
+
+impl fmt::Display for UnsupportedList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the model uses {} unsupported feature(s):", self.0.len())?;
+        for u in self.0 {
+            let nodes = if u.count == 1 { "node" } else { "nodes" };
+            write!(
+                f,
+                "\n  {} {} (opset {}): {} {nodes}, first `{}`",
+                u.domain, u.what, u.opset, u.count, u.first
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a path names an ONNX model (by its extension).
+pub fn is_onnx_path(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}

@@ -1,0 +1,399 @@
+//! ONNX operators: one registration function per op family maps op types to builders.
+//!
+//! A builder reads the node's inputs and attributes and emits IR ops through [`Ctx::emit`],
+//! returning one IR value per ONNX output (an optional trailing output the builder does not
+//! produce must not be used by the model). Builders return `Err(String)`; the driver wraps it
+//! with the node's name and op type.
+
+// Helpers used by the op families being written.
+#![allow(dead_code)]
+
+mod control;
+mod elementwise;
+mod index;
+mod linalg;
+mod nn;
+mod reduce;
+mod rnn;
+mod shape;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use tessera_ir::{ElemType, Tensor, ValueId};
+
+use crate::import::Ctx;
+use crate::proto::{
+    AttributeProto, GraphProto, NodeProto, TensorProto, attribute_proto::AttributeType,
+};
+
+/// A builder: imports one node.
+pub(crate) type Builder = fn(&mut Ctx<'_>, &Node<'_>) -> Result<Vec<ValueId>, String>;
+
+/// The op table: op type -> (first supported opset, builder).
+pub(crate) struct Registry {
+    ops: BTreeMap<&'static str, (i64, Builder)>,
+}
+
+impl Registry {
+    /// Registers `op_type`, supported from opset `since` (use 1 for "every opset").
+    pub(crate) fn add(&mut self, op_type: &'static str, since: i64, b: Builder) {
+        let previous = self.ops.insert(op_type, (since, b));
+        assert!(previous.is_none(), "ONNX op {op_type} registered twice");
+    }
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry {
+            ops: BTreeMap::new(),
+        };
+        control::register(&mut r);
+        elementwise::register(&mut r);
+        index::register(&mut r);
+        linalg::register(&mut r);
+        nn::register(&mut r);
+        reduce::register(&mut r);
+        rnn::register(&mut r);
+        shape::register(&mut r);
+        r
+    })
+}
+
+/// Every default-domain op type the importer supports, sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    registry().ops.keys().copied().collect()
+}
+
+/// Whether the importer supports `op_type` of the default domain at `opset`.
+pub(crate) fn is_supported(op_type: &str, opset: i64) -> bool {
+    registry()
+        .ops
+        .get(op_type)
+        .is_some_and(|(since, _)| opset >= *since)
+}
+
+/// Imports one node.
+pub(crate) fn build(cx: &mut Ctx<'_>, node: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    match registry().ops.get(node.op_type()) {
+        Some((_, b)) => b(cx, node),
+        None => Err("unsupported operator".into()),
+    }
+}
+
+/// How a node is named in messages: its name, or its op type and first output.
+pub(crate) fn node_display_name(n: &NodeProto) -> String {
+    if !n.name().is_empty() {
+        n.name().to_string()
+    } else {
+        format!(
+            "{} -> {}",
+            n.op_type(),
+            n.output.first().map_or("", String::as_str)
+        )
+    }
+}
+
+/// A node being imported, with typed attribute access.
+pub(crate) struct Node<'a> {
+    /// The decoded node.
+    pub p: &'a NodeProto,
+}
+
+impl<'a> Node<'a> {
+    pub(crate) fn new(p: &'a NodeProto) -> Self {
+        Node { p }
+    }
+
+    pub(crate) fn display_name(&self) -> String {
+        node_display_name(self.p)
+    }
+
+    pub(crate) fn op_type(&self) -> &str {
+        self.p.op_type()
+    }
+
+    /// The number of inputs, trailing absent ones excluded.
+    pub(crate) fn num_inputs(&self) -> usize {
+        self.p
+            .input
+            .iter()
+            .rposition(|s| !s.is_empty())
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The number of outputs the model uses (trailing unnamed ones excluded).
+    pub(crate) fn num_outputs(&self) -> usize {
+        self.p
+            .output
+            .iter()
+            .rposition(|s| !s.is_empty())
+            .map_or(0, |i| i + 1)
+    }
+
+    /// Whether optional input `i` is given.
+    pub(crate) fn has_input(&self, i: usize) -> bool {
+        self.p.input.get(i).is_some_and(|s| !s.is_empty())
+    }
+
+    fn attr(&self, name: &str) -> Option<&'a AttributeProto> {
+        self.p.attribute.iter().find(|a| a.name() == name)
+    }
+
+    fn typed(&self, name: &str, want: AttributeType) -> Result<Option<&'a AttributeProto>, String> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(a) if a.r#type() == want || a.r#type() == AttributeType::Undefined => Ok(Some(a)),
+            Some(a) => Err(format!(
+                "attribute `{name}` must be {}, got {}",
+                want.as_str_name(),
+                a.r#type().as_str_name()
+            )),
+        }
+    }
+
+    /// An int attribute, if present.
+    pub(crate) fn attr_i(&self, name: &str) -> Result<Option<i64>, String> {
+        Ok(self.typed(name, AttributeType::Int)?.map(AttributeProto::i))
+    }
+
+    /// An int attribute with a default.
+    pub(crate) fn attr_i_or(&self, name: &str, default: i64) -> Result<i64, String> {
+        Ok(self.attr_i(name)?.unwrap_or(default))
+    }
+
+    /// A float attribute with a default.
+    pub(crate) fn attr_f_or(&self, name: &str, default: f32) -> Result<f32, String> {
+        Ok(self
+            .typed(name, AttributeType::Float)?
+            .map_or(default, AttributeProto::f))
+    }
+
+    /// A float attribute, if present.
+    pub(crate) fn attr_f(&self, name: &str) -> Result<Option<f32>, String> {
+        Ok(self
+            .typed(name, AttributeType::Float)?
+            .map(AttributeProto::f))
+    }
+
+    /// An ints attribute, if present.
+    pub(crate) fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>, String> {
+        Ok(self
+            .typed(name, AttributeType::Ints)?
+            .map(|a| a.ints.clone()))
+    }
+
+    /// A floats attribute, if present.
+    pub(crate) fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>, String> {
+        Ok(self
+            .typed(name, AttributeType::Floats)?
+            .map(|a| a.floats.clone()))
+    }
+
+    /// A string attribute, if present.
+    pub(crate) fn attr_s(&self, name: &str) -> Result<Option<String>, String> {
+        match self.typed(name, AttributeType::String)? {
+            None => Ok(None),
+            Some(a) => String::from_utf8(a.s().to_vec())
+                .map(Some)
+                .map_err(|_| format!("attribute `{name}` is not valid UTF-8")),
+        }
+    }
+
+    /// A strings attribute, if present.
+    pub(crate) fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>, String> {
+        match self.typed(name, AttributeType::Strings)? {
+            None => Ok(None),
+            Some(a) => a
+                .strings
+                .iter()
+                .map(|s| {
+                    String::from_utf8(s.to_vec())
+                        .map_err(|_| format!("attribute `{name}` is not valid UTF-8"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+        }
+    }
+
+    /// A tensor attribute, if present.
+    pub(crate) fn attr_t(&self, name: &str) -> Result<Option<&'a TensorProto>, String> {
+        Ok(self
+            .typed(name, AttributeType::Tensor)?
+            .and_then(|a| a.t.as_ref()))
+    }
+
+    /// A graph attribute, if present.
+    pub(crate) fn attr_g(&self, name: &str) -> Result<Option<&'a GraphProto>, String> {
+        Ok(self
+            .typed(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref()))
+    }
+
+    /// Names of all attributes given on the node.
+    pub(crate) fn attr_names(&self) -> impl Iterator<Item = &str> {
+        self.p.attribute.iter().map(AttributeProto::name)
+    }
+}
+
+/// Required input `i` of a node.
+pub(crate) fn input(cx: &mut Ctx<'_>, node: &Node<'_>, i: usize) -> Result<ValueId, String> {
+    match node.p.input.get(i) {
+        Some(name) if !name.is_empty() => cx.lookup(name),
+        _ => Err(format!("input {i} is required")),
+    }
+}
+
+/// The contents of optional input `i` when given and known at import time.
+pub(crate) fn known_input(cx: &mut Ctx<'_>, node: &Node<'_>, i: usize) -> Option<Tensor> {
+    match node.p.input.get(i) {
+        Some(name) if !name.is_empty() => cx.known_name(name),
+        _ => None,
+    }
+}
+
+/// Optional input `i` of a node.
+pub(crate) fn opt_input(
+    cx: &mut Ctx<'_>,
+    node: &Node<'_>,
+    i: usize,
+) -> Result<Option<ValueId>, String> {
+    if node.has_input(i) {
+        input(cx, node, i).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// All given inputs of a node (for variadic ops).
+pub(crate) fn inputs(cx: &mut Ctx<'_>, node: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    (0..node.num_inputs()).map(|i| input(cx, node, i)).collect()
+}
+
+/// The contents of input `i`, which must be known at import time (a constant or a folded
+/// shape computation).
+pub(crate) fn const_input(
+    cx: &mut Ctx<'_>,
+    node: &Node<'_>,
+    i: usize,
+    what: &str,
+) -> Result<Tensor, String> {
+    let known = match node.p.input.get(i) {
+        Some(name) if !name.is_empty() => {
+            let known = cx.known_name(name);
+            if known.is_none() {
+                // Report an undefined name as such.
+                cx.lookup(name)?;
+            }
+            known
+        }
+        _ => return Err(format!("input {i} ({what}) is required")),
+    };
+    known.ok_or_else(|| {
+        format!(
+            "input {i} ({what}) must be known at import time (a constant, or computed from static shapes); \
+             bind symbolic input dimensions with --input-shape"
+        )
+    })
+}
+
+/// A known integer input as `i64`s.
+pub(crate) fn const_ints(
+    cx: &mut Ctx<'_>,
+    node: &Node<'_>,
+    i: usize,
+    what: &str,
+) -> Result<Vec<i64>, String> {
+    let t = const_input(cx, node, i, what)?;
+    tensor_ints(&t).ok_or_else(|| {
+        format!(
+            "input {i} ({what}) must be an integer tensor, got {}",
+            t.elem()
+        )
+    })
+}
+
+/// An integer tensor's elements as `i64`s (row-major).
+pub(crate) fn tensor_ints(t: &Tensor) -> Option<Vec<i64>> {
+    Some(match t {
+        Tensor::I64(a) => a.iter().copied().collect(),
+        Tensor::I32(a) => a.iter().map(|&x| i64::from(x)).collect(),
+        Tensor::I16(a) => a.iter().map(|&x| i64::from(x)).collect(),
+        Tensor::I8(a) => a.iter().map(|&x| i64::from(x)).collect(),
+        Tensor::U8(a) => a.iter().map(|&x| i64::from(x)).collect(),
+        _ => return None,
+    })
+}
+
+/// Normalizes an ONNX axis (negative counts from the end) for a tensor of rank `rank`.
+pub(crate) fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
+}
+
+/// Normalizes a set of axes: each in range, sorted, without duplicates.
+pub(crate) fn norm_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    let mut out = axes
+        .iter()
+        .map(|&a| norm_axis(a, rank))
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort_unstable();
+    let before = out.len();
+    out.dedup();
+    if out.len() != before {
+        return Err(format!("axes {axes:?} repeat an axis"));
+    }
+    Ok(out)
+}
+
+/// The element type of a value.
+pub(crate) fn elem(cx: &Ctx<'_>, v: ValueId) -> ElemType {
+    cx.ty(v).elem
+}
+
+/// Converts `v` to `elem` unless it has that type already.
+pub(crate) fn cast_to(cx: &mut Ctx<'_>, v: ValueId, to: ElemType) -> Result<ValueId, String> {
+    if cx.ty(v).elem == to {
+        Ok(v)
+    } else {
+        cx.emit1(tessera_ir::Op::Cast { to }, &[v])
+    }
+}
+
+/// A scalar constant of element type `elem` holding `x`.
+pub(crate) fn scalar(cx: &mut Ctx<'_>, elem: ElemType, x: f64) -> Result<ValueId, String> {
+    let t = Tensor::F64(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), x));
+    let t = tessera_ir::interp::eval_op(&tessera_ir::Op::Cast { to: elem }, &[&t])
+        .map_err(|e| e.to_string())?;
+    let hint = node_hint(cx);
+    Ok(cx.constant_tensor(
+        &hint,
+        t.into_iter().next().ok_or("cast produced no result")?,
+    ))
+}
+
+fn node_hint(cx: &Ctx<'_>) -> String {
+    format!("{}_c", cx.hint())
+}
+
+/// A known tensor as a constant value.
+pub(crate) fn constant(cx: &mut Ctx<'_>, t: Tensor) -> ValueId {
+    let hint = node_hint(cx);
+    cx.constant_tensor(&hint, t)
+}
+
+/// An i64 vector as a tensor.
+pub(crate) fn i64_tensor(v: &[i64]) -> Tensor {
+    Tensor::I64(
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[v.len()]), v.to_vec())
+            .expect("1-D shape matches"),
+    )
+}
