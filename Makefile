@@ -15,8 +15,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # and MPICH for the multi-device path (see shared notes on MLIR 22).
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 \
 	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev
-# Python modules for the model and test-data scripts (import names = pip names).
-PY_PACKAGES := numpy safetensors onnx onnxruntime
+# Python modules for the model and test-data scripts (import names = pip names). onnx is
+# pinned: the ONNX conformance manifest (testdata/onnx-conformance/) lists the node test
+# cases of that release.
+PY_PACKAGES := numpy safetensors onnx==1.23.2 onnxruntime
+# The bundled ONNX model `make demo` imports and runs.
+DEMO_ONNX := testdata/models/onnx/mlp
 
 TESSERA := $(CARGO) run --quiet -p tessera --
 
@@ -25,7 +29,7 @@ TESSERA := $(CARGO) run --quiet -p tessera --
 help:
 	@echo "make deps        install missing system, Python and Rust dependencies (Debian 12)"
 	@echo "make build       build the workspace"
-	@echo "make demo        deps + build, then format and run the bundled sample model"
+	@echo "make demo        deps + build, then import and run a bundled ONNX model, and the .tir sample"
 	@echo "make test        deps, then tests, the MLIR toolchain check, rustfmt and clippy"
 	@echo "make fmt         format all Rust code"
 	@echo "make lint        clippy with warnings as errors"
@@ -43,8 +47,14 @@ deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@missing=""; \
-	for m in $(PY_PACKAGES); do \
-		$(PYTHON) -c "import $$m" >/dev/null 2>&1 || missing="$$missing $$m"; \
+	for spec in $(PY_PACKAGES); do \
+		m="$${spec%%==*}"; v="$${spec#*==}"; \
+		if [ "$$v" = "$$spec" ]; then \
+			$(PYTHON) -c "import $$m" >/dev/null 2>&1 || missing="$$missing $$spec"; \
+		else \
+			$(PYTHON) -c "import sys, $$m; sys.exit($$m.__version__ != '$$v')" >/dev/null 2>&1 \
+				|| missing="$$missing $$spec"; \
+		fi; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "deps: pip install$$missing"; \
@@ -60,6 +70,15 @@ build:
 
 demo: deps
 	$(CARGO) build -p tessera
+	@mkdir -p target/demo
+	@echo "== tessera import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir"
+	@$(TESSERA) import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir
+	@echo "== head -n 16 target/demo/mlp.tir"
+	@head -n 16 target/demo/mlp.tir
+	@echo "   ..."
+	@echo "== tessera run $(DEMO_ONNX)/model.onnx --input x=$(DEMO_ONNX)/input_0_x.npy"
+	@$(TESSERA) run $(DEMO_ONNX)/model.onnx --input x=$(DEMO_ONNX)/input_0_x.npy
+	@echo "== onnxruntime computed (first row): $$($(PYTHON) -c 'import numpy as n; print(n.round(n.load("$(DEMO_ONNX)/output_0_probs.npy")[0][:4], 6))' 2>/dev/null || echo "(needs numpy)")"
 	@echo "== tessera fmt testdata/models/mlp.tir"
 	@$(TESSERA) fmt testdata/models/mlp.tir
 	@echo "== tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy"

@@ -10,15 +10,19 @@ use clap::{Args, Parser, Subcommand};
 
 const EXAMPLES: &str = "\
 Examples:
+  tessera import testdata/models/onnx/mlp/model.onnx -o mlp.tir
+  tessera import model.onnx --input-shape input_ids=1x16
   tessera fmt testdata/models/mlp.tir
   tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy
+  tessera run testdata/models/onnx/mlp/model.onnx --input x=testdata/models/onnx/mlp/input_0_x.npy
   tessera run testdata/models/mlp.tir --input x=in.npy --output-dir out/";
 
 /// tessera: an ahead-of-time ML compiler.
 ///
 /// tessera reads models into its own graph IR, and will rewrite, place and shard them across
-/// the devices of a machine and lower them to MLIR. Today it loads, verifies, prints and
-/// interprets graphs written in its text format (.tir).
+/// the devices of a machine and lower them to MLIR. Today it imports ONNX models, and loads,
+/// verifies, prints and interprets graphs. Wherever a model is expected, a file ending in
+/// .onnx is imported from ONNX and any other file is read as text IR (.tir).
 #[derive(Debug, Parser)]
 #[command(
     name = "tessera",
@@ -34,22 +38,39 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Load, verify and print a text IR file in canonical form.
+    /// Import an ONNX model into tessera's IR.
     ///
-    /// The file is parsed, checked by the IR verifier and printed to standard output in the
-    /// canonical text format (printing the output again gives the same text). Constants with
-    /// more than 16 elements stay in the safetensors sidecar next to the file.
+    /// The model is imported (external data files are read from the model's folder, memory
+    /// mapped), checked by the IR verifier and printed to standard output in the text format,
+    /// or, with `-o`, written to OUT.tir with its large constants in the safetensors sidecar
+    /// next to it (both files are written atomically).
+    ///
+    /// Symbolic input dimensions stay symbolic unless bound with `--input-shape`; binding them
+    /// lets the importer fold shape computations (Shape, Gather, Concat, ... feeding Reshape)
+    /// into constants. The file is read as ONNX whatever its extension.
+    #[command(after_help = "Examples:\n  \
+        tessera import testdata/models/onnx/mlp/model.onnx\n  \
+        tessera import model.onnx -o model.tir --input-shape input_ids=1x16")]
+    Import(ImportArgs),
+    /// Load, verify and print a model in canonical text form.
+    ///
+    /// A .tir file is parsed, checked by the IR verifier and printed to standard output in the
+    /// canonical text format (printing the output again gives the same text); a .onnx model is
+    /// imported first. Constants with more than 16 elements stay in the safetensors sidecar
+    /// next to the file.
     ///
     /// When the verifier finds errors, the IR is printed to standard error with each error
     /// shown at the entity it is about, followed by a one-line summary, and the exit code is 1.
     #[command(after_help = "Example:\n  tessera fmt testdata/models/mlp.tir")]
     Fmt(FmtArgs),
-    /// Run a text IR file on .npy inputs with the reference interpreter.
+    /// Run a model on .npy inputs with the reference interpreter.
     ///
-    /// The file is loaded and verified; every graph input must be given exactly once with
-    /// `--input NAME=FILE.npy`. Each file's dtype must match the input's element type, its
-    /// rank the input's rank, and every static dimension its extent; symbolic dimensions
-    /// (such as `N`) take the extent of the file, consistently across inputs.
+    /// The model (.tir, or .onnx which is imported) is loaded and verified; every graph input
+    /// must be given exactly once with `--input NAME=FILE.npy`. Each file's dtype must match
+    /// the input's element type, its rank the input's rank, and every static dimension its
+    /// extent; symbolic dimensions (such as `N`) take the extent of the file, consistently
+    /// across inputs. An ONNX model is imported with every input bound to its file's shape,
+    /// so its shape computations fold.
     ///
     /// Without `--output-dir` a short summary of each output is printed (type, min, max,
     /// mean, first values). With it, each output is written to `DIR/<name>.npy`, where the
@@ -60,23 +81,48 @@ enum Command {
     /// as `np.save` stores `ml_dtypes.bfloat16` arrays.
     #[command(after_help = "Examples:\n  \
         tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy\n  \
-        tessera run model.tir -i tokens=tokens.npy -i mask=mask.npy --output-dir out/")]
+        tessera run model.onnx -i input_ids=ids.npy --output-dir out/")]
     Run(RunArgs),
+}
+
+/// `--input-shape`, shared by every command that takes a model.
+#[derive(Debug, Args)]
+struct ShapeArgs {
+    /// Give a graph input a static shape, extents separated by `x` (`x=1x3x224x224`; `x=`
+    /// for a scalar); repeat once per input. It must keep the input's rank and static
+    /// extents; its symbolic dimensions take these extents.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    input_shapes: Vec<crate::commands::InputShape>,
+}
+
+/// Arguments of `tessera import`.
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// The ONNX model to import.
+    #[arg(value_name = "MODEL.onnx")]
+    model: PathBuf,
+    /// Write the IR to OUT.tir (and its sidecar OUT.safetensors) instead of printing it.
+    #[arg(short, long, value_name = "OUT.tir")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    shapes: ShapeArgs,
 }
 
 /// Arguments of `tessera fmt`.
 #[derive(Debug, Args)]
 struct FmtArgs {
-    /// The text IR file to format (.tir).
-    #[arg(value_name = "FILE.tir")]
+    /// The model to format (.tir, or .onnx).
+    #[arg(value_name = "MODEL")]
     file: PathBuf,
+    #[command(flatten)]
+    shapes: ShapeArgs,
 }
 
 /// Arguments of `tessera run`.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The text IR file to run (.tir).
-    #[arg(value_name = "FILE.tir")]
+    /// The model to run (.tir, or .onnx).
+    #[arg(value_name = "MODEL")]
     file: PathBuf,
     /// Bind a graph input to a .npy file; repeat once per input. An input without a name
     /// is addressed by its position, `#0`, `#1`, ...
@@ -86,6 +132,8 @@ struct RunArgs {
     /// printing a summary.
     #[arg(short, long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    #[command(flatten)]
+    shapes: ShapeArgs,
 }
 
 fn parse_binding(s: &str) -> Result<crate::commands::run::Binding, String> {
@@ -100,12 +148,42 @@ fn parse_binding(s: &str) -> Result<crate::commands::run::Binding, String> {
     }
 }
 
+/// Parses `NAME=D0xD1x...` (`NAME=` is a scalar). The name is everything before the last
+/// `=`, so names holding `=` work.
+fn parse_input_shape(s: &str) -> Result<crate::commands::InputShape, String> {
+    let bad = || format!("expected NAME=DIMS such as x=1x3x224x224, got `{s}`");
+    let (name, dims) = s.rsplit_once('=').ok_or_else(bad)?;
+    if name.is_empty() {
+        return Err(bad());
+    }
+    let dims = if dims.trim().is_empty() {
+        Vec::new()
+    } else {
+        dims.split(['x', 'X', ','])
+            .map(|d| d.trim().parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| format!("`{s}`: extents must be non-negative integers separated by `x`"))?
+    };
+    Ok(crate::commands::InputShape {
+        name: name.to_string(),
+        dims,
+    })
+}
+
 /// Parses the command line, runs the subcommand and turns the result into an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Fmt(a) => crate::commands::fmt::run(&a.file),
-        Command::Run(a) => crate::commands::run::run(&a.file, &a.inputs, a.output_dir.as_deref()),
+        Command::Import(a) => {
+            crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
+        }
+        Command::Fmt(a) => crate::commands::fmt::run(&a.file, &a.shapes.input_shapes),
+        Command::Run(a) => crate::commands::run::run(
+            &a.file,
+            &a.inputs,
+            a.output_dir.as_deref(),
+            &a.shapes.input_shapes,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,5 +248,23 @@ mod tests {
         assert!(parse_binding("x").is_err());
         assert!(parse_binding("=a.npy").is_err());
         assert!(parse_binding("x=").is_err());
+    }
+
+    #[test]
+    fn parses_input_shapes() {
+        let s = parse_input_shape("input_ids=1x16").expect("valid");
+        assert_eq!(
+            (s.name.as_str(), s.dims.as_slice()),
+            ("input_ids", &[1, 16][..])
+        );
+        let s = parse_input_shape("a=b=2,3").expect("valid");
+        assert_eq!((s.name.as_str(), s.dims.as_slice()), ("a=b", &[2, 3][..]));
+        let s = parse_input_shape("scalar=").expect("valid");
+        assert!(s.dims.is_empty());
+        assert!(parse_input_shape("x").is_err());
+        assert!(parse_input_shape("=1x2").is_err());
+        let e = parse_input_shape("x=1x-2").expect_err("negative");
+        assert!(e.contains("non-negative integers"), "{e}");
+        assert!(parse_input_shape("x=1xx2").is_err());
     }
 }

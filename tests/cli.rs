@@ -45,17 +45,23 @@ fn help_lists_the_commands() {
     tessera().arg("--help").assert().success().stdout(
         contains("fmt")
             .and(contains("run"))
+            .and(contains("import"))
             .and(contains("Examples:")),
     );
 }
 
 #[test]
 fn subcommand_help_describes_the_options() {
+    tessera().args(["run", "--help"]).assert().success().stdout(
+        contains("--input <NAME=FILE.npy>")
+            .and(contains("--output-dir <DIR>"))
+            .and(contains("--input-shape <NAME=DIMS>")),
+    );
     tessera()
-        .args(["run", "--help"])
+        .args(["import", "--help"])
         .assert()
         .success()
-        .stdout(contains("--input <NAME=FILE.npy>").and(contains("--output-dir <DIR>")));
+        .stdout(contains("--input-shape <NAME=DIMS>").and(contains("-o, --output <OUT.tir>")));
     tessera()
         .args(["fmt", "--help"])
         .assert()
@@ -95,7 +101,17 @@ fn usage_errors_exit_with_2() {
         .arg("fmt")
         .assert()
         .code(2)
-        .stderr(contains("FILE.tir"));
+        .stderr(contains("<MODEL>"));
+    tessera()
+        .arg("import")
+        .assert()
+        .code(2)
+        .stderr(contains("MODEL.onnx"));
+    tessera()
+        .args(["import", "m.onnx", "--input-shape", "x"])
+        .assert()
+        .code(2)
+        .stderr(contains("expected NAME=DIMS"));
     tessera()
         .args(["run", "m.tir", "--input", "no-equals-sign"])
         .assert()
@@ -108,14 +124,18 @@ fn usage_errors_exit_with_2() {
 
 #[test]
 fn missing_file_names_the_path() {
-    for cmd in ["fmt", "run"] {
+    for (cmd, file) in [
+        ("fmt", "does/not/exist.tir"),
+        ("run", "does/not/exist.tir"),
+        ("fmt", "does/not/exist.onnx"),
+        ("run", "does/not/exist.onnx"),
+        ("import", "does/not/exist.onnx"),
+    ] {
         tessera()
-            .args([cmd, "does/not/exist.tir"])
+            .args([cmd, file])
             .assert()
             .code(1)
-            .stderr(
-                contains("error: cannot read does/not/exist.tir").and(contains("No such file")),
-            );
+            .stderr(contains(format!("error: cannot read {file}")).and(contains("No such file")));
     }
 }
 
@@ -424,4 +444,346 @@ fn unwritable_output_dir() {
         .assert()
         .code(1)
         .stderr(contains("cannot create output directory").and(contains("a-file")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// ONNX models: `tessera import`, and .onnx wherever a model is taken.
+
+#[path = "../onnx/tests/common/proto.rs"]
+mod proto;
+
+/// Writes `y = relu(x + w)` with `x: f32[N, 20]` and a 20-element initializer `w` (large
+/// enough for the sidecar) to `dir/name`.
+fn write_onnx(dir: &Path, name: &str) -> PathBuf {
+    use proto::{FLOAT, float_init, graph, model, node, value};
+    let w: Vec<f32> = (0..20).map(|i| i as f32 - 10.0).collect();
+    let mut g = graph(
+        "addrelu",
+        vec![
+            node("Add", "add", &["x", "w"], &["s"]),
+            node("Relu", "relu", &["s"], &["y"]),
+        ],
+        vec![value("x", FLOAT, &["N", "20"])],
+        vec![value("y", FLOAT, &["N", "20"])],
+    );
+    g.initializer.push(float_init("w", &[20], &w));
+    let path = dir.join(name);
+    proto::write(&path, &model(17, g));
+    path
+}
+
+/// The expected output of [`write_onnx`]'s model.
+fn addrelu(x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| (v + (i % 20) as f32 - 10.0).max(0.0))
+        .collect()
+}
+
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.assert().success().get_output().stdout.clone();
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[test]
+fn import_prints_the_ir_and_fmt_agrees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write_onnx(dir.path(), "m.onnx");
+    let printed = stdout_of(tessera().arg("import").arg(&model));
+    assert!(
+        printed.contains("graph @addrelu(%x: f32[N, 20])"),
+        "{printed}"
+    );
+    assert!(printed.contains("= relu "), "{printed}");
+    // fmt imports .onnx files the same way.
+    assert_eq!(stdout_of(tessera().arg("fmt").arg(&model)), printed);
+}
+
+#[test]
+fn import_writes_tir_and_sidecar() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write_onnx(dir.path(), "m.onnx");
+    let out = dir.path().join("m.tir");
+    let said = stdout_of(tessera().arg("import").arg(&model).arg("-o").arg(&out));
+    assert!(said.contains("m.tir: 3 ops, 1 constants"), "{said}");
+    assert!(said.contains("large constants in"), "{said}");
+    assert!(dir.path().join("m.safetensors").exists());
+    let text = fs::read_to_string(&out).expect("read m.tir");
+    assert!(text.contains("= external"), "{text}");
+    // The written file is canonical and loads with its sidecar.
+    assert_eq!(stdout_of(tessera().arg("fmt").arg(&out)), text);
+    // And runs like the ONNX model.
+    let x: Vec<f32> = (0..40).map(|i| (i as f32) * 0.5 - 3.0).collect();
+    let input = npy_arg(dir.path(), "x.npy", &f32_tensor(&[2, 20], x.clone()));
+    for m in [&out, &model] {
+        let out_dir = dir.path().join(format!(
+            "out-{}",
+            m.extension().and_then(|e| e.to_str()).unwrap_or("")
+        ));
+        tessera()
+            .arg("run")
+            .arg(m)
+            .args(["--input", &input, "--output-dir"])
+            .arg(&out_dir)
+            .assert()
+            .success();
+        let got = tessera::npy::read(&out_dir.join("y.npy")).expect("read y");
+        assert_eq!(got, f32_tensor(&[2, 20], addrelu(&x)), "{}", m.display());
+    }
+    // Nothing else is left in the folder (atomic writes leave no temporaries).
+    let mut names: Vec<String> = fs::read_dir(dir.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "m.onnx",
+            "m.safetensors",
+            "m.tir",
+            "out-onnx",
+            "out-tir",
+            "x.npy"
+        ]
+    );
+}
+
+#[test]
+fn run_binds_symbolic_dims_from_the_inputs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write_onnx(dir.path(), "m.onnx");
+    let input = npy_arg(dir.path(), "x.npy", &f32_tensor(&[3, 20], vec![1.0; 60]));
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", &input])
+        .assert()
+        .success()
+        .stdout(contains("%y: f32[3, 20]"));
+    // --input-shape must agree with the file.
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", &input, "--input-shape", "x=4x20"])
+        .assert()
+        .code(1)
+        .stderr(contains(
+            "x.npy: input `x` has shape [3, 20], but --input-shape gives x=4x20",
+        ));
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", &input, "--input-shape", "x=3x20"])
+        .assert()
+        .success();
+    // The run checks against the declared input types before importing.
+    let wrong = npy_arg(dir.path(), "w.npy", &f32_tensor(&[3, 7], vec![1.0; 21]));
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", &wrong])
+        .assert()
+        .code(1)
+        .stderr(contains("w.npy").and(contains("axis 1 is 7, not 20")));
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .args(["--input", &input.replacen("x=", "z=", 1)])
+        .assert()
+        .code(1)
+        .stderr(contains("unknown input `z`").and(contains("its inputs are `x`")));
+    tessera()
+        .arg("run")
+        .arg(&model)
+        .assert()
+        .code(1)
+        .stderr(contains("missing --input for graph input `x` (f32[N, 20])"));
+}
+
+#[test]
+fn input_shape_binds_onnx_and_tir_models() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write_onnx(dir.path(), "m.onnx");
+    let printed = stdout_of(
+        tessera()
+            .arg("import")
+            .arg(&model)
+            .args(["--input-shape", "x=2x20"]),
+    );
+    assert!(
+        printed.contains("graph @addrelu(%x: f32[2, 20])"),
+        "{printed}"
+    );
+    assert!(!printed.contains('N'), "{printed}");
+
+    // A .tir model: the symbol is bound in every type.
+    let printed = stdout_of(
+        tessera()
+            .arg("fmt")
+            .arg(mlp())
+            .args(["--input-shape", "x=2x16"]),
+    );
+    assert!(printed.contains("%x: f32[2, 16]"), "{printed}");
+    assert!(printed.contains(": f32[2, 10]"), "{printed}");
+    assert!(!printed.contains("[N"), "{printed}");
+    tessera()
+        .arg("run")
+        .arg(mlp())
+        .args(["--input", &mlp_input(), "--input-shape", "x=4x16"])
+        .assert()
+        .success()
+        .stdout(contains("%y: f32[4, 10]"));
+    tessera()
+        .arg("run")
+        .arg(mlp())
+        .args(["--input", &mlp_input(), "--input-shape", "x=2x16"])
+        .assert()
+        .code(1)
+        .stderr(contains("mlp.input.npy").and(contains("axis 0 is 4, not 2")));
+}
+
+#[test]
+fn input_shape_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write_onnx(dir.path(), "m.onnx");
+    let m = model.display().to_string();
+    let mlp = mlp().display().to_string();
+    for (cmd, file, shape, want) in [
+        (
+            "import",
+            &m,
+            "x=2",
+            "--input-shape x: gives 1 extents, the input has rank 2 (f32[N, 20])",
+        ),
+        (
+            "import",
+            &m,
+            "x=2x21",
+            "--input-shape x: extent 21 conflicts with the declared f32[N, 20]",
+        ),
+        (
+            "import",
+            &m,
+            "q=2x20",
+            "--input-shape names `q`, which is not a graph input (inputs: x)",
+        ),
+        (
+            "fmt",
+            &m,
+            "q=2x20",
+            "--input-shape names `q`, which is not a graph input",
+        ),
+        (
+            "fmt",
+            &mlp,
+            "x=2",
+            "--input-shape x: gives 1 extents, the input has rank 2 (f32[N, 16])",
+        ),
+        (
+            "fmt",
+            &mlp,
+            "x=2x8",
+            "--input-shape x: extent 8 conflicts with the declared f32[N, 16]",
+        ),
+        (
+            "fmt",
+            &mlp,
+            "q=2",
+            "--input-shape names `q`, which is not a graph input (inputs: `x`)",
+        ),
+    ] {
+        tessera()
+            .args([cmd, file.as_str(), "--input-shape", shape])
+            .assert()
+            .code(1)
+            .stderr(contains(want).and(contains(file.as_str())));
+    }
+    tessera()
+        .args([
+            "import",
+            &m,
+            "--input-shape",
+            "x=1x20",
+            "--input-shape",
+            "x=2x20",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("--input-shape x is given twice"));
+    let input = npy_arg(dir.path(), "x.npy", &f32_tensor(&[3, 20], vec![1.0; 60]));
+    tessera()
+        .args(["run", &m, "--input", &input, "--input-shape", "q=1"])
+        .assert()
+        .code(1)
+        .stderr(contains(
+            "--input-shape names `q`, which is not a graph input (inputs: `x`)",
+        ));
+}
+
+#[test]
+fn bad_onnx_files_are_named_in_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.onnx");
+    fs::write(&garbage, b"\xff\xff\xff\xff not protobuf").expect("write");
+    for cmd in ["import", "fmt", "run"] {
+        tessera()
+            .arg(cmd)
+            .arg(&garbage)
+            .assert()
+            .code(1)
+            .stderr(contains("garbage.onnx: not a valid ONNX model"));
+    }
+
+    use proto::{FLOAT, graph, model, node, value};
+    let unsupported = dir.path().join("unsupported.onnx");
+    let g = graph(
+        "g",
+        vec![
+            node("Frobnicate", "f0", &["x"], &["a"]),
+            node("Frobnicate", "f1", &["a"], &["b"]),
+            node("Twiddle", "t0", &["b"], &["y"]),
+        ],
+        vec![value("x", FLOAT, &["4"])],
+        vec![value("y", FLOAT, &["4"])],
+    );
+    proto::write(&unsupported, &model(17, g));
+    tessera()
+        .arg("import")
+        .arg(&unsupported)
+        .assert()
+        .code(1)
+        .stderr(
+            contains("unsupported.onnx: the model uses 2 unsupported feature(s):")
+                .and(contains(
+                    "ai.onnx Frobnicate (opset 17): 2 nodes, first `f0`",
+                ))
+                .and(contains("ai.onnx Twiddle (opset 17): 1 node, first `t0`")),
+        );
+}
+
+/// The bundled ONNX MLP (Gemm, GELU as Erf arithmetic, Softmax) reproduces onnxruntime.
+#[test]
+fn onnx_mlp_matches_onnxruntime() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = models().join("onnx/mlp");
+    let out = dir.path().join("out");
+    tessera()
+        .arg("run")
+        .arg(m.join("model.onnx"))
+        .arg("--input")
+        .arg(format!("x={}", m.join("input_0_x.npy").display()))
+        .arg("--output-dir")
+        .arg(&out)
+        .assert()
+        .success();
+    let got = tessera::npy::read(&out.join("probs.npy")).expect("read output");
+    let want = tessera::npy::read(&m.join("output_0_probs.npy")).expect("read reference");
+    assert_eq!(got.ty(), want.ty());
+    for (i, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 + 1e-3 * w.abs(),
+            "element {i}: got {g}, onnxruntime {w}"
+        );
+    }
 }

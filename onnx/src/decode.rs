@@ -174,7 +174,9 @@ fn typed_data(t: &TensorProto, elem: ElemType, n: usize) -> Result<Bytes, String
         }
         Ok(())
     }
-    let mut out: Vec<u8> = Vec::with_capacity(n * elem.size_bytes());
+    // No capacity from `n`: it comes from the file's dims, which may claim any size; the
+    // checks below bound it by the values actually present.
+    let mut out: Vec<u8> = Vec::new();
     match elem {
         ElemType::F32 => {
             check(&t.float_data, n, "float_data")?;

@@ -43,6 +43,45 @@ pub fn import_bytes(
     import_with(data, base_dir.map(Path::to_path_buf), origin, options)
 }
 
+/// The declared inputs of a model's main graph, in order, with their types (initializers
+/// listed as inputs excluded), and the name its imported graph gets; without importing it.
+///
+/// A caller binds its input data to these before choosing [`ImportOptions::input_shapes`]
+/// (as `tessera run` does). Unknown extents are symbols, as in the imported graph.
+pub fn model_inputs(path: &Path) -> Result<(String, Vec<(String, TensorType)>), ImportError> {
+    let data = decode::map_file(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let malformed = |message: String| ImportError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    };
+    let model = decode::decode_model(data).map_err(malformed)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| malformed("the model has no graph".into()))?;
+    let inits: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let mut inputs = Vec::new();
+    for vi in &graph.input {
+        if inits.contains(vi.name()) {
+            continue;
+        }
+        let ty = value_info_type(vi).map_err(|m| ImportError::Graph {
+            path: path.to_path_buf(),
+            message: format!("input `{}`: {m}", vi.name()),
+        })?;
+        inputs.push((vi.name().to_string(), ty));
+    }
+    let name = if graph.name().is_empty() {
+        "main".to_string()
+    } else {
+        graph.name().to_string()
+    };
+    Ok((name, inputs))
+}
+
 fn import_with(
     data: Bytes,
     base: Option<PathBuf>,

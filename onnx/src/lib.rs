@@ -31,7 +31,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use decode::decode_tensor;
-pub use import::{import_bytes, import_file};
+pub use import::{import_bytes, import_file, model_inputs};
 pub use ops::supported_ops;
 
 /// The default-domain opsets the importer accepts.

@@ -1,29 +1,80 @@
-//! The subcommands, one file each, and what they share: loading a verified graph and
-//! writing to standard output.
+//! The subcommands, one file each, and what they share: loading a verified model (text IR or
+//! ONNX), `--input-shape`, and writing to standard output.
 
 pub mod fmt;
+pub mod import;
 pub mod run;
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use tessera_ir::{Graph, text};
+use tessera_ir::{Dim, Graph, Op, ValueId, text};
+use tessera_onnx::ImportOptions;
 
 use crate::check;
 
-/// Loads a text IR file and runs the verifier on it.
+/// One `--input-shape NAME=D0xD1x...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputShape {
+    /// The graph input's name.
+    pub name: String,
+    /// Its extents.
+    pub dims: Vec<u64>,
+}
+
+/// The `--input-shape` options as a map by name; a name given twice is an error.
+pub fn shape_map(shapes: &[InputShape]) -> Result<BTreeMap<String, Vec<u64>>> {
+    let mut map = BTreeMap::new();
+    for s in shapes {
+        if map.insert(s.name.clone(), s.dims.clone()).is_some() {
+            bail!("--input-shape {} is given twice", s.name);
+        }
+    }
+    Ok(map)
+}
+
+/// Loads a model and runs the verifier on it: a `.onnx` file is imported (with `shapes` as
+/// static input shapes), anything else is read as text IR (`shapes` then bind its inputs'
+/// symbolic dimensions).
 ///
 /// On verifier errors the IR is printed to standard error with every error shown at its
 /// entity, and the returned error is the one-line summary.
-pub fn load_verified(path: &Path) -> Result<Graph> {
-    // Say plainly when the file is not there, before the parser gets to it.
+pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
+    if tessera_onnx::is_onnx_path(path) {
+        let options = ImportOptions {
+            input_shapes: shape_map(shapes)?,
+        };
+        return import_verified(path, &options);
+    }
+    check_readable(path)?;
+    let mut graph = text::load(path)?;
+    if !shapes.is_empty() {
+        bind_input_shapes(&mut graph, &shape_map(shapes)?)
+            .with_context(|| format!("{}", path.display()))?;
+    }
+    verified(graph, path, "")
+}
+
+/// Imports an ONNX model (whatever its extension) and runs the verifier on the result.
+pub fn import_verified(path: &Path, options: &ImportOptions) -> Result<Graph> {
+    check_readable(path)?;
+    let graph = tessera_onnx::import_file(path, options)?;
+    verified(graph, path, " in the imported graph (an importer bug)")
+}
+
+/// Says plainly when the file is not there, before the parser or importer gets to it.
+pub(crate) fn check_readable(path: &Path) -> Result<()> {
     let meta =
         std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     if meta.is_dir() {
         bail!("cannot read {}: it is a directory", path.display());
     }
-    let graph = text::load(path)?;
+    Ok(())
+}
+
+fn verified(graph: Graph, path: &Path, what: &str) -> Result<Graph> {
     if let Err(findings) = check::verify(&graph) {
         let notes: Vec<_> = findings
             .iter()
@@ -33,12 +84,84 @@ pub fn load_verified(path: &Path) -> Result<Graph> {
         let _ = err.write_all(text::print_annotated(&graph, &notes).as_bytes());
         let n = findings.len();
         bail!(
-            "{}: the verifier found {n} error{} (shown in the IR above)",
+            "{}: the verifier found {n} error{}{what} (shown in the IR above)",
             path.display(),
             if n == 1 { "" } else { "s" }
         );
     }
     Ok(graph)
+}
+
+/// Gives text-IR graph inputs static shapes: each named input keeps its rank and static
+/// extents, and its symbolic dimensions take the given extents everywhere in the graph
+/// (value types and the shapes in op attributes).
+pub fn bind_input_shapes(graph: &mut Graph, shapes: &BTreeMap<String, Vec<u64>>) -> Result<()> {
+    let mut symbols: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for (name, dims) in shapes {
+        let Some(&v) = graph
+            .inputs()
+            .iter()
+            .find(|&&v| graph.value(v).name.as_deref() == Some(name))
+        else {
+            let names: Vec<String> = graph
+                .inputs()
+                .iter()
+                .map(|&v| format!("`{}`", graph.value(v).name.clone().unwrap_or_default()))
+                .collect();
+            bail!(
+                "--input-shape names `{name}`, which is not a graph input (inputs: {})",
+                names.join(", ")
+            );
+        };
+        let ty = graph.ty(v).clone();
+        if ty.rank() != dims.len() {
+            bail!(
+                "--input-shape {name}: gives {} extents, the input has rank {} ({ty})",
+                dims.len(),
+                ty.rank()
+            );
+        }
+        for (d, &n) in ty.shape.iter().zip(dims) {
+            match d {
+                Dim::Static(s) if *s != n => {
+                    bail!("--input-shape {name}: extent {n} conflicts with the declared {ty}")
+                }
+                Dim::Static(_) => {}
+                Dim::Sym(s) => match symbols.get(s) {
+                    Some((m, other)) if *m != n => bail!(
+                        "--input-shape {name}: symbolic dimension {s} is {n} here but {m} in --input-shape {other}"
+                    ),
+                    Some(_) => {}
+                    None => {
+                        symbols.insert(s.clone(), (n, name.clone()));
+                    }
+                },
+            }
+        }
+    }
+    let bind = |d: &mut Dim| {
+        if let Dim::Sym(s) = d
+            && let Some(&(n, _)) = symbols.get(s.as_str())
+        {
+            *d = Dim::Static(n);
+        }
+    };
+    for i in 0..graph.num_values() {
+        let v = ValueId::from_index(i);
+        if graph.is_valid_value(v) {
+            graph.value_mut(v).ty.shape.iter_mut().for_each(bind);
+        }
+    }
+    for &op in graph.ops().to_vec().iter() {
+        match &mut graph.op_mut(op).op {
+            Op::Reshape { shape } | Op::Expand { shape } | Op::Fill { shape, .. } => {
+                shape.iter_mut().for_each(bind);
+            }
+            Op::Range { size } => bind(size),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Writes text to standard output. A closed pipe (`tessera fmt x.tir | head`) ends the

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use tessera_ir::{Dim, Graph, Tensor, ValueId, interp};
 
+use super::InputShape;
 use crate::{names, npy, summary};
 
 /// One `--input NAME=FILE.npy`.
@@ -20,15 +21,20 @@ pub struct Binding {
 }
 
 /// Runs `tessera run`.
-pub fn run(path: &Path, bindings: &[Binding], output_dir: Option<&Path>) -> Result<()> {
-    let graph = super::load_verified(path)?;
-    let files = match_inputs(&graph, bindings)?;
-    let mut inputs = Vec::with_capacity(files.len());
-    for (&v, file) in graph.inputs().iter().zip(&files) {
-        let what = format!("input `{}`", input_label(&graph, v));
-        inputs.push(npy::read_expecting(file, graph.ty(v), &what)?);
-    }
-    check_symbols(&graph, &inputs, &files)?;
+pub fn run(
+    path: &Path,
+    bindings: &[Binding],
+    output_dir: Option<&Path>,
+    shapes: &[InputShape],
+) -> Result<()> {
+    let (graph, inputs) = if tessera_onnx::is_onnx_path(path) {
+        prepare_onnx(path, bindings, shapes)?
+    } else {
+        let graph = super::load_model(path, shapes)?;
+        let files = match_inputs(&graph, bindings)?;
+        let inputs = read_inputs(&graph, &files)?;
+        (graph, inputs)
+    };
     if let Some(dir) = output_dir {
         // Fail before running, not after, when the outputs cannot be written.
         std::fs::create_dir_all(dir)
@@ -80,6 +86,76 @@ pub fn run(path: &Path, bindings: &[Binding], output_dir: Option<&Path>) -> Resu
             super::print_stdout(&text)
         }
     }
+}
+
+/// Reads one `.npy` file per graph input, checked against the input's type, and checks
+/// that symbolic dimensions are bound consistently.
+fn read_inputs(graph: &Graph, files: &[PathBuf]) -> Result<Vec<Tensor>> {
+    let mut inputs = Vec::with_capacity(files.len());
+    for (&v, file) in graph.inputs().iter().zip(files) {
+        let what = format!("input `{}`", input_label(graph, v));
+        inputs.push(npy::read_expecting(file, graph.ty(v), &what)?);
+    }
+    check_symbols(graph, &inputs, files)?;
+    Ok(inputs)
+}
+
+/// Reads the inputs of an ONNX model against its declared input types, then imports it
+/// with every input's shape bound to its file's shape (so shape computations fold) and
+/// verifies the result.
+fn prepare_onnx(
+    path: &Path,
+    bindings: &[Binding],
+    shapes: &[InputShape],
+) -> Result<(Graph, Vec<Tensor>)> {
+    let explicit = super::shape_map(shapes)?;
+    super::check_readable(path)?;
+    let (name, declared) = tessera_onnx::model_inputs(path)?;
+    // The declared inputs, as a graph with inputs only, to match and check the bindings.
+    let mut stub = Graph::new(name);
+    for (n, ty) in &declared {
+        stub.add_input(Some(n.clone()), ty.clone());
+    }
+    let files = match_inputs(&stub, bindings)?;
+    for s in explicit.keys() {
+        if !declared.iter().any(|(n, _)| n == s) {
+            let names: Vec<String> = declared.iter().map(|(n, _)| format!("`{n}`")).collect();
+            bail!(
+                "{}: --input-shape names `{s}`, which is not a graph input (inputs: {})",
+                path.display(),
+                names.join(", ")
+            );
+        }
+    }
+    let inputs = read_inputs(&stub, &files)?;
+    let mut input_shapes = BTreeMap::new();
+    for (((n, _), t), file) in declared.iter().zip(&inputs).zip(&files) {
+        let dims: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+        if let Some(want) = explicit.get(n)
+            && *want != dims
+        {
+            bail!(
+                "{}: input `{n}` has shape {}, but --input-shape gives {n}={}",
+                file.display(),
+                npy::shape_string(t.shape()),
+                want.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("x")
+            );
+        }
+        input_shapes.insert(n.clone(), dims);
+    }
+    let graph = super::import_verified(path, &tessera_onnx::ImportOptions { input_shapes })?;
+    if graph.inputs().len() != inputs.len() {
+        bail!(
+            "{}: the imported graph has {} inputs, the model declares {}",
+            path.display(),
+            graph.inputs().len(),
+            inputs.len()
+        );
+    }
+    Ok((graph, inputs))
 }
 
 /// Matches the `--input` bindings to the graph inputs; returns one file per input, in order.
