@@ -113,6 +113,13 @@ pub(super) fn axes_arg(
     i: usize,
 ) -> Result<Option<Vec<i64>>, String> {
     if cx.opset < input_since {
+        if n.has_input(i) {
+            return Err(format!(
+                "axes as input {i} needs opset {input_since} (the model has opset {}); use the \
+                 `axes` attribute",
+                cx.opset
+            ));
+        }
         n.attr_ints("axes")
     } else if n.has_input(i) {
         const_ints(cx, n, i, "axes").map(Some)
@@ -352,8 +359,11 @@ fn split(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
                     .ok_or_else(|| format!("num_outputs = {k} must be positive"))?,
                 None => n.p.output.len() as u64,
             };
-            if parts == 0 {
-                return Err("the node has no outputs".into());
+            if parts == 0 || parts != n.p.output.len() as u64 {
+                return Err(format!(
+                    "num_outputs = {parts} must equal the node's {} outputs",
+                    n.p.output.len()
+                ));
             }
             if d % parts == 0 {
                 vec![d / parts; parts as usize]
@@ -1027,6 +1037,9 @@ fn axis_taps(
     Ok((taps, outside))
 }
 
+/// The largest output extent the gather-based resize builds tap tables for.
+const MAX_RESIZE_EXTENT: u64 = 1 << 24;
+
 /// Resize with per-axis `scales` (used in the coordinate mapping) and output `sizes`. Uses the
 /// IR `resize` op when its semantics coincide, else gathers and weighs source elements axis
 /// by axis.
@@ -1077,6 +1090,12 @@ fn resize_with(
         }
         if dims[a] == 0 {
             return Err(format!("cannot resize the empty axis {a}"));
+        }
+        if sizes[a] > MAX_RESIZE_EXTENT {
+            return Err(format!(
+                "output extent {} of axis {a} is too large",
+                sizes[a]
+            ));
         }
         let (taps, outside) = axis_taps(spec, dims[a], sizes[a], scales[a], r)?;
         y = resize_axis(cx, y, a, &taps, spec)?;
@@ -1147,4 +1166,61 @@ fn resize_axis(
         },
         &[p],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(s: &str) -> Dim {
+        Dim::Sym(s.into())
+    }
+
+    #[test]
+    fn reshape_infers_static_and_symbolic_extents() {
+        let st = |v: u64| Dim::Static(v);
+        assert_eq!(infer_extent(&[st(2), st(6)], &[st(3)]), Some(st(4)));
+        assert_eq!(
+            infer_extent(&[sym("N"), st(4), st(5)], &[st(20)]),
+            Some(sym("N"))
+        );
+        assert_eq!(
+            infer_extent(&[sym("N"), st(4), st(5)], &[sym("N"), st(2)]),
+            Some(st(10))
+        );
+        assert_eq!(infer_extent(&[sym("N"), st(4)], &[st(8)]), None);
+        assert_eq!(infer_extent(&[sym("N"), sym("M")], &[st(1)]), None);
+        assert_eq!(infer_extent(&[st(0), sym("N")], &[st(3)]), Some(st(0)));
+        assert_eq!(infer_extent(&[st(6)], &[st(4)]), None);
+    }
+
+    #[test]
+    fn slice_bounds_follow_onnx_clamping() {
+        // Negative steps clamp the start into [0, d-1] (numpy would give an empty slice).
+        assert_eq!(slice_bounds(5, -100, i64::MIN, -1), (0, i64::MIN));
+        assert_eq!(slice_bounds(5, 1000, 0, -1), (4, 0));
+        assert_eq!(slice_bounds(5, 1, i64::MAX, 1), (1, 5));
+        assert_eq!(slice_bounds(5, -2, -1, 1), (3, 4));
+        assert_eq!(slice_bounds(0, 3, -1, -1), (0, 0));
+    }
+
+    #[test]
+    fn linear_taps_match_half_pixel_downsampling() {
+        let spec = ResizeSpec {
+            mode: ResizeMode::Linear,
+            coord: "half_pixel".into(),
+            nearest: NearestMode::RoundPreferFloor,
+            cubic_a: -0.75,
+            exclude_outside: false,
+            antialias: false,
+            extrapolation: 0.0,
+        };
+        // 4 -> 2 with scale 0.6: x = (o + 0.5) / 0.6 - 0.5.
+        let (taps, outside) = axis_taps(&spec, 4, 2, 0.6, (0.0, 1.0)).expect("taps");
+        assert_eq!(outside, vec![false, false]);
+        let x0: f64 = 0.5 / 0.6 - 0.5;
+        assert_eq!(taps[0][0].0, 0);
+        assert_eq!(taps[0][1].0, 1);
+        assert!((taps[0][1].1 - x0).abs() < 1e-12);
+    }
 }
