@@ -370,6 +370,29 @@ impl<'p> Ctx<'p> {
         Ok(())
     }
 
+    /// Inlines a subgraph (an `If` branch): registers its initializers, imports its nodes in
+    /// the current scope and returns the values of its outputs. Errors are flattened to text.
+    pub(crate) fn inline_subgraph(&mut self, graph: &GraphProto) -> Result<Vec<ValueId>, String> {
+        let (loc, hint) = (self.loc.clone(), self.hint.clone());
+        self.add_initializers(graph).map_err(|e| e.to_string())?;
+        self.import_nodes(graph).map_err(|e| e.to_string())?;
+        self.loc = loc;
+        self.hint = hint;
+        graph
+            .output
+            .iter()
+            .map(|o| {
+                self.lookup(o.name())
+                    .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
+            })
+            .collect()
+    }
+
+    /// The type and data of a tensor attribute (external data resolves like initializers).
+    pub(crate) fn tensor_proto(&mut self, t: &TensorProto) -> Result<(TensorType, Bytes), String> {
+        decode::tensor_data(t, &mut self.ext)
+    }
+
     /// Binds an ONNX name to a value, naming the value after it when it has no name yet.
     pub(crate) fn bind(&mut self, name: &str, v: ValueId) {
         if self.g.value(v).name.is_none() {
