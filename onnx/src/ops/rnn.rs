@@ -16,6 +16,9 @@ pub(crate) fn register(r: &mut Registry) {
     r.add("LSTM", 7, |cx, n| recurrent(cx, n, Cell::Lstm));
 }
 
+/// The longest sequence that is unrolled.
+const MAX_STEPS: u64 = 1 << 16;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cell {
     Rnn,
@@ -219,8 +222,10 @@ fn recurrent(cx: &mut Ctx<'_>, n: &Node<'_>, cell: Cell) -> Result<Vec<ValueId>,
     let seq = cx.ty(x).shape[0]
         .as_static()
         .ok_or("the sequence length of X is symbolic; bind it with --input-shape")?;
-    if seq == 0 {
-        return Err("the sequence length of X is 0".into());
+    if seq == 0 || seq > MAX_STEPS {
+        return Err(format!(
+            "the sequence length of X is {seq}; unrolling supports 1 to {MAX_STEPS} steps"
+        ));
     }
     let batch = cx.ty(x).shape[1].clone();
     let w = input(cx, n, 1)?;
@@ -265,6 +270,23 @@ fn recurrent(cx: &mut Ctx<'_>, n: &Node<'_>, cell: Cell) -> Result<Vec<ValueId>,
         input_forget: n.attr_i_or("input_forget", 0)? != 0,
     };
     let b = opt_input(cx, n, 3)?;
+    let p = if cell == Cell::Lstm {
+        opt_input(cx, n, 7)?
+    } else {
+        None
+    };
+    let g = cell.gates();
+    for (v, what, per_dir) in [(b, "B", 2 * g * hidden), (p, "P", 3 * hidden)] {
+        let want = [Dim::Static(dirs as u64), Dim::Static(per_dir)];
+        if let Some(v) = v
+            && cx.ty(v).shape != want
+        {
+            return Err(format!(
+                "input {what} must have shape [{dirs}, {per_dir}], got {}",
+                cx.ty(v)
+            ));
+        }
+    }
     // Initial states [D, B, H] (batch-major: [B, D, H]).
     let initial = |cx: &mut Ctx<'_>, i: usize| -> Result<Option<ValueId>, String> {
         match opt_input(cx, n, i)? {
@@ -275,11 +297,6 @@ fn recurrent(cx: &mut Ctx<'_>, n: &Node<'_>, cell: Cell) -> Result<Vec<ValueId>,
     let h0 = initial(cx, 5)?;
     let c0 = if cell == Cell::Lstm {
         initial(cx, 6)?
-    } else {
-        None
-    };
-    let p = if cell == Cell::Lstm {
-        opt_input(cx, n, 7)?
     } else {
         None
     };
