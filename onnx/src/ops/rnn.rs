@@ -194,16 +194,16 @@ struct DirInputs {
 }
 
 fn recurrent(cx: &mut Ctx<'_>, n: &Node<'_>, cell: Cell) -> Result<Vec<ValueId>, String> {
-    let dirs: usize = match n.attr_s("direction")?.as_deref() {
-        None | Some("forward") | Some("reverse") => 1,
-        Some("bidirectional") => 2,
+    let (dirs, reverse) = match n.attr_s("direction")?.as_deref() {
+        None | Some("forward") => (1, false),
+        Some("reverse") => (1, true),
+        Some("bidirectional") => (2, false),
         Some(other) => {
             return Err(format!(
                 "direction = \"{other}\" is not one of forward, reverse, bidirectional"
             ));
         }
     };
-    let reverse = n.attr_s("direction")?.as_deref() == Some("reverse");
     let layout = n.attr_i_or("layout", 0)?;
     if layout != 0 && layout != 1 {
         return Err(format!("layout = {layout} is not 0 or 1"));
