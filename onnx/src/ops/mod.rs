@@ -397,3 +397,42 @@ pub(crate) fn i64_tensor(v: &[i64]) -> Tensor {
             .expect("1-D shape matches"),
     )
 }
+
+/// `v` reshaped to `shape` (same element count).
+pub(crate) fn reshape(
+    cx: &mut Ctx<'_>,
+    v: ValueId,
+    shape: Vec<tessera_ir::Dim>,
+) -> Result<ValueId, String> {
+    if cx.ty(v).shape == shape {
+        return Ok(v);
+    }
+    cx.emit1(tessera_ir::Op::Reshape { shape }, &[v])
+}
+
+/// `v[start..end]` along `axis`.
+pub(crate) fn slice_axis(
+    cx: &mut Ctx<'_>,
+    v: ValueId,
+    axis: usize,
+    start: i64,
+    end: i64,
+) -> Result<ValueId, String> {
+    cx.emit1(
+        tessera_ir::Op::Slice {
+            axes: vec![axis],
+            starts: vec![start],
+            ends: vec![end],
+            steps: vec![1],
+        },
+        &[v],
+    )
+}
+
+/// `v` with its axes permuted (result axis `i` is axis `perm[i]`).
+pub(crate) fn transpose(cx: &mut Ctx<'_>, v: ValueId, perm: Vec<usize>) -> Result<ValueId, String> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(v);
+    }
+    cx.emit1(tessera_ir::Op::Transpose { perm }, &[v])
+}
