@@ -292,8 +292,9 @@ pub(crate) fn const_input(
     };
     known.ok_or_else(|| {
         format!(
-            "input {i} ({what}) must be known at import time (a constant, or computed from static shapes); \
-             bind symbolic input dimensions with --input-shape"
+            "input {i} ({what}) must be known at import time: a constant, a value computed from \
+             static shapes (bind symbolic input dimensions with --input-shape), or a graph input \
+             whose value is given (`tessera run` specializes on its inputs)"
         )
     })
 }
