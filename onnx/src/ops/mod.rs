@@ -5,9 +5,6 @@
 //! produce must not be used by the model). Builders return `Err(String)`; the driver wraps it
 //! with the node's name and op type.
 
-// Helpers used by the op families being written.
-#![allow(dead_code)]
-
 mod control;
 mod elementwise;
 mod index;
