@@ -211,6 +211,51 @@ impl Graph {
         self.order.retain(|&o| o != op);
     }
 
+    /// Replaces the body with `order` (live op handles, in order). Ops left out become dead;
+    /// the verifier checks that the new order defines every value before its uses.
+    pub fn set_ops(&mut self, order: Vec<OpId>) {
+        self.order = order;
+    }
+
+    /// Creates an op without putting it in the body (place it with [`Graph::set_ops`]).
+    pub fn create_detached_op(
+        &mut self,
+        op: Op,
+        operands: Vec<ValueId>,
+        result_types: Vec<TensorType>,
+    ) -> OpId {
+        self.create_op(op, operands, result_types)
+    }
+
+    /// Removes the constants for which `keep` is false. This is the one operation that
+    /// renumbers handles: the remaining constants are compacted and every `const` op (live or
+    /// dead) is updated. Returns how many were removed.
+    pub fn retain_consts(&mut self, mut keep: impl FnMut(ConstId, &Constant) -> bool) -> usize {
+        let mut remap: Vec<Option<ConstId>> = Vec::with_capacity(self.consts.len());
+        let mut kept = Vec::with_capacity(self.consts.len());
+        for (i, c) in std::mem::take(&mut self.consts).into_iter().enumerate() {
+            if keep(ConstId::from_index(i), &c) {
+                remap.push(Some(ConstId::from_index(kept.len())));
+                kept.push(c);
+            } else {
+                remap.push(None);
+            }
+        }
+        let removed = remap.len() - kept.len();
+        self.consts = kept;
+        for data in &mut self.ops {
+            if let Op::Const(c) = &mut data.op {
+                // A dead op may point at a removed constant; point it at nothing valid.
+                *c = remap
+                    .get(c.index())
+                    .copied()
+                    .flatten()
+                    .unwrap_or(ConstId(u32::MAX));
+            }
+        }
+        removed
+    }
+
     /// Sets the graph outputs.
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
         self.outputs = outputs;

@@ -245,6 +245,8 @@ pub(crate) struct Ctx<'p> {
     names: BTreeMap<String, Slot>,
     /// Values whose contents are known at import time (constants), for folding.
     known: BTreeMap<ValueId, Tensor>,
+    /// Graph inputs with values given for specialization ([`ImportOptions::input_values`]).
+    input_values: BTreeMap<ValueId, Tensor>,
     /// Constant names in use.
     const_names: BTreeSet<String>,
     /// IR value names in use.
@@ -270,6 +272,7 @@ impl<'p> Ctx<'p> {
             opset,
             names: BTreeMap::new(),
             known: BTreeMap::new(),
+            input_values: BTreeMap::new(),
             const_names: BTreeSet::new(),
             value_names: BTreeSet::new(),
             ext,
@@ -322,8 +325,28 @@ impl<'p> Ctx<'p> {
                 ty = TensorType::fixed(ty.elem, dims);
                 bound.insert(name);
             }
+            if let Some(t) = options.input_values.get(name) {
+                let dims: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+                let fits = t.elem() == ty.elem
+                    && dims.len() == ty.rank()
+                    && ty
+                        .shape
+                        .iter()
+                        .zip(&dims)
+                        .all(|(d, &n)| d.as_static().is_none_or(|s| s == n));
+                if !fits {
+                    return Err(self.graph_error(format!(
+                        "the value given for input `{name}` ({}) does not fit its declared type {ty}",
+                        t.ty()
+                    )));
+                }
+                ty = TensorType::fixed(ty.elem, &dims);
+            }
             let vname = self.unique_value_name(name);
             let v = self.g.add_input(Some(vname), ty);
+            if let Some(t) = options.input_values.get(name) {
+                self.input_values.insert(v, t.clone());
+            }
             self.names.insert(name.to_string(), Slot::Value(v));
         }
         if let Some(missing) = options
@@ -407,6 +430,29 @@ impl<'p> Ctx<'p> {
         }
         self.loc = None;
         Ok(())
+    }
+
+    /// Inlines a subgraph (an `If` branch): registers its initializers, imports its nodes in
+    /// the current scope and returns the values of its outputs. Errors are flattened to text.
+    pub(crate) fn inline_subgraph(&mut self, graph: &GraphProto) -> Result<Vec<ValueId>, String> {
+        let (loc, hint) = (self.loc.clone(), self.hint.clone());
+        self.add_initializers(graph).map_err(|e| e.to_string())?;
+        self.import_nodes(graph).map_err(|e| e.to_string())?;
+        self.loc = loc;
+        self.hint = hint;
+        graph
+            .output
+            .iter()
+            .map(|o| {
+                self.lookup(o.name())
+                    .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
+            })
+            .collect()
+    }
+
+    /// The type and data of a tensor attribute (external data resolves like initializers).
+    pub(crate) fn tensor_proto(&mut self, t: &TensorProto) -> Result<(TensorType, Bytes), String> {
+        decode::tensor_data(t, &mut self.ext)
     }
 
     /// Binds an ONNX name to a value, naming the value after it when it has no name yet.
@@ -519,7 +565,7 @@ impl<'p> Ctx<'p> {
             }
             Slot::Value(v) => {
                 let v = *v;
-                self.known(v)
+                self.known(v).or_else(|| self.input_values.get(&v).cloned())
             }
         }
     }

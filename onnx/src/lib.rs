@@ -35,7 +35,9 @@ pub use import::{import_bytes, import_file, model_inputs};
 pub use ops::supported_ops;
 
 /// The default-domain opsets the importer accepts.
-pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 7..=25;
+/// Opsets 26 to 28 changed the supported operators only by adding element types and attributes
+/// that the importer handles (SpaceToDepth's `mode`, Range's `stash_type`).
+pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 7..=28;
 
 /// Options of an import.
 #[derive(Clone, Debug, Default)]
@@ -43,6 +45,12 @@ pub struct ImportOptions {
     /// Static shapes for graph inputs by name (`--input-shape x=1x3x224x224`); they replace
     /// the model's declared (possibly symbolic) shapes, and must have the same rank.
     pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Values for graph inputs, by name, used only where an operator needs an input's
+    /// contents at import time (a reshape's shape, reduction axes, pads, `k` of top-k,
+    /// resize scales): the import is specialized for those values, as an ahead-of-time
+    /// compiler specializes shapes. The inputs stay graph inputs (their shapes become the
+    /// given values' shapes) and are never folded into other computations.
+    pub input_values: BTreeMap<String, tessera_ir::Tensor>,
 }
 
 /// One unsupported feature of a model: an operator (domain, op type, opset) or an element

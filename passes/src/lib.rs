@@ -1,9 +1,35 @@
-//! tessera's passes and pass manager.
+//! tessera's pass manager and passes.
 //!
-//! This crate will hold the pass manager with its MLIR-style instrumentation and the passes
-//! (canonicalization, equality saturation, placement, sharding). Passes take a
-//! [`tessera_ir::Graph`], return errors and statistics, and do no file I/O and no printing.
-//! It is empty until the pass-manager work lands; it exists now so the workspace has its
-//! final shape and the dependency rule (`passes` depends on `ir`, never on MLIR) is fixed.
+//! A pass is a record ([`PassInfo`]: kebab-case name, summary, typed options) in one
+//! [`registry`]; the name is the registry key, the pipeline token, the timing label, the
+//! dump-file name and the test folder name, as in MLIR. Pipelines are text
+//! (`canonicalize,cse,shape-infer{dims="N=1"}`) that parses into a [`Pipeline`] and prints
+//! back canonically. The [`PassManager`] runs a pipeline, verifies after every pass (on by
+//! default), times passes, collects [`Statistics`], catches failures and panics with the IR the
+//! failed pass started from (a reproducer), and reports every step to an [`Instrumentation`].
+//!
+//! Passes do no file I/O and print nothing: the command line prints IR, writes dumps and
+//! reproducers through the instrumentation hooks.
+//!
+//! Passes: `canonicalize`, `cse`, `dce`, `shape-infer`.
+
+mod canonicalize;
+mod cse;
+mod dce;
+mod manager;
+mod pass;
+mod pipeline;
+mod registry;
+mod shape_infer;
+mod util;
+
+pub use manager::{
+    Failure, Instrumentation, NoInstrumentation, PassManager, PassRun, PipelineError, Report,
+};
+pub use pass::{
+    OptionInfo, OptionKind, OptionValue, Options, Pass, PassError, PassInfo, Statistics,
+};
+pub use pipeline::{PassSpec, Pipeline, PipelineParseError};
+pub use registry::{closest, lookup, registry};
 
 pub use tessera_ir as ir;

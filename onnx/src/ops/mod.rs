@@ -5,9 +5,6 @@
 //! produce must not be used by the model). Builders return `Err(String)`; the driver wraps it
 //! with the node's name and op type.
 
-// Helpers used by the op families being written.
-#![allow(dead_code)]
-
 mod control;
 mod elementwise;
 mod index;
@@ -292,8 +289,9 @@ pub(crate) fn const_input(
     };
     known.ok_or_else(|| {
         format!(
-            "input {i} ({what}) must be known at import time (a constant, or computed from static shapes); \
-             bind symbolic input dimensions with --input-shape"
+            "input {i} ({what}) must be known at import time: a constant, a value computed from \
+             static shapes (bind symbolic input dimensions with --input-shape), or a graph input \
+             whose value is given (`tessera run` specializes on its inputs)"
         )
     })
 }
@@ -396,4 +394,43 @@ pub(crate) fn i64_tensor(v: &[i64]) -> Tensor {
         ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[v.len()]), v.to_vec())
             .expect("1-D shape matches"),
     )
+}
+
+/// `v` reshaped to `shape` (same element count).
+pub(crate) fn reshape(
+    cx: &mut Ctx<'_>,
+    v: ValueId,
+    shape: Vec<tessera_ir::Dim>,
+) -> Result<ValueId, String> {
+    if cx.ty(v).shape == shape {
+        return Ok(v);
+    }
+    cx.emit1(tessera_ir::Op::Reshape { shape }, &[v])
+}
+
+/// `v[start..end]` along `axis`.
+pub(crate) fn slice_axis(
+    cx: &mut Ctx<'_>,
+    v: ValueId,
+    axis: usize,
+    start: i64,
+    end: i64,
+) -> Result<ValueId, String> {
+    cx.emit1(
+        tessera_ir::Op::Slice {
+            axes: vec![axis],
+            starts: vec![start],
+            ends: vec![end],
+            steps: vec![1],
+        },
+        &[v],
+    )
+}
+
+/// `v` with its axes permuted (result axis `i` is axis `perm[i]`).
+pub(crate) fn transpose(cx: &mut Ctx<'_>, v: ValueId, perm: Vec<usize>) -> Result<ValueId, String> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(v);
+    }
+    cx.emit1(tessera_ir::Op::Transpose { perm }, &[v])
 }

@@ -1,5 +1,52 @@
-//! ONNX ops: reduce family.
+//! Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
+//! ReduceLogSumExp, ReduceSumSquare and ReduceLogSum (a log of ReduceSum).
 
-use super::Registry;
+use tessera_ir::{ElemType, Op, ReduceKind, UnaryOp, ValueId};
 
-pub(crate) fn register(_r: &mut Registry) {}
+use super::shape::axes_arg;
+use super::{Node, Registry, cast_to, input, norm_axes};
+use crate::import::Ctx;
+
+pub(crate) fn register(r: &mut Registry) {
+    macro_rules! reduce {
+        ($($name:literal => $kind:expr),* $(,)?) => {
+            $(r.add($name, 1, |cx, n| Ok(vec![reduce(cx, n, $kind)?]));)*
+        };
+    }
+    reduce! {
+        "ReduceSum" => ReduceKind::Sum, "ReduceMean" => ReduceKind::Mean,
+        "ReduceMax" => ReduceKind::Max, "ReduceMin" => ReduceKind::Min,
+        "ReduceProd" => ReduceKind::Prod, "ReduceL1" => ReduceKind::L1,
+        "ReduceL2" => ReduceKind::L2, "ReduceLogSumExp" => ReduceKind::LogSumExp,
+        "ReduceSumSquare" => ReduceKind::SumSquare,
+    }
+    r.add("ReduceLogSum", 1, |cx, n| {
+        let s = reduce(cx, n, ReduceKind::Sum)?;
+        Ok(vec![cx.emit1(Op::Unary(UnaryOp::Log), &[s])?])
+    });
+}
+
+/// One reduction with ONNX's axes (attribute before opset 13 for ReduceSum and 18 for the
+/// others, then an optional input), `keepdims` and `noop_with_empty_axes`.
+fn reduce(cx: &mut Ctx<'_>, n: &Node<'_>, kind: ReduceKind) -> Result<ValueId, String> {
+    let x = input(cx, n, 0)?;
+    let input_since = if n.op_type() == "ReduceSum" { 13 } else { 18 };
+    let axes = axes_arg(cx, n, input_since, 1)?.unwrap_or_default();
+    if axes.is_empty() && n.attr_i_or("noop_with_empty_axes", 0)? != 0 {
+        return Ok(x);
+    }
+    let axes = norm_axes(&axes, cx.ty(x).rank())?;
+    let op = Op::Reduce {
+        kind,
+        axes,
+        keep_dims: n.attr_i_or("keepdims", 1)? != 0,
+    };
+    // Max and min of bool tensors are "any" and "all": reduce them as u8.
+    let elem = cx.ty(x).elem;
+    if elem == ElemType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min) {
+        let b = cast_to(cx, x, ElemType::U8)?;
+        let y = cx.emit1(op, &[b])?;
+        return cast_to(cx, y, ElemType::Bool);
+    }
+    cx.emit1(op, &[x])
+}
