@@ -70,7 +70,9 @@ enum Command {
     /// the input's element type, its rank the input's rank, and every static dimension its
     /// extent; symbolic dimensions (such as `N`) take the extent of the file, consistently
     /// across inputs. An ONNX model is imported with every input bound to its file's shape,
-    /// so its shape computations fold.
+    /// so its shape computations fold; where an operator needs an input's contents at import
+    /// time (a reshape's target shape given as an input, top-k's k), the import specializes on
+    /// the file's values.
     ///
     /// Without `--output-dir` a short summary of each output is printed (type, min, max,
     /// mean, first values). With it, each output is written to `DIR/<name>.npy`, where the

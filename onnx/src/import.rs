@@ -550,6 +550,17 @@ impl<'p> Ctx<'p> {
         Some(t)
     }
 
+    /// Whether [`Ctx::known`] can give the contents of a value, without computing them.
+    fn is_known(&self, v: ValueId) -> bool {
+        if self.known.contains_key(&v) {
+            return true;
+        }
+        let tessera_ir::ValueDef::Result(op, 0) = self.g.value(v).def else {
+            return false;
+        };
+        matches!(self.g.op(op).op, Op::Const(_)) && self.g.ty(v).static_dims().is_some()
+    }
+
     /// A base name for values the current node creates (its first output's name).
     pub(crate) fn hint(&self) -> &str {
         &self.hint
@@ -585,7 +596,10 @@ impl<'p> Ctx<'p> {
         let small = types
             .iter()
             .all(|t| t.num_elements().is_some_and(|n| n <= FOLD_LIMIT));
-        if small && !matches!(op, Op::Const(_)) {
+        // Check that every operand is known before materializing any: an op with a small
+        // result may read a large weight (an embedding gather by token ids), which must not be
+        // copied out of the memory-mapped file when another operand is not known.
+        if small && !matches!(op, Op::Const(_)) && operands.iter().all(|&v| self.is_known(v)) {
             let mut inputs = Vec::with_capacity(operands.len());
             for &v in operands {
                 match self.known(v) {

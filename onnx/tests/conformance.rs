@@ -5,7 +5,8 @@
 //! `target/onnx-node-tests` (or `$TESSERA_ONNX_NODE_TESTS`), the first time this test runs;
 //! that needs `python3` with `onnx==1.23.2` (`make deps`).
 //!
-//! Every case is imported (with its inputs' shapes as static input shapes), verified, run on
+//! Every case is imported (with its inputs' shapes and values given, as `tessera run` does:
+//! static shapes, and values where an operator needs them at import time), verified, run on
 //! each `test_data_set_*` and compared with the expected outputs, and classified as passed,
 //! failed, or unsupported (an operator, opset or element type the importer rejects as such,
 //! or a non-tensor input). `testdata/onnx-conformance/expected-pass.txt` lists the cases that
@@ -256,7 +257,16 @@ fn run_case(dir: &Path) -> (Outcome, Vec<String>) {
             .zip(&inputs)
             .map(|((n, _), t)| (n.clone(), t.shape().iter().map(|&d| d as u64).collect()))
             .collect();
-        let graph = match import_file(&model, &ImportOptions { input_shapes }) {
+        let input_values = declared
+            .iter()
+            .zip(&inputs)
+            .map(|((n, _), t)| (n.clone(), t.clone()))
+            .collect();
+        let options = ImportOptions {
+            input_shapes,
+            input_values,
+        };
+        let graph = match import_file(&model, &options) {
             Ok(g) => g,
             Err(e) => return import_outcome(e, &ops),
         };

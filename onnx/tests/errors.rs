@@ -19,7 +19,13 @@ fn import_shapes(path: &Path, shapes: &[(&str, &[u64])]) -> Result<tessera_ir::G
         .iter()
         .map(|(n, d)| (n.to_string(), d.to_vec()))
         .collect();
-    import_file(path, &ImportOptions { input_shapes })
+    import_file(
+        path,
+        &ImportOptions {
+            input_shapes,
+            ..ImportOptions::default()
+        },
+    )
 }
 
 fn err(r: Result<tessera_ir::Graph, ImportError>) -> (ImportError, String) {

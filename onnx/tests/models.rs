@@ -58,6 +58,7 @@ fn import(path: &Path, shapes: BTreeMap<String, Vec<u64>>) -> Result<Graph, Impo
         path,
         &ImportOptions {
             input_shapes: shapes,
+            ..ImportOptions::default()
         },
     )
 }
@@ -112,6 +113,71 @@ fn dynamic_leftovers(graph: &Graph) -> Vec<String> {
     found
 }
 
+/// How a model is imported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shapes {
+    /// Every input bound to its sample's shape.
+    Static,
+    /// The declared (possibly symbolic) shapes.
+    Declared,
+}
+
+/// Known importer limitations: importing this model this way fails with a message holding
+/// this text. When one is lifted, the test fails and asks for its entry to be removed.
+const KNOWN_FAILURES: &[(&str, Shapes, &str)] = &[
+    // The second If's condition is ReduceSum(x) > 0: the importer inlines an If only when
+    // its condition is known at import time.
+    (
+        "if_const",
+        Shapes::Static,
+        "If with a condition computed at run time is not supported",
+    ),
+    (
+        "if_const",
+        Shapes::Declared,
+        "If with a condition computed at run time is not supported",
+    ),
+    // Without a bound `seq`, the position ids from Range get a fresh symbol that does not
+    // unify with `seq` when added to the token embeddings.
+    (
+        "gpt2_tiny",
+        Shapes::Declared,
+        "extents seq and arange_len differ",
+    ),
+];
+
+fn known_failure(name: &str, shapes: Shapes) -> Option<&'static str> {
+    KNOWN_FAILURES
+        .iter()
+        .find(|(n, s, _)| *n == name && *s == shapes)
+        .map(|(_, _, m)| *m)
+}
+
+/// For a known limitation, checks that the import fails as recorded; returns the graph
+/// otherwise.
+fn import_checked(
+    name: &str,
+    path: &Path,
+    how: Shapes,
+    shapes: BTreeMap<String, Vec<u64>>,
+) -> Option<Result<Graph, ImportError>> {
+    let result = import(path, shapes);
+    match (known_failure(name, how), result) {
+        (None, r) => Some(r),
+        (Some(want), Err(e)) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(want),
+                "{name} ({how:?}): expected the known failure `{want}`, got: {msg}"
+            );
+            None
+        }
+        (Some(want), Ok(_)) => {
+            panic!("{name} ({how:?}) imports now: remove its entry (`{want}`) from KNOWN_FAILURES")
+        }
+    }
+}
+
 fn check_model(name: &str) {
     let io = load_io(name);
     let path = io.dir.join("model.onnx");
@@ -122,20 +188,23 @@ fn check_model(name: &str) {
         .iter()
         .map(|(n, t)| (n.clone(), t.shape().iter().map(|&d| d as u64).collect()))
         .collect();
-    let graph = import(&path, shapes.clone())
-        .unwrap_or_else(|e| panic!("{name}: import with static input shapes failed: {e}"));
-    let left = dynamic_leftovers(&graph);
-    assert!(
-        left.is_empty(),
-        "{name}: with every input shape bound ({shapes:?}), shape computations remain:\n  {}",
-        left.join("\n  ")
-    );
-    check_outputs(name, "static shapes", &graph, &io);
+    if let Some(result) = import_checked(name, &path, Shapes::Static, shapes.clone()) {
+        let graph = result
+            .unwrap_or_else(|e| panic!("{name}: import with static input shapes failed: {e}"));
+        let left = dynamic_leftovers(&graph);
+        assert!(
+            left.is_empty(),
+            "{name}: with every input shape bound ({shapes:?}), shape computations remain:\n  {}",
+            left.join("\n  ")
+        );
+        check_outputs(name, "static shapes", &graph, &io);
+    }
 
     // Declared shapes.
-    match import(&path, BTreeMap::new()) {
-        Ok(graph) => check_outputs(name, "declared shapes", &graph, &io),
-        Err(e) => {
+    match import_checked(name, &path, Shapes::Declared, BTreeMap::new()) {
+        None => {}
+        Some(Ok(graph)) => check_outputs(name, "declared shapes", &graph, &io),
+        Some(Err(e)) => {
             let msg = e.to_string();
             assert!(
                 matches!(e, ImportError::Node { .. }) && msg.contains("--input-shape"),
@@ -183,8 +252,9 @@ model_tests!(
     shape_range_reshape,
 );
 
-/// gpt2_tiny computes its causal mask and reshapes from `Shape` of its input: bound to
-/// `[1, 16]`, all of that folds into constants, and what remains is the model's arithmetic.
+/// gpt2_tiny computes its causal mask (Range, CumSum, GatherND, comparisons) and its reshape
+/// targets (Shape, Concat) from its input's shape: bound to `[1, 16]`, all of that folds
+/// into constants, and what remains is the model's arithmetic.
 #[test]
 fn gpt2_tiny_shape_subgraphs_fold() {
     let io = load_io("gpt2_tiny");
@@ -198,7 +268,7 @@ fn gpt2_tiny_shape_subgraphs_fold() {
             .filter(|&&op| graph.op(op).op.name() == name)
             .count()
     };
-    for op in ["shape", "size", "range", "cumsum"] {
+    for op in ["shape", "size", "range", "cumsum", "concat", "gather-nd"] {
         assert_eq!(count(op), 0, "gpt2_tiny: `{op}` ops left after folding");
     }
     let out = graph.outputs()[0];

@@ -13,6 +13,7 @@ use super::InputShape;
 pub fn run(path: &Path, output: Option<&Path>, shapes: &[InputShape]) -> Result<()> {
     let options = ImportOptions {
         input_shapes: super::shape_map(shapes)?,
+        ..ImportOptions::default()
     };
     let graph = super::import_verified(path, &options)?;
     let Some(out) = output else {

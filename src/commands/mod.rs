@@ -45,6 +45,7 @@ pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
     if tessera_onnx::is_onnx_path(path) {
         let options = ImportOptions {
             input_shapes: shape_map(shapes)?,
+            ..ImportOptions::default()
         };
         return import_verified(path, &options);
     }

@@ -101,8 +101,8 @@ fn read_inputs(graph: &Graph, files: &[PathBuf]) -> Result<Vec<Tensor>> {
 }
 
 /// Reads the inputs of an ONNX model against its declared input types, then imports it
-/// with every input's shape bound to its file's shape (so shape computations fold) and
-/// verifies the result.
+/// with every input's shape bound to its file's shape (so shape computations fold), and its
+/// values available where an operator needs them at import time, and verifies the result.
 fn prepare_onnx(
     path: &Path,
     bindings: &[Binding],
@@ -146,7 +146,18 @@ fn prepare_onnx(
         }
         input_shapes.insert(n.clone(), dims);
     }
-    let graph = super::import_verified(path, &tessera_onnx::ImportOptions { input_shapes })?;
+    // The inputs' values too: where an operator needs an input's contents at import time (a
+    // reshape's target shape, top-k's k, ...), the import specializes on them.
+    let input_values = declared
+        .iter()
+        .zip(&inputs)
+        .map(|((n, _), t)| (n.clone(), t.clone()))
+        .collect();
+    let options = tessera_onnx::ImportOptions {
+        input_shapes,
+        input_values,
+    };
+    let graph = super::import_verified(path, &options)?;
     if graph.inputs().len() != inputs.len() {
         bail!(
             "{}: the imported graph has {} inputs, the model declares {}",
