@@ -1,7 +1,11 @@
 //! NumPy `.npy` files as [`Tensor`]s: the input and output format of `tessera run`.
 //!
-//! The header is parsed and written by the `npyz` crate; the data is decoded here, straight
-//! from the bytes after the header.
+//! The header is written by the `npyz` crate and parsed here: the header dictionary is a
+//! Python literal, read by a small parser of its own (strings, integers, booleans, `None`,
+//! tuples, lists, dicts) that checks everything before anything is sized by it: duplicate
+//! keys are an error, and the shape must pass the IR's size rule
+//! ([`tessera_ir::checked_byte_size`]), so no later arithmetic on it can overflow. The data is
+//! decoded here too, straight from the bytes after the header.
 //!
 //! | numpy dtype                        | tessera element type |
 //! |------------------------------------|----------------------|
@@ -31,8 +35,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use npyz::{DType, Endianness, NpyHeader, Order, TypeChar, TypeStr, WriterBuilder};
-use tessera_ir::{Dim, ElemType, Tensor, TensorType};
+use npyz::{DType, Endianness, TypeChar, TypeStr, WriterBuilder};
+use tessera_ir::{Dim, ElemType, Tensor, TensorType, checked_byte_size};
 
 /// The header of an `.npy` file, as far as tessera cares: element type, shape, order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,16 +71,30 @@ pub fn read_expecting(path: &Path, expected: &TensorType, what: &str) -> Result<
 
 /// Writes a tensor as an `.npy` file (little-endian, C order), atomically: the data goes to a
 /// temporary file in the same folder that is then renamed over `path`.
+///
+/// Permissions: a new file gets those of a plain create (on Unix `0o666` less the process
+/// umask, as `File::create` gives); a file that is replaced keeps its permissions.
 pub fn write(path: &Path, tensor: &Tensor) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tessera-")
-        .suffix(".npy.tmp")
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tessera-").suffix(".npy.tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The mode passed to open(2); the kernel applies the umask to it.
+        builder.permissions(fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    if let Ok(m) = fs::metadata(path) {
+        tmp.as_file()
+            .set_permissions(m.permissions())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     {
         let mut w = std::io::BufWriter::new(tmp.as_file_mut());
         encode(tensor, &mut w).with_context(|| format!("cannot write {}", path.display()))?;
@@ -132,40 +150,83 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
 
 /// Parses and checks the header; returns it with the data bytes that follow it.
 fn parse_header(bytes: &[u8]) -> Result<(Header, &[u8])> {
-    let header_len = preflight(bytes)?;
-    let mut cursor = std::io::Cursor::new(bytes);
-    let npy =
-        NpyHeader::from_reader(&mut cursor).map_err(|e| anyhow!("corrupt .npy header: {e}"))?;
-    let pos = usize::try_from(cursor.position()).map_err(|_| anyhow!("header too large"))?;
-    debug_assert_eq!(pos, header_len);
-    let data = &bytes[pos.min(bytes.len())..];
-
-    let dtype = npy.dtype();
-    let DType::Plain(ts) = &dtype else {
-        bail!(
-            "unsupported dtype {}: structured and sub-array dtypes have no tessera element type",
-            dtype.descr()
-        );
+    let (text, data_start) = header_text(bytes)?;
+    let dict = match PyParser::new(&text).document() {
+        Ok(PyVal::Dict(d)) => d,
+        Ok(_) => bail!("corrupt .npy header: it is not a Python dict"),
+        Err(e) => bail!("corrupt .npy header: {e}"),
     };
-    let elem = elem_of(ts)?;
-    let shape = npy
-        .shape()
+    let mut descr = None;
+    let mut fortran = None;
+    let mut shape = None;
+    for (key, val) in dict {
+        let slot = match key.as_str() {
+            "descr" => &mut descr,
+            "fortran_order" => &mut fortran,
+            "shape" => &mut shape,
+            other => bail!("corrupt .npy header: unexpected key '{other}'"),
+        };
+        ensure!(
+            slot.is_none(),
+            "corrupt .npy header: the key '{key}' appears twice"
+        );
+        *slot = Some(val);
+    }
+    let missing = |k: &str| anyhow!("corrupt .npy header: the key '{k}' is missing");
+    let descr = descr.ok_or_else(|| missing("descr"))?;
+    let fortran_order = match fortran.ok_or_else(|| missing("fortran_order"))? {
+        PyVal::Bool(b) => b,
+        _ => bail!("corrupt .npy header: 'fortran_order' is not True or False"),
+    };
+    let dims: Vec<u64> = match shape.ok_or_else(|| missing("shape"))? {
+        PyVal::Seq(items) => items
+            .iter()
+            .map(|v| match v {
+                PyVal::Int(n) => u64::try_from(*n).map_err(|_| {
+                    anyhow!("corrupt .npy header: the shape has the invalid extent {n}")
+                }),
+                _ => bail!("corrupt .npy header: the shape holds something other than integers"),
+            })
+            .collect::<Result<_>>()?,
+        _ => bail!("corrupt .npy header: 'shape' is not a tuple"),
+    };
+    let ts: TypeStr = match descr {
+        PyVal::Str(d) => d
+            .parse()
+            .map_err(|e| anyhow!("unsupported dtype '{d}': {e}"))?,
+        _ => {
+            bail!("unsupported dtype: structured and sub-array dtypes have no tessera element type")
+        }
+    };
+    let elem = elem_of(&ts)?;
+    // The size rule bounds every product of extents, so nothing below can overflow.
+    checked_byte_size(elem, dims.iter().copied()).map_err(|why| {
+        anyhow!(
+            "corrupt .npy header: shape {} of {elem} is too large for this machine: {why}",
+            shape_string_u64(&dims)
+        )
+    })?;
+    let shape = dims
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| anyhow!("dimension {d} is too large")))
         .collect::<Result<Vec<usize>>>()?;
     let header = Header {
         elem,
         shape,
-        fortran_order: npy.order() == Order::Fortran,
+        fortran_order,
         big_endian: ts.endianness() == Endianness::Big,
     };
-    Ok((header, data))
+    Ok((header, &bytes[data_start..]))
 }
 
-/// Checks the magic string, the header length and the element count before `npyz` sees the
-/// header, so that a corrupt header cannot make it allocate or multiply its way into trouble.
-/// Returns the length of the whole header (where the data starts).
-fn preflight(bytes: &[u8]) -> Result<usize> {
+fn shape_string_u64(shape: &[u64]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+/// Checks the magic string and the header length; returns the header text and where the
+/// data starts.
+fn header_text(bytes: &[u8]) -> Result<(String, usize)> {
     ensure!(
         bytes.len() >= 10 && &bytes[..6] == b"\x93NUMPY",
         "not a .npy file (it does not start with the .npy magic string)"
@@ -191,34 +252,203 @@ fn preflight(bytes: &[u8]) -> Result<usize> {
         "corrupt .npy file: truncated header: it claims {len} bytes, the file has {}",
         bytes.len() - start
     );
-    // The element count must fit: npyz multiplies the extents without checking.
-    let text = String::from_utf8_lossy(&bytes[start..end]);
-    if let Some(dims) = shape_in_header_text(&text) {
-        let mut n: u64 = 1;
-        for d in dims {
-            n = n
-                .checked_mul(d)
-                .ok_or_else(|| anyhow!("corrupt .npy header: the shape overflows"))?;
-        }
-    }
-    Ok(end)
+    // Versions 1 and 2 are latin-1, version 3 UTF-8; the parts that matter are ASCII.
+    let text = String::from_utf8_lossy(&bytes[start..end]).into_owned();
+    Ok((text, end))
 }
 
-/// The extents of the `'shape': (...)` entry of a header dict, when it can be found.
-fn shape_in_header_text(text: &str) -> Option<Vec<u64>> {
-    let at = text.find("'shape'")?;
-    let rest = &text[at + "'shape'".len()..];
-    let open = rest.find('(')?;
-    let close = rest[open..].find(')')? + open;
-    let mut dims = Vec::new();
-    for part in rest[open + 1..close].split(',') {
-        let p = part.trim().trim_end_matches(['L', 'l']);
-        if p.is_empty() {
-            continue;
+/// A Python literal, as far as `.npy` headers use them.
+#[derive(Debug)]
+enum PyVal {
+    Str(String),
+    Int(i128),
+    Bool(bool),
+    None,
+    /// A tuple or a list.
+    Seq(Vec<PyVal>),
+    /// A dict with string keys, in order (duplicates kept, for the caller to reject).
+    Dict(Vec<(String, PyVal)>),
+}
+
+/// How deeply header literals may nest.
+const MAX_PY_DEPTH: usize = 32;
+
+/// A recursive-descent parser of Python literals.
+struct PyParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> PyParser<'a> {
+    fn new(text: &'a str) -> Self {
+        PyParser {
+            s: text.as_bytes(),
+            i: 0,
         }
-        dims.push(p.parse::<u64>().ok()?);
     }
-    Some(dims)
+
+    /// One literal followed by nothing but whitespace.
+    fn document(&mut self) -> std::result::Result<PyVal, String> {
+        let v = self.value(0)?;
+        self.ws();
+        if self.i != self.s.len() {
+            return Err(format!("unexpected text after the dict at byte {}", self.i));
+        }
+        Ok(v)
+    }
+
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.i).copied()
+    }
+
+    fn expect(&mut self, c: u8) -> std::result::Result<(), String> {
+        match self.peek() {
+            Some(x) if x == c => {
+                self.i += 1;
+                Ok(())
+            }
+            Some(x) => Err(format!(
+                "expected '{}' at byte {}, found '{}'",
+                c as char, self.i, x as char
+            )),
+            None => Err(format!(
+                "expected '{}', found the end of the header",
+                c as char
+            )),
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> std::result::Result<PyVal, String> {
+        if depth > MAX_PY_DEPTH {
+            return Err(format!("literals nested more than {MAX_PY_DEPTH} deep"));
+        }
+        match self.peek() {
+            None => Err("unexpected end of the header".into()),
+            Some(b'\'' | b'"') => self.string().map(PyVal::Str),
+            Some(b'(') => self.seq(b')', depth).map(PyVal::Seq),
+            Some(b'[') => self.seq(b']', depth).map(PyVal::Seq),
+            Some(b'{') => self.dict(depth).map(PyVal::Dict),
+            Some(c) if c == b'-' || c.is_ascii_digit() => self.int().map(PyVal::Int),
+            Some(c) if c.is_ascii_alphabetic() => {
+                let start = self.i;
+                while self.i < self.s.len() && self.s[self.i].is_ascii_alphanumeric() {
+                    self.i += 1;
+                }
+                match &self.s[start..self.i] {
+                    b"True" => Ok(PyVal::Bool(true)),
+                    b"False" => Ok(PyVal::Bool(false)),
+                    b"None" => Ok(PyVal::None),
+                    w => Err(format!(
+                        "unexpected word '{}' at byte {start}",
+                        String::from_utf8_lossy(w)
+                    )),
+                }
+            }
+            Some(c) => Err(format!("unexpected '{}' at byte {}", c as char, self.i)),
+        }
+    }
+
+    fn string(&mut self) -> std::result::Result<String, String> {
+        let quote = self.s[self.i];
+        let start = self.i;
+        self.i += 1;
+        let mut out = Vec::new();
+        loop {
+            match self.s.get(self.i).copied() {
+                None => return Err(format!("unterminated string at byte {start}")),
+                Some(c) if c == quote => {
+                    self.i += 1;
+                    return Ok(String::from_utf8_lossy(&out).into_owned());
+                }
+                Some(b'\\') => {
+                    let Some(&e) = self.s.get(self.i + 1) else {
+                        return Err(format!("unterminated string at byte {start}"));
+                    };
+                    out.push(e);
+                    self.i += 2;
+                }
+                Some(c) => {
+                    out.push(c);
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    fn int(&mut self) -> std::result::Result<i128, String> {
+        let start = self.i;
+        let neg = self.s[self.i] == b'-';
+        if neg {
+            self.i += 1;
+        }
+        let digits = self.i;
+        let mut n: i128 = 0;
+        while let Some(&c) = self.s.get(self.i).filter(|c| c.is_ascii_digit()) {
+            n = n
+                .checked_mul(10)
+                .and_then(|n| n.checked_add(i128::from(c - b'0')))
+                .ok_or_else(|| format!("integer at byte {start} is too large"))?;
+            self.i += 1;
+        }
+        if self.i == digits {
+            return Err(format!("expected digits at byte {}", self.i));
+        }
+        // Python 2 long suffix, as old numpy versions wrote.
+        if matches!(self.s.get(self.i), Some(b'L' | b'l')) {
+            self.i += 1;
+        }
+        Ok(if neg { -n } else { n })
+    }
+
+    /// Items up to `close`, comma-separated, with an optional trailing comma.
+    fn seq(&mut self, close: u8, depth: usize) -> std::result::Result<Vec<PyVal>, String> {
+        self.i += 1; // the opening bracket
+        let mut items = Vec::new();
+        loop {
+            if self.peek() == Some(close) {
+                self.i += 1;
+                return Ok(items);
+            }
+            items.push(self.value(depth + 1)?);
+            if self.peek() == Some(b',') {
+                self.i += 1;
+            } else {
+                self.expect(close)?;
+                return Ok(items);
+            }
+        }
+    }
+
+    fn dict(&mut self, depth: usize) -> std::result::Result<Vec<(String, PyVal)>, String> {
+        self.i += 1; // `{`
+        let mut items = Vec::new();
+        loop {
+            match self.peek() {
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(items);
+                }
+                Some(b'\'' | b'"') => {}
+                _ => return Err(format!("expected a string key at byte {}", self.i)),
+            }
+            let key = self.string()?;
+            self.expect(b':')?;
+            items.push((key, self.value(depth + 1)?));
+            if self.peek() == Some(b',') {
+                self.i += 1;
+            } else {
+                self.expect(b'}')?;
+                return Ok(items);
+            }
+        }
+    }
 }
 
 /// The tessera element type of a numpy scalar dtype.
@@ -562,7 +792,7 @@ mod tests {
             "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296), }",
             &[],
         );
-        assert!(err_of(&huge).contains("overflows"), "{}", err_of(&huge));
+        assert!(err_of(&huge).contains("too large"), "{}", err_of(&huge));
         // Bool bytes other than 0 and 1.
         let b = npy_bytes(
             "{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }",

@@ -169,7 +169,7 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             for i in 0..spatial {
                 let d = static_dim(&x.shape[2 + i], "spatial extent")?;
                 let k = static_dim(&w.shape[2 + i], "kernel extent")?;
-                let o = window_out(
+                let o = window_extent(
                     d,
                     k,
                     attrs.strides[i],
@@ -222,9 +222,12 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
                 if d == 0 {
                     return err("transposed convolution of an empty spatial axis");
                 }
+                if k == 0 {
+                    return err(format!("kernel extent of spatial axis {i} is 0"));
+                }
                 let full = checked_add(
                     checked_add(checked_mul(conv.strides[i], d - 1)?, output_padding[i])?,
-                    checked_add(checked_mul(conv.dilations[i], k.saturating_sub(1))?, 1)?,
+                    checked_add(checked_mul(conv.dilations[i], k - 1)?, 1)?,
                 )?;
                 let pads = checked_add(conv.pads[i], conv.pads[spatial + i])?;
                 if pads > full {
@@ -245,7 +248,7 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             let mut out = vec![x.shape[0].clone(), x.shape[1].clone()];
             for i in 0..spatial {
                 let d = static_dim(&x.shape[2 + i], "spatial extent")?;
-                let o = window_out(
+                let o = window_extent(
                     d,
                     p.kernel[i],
                     p.strides[i],
@@ -388,6 +391,17 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             if element_key(&x.shape)? != element_key(shape)? {
                 return err(format!(
                     "cannot reshape {x} to [{}]: element counts differ",
+                    join(shape)
+                ));
+            }
+            // With no elements the key ignores symbols, but a run still needs every symbol of
+            // the target shape bound: it must come from the operand's shape.
+            if let Some(s) = shape.iter().find_map(|d| match d {
+                Dim::Sym(s) if !x.shape.contains(d) => Some(s),
+                _ => None,
+            }) {
+                return err(format!(
+                    "cannot reshape {x} to [{}]: symbol {s} does not appear in the operand's shape",
                     join(shape)
                 ));
             }
@@ -610,13 +624,17 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
                     &format!("batch axis {i} of data and indices"),
                 )?;
             }
-            let q = static_dim(&idx.shape[idx.rank() - 1], "index tuple length")? as usize;
-            if b + q > x.rank() {
-                return err(format!(
-                    "index tuples of length {q} after {b} batch axes exceed data rank {}",
-                    x.rank()
-                ));
-            }
+            let q = static_dim(&idx.shape[idx.rank() - 1], "index tuple length")?;
+            // `b < x.rank()` was checked above, so `x.rank() - b` cannot underflow.
+            let q = match usize::try_from(q) {
+                Ok(q) if q <= x.rank() - b => q,
+                _ => {
+                    return err(format!(
+                        "index tuples of length {q} after {b} batch axes exceed data rank {}",
+                        x.rank()
+                    ));
+                }
+            };
             let mut out: Shape = idx.shape[..idx.rank() - 1].to_vec();
             out.extend(x.shape[b + q..].iter().cloned());
             one(TensorType::new(x.elem, out))
@@ -649,13 +667,16 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             if idx.rank() < 1 {
                 return err("indices must have rank >= 1");
             }
-            let q = static_dim(&idx.shape[idx.rank() - 1], "index tuple length")? as usize;
-            if q > x.rank() {
-                return err(format!(
-                    "index tuples of length {q} exceed data rank {}",
-                    x.rank()
-                ));
-            }
+            let q = static_dim(&idx.shape[idx.rank() - 1], "index tuple length")?;
+            let q = match usize::try_from(q) {
+                Ok(q) if q <= x.rank() => q,
+                _ => {
+                    return err(format!(
+                        "index tuples of length {q} exceed data rank {}",
+                        x.rank()
+                    ));
+                }
+            };
             let mut want: Shape = idx.shape[..idx.rank() - 1].to_vec();
             want.extend(x.shape[q..].iter().cloned());
             if upd.shape != want {
@@ -899,6 +920,11 @@ pub fn matmul_shape(a: &[Dim], b: &[Dim]) -> Result<Shape> {
 /// Splits an einsum equation `ab,bc->ac` into input terms and the output term.
 pub fn parse_einsum(equation: &str) -> Result<(Vec<Vec<char>>, Vec<char>)> {
     let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    if eq.contains('.') {
+        return err(format!(
+            "einsum equation `{equation}`: ellipsis is not supported"
+        ));
+    }
     let Some((lhs, rhs)) = eq.split_once("->") else {
         return err(format!(
             "einsum equation `{equation}` needs an explicit `->` output"
@@ -947,26 +973,46 @@ pub fn slice_len(d: u64, start: i64, end: i64, step: i64) -> u64 {
     n as u64
 }
 
-fn window_out(d: u64, k: u64, stride: u64, pb: u64, pe: u64, dil: u64, ceil: bool) -> Result<u64> {
-    let padded = checked_add(checked_add(d, pb)?, pe)?;
-    let eff = checked_add(checked_mul(dil, k.saturating_sub(1))?, 1)?;
+/// The number of windows of a pooling or convolution sweep along one axis.
+///
+/// `d` is the input extent, `k` the kernel extent, `pad_begin`/`pad_end` the pads and
+/// `dilation` the tap spacing; the window covers `dilation * (k - 1) + 1` positions of the
+/// padded extent `d + pad_begin + pad_end`. With `ceil`, a partial last window counts, except
+/// one that would start inside the trailing padding. This is the one definition of the formula:
+/// inference and the interpreter both use it.
+pub fn window_extent(
+    d: u64,
+    k: u64,
+    stride: u64,
+    pad_begin: u64,
+    pad_end: u64,
+    dilation: u64,
+    ceil: bool,
+) -> Result<u64> {
     if k == 0 {
         return err("kernel extent is 0");
     }
+    if stride == 0 || dilation == 0 {
+        return err("strides and dilations must be at least 1");
+    }
+    let padded = checked_add(checked_add(d, pad_begin)?, pad_end)?;
+    let eff = checked_add(checked_mul(dilation, k - 1)?, 1)?;
     if eff > padded {
         return err(format!(
-            "window of extent {eff} does not fit the padded input extent {padded}"
+            "window of extent {eff} (kernel {k}, dilation {dilation}) is larger than the padded input extent {padded}"
         ));
     }
     let span = padded - eff;
-    let mut out = if ceil {
-        span.div_ceil(stride) + 1
-    } else {
-        span / stride + 1
-    };
-    // A last window that would start inside the trailing padding is dropped.
-    if ceil && (out - 1) * stride >= d + pb {
-        out -= 1;
+    if !ceil {
+        return Ok(span / stride + 1);
+    }
+    let out = span.div_ceil(stride) + 1;
+    // A last window that would start inside the trailing padding is dropped. Its start,
+    // `(out - 1) * stride`, may not fit u64; then it is certainly past `d + pad_begin`.
+    let last_start = (out - 1).checked_mul(stride);
+    let begin_of_trailing_pad = checked_add(d, pad_begin)?;
+    if last_start.is_none_or(|s| s >= begin_of_trailing_pad) {
+        return Ok(out - 1);
     }
     Ok(out)
 }

@@ -27,7 +27,7 @@ pub use op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,
     PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScatterReduction, UnaryOp,
 };
-pub use tensor::{DataSizeError, Tensor};
+pub use tensor::{DataSizeError, Tensor, TensorError, TooLargeError, checked_byte_size};
 pub use types::{Dim, ElemType, Scalar, Shape, TensorType, format_f32, format_f64};
 
 /// Re-exported so users of [`Constant::data`] need not depend on `bytes` themselves.

@@ -455,7 +455,10 @@ pub enum BinaryOp {
     Div,
     /// `x^y`.
     Pow,
-    /// Remainder with the sign of the divisor (Python `%`); for floats `x - floor(x/y)*y`.
+    /// Remainder with the sign of the divisor (Python `%`). For floats, as Python: `r = fmod(x,
+    /// y)` (exact), plus `y` when `r` is non-zero and its sign differs from `y`'s; a zero result
+    /// takes the sign of `y`. So `mod(1e20, 3) = 1`, `mod(5, inf) = 5`, `mod(-5, inf) = inf`,
+    /// and `mod(x, 0)` is NaN.
     Mod,
     /// Remainder with the sign of the dividend (C `fmod`, Rust `%`).
     Fmod,

@@ -61,6 +61,75 @@ pub struct DataSizeError {
     pub actual: u64,
 }
 
+/// A shape too large to hold in this machine's address space (see [`checked_byte_size`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a tensor of type {ty} is too large for this machine: {reason}")]
+pub struct TooLargeError {
+    /// The type (printed).
+    pub ty: String,
+    /// Which limit it exceeds.
+    pub reason: String,
+}
+
+/// Why [`Tensor::from_le_bytes`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    /// The data has the wrong length.
+    #[error(transparent)]
+    DataSize(#[from] DataSizeError),
+    /// The shape cannot be held in memory.
+    #[error(transparent)]
+    TooLarge(#[from] TooLargeError),
+}
+
+/// The byte size of a dense tensor of `elem` with the given extents, when such a tensor can
+/// exist on this machine; this is the single size rule of the IR, shared by the verifier (a
+/// value type that breaks it is an error), [`Tensor`]'s constructors and the interpreter.
+///
+/// The rule (the one `ndarray` and `Vec` impose): the product of the **non-zero** extents must
+/// fit in `isize`, and so must that product times the element size. Extents of zero do not
+/// make a shape small enough: `[0, 2^32, 2^32]` breaks the rule although it has no elements.
+/// Returns the actual byte size (0 when an extent is 0).
+pub fn checked_byte_size(
+    elem: ElemType,
+    extents: impl IntoIterator<Item = u64>,
+) -> Result<u64, String> {
+    let limit = isize::MAX as u64;
+    let mut nonzero: u64 = 1;
+    let mut empty = false;
+    for d in extents {
+        if d == 0 {
+            empty = true;
+            continue;
+        }
+        nonzero = match nonzero.checked_mul(d) {
+            Some(n) if n <= limit => n,
+            _ => return Err(format!("its non-zero extents multiply past {limit}")),
+        };
+    }
+    let bytes = match nonzero.checked_mul(elem.size_bytes() as u64) {
+        Some(b) if b <= limit => b,
+        _ => return Err(format!("its data would take more than {limit} bytes")),
+    };
+    Ok(if empty { 0 } else { bytes })
+}
+
+fn check_shape(elem: ElemType, shape: &[usize]) -> Result<usize, TooLargeError> {
+    let bytes = checked_byte_size(elem, shape.iter().map(|&d| d as u64)).map_err(|reason| {
+        TooLargeError {
+            ty: fixed_ty(elem, shape).to_string(),
+            reason,
+        }
+    })?;
+    // Fits isize, hence usize.
+    Ok(bytes as usize)
+}
+
+fn fixed_ty(elem: ElemType, shape: &[usize]) -> TensorType {
+    let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    TensorType::fixed(elem, &dims)
+}
+
 impl Tensor {
     /// The element type.
     pub fn elem(&self) -> ElemType {
@@ -99,10 +168,12 @@ impl Tensor {
         TensorType::fixed(self.elem(), &dims)
     }
 
-    /// A tensor of zeros (false for bool).
-    pub fn zeros(elem: ElemType, shape: &[usize]) -> Tensor {
+    /// A tensor of zeros (false for bool), or an error when the shape breaks the size rule
+    /// of [`checked_byte_size`].
+    pub fn zeros(elem: ElemType, shape: &[usize]) -> Result<Tensor, TooLargeError> {
+        check_shape(elem, shape)?;
         let s = IxDyn(shape);
-        match elem {
+        Ok(match elem {
             ElemType::F16 => Tensor::F16(ArrayD::from_elem(s, f16::ZERO)),
             ElemType::BF16 => Tensor::BF16(ArrayD::from_elem(s, bf16::ZERO)),
             ElemType::F32 => Tensor::F32(ArrayD::zeros(s)),
@@ -113,26 +184,31 @@ impl Tensor {
             ElemType::I64 => Tensor::I64(ArrayD::zeros(s)),
             ElemType::U8 => Tensor::U8(ArrayD::zeros(s)),
             ElemType::Bool => Tensor::Bool(ArrayD::from_elem(s, false)),
-        }
+        })
     }
 
     /// Decodes little-endian, row-major bytes (bool: one byte per element, nonzero is true).
+    /// Fails when `bytes` has the wrong length or the shape breaks the size rule of
+    /// [`checked_byte_size`].
     pub fn from_le_bytes(
         elem: ElemType,
         shape: &[usize],
         bytes: &[u8],
-    ) -> Result<Tensor, DataSizeError> {
-        let n: usize = shape.iter().product();
-        let expected = n as u64 * elem.size_bytes() as u64;
-        if bytes.len() as u64 != expected {
-            let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    ) -> Result<Tensor, TensorError> {
+        let expected = check_shape(elem, shape)?;
+        if bytes.len() != expected {
             return Err(DataSizeError {
-                ty: TensorType::fixed(elem, &dims).to_string(),
-                expected,
+                ty: fixed_ty(elem, shape).to_string(),
+                expected: expected as u64,
                 actual: bytes.len() as u64,
-            });
+            }
+            .into());
         }
         let s = IxDyn(shape);
+        let shape_err = |e: ndarray::ShapeError| TooLargeError {
+            ty: fixed_ty(elem, shape).to_string(),
+            reason: e.to_string(),
+        };
         macro_rules! decode {
             ($variant:ident, $t:ty, $w:literal) => {{
                 let v: Vec<$t> = bytes
@@ -143,7 +219,7 @@ impl Tensor {
                         <$t>::from_le_bytes(b)
                     })
                     .collect();
-                Tensor::$variant(ArrayD::from_shape_vec(s, v).expect("length checked above"))
+                Tensor::$variant(ArrayD::from_shape_vec(s, v).map_err(shape_err)?)
             }};
         }
         Ok(match elem {
@@ -158,7 +234,7 @@ impl Tensor {
             ElemType::U8 => decode!(U8, u8, 1),
             ElemType::Bool => Tensor::Bool(
                 ArrayD::from_shape_vec(s, bytes.iter().map(|&b| b != 0).collect())
-                    .expect("length checked above"),
+                    .map_err(shape_err)?,
             ),
         })
     }

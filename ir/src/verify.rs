@@ -18,8 +18,12 @@
 //!    from its operands and attributes (element type and every extent, symbols included).
 //!    This covers arity, element-type rules, attribute ranges (axes, permutations, pads) and
 //!    shape rules.
-//! 5. **Sizes**: every static type's element count and byte size fit in `u64` (and no extent
-//!    computation overflowed or went negative, which inference reports).
+//! 5. **Sizes**: every type can exist on this machine: the product of its non-zero static
+//!    extents, and that times the element size, fit in `isize`
+//!    ([`crate::tensor::checked_byte_size`]; symbolic extents are not counted, as their
+//!    values are only known at run time). A zero extent does not exempt a type: `f32[0, 2^32,
+//!    2^32]` is too large, because no array library can represent it. No extent computation
+//!    overflowed or went negative either (inference reports that).
 //! 6. **Outputs**: the graph has at least one output; each is a live value (a graph input or a
 //!    result of an op in the body).
 //! 7. **Constants**: names are unique and non-empty; shapes are static; the data is exactly
@@ -33,6 +37,7 @@ use std::fmt;
 
 use crate::graph::{Entity, Graph, OpId, ValueDef, ValueId};
 use crate::infer::infer;
+use crate::tensor::checked_byte_size;
 use crate::types::TensorType;
 
 /// One violated invariant.
@@ -171,16 +176,22 @@ impl Verifier<'_> {
             } else if !names.insert(&c.name) {
                 self.error(e, format!("constant name @{} is used twice", c.name));
             }
-            match c.ty.size_bytes() {
-                None if c.ty.static_dims().is_none() => self.error(
+            let size =
+                c.ty.static_dims()
+                    .map(|dims| checked_byte_size(c.ty.elem, dims));
+            match size {
+                None => self.error(
                     e,
                     format!("constant @{} has the non-static type {}", c.name, c.ty),
                 ),
-                None => self.error(
+                Some(Err(why)) => self.error(
                     e,
-                    format!("constant @{} of type {} is too large", c.name, c.ty),
+                    format!(
+                        "constant @{} of type {} is too large for this machine: {why}",
+                        c.name, c.ty
+                    ),
                 ),
-                Some(n) if n != c.data.len() as u64 => self.error(
+                Some(Ok(n)) if n != c.data.len() as u64 => self.error(
                     e,
                     format!(
                         "constant @{} of type {} needs {n} bytes of data, has {}",
@@ -189,7 +200,7 @@ impl Verifier<'_> {
                         c.data.len()
                     ),
                 ),
-                Some(_) => {}
+                Some(Ok(_)) => {}
             }
         }
     }
@@ -314,11 +325,12 @@ impl Verifier<'_> {
         } else if let Some(n) = data.name.as_deref() {
             names.insert(n, v);
         }
-        if data.ty.static_dims().is_some() && data.ty.size_bytes().is_none() {
+        let static_extents = data.ty.shape.iter().filter_map(|d| d.as_static());
+        if let Err(why) = checked_byte_size(data.ty.elem, static_extents) {
             self.error(
                 e,
                 format!(
-                    "{} has type {}, whose size overflows u64",
+                    "{} has type {}, which is too large for this machine: {why}",
                     self.value_desc(v),
                     data.ty
                 ),

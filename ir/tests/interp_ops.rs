@@ -752,7 +752,7 @@ fn einsum_equations() {
     check_err(
         ein("ij"),
         std::slice::from_ref(&a),
-        "needs an explicit output",
+        "needs an explicit `->` output",
     );
     check_err(
         ein("...i->i"),

@@ -53,6 +53,7 @@ struct CaseResult {
 
 fn cache_dir() -> PathBuf {
     std::env::var_os("TESSERA_ONNX_NODE_TESTS")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/onnx-node-tests"))
 }

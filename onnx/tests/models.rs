@@ -125,18 +125,6 @@ enum Shapes {
 /// Known importer limitations: importing this model this way fails with a message holding
 /// this text. When one is lifted, the test fails and asks for its entry to be removed.
 const KNOWN_FAILURES: &[(&str, Shapes, &str)] = &[
-    // The second If's condition is ReduceSum(x) > 0: the importer inlines an If only when
-    // its condition is known at import time.
-    (
-        "if_const",
-        Shapes::Static,
-        "If with a condition computed at run time is not supported",
-    ),
-    (
-        "if_const",
-        Shapes::Declared,
-        "If with a condition computed at run time is not supported",
-    ),
     // Without a bound `seq`, the position ids from Range get a fresh symbol that does not
     // unify with `seq` when added to the token embeddings.
     (

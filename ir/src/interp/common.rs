@@ -488,7 +488,15 @@ macro_rules! impl_float {
                 Some(self / o)
             }
             fn pymod(self, o: Self) -> Option<Self> {
-                Some(self - (self / o).floor() * o)
+                // Python's float `%`: the exact fmod, moved into the divisor's sign.
+                let r = self % o;
+                Some(if r != 0.0 && (r < 0.0) != (o < 0.0) {
+                    r + o
+                } else if r == 0.0 {
+                    <$t>::copysign(0.0, o)
+                } else {
+                    r
+                })
             }
             fn cmod(self, o: Self) -> Option<Self> {
                 Some(self % o)
@@ -713,16 +721,62 @@ pub(crate) fn arity(xs: &[&Tensor], lo: usize, hi: usize) -> R<()> {
     Ok(())
 }
 
-/// The element count of a shape, checked against overflow (and against `isize::MAX`, the
-/// limit of an allocation).
-pub(crate) fn numel(shape: &[usize]) -> R<usize> {
-    let n = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| ierr!("shape {shape:?} has too many elements"))?;
-    if n > isize::MAX as usize / 8 {
-        bail!("shape {shape:?} has too many elements");
+thread_local! {
+    /// The memory limit of the evaluation running on this thread (see [`super::RunOptions`]).
+    static MEMORY_LIMIT: std::cell::Cell<u64> =
+        const { std::cell::Cell::new(super::DEFAULT_MEMORY_LIMIT) };
+}
+
+/// The memory limit in force on this thread.
+pub(crate) fn memory_limit() -> u64 {
+    MEMORY_LIMIT.with(|l| l.get())
+}
+
+/// Sets the memory limit of this thread until the returned guard is dropped.
+pub(crate) fn with_memory_limit(limit: u64) -> impl Drop {
+    struct Restore(u64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MEMORY_LIMIT.with(|l| l.set(self.0));
+        }
     }
+    Restore(MEMORY_LIMIT.with(|l| l.replace(limit)))
+}
+
+/// Checks that `count` items of `item_bytes` bytes each fit the memory limit; `what` names
+/// the buffer in the error.
+pub(crate) fn check_alloc(count: usize, item_bytes: usize, what: &str) -> R<()> {
+    let bytes = (count as u128) * (item_bytes as u128);
+    let limit = memory_limit();
+    if bytes > u128::from(limit) {
+        bail!(
+            "{what} needs {bytes} bytes, more than the interpreter's memory limit of {limit} bytes"
+        );
+    }
+    Ok(())
+}
+
+/// The element count of a shape. Fails when the shape breaks the IR's size rule
+/// ([`crate::tensor::checked_byte_size`], taken with 8-byte elements, the widest) or when the
+/// elements, at one byte each, would exceed the memory limit. Call it before allocating
+/// anything of that shape.
+pub(crate) fn numel(shape: &[usize]) -> R<usize> {
+    crate::tensor::checked_byte_size(ElemType::F64, shape.iter().map(|&d| d as u64))
+        .map_err(|why| ierr!("shape {shape:?} is too large: {why}"))?;
+    // Cannot overflow: the non-zero extents multiply to at most isize::MAX / 8.
+    let n = shape.iter().product::<usize>();
+    check_alloc(n, 1, &format!("a tensor of shape {shape:?}"))?;
+    Ok(n)
+}
+
+/// [`numel`], and checks that a tensor of `elem` with that shape fits the memory limit.
+pub(crate) fn numel_of(shape: &[usize], elem: ElemType) -> R<usize> {
+    let n = numel(shape)?;
+    check_alloc(
+        n,
+        elem.size_bytes(),
+        &format!("a {elem} tensor of shape {shape:?}"),
+    )?;
     Ok(n)
 }
 
@@ -744,30 +798,17 @@ pub(crate) fn resolve_dims(dims: &[Dim], b: &Bindings) -> R<Vec<usize>> {
         .collect()
 }
 
-/// Numpy broadcast of two shapes.
+/// Numpy broadcast of two shapes ([`crate::infer::broadcast`] on concrete extents).
 pub(crate) fn broadcast_shapes(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
-    let r = a.len().max(b.len());
-    let mut out = Vec::with_capacity(r);
-    for i in 0..r {
-        let da = if i + a.len() >= r {
-            a[i + a.len() - r]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= r {
-            b[i + b.len() - r]
-        } else {
-            1
-        };
-        out.push(if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            bail!("cannot broadcast shapes {a:?} and {b:?}")
-        });
-    }
-    Ok(out)
+    let dims = |s: &[usize]| -> Vec<Dim> { s.iter().map(|&d| Dim::Static(d as u64)).collect() };
+    let out = crate::infer::broadcast(&dims(a), &dims(b))
+        .map_err(|e| ierr!("cannot broadcast shapes {a:?} and {b:?}: {}", e.message))?;
+    out.iter()
+        .map(|d| match d {
+            Dim::Static(n) => to_usize(*n),
+            Dim::Sym(s) => Err(ierr!("internal: broadcasting gave the symbol {s}")),
+        })
+        .collect()
 }
 
 /// A broadcast view of `a` with `shape`.

@@ -56,40 +56,20 @@ fn geom(strides: &[u64], pads: &[u64], dil: &[u64], s: usize) -> R<Geom> {
     })
 }
 
-/// Effective kernel extent `dil*(k-1)+1`, checked.
-fn eff_kernel(k: usize, dil: usize) -> R<usize> {
-    if k == 0 {
-        bail!("kernel extent 0");
-    }
-    (k - 1)
-        .checked_mul(dil)
-        .and_then(|x| x.checked_add(1))
-        .ok_or_else(|| ierr!("kernel extent overflows"))
-}
-
-/// Output extent of a window sweep; `ceil` drops a last window starting in trailing padding.
+/// Output extent of a window sweep ([`crate::infer::window_extent`]).
 fn out_extent(d: usize, k: usize, g: &Geom, axis: usize, ceil: bool) -> R<usize> {
-    let eff = eff_kernel(k, g.dil[axis])?;
-    let padded = d
-        .checked_add(g.pb[axis])
-        .and_then(|x| x.checked_add(g.pe[axis]))
-        .ok_or_else(|| ierr!("padded extent overflows"))?;
-    if padded < eff {
-        bail!(
-            "window of extent {eff} (kernel {k}, dilation {}) is larger than the padded input extent {padded} on spatial axis {axis}",
-            g.dil[axis]
-        );
-    }
-    let s = g.strides[axis];
-    let span = padded - eff;
-    if !ceil {
-        return Ok(span / s + 1);
-    }
-    let mut out = span.div_ceil(s) + 1;
-    if (out - 1) * s >= d + g.pb[axis] {
-        out -= 1;
-    }
-    Ok(out)
+    let u = |x: usize| x as u64;
+    let n = crate::infer::window_extent(
+        u(d),
+        u(k),
+        u(g.strides[axis]),
+        u(g.pb[axis]),
+        u(g.pe[axis]),
+        u(g.dil[axis]),
+        ceil,
+    )
+    .map_err(|e| ierr!("spatial axis {axis}: {}", e.message))?;
+    to_usize(n)
 }
 
 /// For every kernel tap `kk` and output position `oo` (both flattened), the flattened input
@@ -117,6 +97,7 @@ fn tap_table(in_sp: &[usize], k_sp: &[usize], out_sp: &[usize], g: &Geom) -> R<V
         .checked_mul(oo_n)
         .ok_or_else(|| ierr!("im2col table too large"))?;
     numel(&[total])?;
+    check_alloc(total, size_of::<usize>(), "the tap table")?;
     let ist = strides_of(in_sp);
     let mut table = Vec::with_capacity(total);
     for kk in 0..kk_n {
@@ -342,6 +323,9 @@ fn conv_transpose_t<F: Float>(
     let k_sp = &w.shape()[2..];
     let mut out_sp = Vec::with_capacity(s);
     for d in 0..s {
+        if k_sp[d] == 0 {
+            bail!("kernel extent of spatial axis {d} is 0");
+        }
         let full = (g.strides[d] as i128) * (in_sp[d] as i128 - 1)
             + opad[d] as i128
             + (g.dil[d] as i128) * (k_sp[d] as i128 - 1)
@@ -362,7 +346,9 @@ fn conv_transpose_t<F: Float>(
     if total > 0 && ii > 0 && kk > 0 {
         // table[k][i]: output offset that input position i feeds through tap k.
         let ost = strides_of(&out_sp);
-        let mut table = Vec::with_capacity(numel(&[kk, ii])?);
+        let table_len = numel(&[kk, ii])?;
+        check_alloc(table_len, size_of::<usize>(), "the tap table")?;
+        let mut table = Vec::with_capacity(table_len);
         for k in 0..kk {
             let kidx = unflatten(k, k_sp);
             for i in 0..ii {

@@ -58,7 +58,7 @@ fn matmul_t<T: Num>(a: &ArrayD<T>, b: &ArrayD<T>) -> R<ArrayD<T>> {
     let nb = numel(&batch)?;
     let mut out_shape = batch.clone();
     out_shape.extend([m, n]);
-    numel(&out_shape)?;
+    numel_of(&out_shape, T::ELEM)?;
     let mut out = ArrayD::from_elem(IxDyn(&out_shape), T::zero());
     if nb > 0 && m > 0 && n > 0 && k > 0 {
         if rb == 2 {
@@ -155,7 +155,7 @@ fn gemm_t<T: Num>(
     if k != k2 {
         bail!("inner dimensions differ: op(A) is [{m}, {k}], op(B) is [{k2}, {n}]");
     }
-    numel(&[m, n])?;
+    numel_of(&[m, n], T::ELEM)?;
     let mut out = ArrayD::from_elem(IxDyn(&[m, n]), T::zero());
     if m > 0 && n > 0 && k > 0 {
         let mut o2 = out
@@ -185,36 +185,21 @@ struct Equation {
     output: Vec<char>,
 }
 
+/// Parses with [`crate::infer::parse_einsum`] (the one einsum parser) and checks the equation
+/// against the operand count.
 fn parse(eq: &str, n: usize) -> R<Equation> {
-    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
-    if eq.contains('.') {
-        bail!("ellipsis is not supported in {eq:?}");
-    }
-    let Some((lhs, rhs)) = eq.split_once("->") else {
-        bail!("equation {eq:?} needs an explicit output (`->`)");
-    };
-    let letters = |s: &str| -> R<Vec<char>> {
-        let v: Vec<char> = s.chars().collect();
-        if let Some(c) = v.iter().find(|c| !c.is_ascii_alphabetic()) {
-            bail!("invalid character {c:?} in equation {eq:?}");
-        }
-        Ok(v)
-    };
-    let inputs = lhs.split(',').map(letters).collect::<R<Vec<_>>>()?;
-    let output = letters(rhs)?;
+    let (inputs, output) = crate::infer::parse_einsum(eq).map_err(|e| ierr!("{}", e.message))?;
     if inputs.len() != n {
         bail!(
             "equation {eq:?} has {} operand terms, got {n} operands",
             inputs.len()
         );
     }
-    for (i, c) in output.iter().enumerate() {
-        if output[..i].contains(c) {
-            bail!("output letter {c:?} repeated in {eq:?}");
-        }
-        if !inputs.iter().any(|t| t.contains(c)) {
-            bail!("output letter {c:?} does not occur in any operand of {eq:?}");
-        }
+    if let Some(c) = output
+        .iter()
+        .find(|c| !inputs.iter().any(|t| t.contains(c)))
+    {
+        bail!("output letter {c:?} does not occur in any operand of {eq:?}");
     }
     Ok(Equation { inputs, output })
 }

@@ -17,6 +17,19 @@
 //! truncates toward zero and division by zero is an error. Ops that only make sense on floats
 //! (exp, softmax, conv, ...) reject integer operands with an error. Bad operands (wrong count,
 //! element type or shape, out-of-range index) give an [`InterpError`], never a panic.
+//!
+//! # Memory limit
+//!
+//! Before it allocates a tensor or a table, the interpreter checks its byte size against a
+//! memory limit and fails with an [`InterpError`] naming the op when it is above it, so that a
+//! graph that verifies but asks for absurd amounts of memory (`fill` of `[100000, 100000,
+//! 100000]`) gives an error rather than an aborted process. The limit is per allocation, not a
+//! running total. The default, [`DEFAULT_MEMORY_LIMIT`], is a fixed 64 GiB, not a fraction of
+//! the machine's memory, so that whether a graph is refused does not depend on the machine;
+//! [`run_with`] and [`eval_op_limited`] take another one through [`RunOptions`]. [`run`]
+//! also checks each op's declared result types (with symbols bound) against the limit before
+//! evaluating the op. Element counts of tables are checked assuming one byte per element
+//! where the exact size is not known up front; tensors are checked exactly.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,6 +54,24 @@ use common::{R, arity, bail, exact, ierr};
 
 /// Extents bound to symbolic dimensions (`Dim::Sym`) during a run.
 pub type Bindings = HashMap<String, u64>;
+
+/// The default per-allocation memory limit of the interpreter: 64 GiB (see the module doc).
+pub const DEFAULT_MEMORY_LIMIT: u64 = 64 << 30;
+
+/// Options of [`run_with`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    /// The most bytes one tensor or table may take; larger ones are an [`InterpError`].
+    pub memory_limit: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+        }
+    }
+}
 
 /// An interpreter error: the op it happened in, when known, and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,8 +124,33 @@ impl fmt::Display for InterpError {
 /// symbols bound; a symbol first seen in a result, such as the size of a data-dependent
 /// `range`, is bound there). Intermediates and decoded constants are freed after their last
 /// use.
+///
+/// `graph` should have passed [`crate::verify::verify`]: the interpreter relies on the
+/// verifier for the meaning of a graph, and an unverified graph may fail in obscure ways. It
+/// still never panics on one: dangling op, value and constant handles are reported as
+/// errors. Uses the default [`RunOptions`].
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
+    run_with(graph, inputs, &RunOptions::default())
+}
+
+/// [`run`] with options.
+pub fn run_with(
+    graph: &Graph,
+    inputs: &[Tensor],
+    options: &RunOptions,
+) -> Result<Vec<Tensor>, InterpError> {
+    let _limit = common::with_memory_limit(options.memory_limit);
+    run_impl(graph, inputs)
+}
+
+fn run_impl(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
     let gin = graph.inputs();
+    let nvals = graph.num_values();
+    for &v in gin {
+        if v.index() >= nvals {
+            bail!("graph input {v} is not a value");
+        }
+    }
     if inputs.len() != gin.len() {
         bail!("graph expects {} inputs, got {}", gin.len(), inputs.len());
     }
@@ -109,9 +165,16 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
 
     // Last use of every value: its position in the body, or MAX for graph outputs.
     let order = graph.ops();
-    let nvals = graph.num_values();
     let mut last_use: Vec<Option<usize>> = vec![None; nvals];
     for (pos, &o) in order.iter().enumerate() {
+        if o.index() >= graph.num_op_handles() {
+            bail!("the body lists the invalid op {o}");
+        }
+        for &v in graph.op(o).results.iter().chain(&graph.op(o).operands) {
+            if v.index() >= nvals {
+                bail!("{o} uses unknown value {v}");
+            }
+        }
         for &v in &graph.op(o).operands {
             if v.index() >= nvals {
                 bail!("{o} uses unknown value {v}");
@@ -145,6 +208,8 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
                 values[v.index()] = Some(Cow::Owned(t));
             }
         }
+        check_result_sizes(graph, &od.results, &bindings)
+            .map_err(|e| e.named(od.op.name()).at(oid))?;
         let mut operands = Vec::with_capacity(od.operands.len());
         for &v in &od.operands {
             let t = values[v.index()]
@@ -195,14 +260,33 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
     Ok(result)
 }
 
+/// Checks the declared types of an op's results against the memory limit, before the op
+/// allocates them. Types with symbols not yet bound are skipped.
+fn check_result_sizes(graph: &Graph, results: &[ValueId], bindings: &Bindings) -> R<()> {
+    for (i, &v) in results.iter().enumerate() {
+        let ty = graph.ty(v);
+        let Ok(dims) = common::resolve_dims(&ty.shape, bindings) else {
+            continue;
+        };
+        common::numel_of(&dims, ty.elem).map_err(|e| ierr!("result {i}: {}", e.message))?;
+    }
+    Ok(())
+}
+
 /// Decodes the constant behind `v` (which must be the result of a `const` op).
 fn materialize_const(graph: &Graph, v: ValueId, bindings: &mut Bindings) -> R<Tensor> {
     let ValueDef::Result(op, _) = graph.value(v).def else {
         bail!("value {v} has no value (a graph input that was not bound?)");
     };
+    if op.index() >= graph.num_op_handles() {
+        bail!("value {v} is defined by the invalid op {op}");
+    }
     let Op::Const(cid) = graph.op(op).op else {
         bail!("value {v} is used before it is computed (defined by {op})");
     };
+    if cid.index() >= graph.num_consts() {
+        bail!("{op} names the constant {cid}, which does not exist");
+    }
     let c = graph.constant(cid);
     let dims =
         c.ty.static_dims()
@@ -261,9 +345,22 @@ fn check_type(ty: &TensorType, t: &Tensor, bindings: &mut Bindings) -> Result<()
 }
 
 /// Evaluates one op on operand tensors, with no symbol bindings (an attribute with an unbound
-/// symbolic dimension is an error). [`Op::Const`] cannot be evaluated this way.
+/// symbolic dimension is an error). [`Op::Const`] cannot be evaluated this way. The op need
+/// not have been verified: bad operands or attributes give an error, never a panic.
 pub fn eval_op(op: &Op, operands: &[&Tensor]) -> Result<Vec<Tensor>, InterpError> {
     eval_op_with(op, operands, &Bindings::new())
+}
+
+/// [`eval_op_with`] under the memory limit of `options` (instead of the one in force on this
+/// thread: the default, or the one of the [`run_with`] that is running).
+pub fn eval_op_limited(
+    op: &Op,
+    operands: &[&Tensor],
+    bindings: &Bindings,
+    options: &RunOptions,
+) -> Result<Vec<Tensor>, InterpError> {
+    let _limit = common::with_memory_limit(options.memory_limit);
+    eval_op_with(op, operands, bindings)
 }
 
 /// Evaluates one op on operand tensors; symbolic dimensions in attributes (reshape, expand,

@@ -82,11 +82,28 @@ pub(crate) fn resize(
         );
     }
     let sizes = sizes.iter().map(|&s| to_usize(s)).collect::<R<Vec<_>>>()?;
-    numel(&sizes)?;
+    numel_of(&sizes, x.elem())?;
     for (d, (&i, &o)) in shape.iter().zip(&sizes).enumerate() {
         if i == 0 && o > 0 {
             bail!("cannot resize empty axis {d} to extent {o}");
         }
+    }
+    if sizes.contains(&0) {
+        // No tap tables for an empty result: they would be as long as the other extents.
+        return match mode {
+            ResizeMode::Nearest => {
+                dispatch_any!(x.elem(), T => from_vec(&sizes, Vec::<T>::new()).map(T::wrap))
+            }
+            _ => dispatch_float!(x.elem(), F => from_vec(&sizes, Vec::<F>::new()).map(F::wrap)),
+        };
+    }
+    for &o in &sizes {
+        // Up to four (index, weight) taps per output index, in a vector of their own.
+        check_alloc(
+            o,
+            4 * size_of::<(usize, f64)>() + size_of::<Vec<(usize, f64)>>(),
+            "the tap table of resize",
+        )?;
     }
     // Taps per axis and output index: (source index, weight).
     let taps: Vec<Vec<Vec<(usize, f64)>>> = shape

@@ -189,21 +189,28 @@ pub(crate) fn pad(x: &Tensor, pads: &[i64], mode: PadMode, value: Scalar) -> R<T
             2 * r
         );
     }
-    let mut maps = Vec::with_capacity(r);
+    // Extents and index arithmetic in i128: pads may be anywhere in i64.
+    let mut out_shape = Vec::with_capacity(r);
     for (axis, &d) in shape.iter().enumerate() {
-        let (b, e) = (pads[axis], pads[r + axis]);
-        let di = d as i64;
-        let n = di
-            .checked_add(b)
-            .and_then(|v| v.checked_add(e))
-            .filter(|&n| n >= 0);
-        let Some(n) = n else {
+        let (b, e) = (i128::from(pads[axis]), i128::from(pads[r + axis]));
+        let n = d as i128 + b + e;
+        if n < 0 {
             bail!("pads {b} and {e} leave a negative extent on axis {axis} of extent {d}");
-        };
-        numel(&[n as usize])?;
+        }
+        out_shape.push(usize::try_from(n).map_err(|_| ierr!("padded extent {n} is too large"))?);
+    }
+    numel_of(&out_shape, x.elem())?;
+    if out_shape.contains(&0) {
+        return empty_like(x.elem(), &out_shape);
+    }
+    let mut maps = Vec::with_capacity(r);
+    for (axis, (&d, &n)) in shape.iter().zip(&out_shape).enumerate() {
+        check_alloc(n, size_of::<Option<usize>>(), "the index map of pad")?;
+        let b = i128::from(pads[axis]);
+        let di = d as i128;
         let map = (0..n)
             .map(|o| {
-                let i = o - b;
+                let i = o as i128 - b;
                 if (0..di).contains(&i) {
                     return Ok(Some(i as usize));
                 }
@@ -229,6 +236,12 @@ pub(crate) fn pad(x: &Tensor, pads: &[i64], mode: PadMode, value: Scalar) -> R<T
     dispatch_any!(x.elem(), T => remap(arr::<T>(x)?, &maps, T::from_scalar(value)).map(T::wrap))
 }
 
+/// An empty tensor (some extent is 0) of the given element type and shape; the shape must
+/// have passed [`numel`].
+fn empty_like(elem: ElemType, shape: &[usize]) -> R<Tensor> {
+    dispatch_any!(elem, T => from_vec(shape, Vec::<T>::new()).map(T::wrap))
+}
+
 /// Repetition along every axis.
 pub(crate) fn tile(x: &Tensor, repeats: &[u64]) -> R<Tensor> {
     let shape = x.shape();
@@ -239,12 +252,22 @@ pub(crate) fn tile(x: &Tensor, repeats: &[u64]) -> R<Tensor> {
             shape.len()
         );
     }
+    let out_shape = shape
+        .iter()
+        .zip(repeats)
+        .map(|(&d, &rep)| {
+            d.checked_mul(to_usize(rep)?)
+                .ok_or_else(|| ierr!("tiled extent overflows"))
+        })
+        .collect::<R<Vec<_>>>()?;
+    numel_of(&out_shape, x.elem())?;
+    if out_shape.contains(&0) {
+        // No index maps for an empty result: they would be as long as the repeated extents.
+        return empty_like(x.elem(), &out_shape);
+    }
     let mut maps = Vec::with_capacity(shape.len());
-    for (&d, &rep) in shape.iter().zip(repeats) {
-        let n = d
-            .checked_mul(to_usize(rep)?)
-            .ok_or_else(|| ierr!("tiled extent overflows"))?;
-        numel(&[n])?;
+    for (&d, &n) in shape.iter().zip(&out_shape) {
+        check_alloc(n, size_of::<Option<usize>>(), "the index map of tile")?;
         maps.push((0..n).map(|o| Some(o % d)).collect::<Vec<_>>());
     }
     dispatch_any!(x.elem(), T => remap(arr::<T>(x)?, &maps, T::zero()).map(T::wrap))
@@ -315,7 +338,16 @@ pub(crate) fn space_to_depth(x: &Tensor, block: u64) -> R<Tensor> {
     if h % b != 0 || w % b != 0 {
         bail!("spatial extents {h}x{w} are not multiples of the block size {b}");
     }
-    let out = [n, c.saturating_mul(b * b), h / b, w / b];
+    let bb = b
+        .checked_mul(b)
+        .ok_or_else(|| ierr!("block {b} is too large"))?;
+    let out = [
+        n,
+        c.checked_mul(bb)
+            .ok_or_else(|| ierr!("channels {c} times block² {bb} overflow"))?,
+        h / b,
+        w / b,
+    ];
     numel(&out)?;
     shuffle(x, &[n, c, h / b, b, w / b, b], &[0, 3, 5, 1, 2, 4], &out)
 }
@@ -333,7 +365,7 @@ pub(crate) fn shape_of(x: &Tensor, start: usize, end: usize) -> R<Tensor> {
 /// A tensor filled with a value.
 pub(crate) fn fill(shape: &[Dim], elem: ElemType, value: Scalar, b: &Bindings) -> R<Tensor> {
     let dims = resolve_dims(shape, b)?;
-    numel(&dims)?;
+    numel_of(&dims, elem)?;
     dispatch_any!(elem, T => Ok(T::wrap(ArrayD::from_elem(IxDyn(&dims), T::from_scalar(value)))))
 }
 

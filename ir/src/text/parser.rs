@@ -48,20 +48,31 @@ struct Parser {
 
 type PResult<T> = Result<T, ParseError>;
 
+/// How deeply attribute lists may nest (`[[...]]`); deeper is a parse error, which keeps the
+/// recursive parser's stack use bounded.
+const MAX_ATTR_DEPTH: usize = 64;
+
 impl Parser {
+    /// The current token; past the end, the final [`Tok::Eof`].
+    fn tok(&self) -> &(Tok, Pos) {
+        let last = self.toks.len() - 1; // `lex` always ends with `Tok::Eof`
+        &self.toks[self.i.min(last)]
+    }
+
     fn peek(&self) -> &Tok {
-        &self.toks[self.i].0
+        &self.tok().0
     }
 
     fn pos(&self) -> Pos {
-        self.toks[self.i].1
+        self.tok().1
     }
 
+    /// Returns the current token and moves past it. The index always advances, also past
+    /// the end (where every token is `Eof`), so that stepping back with `self.i -= 1` returns
+    /// to the token just taken, never to the one before it.
     fn next(&mut self) -> (Tok, Pos) {
-        let t = self.toks[self.i].clone();
-        if self.i + 1 < self.toks.len() {
-            self.i += 1;
-        }
+        let t = self.tok().clone();
+        self.i += 1;
         t
     }
 
@@ -209,12 +220,20 @@ impl Parser {
         self.expect_punct(':')?;
         let ty_pos = self.pos();
         let ty = self.ty()?;
-        let Some(count) = ty.num_elements() else {
+        let Some(dims) = ty.static_dims() else {
             return Err(ty_pos.error(format!(
                 "constant `@{name}` must have a static shape, found {}",
                 super::printer::ty(&ty)
             )));
         };
+        if let Err(why) = crate::tensor::checked_byte_size(ty.elem, dims.iter().copied()) {
+            return Err(ty_pos.error(format!(
+                "constant `@{name}` of type {} is too large for this machine: {why}",
+                super::printer::ty(&ty)
+            )));
+        }
+        // Fits: the byte size fits isize.
+        let count: u64 = dims.iter().product();
         self.expect_punct('=')?;
         let data = if self.is_keyword("external") {
             self.next();
@@ -490,6 +509,11 @@ impl Parser {
     }
 
     fn attr_value(&mut self) -> PResult<Val> {
+        self.attr_value_at(0)
+    }
+
+    /// An attribute value nested in `depth` lists.
+    fn attr_value_at(&mut self, depth: usize) -> PResult<Val> {
         let (tok, pos) = self.next();
         Ok(match tok {
             Tok::Int(s) => Val::Int(
@@ -502,11 +526,16 @@ impl Parser {
             Tok::Ident(s) => Val::Ident(s),
             Tok::Str(s) => Val::Str(s),
             Tok::Punct('[') => {
+                if depth >= MAX_ATTR_DEPTH {
+                    return Err(pos.error(format!(
+                        "attribute value nested more than {MAX_ATTR_DEPTH} lists deep"
+                    )));
+                }
                 let mut items = Vec::new();
                 if !self.is_punct(']') {
                     loop {
                         let pos = self.pos();
-                        items.push((self.attr_value()?, pos));
+                        items.push((self.attr_value_at(depth + 1)?, pos));
                         if !self.eat_punct(',') {
                             break;
                         }

@@ -323,27 +323,23 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SaveError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err)?;
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // A plain create's mode: the kernel applies the process umask to it, so a new file
+        // gets exactly what `File::create` would give it (the tempfile default is 0600).
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(io_err)?;
     tmp.write_all(bytes).map_err(io_err)?;
-    // A temporary file is private (0600); give the result the permissions a plain create
-    // would, or those of the file it replaces.
-    let perms = match std::fs::metadata(path) {
-        Ok(m) => m.permissions(),
-        Err(_) => default_permissions(tmp.as_file()).map_err(io_err)?,
-    };
-    tmp.as_file().set_permissions(perms).map_err(io_err)?;
+    // A file that is replaced keeps its permissions.
+    if let Ok(m) = std::fs::metadata(path) {
+        tmp.as_file()
+            .set_permissions(m.permissions())
+            .map_err(io_err)?;
+    }
     tmp.as_file().sync_all().map_err(io_err)?;
     tmp.persist(path).map_err(|e| io_err(e.error))?;
     Ok(())
-}
-
-#[cfg(unix)]
-fn default_permissions(_: &File) -> std::io::Result<std::fs::Permissions> {
-    use std::os::unix::fs::PermissionsExt;
-    Ok(std::fs::Permissions::from_mode(0o644))
-}
-
-#[cfg(not(unix))]
-fn default_permissions(file: &File) -> std::io::Result<std::fs::Permissions> {
-    Ok(file.metadata()?.permissions())
 }

@@ -1,0 +1,160 @@
+//! Every pass preserves semantics: on each test model (the ONNX corpus and the IR test
+//! files), the reference interpreter gives bit-identical outputs before and after each
+//! registered pass, and after a whole canonicalization pipeline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tessera_ir::{Graph, Tensor};
+use tessera_passes::{NoInstrumentation, PassManager, Pipeline, registry};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// The ONNX test models, imported and specialized on their sample inputs, with those inputs.
+fn onnx_models() -> Vec<(String, Graph, Vec<Tensor>)> {
+    let dir = root().join("testdata/models/onnx");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.join("io.json").is_file())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for m in names {
+        let io: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(m.join("io.json")).expect("io.json"))
+                .expect("io.json parses");
+        let mut options = tessera_onnx::ImportOptions::default();
+        let mut inputs = Vec::new();
+        for i in io["inputs"].as_array().expect("inputs") {
+            let name = i["name"].as_str().expect("input name").to_string();
+            let t = tessera::npy::read(&m.join(i["file"].as_str().expect("input file")))
+                .expect("input npy");
+            options
+                .input_shapes
+                .insert(name.clone(), t.shape().iter().map(|&d| d as u64).collect());
+            options.input_values.insert(name, t.clone());
+            inputs.push(t);
+        }
+        let g = tessera_onnx::import_file(&m.join("model.onnx"), &options)
+            .unwrap_or_else(|e| panic!("{}: {e}", m.display()));
+        out.push((
+            m.file_name().expect("name").to_string_lossy().into_owned(),
+            g,
+            inputs,
+        ));
+    }
+    out
+}
+
+/// The IR test files that run on deterministic pseudo-random inputs (symbols bound to 2).
+fn ir_files() -> Vec<(String, Graph, Vec<Tensor>)> {
+    let dir = root().join("testdata/ir");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("testdata/ir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tir"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let g = tessera_ir::text::load(&f).unwrap_or_else(|e| panic!("{e}"));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let inputs: Vec<Tensor> = g
+            .inputs()
+            .iter()
+            .map(|&v| {
+                let ty = g.ty(v);
+                let dims: Vec<usize> = ty
+                    .shape
+                    .iter()
+                    .map(|d| d.as_static().unwrap_or(2) as usize)
+                    .collect();
+                let n: usize = dims.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        ((seed % 7) as f64) - 2.0
+                    })
+                    .collect();
+                let t = Tensor::F64(
+                    ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&dims), vals).expect("shape"),
+                );
+                let cast = tessera_ir::Op::Cast { to: ty.elem };
+                tessera_ir::interp::eval_op(&cast, &[&t])
+                    .expect("cast")
+                    .remove(0)
+            })
+            .collect();
+        out.push((
+            f.file_name().expect("name").to_string_lossy().into_owned(),
+            g,
+            inputs,
+        ));
+    }
+    out
+}
+
+fn same_bits(a: &[Tensor], b: &[Tensor]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.elem() == y.elem()
+                && x.shape() == y.shape()
+                && x.to_f64_vec()
+                    .iter()
+                    .zip(y.to_f64_vec())
+                    .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+        })
+}
+
+#[test]
+fn passes_preserve_interpreter_results() {
+    let mut pipelines: BTreeMap<String, Pipeline> = BTreeMap::new();
+    for p in registry() {
+        pipelines.insert(
+            p.name.to_string(),
+            Pipeline::parse(p.name).expect("pass name parses"),
+        );
+    }
+    pipelines.insert(
+        "full".into(),
+        Pipeline::parse("canonicalize,cse,dce,canonicalize").expect("pipeline"),
+    );
+
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    let models = onnx_models().into_iter().chain(ir_files());
+    for (name, graph, inputs) in models {
+        let Ok(before) = tessera_ir::interp::run(&graph, &inputs) else {
+            // Random inputs can make an IR test file fail at run time (a modulo by zero); the
+            // ONNX models must always run.
+            assert!(name.ends_with(".tir"), "{name} does not run");
+            continue;
+        };
+        for (pname, pipeline) in &pipelines {
+            let mut g = graph.clone();
+            if let Err(e) = PassManager::new(pipeline.clone()).run(&mut g, &mut NoInstrumentation) {
+                failures.push(format!("{name} / {pname}: {e}"));
+                continue;
+            }
+            match tessera_ir::interp::run(&g, &inputs) {
+                Ok(after) if same_bits(&before, &after) => checked += 1,
+                Ok(_) => failures.push(format!(
+                    "{name} / {pname}: outputs differ after the pipeline"
+                )),
+                Err(e) => failures.push(format!(
+                    "{name} / {pname}: the transformed graph fails to run: {e}"
+                )),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        checked >= 50,
+        "only {checked} model/pipeline pairs were checked"
+    );
+}
