@@ -85,6 +85,48 @@ enum Command {
         tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy\n  \
         tessera run model.onnx -i input_ids=ids.npy --output-dir out/")]
     Run(RunArgs),
+    /// Run a pass pipeline on a model, like mlir-opt.
+    ///
+    /// The model is loaded (or imported) and verified, the pipeline runs with the verifier
+    /// after every pass (unless --no-verify-each), and the result is printed or written with
+    /// -o. The instrumentation flags print the IR around passes, dump it after every pass,
+    /// and report timing and statistics. When a pass fails or panics, the IR it started from
+    /// and the failing pass are written to a reproducer file that --run-reproducer replays.
+    #[command(after_help = "Examples:\n  \
+        tessera opt model.tir --passes canonicalize,cse -o out.tir\n  \
+        tessera opt model.onnx --passes 'canonicalize{max-iterations=4},cse' --timing\n  \
+        tessera opt model.tir --passes canonicalize --print-ir-after-change --ir-dump-dir dumps/\n  \
+        tessera opt --run-reproducer tessera-reproducer.tir")]
+    Opt(OptArgs),
+    /// List every pass with its summary and options.
+    Passes,
+}
+
+/// Arguments of `tessera opt`.
+#[derive(Debug, Args)]
+struct OptArgs {
+    /// The model to transform (.tir, or .onnx).
+    #[arg(value_name = "MODEL", required_unless_present = "run_reproducer")]
+    file: Option<PathBuf>,
+    /// The pass pipeline, e.g. `canonicalize,cse,shape-infer{dims="N=1"}` (`tessera passes`
+    /// lists the passes and their options).
+    #[arg(
+        short,
+        long,
+        value_name = "PIPELINE",
+        required_unless_present = "run_reproducer"
+    )]
+    passes: Option<String>,
+    /// Write the result to OUT.tir (with its sidecar) instead of printing it.
+    #[arg(short, long, value_name = "OUT.tir")]
+    output: Option<PathBuf>,
+    /// Replay a crash reproducer written by a failed pipeline.
+    #[arg(long, value_name = "FILE.tir", conflicts_with_all = ["file", "passes"])]
+    run_reproducer: Option<PathBuf>,
+    #[command(flatten)]
+    shapes: ShapeArgs,
+    #[command(flatten)]
+    flags: crate::instrument::PassFlags,
 }
 
 /// `--input-shape`, shared by every command that takes a model.
@@ -186,6 +228,15 @@ pub fn main() -> ExitCode {
             a.output_dir.as_deref(),
             &a.shapes.input_shapes,
         ),
+        Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {
+            input: a.file.as_deref(),
+            passes: a.passes.as_deref(),
+            output: a.output.as_deref(),
+            reproducer: a.run_reproducer.as_deref(),
+            shapes: &a.shapes.input_shapes,
+            flags: &a.flags,
+        }),
+        Command::Passes => crate::commands::passes::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

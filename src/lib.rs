@@ -11,6 +11,7 @@
 pub mod check;
 pub mod cli;
 pub mod commands;
+pub mod instrument;
 pub mod names;
 pub mod npy;
 pub mod summary;

@@ -666,14 +666,9 @@ fn input_shape_errors() {
             "import",
             &m,
             "q=2x20",
-            "--input-shape names `q`, which is not a graph input (inputs: x)",
+            "--input-shape q: not a graph input (inputs: x)",
         ),
-        (
-            "fmt",
-            &m,
-            "q=2x20",
-            "--input-shape names `q`, which is not a graph input",
-        ),
+        ("fmt", &m, "q=2x20", "--input-shape q: not a graph input"),
         (
             "fmt",
             &mlp,
@@ -690,7 +685,7 @@ fn input_shape_errors() {
             "fmt",
             &mlp,
             "q=2",
-            "--input-shape names `q`, which is not a graph input (inputs: `x`)",
+            "--input-shape q: not a graph input (inputs: x)",
         ),
     ] {
         tessera()
@@ -716,9 +711,7 @@ fn input_shape_errors() {
         .args(["run", &m, "--input", &input, "--input-shape", "q=1"])
         .assert()
         .code(1)
-        .stderr(contains(
-            "--input-shape names `q`, which is not a graph input (inputs: `x`)",
-        ));
+        .stderr(contains("--input-shape q: not a graph input (inputs: x)"));
 }
 
 #[test]

@@ -361,7 +361,7 @@ impl<'p> Ctx<'p> {
                 .filter(|n| !matches!(self.names.get(*n), Some(Slot::Init(..))))
                 .collect();
             return Err(self.graph_error(format!(
-                "--input-shape names `{missing}`, which is not a graph input (inputs: {})",
+                "--input-shape {missing}: not a graph input (inputs: {})",
                 inputs.join(", ")
             )));
         }

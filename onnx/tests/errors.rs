@@ -281,7 +281,7 @@ fn input_shape_errors() {
     );
     let (_, msg) = err(import_shapes(&path, &[("x", &[3, 4]), ("y", &[1])]));
     assert!(
-        msg.contains("--input-shape names `y`, which is not a graph input (inputs: x)"),
+        msg.contains("--input-shape y: not a graph input (inputs: x)"),
         "{msg}"
     );
 }

@@ -31,5 +31,6 @@ pub use pass::{
 };
 pub use pipeline::{PassSpec, Pipeline, PipelineParseError};
 pub use registry::{closest, lookup, registry};
+pub use shape_infer::bind_shapes;
 
 pub use tessera_ir as ir;

@@ -77,112 +77,124 @@ fn parse_list<T>(
 
 impl Pass for ShapeInfer {
     fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
-        let mut bind: BTreeMap<String, u64> = BTreeMap::new();
-        let mut set = |sym: &str, n: u64, from: &str| -> Result<(), PassError> {
-            match bind.insert(sym.to_string(), n) {
-                Some(old) if old != n => Err(PassError::new(format!(
-                    "symbol {sym} is bound to {old} and to {n} ({from})"
-                ))),
-                _ => Ok(()),
-            }
-        };
-        for (sym, n) in &self.dims {
-            set(sym, *n, "dims")?;
+        bind_shapes(graph, &self.shapes, &self.dims, stats).map_err(|m| {
+            PassError::new(if m.starts_with("symbol") {
+                m
+            } else {
+                format!("shapes: {m}")
+            })
+        })
+    }
+}
+
+/// Binds symbols from graph input shapes (`shapes`: input name and extents) and directly
+/// (`dims`), substitutes them everywhere and infers every type again. Returns whether the
+/// graph changed. Errors name the input (`x: gives 3 extents, ...`) or the symbol, without a
+/// prefix, so that callers can say where the binding came from.
+pub fn bind_shapes(
+    graph: &mut Graph,
+    shapes: &[(String, Vec<u64>)],
+    dims: &[(String, u64)],
+    stats: &mut Statistics,
+) -> Result<bool, String> {
+    let mut bind: BTreeMap<String, u64> = BTreeMap::new();
+    let mut set = |sym: &str, n: u64, from: &str| -> Result<(), String> {
+        match bind.insert(sym.to_string(), n) {
+            Some(old) if old != n => Err(format!(
+                "symbol {sym} is bound to {old} and to {n} ({from})"
+            )),
+            _ => Ok(()),
         }
-        for (name, extents) in &self.shapes {
-            let Some(&v) = graph
+    };
+    for (sym, n) in dims {
+        set(sym, *n, "dims")?;
+    }
+    for (name, extents) in shapes {
+        let Some(&v) = graph
+            .inputs()
+            .iter()
+            .find(|&&v| graph.value(v).name.as_deref() == Some(name))
+        else {
+            let names: Vec<String> = graph
                 .inputs()
                 .iter()
-                .find(|&&v| graph.value(v).name.as_deref() == Some(name))
-            else {
-                let names: Vec<String> = graph
-                    .inputs()
-                    .iter()
-                    .map(|&v| graph.value(v).name.clone().unwrap_or_else(|| v.to_string()))
-                    .collect();
-                return Err(PassError::new(format!(
-                    "shapes: `{name}` is not a graph input (inputs: {})",
-                    names.join(", ")
-                )));
-            };
-            let ty = graph.ty(v).clone();
-            if ty.rank() != extents.len() {
-                return Err(PassError::new(format!(
-                    "shapes: input {name} has rank {} ({ty}), the shape gives {} extents",
-                    ty.rank(),
-                    extents.len()
-                )));
-            }
-            for (d, &n) in ty.shape.iter().zip(extents) {
-                match d {
-                    Dim::Static(s) if *s != n => {
-                        return Err(PassError::new(format!(
-                            "shapes: input {name} is {ty}; extent {n} conflicts with {s}"
-                        )));
-                    }
-                    Dim::Static(_) => {}
-                    Dim::Sym(s) => set(s, n, &format!("input {name}"))?,
-                }
-            }
-        }
-        if bind.is_empty() {
-            return Ok(false);
-        }
-        stats.add("symbols-bound", "symbols given a value", bind.len() as u64);
-
-        let subst = |shape: &mut Vec<Dim>| {
-            for d in shape.iter_mut() {
-                if let Dim::Sym(s) = d
-                    && let Some(&n) = bind.get(s.as_str())
-                {
-                    *d = Dim::Static(n);
-                }
-            }
+                .map(|&v| graph.value(v).name.clone().unwrap_or_else(|| v.to_string()))
+                .collect();
+            return Err(format!(
+                "{name}: not a graph input (inputs: {})",
+                names.join(", ")
+            ));
         };
-        let mut changed = false;
-        for &v in graph.inputs().to_vec().iter() {
-            let mut ty = graph.ty(v).clone();
-            subst(&mut ty.shape);
-            changed |= set_type(graph, v, ty, stats);
+        let ty = graph.ty(v).clone();
+        if ty.rank() != extents.len() {
+            return Err(format!(
+                "{name}: gives {} extents, the input has rank {} ({ty})",
+                extents.len(),
+                ty.rank()
+            ));
         }
-        for o in graph.ops().to_vec() {
-            let mut op = graph.op(o).op.clone();
-            match &mut op {
-                Op::Reshape { shape } | Op::Expand { shape } | Op::Fill { shape, .. } => {
-                    subst(shape)
+        for (d, &n) in ty.shape.iter().zip(extents) {
+            match d {
+                Dim::Static(s) if *s != n => {
+                    return Err(format!(
+                        "{name}: extent {n} conflicts with the declared {ty}"
+                    ));
                 }
-                Op::Range { size } => {
-                    let mut s = vec![size.clone()];
-                    subst(&mut s);
-                    *size = s.remove(0);
-                }
-                _ => {}
-            }
-            if op != graph.op(o).op {
-                graph.op_mut(o).op = op;
-                changed = true;
-            }
-            let data = graph.op(o);
-            let operand_types: Vec<&TensorType> =
-                data.operands.iter().map(|&v| graph.ty(v)).collect();
-            let types = infer(graph, &data.op, &operand_types).map_err(|e| {
-                let what = data
-                    .results
-                    .first()
-                    .and_then(|&r| graph.value(r).name.clone())
-                    .unwrap_or_else(|| o.to_string());
-                PassError::new(format!(
-                    "`{}` defining %{what}: {}",
-                    data.op.name(),
-                    e.message
-                ))
-            })?;
-            for (r, ty) in data.results.clone().into_iter().zip(types) {
-                changed |= set_type(graph, r, ty, stats);
+                Dim::Static(_) => {}
+                Dim::Sym(s) => set(s, n, &format!("input {name}"))?,
             }
         }
-        Ok(changed)
     }
+    if bind.is_empty() {
+        return Ok(false);
+    }
+    stats.add("symbols-bound", "symbols given a value", bind.len() as u64);
+
+    let subst = |shape: &mut Vec<Dim>| {
+        for d in shape.iter_mut() {
+            if let Dim::Sym(s) = d
+                && let Some(&n) = bind.get(s.as_str())
+            {
+                *d = Dim::Static(n);
+            }
+        }
+    };
+    let mut changed = false;
+    for &v in graph.inputs().to_vec().iter() {
+        let mut ty = graph.ty(v).clone();
+        subst(&mut ty.shape);
+        changed |= set_type(graph, v, ty, stats);
+    }
+    for o in graph.ops().to_vec() {
+        let mut op = graph.op(o).op.clone();
+        match &mut op {
+            Op::Reshape { shape } | Op::Expand { shape } | Op::Fill { shape, .. } => subst(shape),
+            Op::Range { size } => {
+                let mut s = vec![size.clone()];
+                subst(&mut s);
+                *size = s.remove(0);
+            }
+            _ => {}
+        }
+        if op != graph.op(o).op {
+            graph.op_mut(o).op = op;
+            changed = true;
+        }
+        let data = graph.op(o);
+        let operand_types: Vec<&TensorType> = data.operands.iter().map(|&v| graph.ty(v)).collect();
+        let types = infer(graph, &data.op, &operand_types).map_err(|e| {
+            let what = data
+                .results
+                .first()
+                .and_then(|&r| graph.value(r).name.clone())
+                .unwrap_or_else(|| o.to_string());
+            format!("`{}` defining %{what}: {}", data.op.name(), e.message)
+        })?;
+        for (r, ty) in data.results.clone().into_iter().zip(types) {
+            changed |= set_type(graph, r, ty, stats);
+        }
+    }
+    Ok(changed)
 }
 
 fn set_type(graph: &mut Graph, v: ValueId, ty: TensorType, stats: &mut Statistics) -> bool {

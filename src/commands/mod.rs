@@ -3,6 +3,8 @@
 
 pub mod fmt;
 pub mod import;
+pub mod opt;
+pub mod passes;
 pub mod run;
 
 use std::collections::BTreeMap;
@@ -10,7 +12,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use tessera_ir::{Dim, Graph, Op, ValueId, text};
+use tessera_ir::{Graph, text};
 use tessera_onnx::ImportOptions;
 
 use crate::check;
@@ -93,75 +95,19 @@ fn verified(graph: Graph, path: &Path, what: &str) -> Result<Graph> {
     Ok(graph)
 }
 
-/// Gives text-IR graph inputs static shapes: each named input keeps its rank and static
-/// extents, and its symbolic dimensions take the given extents everywhere in the graph
-/// (value types and the shapes in op attributes).
+/// Binds `--input-shape` extents on a text IR graph: every symbol in the named inputs'
+/// shapes takes the given extent throughout the graph and every type is inferred again (the
+/// `shape-infer` pass).
 pub fn bind_input_shapes(graph: &mut Graph, shapes: &BTreeMap<String, Vec<u64>>) -> Result<()> {
-    let mut symbols: BTreeMap<String, (u64, String)> = BTreeMap::new();
-    for (name, dims) in shapes {
-        let Some(&v) = graph
-            .inputs()
-            .iter()
-            .find(|&&v| graph.value(v).name.as_deref() == Some(name))
-        else {
-            let names: Vec<String> = graph
-                .inputs()
-                .iter()
-                .map(|&v| format!("`{}`", graph.value(v).name.clone().unwrap_or_default()))
-                .collect();
-            bail!(
-                "--input-shape names `{name}`, which is not a graph input (inputs: {})",
-                names.join(", ")
-            );
-        };
-        let ty = graph.ty(v).clone();
-        if ty.rank() != dims.len() {
-            bail!(
-                "--input-shape {name}: gives {} extents, the input has rank {} ({ty})",
-                dims.len(),
-                ty.rank()
-            );
-        }
-        for (d, &n) in ty.shape.iter().zip(dims) {
-            match d {
-                Dim::Static(s) if *s != n => {
-                    bail!("--input-shape {name}: extent {n} conflicts with the declared {ty}")
-                }
-                Dim::Static(_) => {}
-                Dim::Sym(s) => match symbols.get(s) {
-                    Some((m, other)) if *m != n => bail!(
-                        "--input-shape {name}: symbolic dimension {s} is {n} here but {m} in --input-shape {other}"
-                    ),
-                    Some(_) => {}
-                    None => {
-                        symbols.insert(s.clone(), (n, name.clone()));
-                    }
-                },
-            }
-        }
-    }
-    let bind = |d: &mut Dim| {
-        if let Dim::Sym(s) = d
-            && let Some(&(n, _)) = symbols.get(s.as_str())
-        {
-            *d = Dim::Static(n);
-        }
-    };
-    for i in 0..graph.num_values() {
-        let v = ValueId::from_index(i);
-        if graph.is_valid_value(v) {
-            graph.value_mut(v).ty.shape.iter_mut().for_each(bind);
-        }
-    }
-    for &op in graph.ops().to_vec().iter() {
-        match &mut graph.op_mut(op).op {
-            Op::Reshape { shape } | Op::Expand { shape } | Op::Fill { shape, .. } => {
-                shape.iter_mut().for_each(bind);
-            }
-            Op::Range { size } => bind(size),
-            _ => {}
-        }
-    }
+    let shapes: Vec<(String, Vec<u64>)> =
+        shapes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    tessera_passes::bind_shapes(
+        graph,
+        &shapes,
+        &[],
+        &mut tessera_passes::Statistics::default(),
+    )
+    .map_err(|m| anyhow::anyhow!("--input-shape {m}"))?;
     Ok(())
 }
 
@@ -175,4 +121,25 @@ pub fn print_stdout(text: &str) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
+/// renamed over `path`, so readers never see a half-written file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tessera-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.persist(path)
+        .map_err(|e| anyhow::anyhow!(e.error))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }

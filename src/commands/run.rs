@@ -119,9 +119,9 @@ fn prepare_onnx(
     let files = match_inputs(&stub, bindings)?;
     for s in explicit.keys() {
         if !declared.iter().any(|(n, _)| n == s) {
-            let names: Vec<String> = declared.iter().map(|(n, _)| format!("`{n}`")).collect();
+            let names: Vec<String> = declared.iter().map(|(n, _)| n.clone()).collect();
             bail!(
-                "{}: --input-shape names `{s}`, which is not a graph input (inputs: {})",
+                "{}: --input-shape {s}: not a graph input (inputs: {})",
                 path.display(),
                 names.join(", ")
             );

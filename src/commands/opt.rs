@@ -1,0 +1,111 @@
+//! `tessera opt`: run a pass pipeline on a model, the `mlir-opt` of tessera.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use tessera_ir::{Graph, text};
+use tessera_passes::{PassManager, Pipeline};
+
+use crate::instrument::{self, CliInstrumentation, PassFlags};
+
+/// What `tessera opt` was asked to do.
+pub struct OptRequest<'a> {
+    /// The input model (.tir); ignored with a reproducer.
+    pub input: Option<&'a Path>,
+    /// The pipeline text.
+    pub passes: Option<&'a str>,
+    /// Where to write the result (stdout when absent).
+    pub output: Option<&'a Path>,
+    /// A reproducer to replay instead.
+    pub reproducer: Option<&'a Path>,
+    /// `--input-shape` bindings.
+    pub shapes: &'a [super::InputShape],
+    /// Instrumentation flags.
+    pub flags: &'a PassFlags,
+}
+
+/// Runs `tessera opt`.
+pub fn run(req: &OptRequest<'_>) -> Result<()> {
+    let (graph, pipeline_text, origin): (Graph, String, PathBuf) = match (req.reproducer, req.input)
+    {
+        (Some(r), _) => (
+            super::load_model(r, &[])?,
+            instrument::reproducer_pipeline(r)?,
+            r.to_path_buf(),
+        ),
+        (None, Some(i)) => {
+            let Some(p) = req.passes else {
+                bail!("--passes PIPELINE is required (or --run-reproducer FILE)")
+            };
+            (
+                super::load_model(i, req.shapes)?,
+                p.to_string(),
+                i.to_path_buf(),
+            )
+        }
+        (None, None) => bail!("give an input file, or --run-reproducer FILE"),
+    };
+    let pipeline =
+        Pipeline::parse(&pipeline_text).with_context(|| format!("--passes `{pipeline_text}`"))?;
+    let graph = run_pipeline(graph, &pipeline, req.flags, &origin)?;
+    match req.output {
+        Some(out) => {
+            text::save(&graph, out).with_context(|| format!("cannot write {}", out.display()))
+        }
+        None => super::print_stdout(&text::print(&graph)),
+    }
+}
+
+/// Runs `pipeline` on `graph` with the command line's instrumentation: prints and dumps as
+/// the flags ask, reports timing and statistics, and on failure writes a crash reproducer and
+/// returns an error that names the pass and the reproducer.
+pub fn run_pipeline(
+    mut graph: Graph,
+    pipeline: &Pipeline,
+    flags: &PassFlags,
+    origin: &Path,
+) -> Result<Graph> {
+    let mut inst = CliInstrumentation::new(flags, &graph, pipeline.passes.len())?;
+    let pm = PassManager::new(pipeline.clone()).verify_each(!flags.no_verify_each);
+    let result = pm.run(&mut graph, &mut inst);
+    inst.finish();
+    match result {
+        Ok(report) => {
+            if flags.timing {
+                instrument::print_timing(&report);
+            }
+            if flags.pass_statistics {
+                instrument::print_statistics(&report);
+            }
+            if let Some(e) = inst.dump_error {
+                return Err(e);
+            }
+            Ok(graph)
+        }
+        Err(e) => {
+            if let tessera_passes::Failure::Verify(errors) = &e.failure {
+                let notes: Vec<_> = errors
+                    .iter()
+                    .map(|v| (v.entity, v.message.clone()))
+                    .collect();
+                let _ = std::io::Write::write_all(
+                    &mut std::io::stderr(),
+                    text::print_annotated(&graph, &notes).as_bytes(),
+                );
+            }
+            let repro = &flags.crash_reproducer;
+            match instrument::write_reproducer(repro, &e.pass, &e.input) {
+                Ok(()) => Err(anyhow::anyhow!(
+                    "{}: {e}\nreproducer written to {} (replay: tessera opt --run-reproducer {})",
+                    origin.display(),
+                    repro.display(),
+                    repro.display()
+                )),
+                Err(w) => Err(anyhow::anyhow!(
+                    "{}: {e}\n(and the reproducer could not be written: {w:#})",
+                    origin.display()
+                )),
+            }
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The pass instrumentation of the command line, shared by every command that runs passes:
+//! IR printing before/after passes, numbered IR dumps, timing and statistics reports, crash
+//! reproducers and a progress bar. The flags mirror `mlir-opt`'s.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tessera_ir::{Graph, text};
+use tessera_passes::{Failure, Instrumentation, PassSpec, Report};
+
+/// Instrumentation flags (flattened into every command that runs passes).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PassFlags {
+    /// Print the IR before the named passes (comma-separated pass names).
+    #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
+    pub print_ir_before: Vec<String>,
+    /// Print the IR after the named passes (comma-separated pass names).
+    #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
+    pub print_ir_after: Vec<String>,
+    /// Print the IR before every pass.
+    #[arg(long)]
+    pub print_ir_before_all: bool,
+    /// Print the IR after every pass.
+    #[arg(long)]
+    pub print_ir_after_all: bool,
+    /// Print the IR after a pass only when it changed the IR (with --print-ir-after or
+    /// --print-ir-after-all; alone, after every pass that changed it).
+    #[arg(long)]
+    pub print_ir_after_change: bool,
+    /// Print the IR after a pass that failed, as the pass left it.
+    #[arg(long)]
+    pub print_ir_after_failure: bool,
+    /// Write the input IR and the IR after every pass to numbered files in DIR
+    /// (`00-input.tir`, `01-after-canonicalize.tir`, ...), each a valid input of `tessera opt`.
+    #[arg(long, value_name = "DIR")]
+    pub ir_dump_dir: Option<PathBuf>,
+    /// Print a table of wall time per pass and in total.
+    #[arg(long)]
+    pub timing: bool,
+    /// Print the counters every pass reports.
+    #[arg(long)]
+    pub pass_statistics: bool,
+    /// Do not run the verifier after each pass (it runs by default).
+    #[arg(long)]
+    pub no_verify_each: bool,
+    /// Where to write the crash reproducer when a pass fails or panics (the IR the pass
+    /// started from, and the pipeline); replay it with `tessera opt --run-reproducer FILE`.
+    #[arg(
+        long,
+        value_name = "FILE.tir",
+        default_value = "tessera-reproducer.tir"
+    )]
+    pub crash_reproducer: PathBuf,
+}
+
+/// The line that starts a reproducer file; the pipeline follows it.
+pub const REPRODUCER_HEADER: &str = "// tessera-reproducer: --passes ";
+
+/// Prints and dumps as the flags ask. Errors writing dumps are kept and reported after the
+/// pipeline (the pass manager's hooks cannot fail).
+pub struct CliInstrumentation<'a> {
+    flags: &'a PassFlags,
+    before: BTreeSet<String>,
+    after: BTreeSet<String>,
+    progress: Option<indicatif::ProgressBar>,
+    /// The first error writing a dump.
+    pub dump_error: Option<anyhow::Error>,
+}
+
+impl<'a> CliInstrumentation<'a> {
+    /// Instrumentation for `flags`; shows a progress bar on a terminal for long pipelines on
+    /// large graphs.
+    pub fn new(flags: &'a PassFlags, graph: &Graph, passes: usize) -> Result<Self> {
+        let progress = (std::io::IsTerminal::is_terminal(&std::io::stderr())
+            && graph.ops().len() >= 2000)
+            .then(|| {
+                let bar = indicatif::ProgressBar::new(passes as u64);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} pass {pos}/{len} {msg} [{elapsed}]",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                );
+                bar
+            });
+        let me = CliInstrumentation {
+            flags,
+            before: flags.print_ir_before.iter().cloned().collect(),
+            after: flags.print_ir_after.iter().cloned().collect(),
+            progress,
+            dump_error: None,
+        };
+        for name in me.before.iter().chain(&me.after) {
+            if tessera_passes::lookup(name).is_none() {
+                let names: Vec<&str> = tessera_passes::registry().iter().map(|p| p.name).collect();
+                let hint = tessera_passes::closest(name, &names)
+                    .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
+                anyhow::bail!("--print-ir-before/--print-ir-after: unknown pass `{name}`{hint}");
+            }
+        }
+        if let Some(dir) = &flags.ir_dump_dir {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dump(dir, "00-input.tir", graph)?;
+        }
+        Ok(me)
+    }
+
+    fn print(&self, header: &str, graph: &Graph) {
+        let text = format!(
+            "// -----// IR Dump {header} //----- //\n{}\n",
+            text::print(graph)
+        );
+        let write = || {
+            let mut err = std::io::stderr().lock();
+            err.write_all(text.as_bytes())
+        };
+        match &self.progress {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+        .ok();
+    }
+
+    /// Ends the progress bar.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.progress {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn dump(dir: &Path, file: &str, graph: &Graph) -> Result<()> {
+    let path = dir.join(file);
+    text::save(graph, &path).with_context(|| format!("cannot write the IR dump {}", path.display()))
+}
+
+impl Instrumentation for CliInstrumentation<'_> {
+    fn before_pass(&mut self, index: usize, spec: &PassSpec, graph: &Graph) {
+        if let Some(bar) = &self.progress {
+            bar.set_position(index as u64);
+            bar.set_message(spec.info.name);
+        }
+        if self.flags.print_ir_before_all || self.before.contains(spec.info.name) {
+            self.print(&format!("Before {}", spec.info.name), graph);
+        }
+    }
+
+    fn after_pass(&mut self, index: usize, spec: &PassSpec, graph: &Graph, changed: bool) {
+        let name = spec.info.name;
+        let (all, only_changes) = (
+            self.flags.print_ir_after_all,
+            self.flags.print_ir_after_change,
+        );
+        // `--print-ir-after-change` narrows the selected passes to those that changed the IR;
+        // alone it selects every pass.
+        let selected = all || self.after.contains(name) || (only_changes && self.after.is_empty());
+        if selected && (changed || !only_changes) {
+            self.print(&format!("After {name}"), graph);
+        }
+        if let Some(dir) = &self.flags.ir_dump_dir
+            && self.dump_error.is_none()
+            && let Err(e) = dump(dir, &format!("{:02}-after-{name}.tir", index + 1), graph)
+        {
+            self.dump_error = Some(e);
+        }
+        if let Some(bar) = &self.progress {
+            bar.set_position(index as u64 + 1);
+        }
+    }
+
+    fn after_failure(&mut self, _index: usize, spec: &PassSpec, graph: &Graph, _failure: &Failure) {
+        if self.flags.print_ir_after_failure {
+            self.print(&format!("After Failure {}", spec.info.name), graph);
+        }
+    }
+}
+
+/// Writes a crash reproducer: the IR the failed pass started from, headed by the pipeline
+/// that reproduces the failure (the failed pass alone).
+pub fn write_reproducer(path: &Path, pipeline: &str, input: &Graph) -> Result<()> {
+    // Save through the text module (atomic, with a sidecar for large constants), then put the
+    // header line in front.
+    text::save(input, path)
+        .with_context(|| format!("cannot write the reproducer {}", path.display()))?;
+    let body = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read back {}", path.display()))?;
+    let content = format!("{REPRODUCER_HEADER}{pipeline}\n{body}");
+    crate::commands::write_atomically(path, content.as_bytes())
+}
+
+/// The pipeline of a reproducer file (its first line).
+pub fn reproducer_pipeline(path: &Path) -> Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let first = text.lines().next().unwrap_or_default();
+    first
+        .strip_prefix(REPRODUCER_HEADER)
+        .map(|p| p.trim().to_string())
+        .with_context(|| {
+            format!(
+                "{}: not a reproducer (the first line must start with `{REPRODUCER_HEADER}`)",
+                path.display()
+            )
+        })
+}
+
+/// Prints the timing report, like `-mlir-timing`.
+pub fn print_timing(report: &Report) {
+    let total = report.total.as_secs_f64();
+    let verify: f64 = report
+        .runs
+        .iter()
+        .map(|r| r.verify_elapsed.as_secs_f64())
+        .sum();
+    let pct = |t: f64| if total > 0.0 { 100.0 * t / total } else { 0.0 };
+    let mut s = String::new();
+    s.push_str("===-------------------------------------------------------------------------===\n");
+    s.push_str("                         ... Execution time report ...\n");
+    s.push_str("===-------------------------------------------------------------------------===\n");
+    s.push_str(&format!("  Total Execution Time: {total:.4} seconds\n\n"));
+    s.push_str("  ----Wall Time----  ----Name----\n");
+    for r in &report.runs {
+        let t = r.elapsed.as_secs_f64();
+        s.push_str(&format!("  {t:>8.4} ({:>5.1}%)  {}\n", pct(t), r.name));
+    }
+    s.push_str(&format!(
+        "  {verify:>8.4} ({:>5.1}%)  (verifier)\n",
+        pct(verify)
+    ));
+    s.push_str(&format!("  {total:>8.4} ({:>5.1}%)  Total\n", 100.0));
+    let _ = std::io::stderr().write_all(s.as_bytes());
+}
+
+/// Prints every pass's counters, like `-mlir-pass-statistics`.
+pub fn print_statistics(report: &Report) {
+    let mut s = String::new();
+    s.push_str("===-------------------------------------------------------------------------===\n");
+    s.push_str("                         ... Pass statistics report ...\n");
+    s.push_str("===-------------------------------------------------------------------------===\n");
+    for r in &report.runs {
+        s.push_str(r.name);
+        s.push('\n');
+        for (name, doc, n) in r.stats.entries() {
+            s.push_str(&format!("  (S) {n:>6} {name} - {doc}\n"));
+        }
+    }
+    let _ = std::io::stderr().write_all(s.as_bytes());
+}
