@@ -110,6 +110,9 @@ fn import_with(
         path,
     );
     cx.import_main(graph, options)?;
+    // Initializers read only at import time (shapes, axes) and values folded away leave
+    // dead `const` ops behind.
+    tessera_passes::dce(&mut cx.g, &mut tessera_passes::Statistics::default());
     Ok(cx.g)
 }
 

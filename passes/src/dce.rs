@@ -24,7 +24,7 @@ impl Pass for Dce {
 }
 
 /// Removes dead ops and unused constants; returns whether anything was removed.
-pub(crate) fn dce(graph: &mut Graph, stats: &mut Statistics) -> bool {
+pub fn dce(graph: &mut Graph, stats: &mut Statistics) -> bool {
     let mut live: BTreeSet<ValueId> = graph.outputs().iter().copied().collect();
     let mut keep = Vec::with_capacity(graph.ops().len());
     for &o in graph.ops().iter().rev() {

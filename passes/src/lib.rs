@@ -23,6 +23,7 @@ mod registry;
 mod shape_infer;
 mod util;
 
+pub use dce::dce;
 pub use manager::{
     Failure, Instrumentation, NoInstrumentation, PassManager, PassRun, PipelineError, Report,
 };
