@@ -8,7 +8,6 @@
 //! - [`summary`]: the printed summary of a tensor;
 //! - [`check`]: the one place the IR verifier is called.
 
-pub mod check;
 pub mod cli;
 pub mod commands;
 pub mod instrument;

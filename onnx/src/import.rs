@@ -468,27 +468,17 @@ impl<'p> Ctx<'p> {
     }
 
     fn unique_value_name(&mut self, name: &str) -> String {
-        let base = if name.is_empty() { "v" } else { name };
-        let mut candidate = base.to_string();
-        let mut i = 1;
-        while self.value_names.contains(&candidate) {
-            candidate = format!("{base}_{i}");
-            i += 1;
-        }
-        self.value_names.insert(candidate.clone());
-        candidate
+        unique_name(
+            &mut self.value_names,
+            if name.is_empty() { "v" } else { name },
+        )
     }
 
     fn unique_const_name(&mut self, name: &str) -> String {
-        let base = if name.is_empty() { "const" } else { name };
-        let mut candidate = base.to_string();
-        let mut i = 1;
-        while self.const_names.contains(&candidate) {
-            candidate = format!("{base}_{i}");
-            i += 1;
-        }
-        self.const_names.insert(candidate.clone());
-        candidate
+        unique_name(
+            &mut self.const_names,
+            if name.is_empty() { "const" } else { name },
+        )
     }
 
     /// The IR value of an ONNX name; an initializer becomes a `const` op here.
@@ -630,6 +620,18 @@ impl<'p> Ctx<'p> {
     pub(crate) fn emit1(&mut self, op: Op, operands: &[ValueId]) -> Result<ValueId, String> {
         Ok(self.emit(op, operands)?[0])
     }
+}
+
+/// `base`, or `base_1`, `base_2`, ... : the first not in `taken`, which it joins.
+fn unique_name(taken: &mut BTreeSet<String>, base: &str) -> String {
+    let mut candidate = base.to_string();
+    let mut i = 1;
+    while taken.contains(&candidate) {
+        candidate = format!("{base}_{i}");
+        i += 1;
+    }
+    taken.insert(candidate.clone());
+    candidate
 }
 
 /// The IR type of a graph input's declared type. Unknown extents become fresh symbols.

@@ -15,8 +15,6 @@ use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, text};
 use tessera_onnx::ImportOptions;
 
-use crate::check;
-
 /// One `--input-shape NAME=D0xD1x...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InputShape {
@@ -78,7 +76,7 @@ pub(crate) fn check_readable(path: &Path) -> Result<()> {
 }
 
 fn verified(graph: Graph, path: &Path, what: &str) -> Result<Graph> {
-    if let Err(findings) = check::verify(&graph) {
+    if let Err(findings) = tessera_ir::verify::verify(&graph) {
         let notes: Vec<_> = findings
             .iter()
             .map(|f| (f.entity, f.message.clone()))

@@ -307,10 +307,42 @@ pub(crate) fn save(graph: &Graph, path: &Path) -> Result<(), SaveError> {
     if !views.is_empty() {
         // safetensors sorts tensors by dtype alignment then name, and writes no other
         // metadata, so equal graphs give equal bytes.
-        let bytes = safetensors::serialize(views, None).map_err(|e| side_err(e.to_string()))?;
-        write_atomic(&side, &bytes)?;
+        // The serializer streams tensor data to the file, so saving needs no second copy of
+        // the weights in memory.
+        write_sidecar(&side, views).map_err(side_err)?;
     }
     write_atomic(path, text.as_bytes())
+}
+
+/// Streams the safetensors file into a private temporary folder next to `path`, gives it the
+/// permissions a plain create would (or those of the file it replaces), syncs it and renames
+/// it over `path`.
+fn write_sidecar(path: &Path, views: Vec<(String, ConstView<'_>)>) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".tessera-")
+        .tempdir_in(dir)
+        .map_err(|e| format!("cannot create a temporary folder in {}: {e}", dir.display()))?;
+    let staged = tmp.path().join("sidecar.safetensors");
+    safetensors::serialize_to_file(views, None, &staged).map_err(|e| e.to_string())?;
+    // A plain create's mode (the umask applied) unless an existing file's mode is kept.
+    let mode = match std::fs::metadata(path) {
+        Ok(m) => m.permissions(),
+        Err(_) => {
+            let probe = tmp.path().join("probe");
+            std::fs::File::create(&probe)
+                .and_then(|f| f.metadata())
+                .map(|m| m.permissions())
+                .map_err(|e| e.to_string())?
+        }
+    };
+    let file = std::fs::File::open(&staged).map_err(|e| e.to_string())?;
+    file.set_permissions(mode).map_err(|e| e.to_string())?;
+    file.sync_all().map_err(|e| e.to_string())?;
+    std::fs::rename(&staged, path).map_err(|e| e.to_string())
 }
 
 /// Writes a temporary file next to `path`, then renames it over `path`.
