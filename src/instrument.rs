@@ -43,8 +43,12 @@ pub struct PassFlags {
     /// Print the counters every pass reports.
     #[arg(long)]
     pub pass_statistics: bool,
-    /// Do not run the verifier after each pass (it runs by default).
-    #[arg(long)]
+    /// Run the verifier after each pass (the default; the last of --verify-each and
+    /// --no-verify-each wins).
+    #[arg(long, overrides_with = "no_verify_each")]
+    pub verify_each: bool,
+    /// Do not run the verifier after each pass.
+    #[arg(long, overrides_with = "verify_each")]
     pub no_verify_each: bool,
     /// Where to write the crash reproducer when a pass fails or panics (the IR the pass
     /// started from, and the pipeline); replay it with `tessera opt --run-reproducer FILE`.

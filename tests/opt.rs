@@ -312,10 +312,17 @@ fn pipeline_and_usage_errors() {
         .assert()
         .code(1)
         .stderr(contains("not a reproducer"));
-    // --no-verify-each is accepted and the result is still right.
-    tessera()
-        .args(["opt", &input, "--passes", "cse", "--no-verify-each"])
-        .assert()
-        .success()
-        .stdout(contains("%y = add %p, %p"));
+    // --no-verify-each and --verify-each are accepted (the last wins) and the result is
+    // still right.
+    for flags in [
+        ["--no-verify-each", "--verify-each"],
+        ["--verify-each", "--no-verify-each"],
+    ] {
+        tessera()
+            .args(["opt", &input, "--passes", "cse"])
+            .args(flags)
+            .assert()
+            .success()
+            .stdout(contains("%y = add %p, %p"));
+    }
 }

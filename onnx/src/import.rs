@@ -11,7 +11,7 @@ use tessera_ir::{Constant, Dim, Graph, Op, Tensor, TensorType, ValueId};
 use crate::decode::{self, ExternalFiles};
 use crate::ops::{self, Node};
 use crate::proto::{GraphProto, ModelProto, TensorProto, tensor_shape_proto, type_proto};
-use crate::{ImportError, ImportOptions, OPSET_RANGE, Unsupported};
+use crate::{IR_VERSION_RANGE, ImportError, ImportOptions, OPSET_RANGE, Unsupported};
 
 /// Results with at most this many elements are folded when every operand is known.
 pub(crate) const FOLD_LIMIT: u64 = 1 << 16;
@@ -144,6 +144,18 @@ fn check_supported(
             .or_insert((opset, 0, first.to_string()));
         e.1 += 1;
     };
+    if !IR_VERSION_RANGE.contains(&model.ir_version()) {
+        let (lo, hi) = (IR_VERSION_RANGE.start(), IR_VERSION_RANGE.end());
+        note(
+            "ai.onnx",
+            format!(
+                "IR version {} (supported: {lo} to {hi})",
+                model.ir_version()
+            ),
+            opset,
+            "model",
+        );
+    }
     if !OPSET_RANGE.contains(&opset) {
         note(
             "ai.onnx",

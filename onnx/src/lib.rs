@@ -35,6 +35,10 @@ pub use import::{import_bytes, import_file, model_inputs};
 pub use ops::supported_ops;
 
 /// The default-domain opsets the importer accepts.
+/// The ONNX IR versions the importer accepts (3, the first with typed attributes, to 14, the
+/// version onnx 1.23 writes).
+pub const IR_VERSION_RANGE: std::ops::RangeInclusive<i64> = 3..=14;
+
 /// Opsets 26 to 28 changed the supported operators only by adding element types and attributes
 /// that the importer handles (SpaceToDepth's `mode`, Range's `stash_type`).
 pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 7..=28;
