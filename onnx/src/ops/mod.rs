@@ -434,3 +434,18 @@ pub(crate) fn transpose(cx: &mut Ctx<'_>, v: ValueId, perm: Vec<usize>) -> Resul
     }
     cx.emit1(tessera_ir::Op::Transpose { perm }, &[v])
 }
+
+/// `op(x)` for a unary elementwise op.
+pub(crate) fn un(cx: &mut Ctx<'_>, op: tessera_ir::UnaryOp, x: ValueId) -> Result<ValueId, String> {
+    cx.emit1(tessera_ir::Op::Unary(op), &[x])
+}
+
+/// `op(a, b)` for a binary elementwise op (broadcasting).
+pub(crate) fn bin(
+    cx: &mut Ctx<'_>,
+    op: tessera_ir::BinaryOp,
+    a: ValueId,
+    b: ValueId,
+) -> Result<ValueId, String> {
+    cx.emit1(tessera_ir::Op::Binary(op), &[a, b])
+}
