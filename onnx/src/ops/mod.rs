@@ -9,6 +9,7 @@ mod control;
 mod elementwise;
 mod index;
 mod linalg;
+mod loss;
 mod nn;
 mod reduce;
 mod rnn;
@@ -50,6 +51,7 @@ fn registry() -> &'static Registry {
         elementwise::register(&mut r);
         index::register(&mut r);
         linalg::register(&mut r);
+        loss::register(&mut r);
         nn::register(&mut r);
         reduce::register(&mut r);
         rnn::register(&mut r);
