@@ -4,7 +4,9 @@
 
 use tessera_ir::{BinaryOp, ElemType, Op, UnaryOp, ValueId};
 
-use super::{Node, Registry, cast_to, elem, input, inputs, known_input, opt_input, scalar};
+use super::{
+    Node, Registry, bin, cast_to, elem, input, inputs, known_input, opt_input, scalar, un,
+};
 use crate::import::Ctx;
 
 pub(crate) fn register(r: &mut Registry) {
@@ -27,6 +29,66 @@ pub(crate) fn register(r: &mut Registry) {
         "Softsign" => UnaryOp::Softsign, "Mish" => UnaryOp::Mish, "HardSwish" => UnaryOp::HardSwish,
         "Not" => UnaryOp::Not, "IsNaN" => UnaryOp::IsNan,
     }
+    r.add("Sinh", 9, |cx, n| hyperbolic(cx, n, Hyperbolic::Sinh));
+    r.add("Cosh", 9, |cx, n| hyperbolic(cx, n, Hyperbolic::Cosh));
+    r.add("Asinh", 9, |cx, n| hyperbolic(cx, n, Hyperbolic::Asinh));
+    r.add("Acosh", 9, |cx, n| hyperbolic(cx, n, Hyperbolic::Acosh));
+    r.add("Atanh", 9, |cx, n| hyperbolic(cx, n, Hyperbolic::Atanh));
+    r.add("IsInf", 10, is_inf);
+    r.add("Swish", 24, |cx, n| {
+        // Swish-24: `x * sigmoid(alpha * x)`, alpha default 1.
+        let alpha = f64::from(n.attr_f_or("alpha", 1.0)?);
+        let x = input(cx, n, 0)?;
+        let a = scalar(cx, elem(cx, x), alpha)?;
+        let ax = bin(cx, BinaryOp::Mul, a, x)?;
+        let s = un(cx, UnaryOp::Sigmoid, ax)?;
+        Ok(vec![bin(cx, BinaryOp::Mul, x, s)?])
+    });
+    r.add("ThresholdedRelu", 10, |cx, n| {
+        // ThresholdedRelu-10: `x if x > alpha else 0`, alpha default 1.
+        let alpha = f64::from(n.attr_f_or("alpha", 1.0)?);
+        let x = input(cx, n, 0)?;
+        let a = scalar(cx, elem(cx, x), alpha)?;
+        let zero = scalar(cx, elem(cx, x), 0.0)?;
+        let keep = bin(cx, BinaryOp::Greater, x, a)?;
+        Ok(vec![cx.emit1(Op::Select, &[keep, x, zero])?])
+    });
+    r.add("Celu", 12, |cx, n| {
+        // Celu-12: `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`, which is
+        // `alpha * elu(x / alpha)` with elu's alpha 1.
+        let alpha = f64::from(n.attr_f_or("alpha", 1.0)?);
+        if alpha == 0.0 {
+            return Err("attribute `alpha` must not be 0".into());
+        }
+        let x = input(cx, n, 0)?;
+        let a = scalar(cx, elem(cx, x), alpha)?;
+        let xa = bin(cx, BinaryOp::Div, x, a)?;
+        let e = un(cx, UnaryOp::Elu { alpha: 1.0 }, xa)?;
+        Ok(vec![bin(cx, BinaryOp::Mul, a, e)?])
+    });
+    r.add("Shrink", 9, |cx, n| {
+        // Shrink-9: `x + bias if x < -lambd`, `x - bias if x > lambd`, else 0.
+        let lambd = f64::from(n.attr_f_or("lambd", 0.5)?);
+        let bias = f64::from(n.attr_f_or("bias", 0.0)?);
+        let x = input(cx, n, 0)?;
+        let t = elem(cx, x);
+        let (lo, hi) = (scalar(cx, t, -lambd)?, scalar(cx, t, lambd)?);
+        let (b, zero) = (scalar(cx, t, bias)?, scalar(cx, t, 0.0)?);
+        let below = bin(cx, BinaryOp::Less, x, lo)?;
+        let above = bin(cx, BinaryOp::Greater, x, hi)?;
+        let plus = bin(cx, BinaryOp::Add, x, b)?;
+        let minus = bin(cx, BinaryOp::Sub, x, b)?;
+        let upper = cx.emit1(Op::Select, &[above, minus, zero])?;
+        Ok(vec![cx.emit1(Op::Select, &[below, plus, upper])?])
+    });
+    r.add("CastLike", 15, |cx, n| {
+        // CastLike-15/19/21: Cast to the element type of input 1 (`saturate` only matters
+        // for float8 targets, which the IR lacks).
+        let x = input(cx, n, 0)?;
+        let like = input(cx, n, 1)?;
+        let to = elem(cx, like);
+        Ok(vec![cast_to(cx, x, to)?])
+    });
     r.add("Gelu", 20, |cx, n| {
         let x = input(cx, n, 0)?;
         let tanh = match n.attr_s("approximate")?.as_deref() {
@@ -91,10 +153,8 @@ pub(crate) fn register(r: &mut Registry) {
     });
     r.add("Mod", 10, |cx, n| {
         let fmod = n.attr_i_or("fmod", 0)?;
-        let x = input(cx, n, 0)?;
-        if fmod == 0 && elem(cx, x).is_float() {
-            return Err("fmod = 0 is not defined for floating-point inputs (use fmod = 1)".into());
-        }
+        // fmod = 0 is Python's `%` (the sign of the divisor), which is the IR's `mod` for
+        // integers and floats alike; fmod = 1 is C's `fmod` (the sign of the dividend).
         binary(
             cx,
             n,
@@ -130,8 +190,12 @@ pub(crate) fn register(r: &mut Registry) {
     });
     r.add("Identity", 1, |cx, n| Ok(vec![input(cx, n, 0)?]));
     r.add("Dropout", 1, |cx, n| {
-        // Inference: the data passes through; the optional mask is all true.
+        // Inference: the data passes through; the optional mask is all true. Training mode
+        // (opset 12+: input 2 true) drops at random unless the ratio (input 1) is 0.
         let x = input(cx, n, 0)?;
+        if dropout_training(cx, n)? {
+            return Err("training-mode Dropout is not supported".into());
+        }
         let mut outs = vec![x];
         if n.num_outputs() > 1 {
             let shape = cx.ty(x).shape.clone();
@@ -146,6 +210,25 @@ pub(crate) fn register(r: &mut Registry) {
         }
         Ok(outs)
     });
+}
+
+/// Whether a Dropout node (opset 12+: `Dropout(data, ratio, training_mode)`) drops values:
+/// `training_mode` is true and the ratio (default 0.5) is not 0. An unknown training mode or
+/// an unknown ratio in training mode is an error.
+fn dropout_training(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<bool, String> {
+    if !n.has_input(2) {
+        return Ok(false);
+    }
+    let mode =
+        known_input(cx, n, 2).ok_or("input 2 (training_mode) must be known at import time")?;
+    if mode.to_f64_vec().first().is_none_or(|&m| m == 0.0) {
+        return Ok(false);
+    }
+    if !n.has_input(1) {
+        return Ok(true);
+    }
+    let ratio = known_input(cx, n, 1).ok_or("training-mode Dropout is not supported")?;
+    Ok(ratio.to_f64_vec().first().is_none_or(|&r| r != 0.0))
 }
 
 fn binary(cx: &mut Ctx<'_>, n: &Node<'_>, op: BinaryOp) -> Result<Vec<ValueId>, String> {
@@ -170,6 +253,15 @@ fn variadic(cx: &mut Ctx<'_>, n: &Node<'_>, op: BinaryOp) -> Result<Vec<ValueId>
     Ok(vec![acc])
 }
 
+/// ONNX Clip is `min(max(x, min), max)`, so `min > max` makes every value `max`: the IR's
+/// `clip` requires `min <= max`, and `[max, max]` gives the same result.
+fn ordered_bounds(min: Option<f64>, max: Option<f64>) -> (Option<f64>, Option<f64>) {
+    match (min, max) {
+        (Some(lo), Some(hi)) if lo > hi => (Some(hi), Some(hi)),
+        other => other,
+    }
+}
+
 /// Clip: bounds are attributes before opset 11 and optional inputs after. Known bounds become
 /// the `clip` op's attributes; bounds computed at run time become `max`/`min` ops.
 fn clip(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
@@ -177,6 +269,7 @@ fn clip(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
     if cx.opset < 11 {
         let min = n.attr_f("min")?.map(f64::from);
         let max = n.attr_f("max")?.map(f64::from);
+        let (min, max) = ordered_bounds(min, max);
         return Ok(vec![cx.emit1(Op::Clip { min, max }, &[x])?]);
     }
     let mut bounds = [None, None];
@@ -187,22 +280,132 @@ fn clip(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
             _ => dynamic[i] = opt_input(cx, n, i + 1)?,
         }
     }
-    let mut y = if bounds.iter().any(Option::is_some) || dynamic.iter().all(Option::is_none) {
-        cx.emit1(
-            Op::Clip {
-                min: bounds[0],
-                max: bounds[1],
-            },
-            &[x],
-        )?
-    } else {
-        x
-    };
+    if dynamic.iter().all(Option::is_none) {
+        let (min, max) = ordered_bounds(bounds[0], bounds[1]);
+        return Ok(vec![cx.emit1(Op::Clip { min, max }, &[x])?]);
+    }
+    // A bound computed at run time: the lower bound first, then the upper one.
+    let mut y = x;
     if let Some(lo) = dynamic[0] {
         y = cx.emit1(Op::Binary(BinaryOp::Max), &[y, lo])?;
+    } else if bounds[0].is_some() {
+        y = cx.emit1(
+            Op::Clip {
+                min: bounds[0],
+                max: None,
+            },
+            &[y],
+        )?;
     }
     if let Some(hi) = dynamic[1] {
         y = cx.emit1(Op::Binary(BinaryOp::Min), &[y, hi])?;
+    } else if bounds[1].is_some() {
+        y = cx.emit1(
+            Op::Clip {
+                min: None,
+                max: bounds[1],
+            },
+            &[y],
+        )?;
     }
+    Ok(vec![y])
+}
+
+/// The hyperbolic functions the IR lacks, composed from exp, log and sqrt (ONNX opset 9):
+/// `sinh = (e^x - e^-x) / 2`, `cosh = (e^x + e^-x) / 2`, `asinh = ln(x + sqrt(x^2 + 1))`,
+/// `acosh = ln(x + sqrt(x^2 - 1))`, `atanh = ln((1 + x) / (1 - x)) / 2`.
+#[derive(Clone, Copy)]
+enum Hyperbolic {
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+fn hyperbolic(cx: &mut Ctx<'_>, n: &Node<'_>, f: Hyperbolic) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let t = elem(cx, x);
+    if !t.is_float() {
+        return Err(format!("input must be floating-point, got {t}"));
+    }
+    let one = scalar(cx, t, 1.0)?;
+    let half = scalar(cx, t, 0.5)?;
+    let y = match f {
+        Hyperbolic::Sinh | Hyperbolic::Cosh => {
+            let ep = un(cx, UnaryOp::Exp, x)?;
+            let nx = un(cx, UnaryOp::Neg, x)?;
+            let en = un(cx, UnaryOp::Exp, nx)?;
+            let op = if matches!(f, Hyperbolic::Sinh) {
+                BinaryOp::Sub
+            } else {
+                BinaryOp::Add
+            };
+            let s = bin(cx, op, ep, en)?;
+            bin(cx, BinaryOp::Mul, s, half)?
+        }
+        Hyperbolic::Asinh | Hyperbolic::Acosh => {
+            let x2 = bin(cx, BinaryOp::Mul, x, x)?;
+            let op = if matches!(f, Hyperbolic::Asinh) {
+                BinaryOp::Add
+            } else {
+                BinaryOp::Sub
+            };
+            let r = bin(cx, op, x2, one)?;
+            let r = un(cx, UnaryOp::Sqrt, r)?;
+            let s = bin(cx, BinaryOp::Add, x, r)?;
+            un(cx, UnaryOp::Log, s)?
+        }
+        Hyperbolic::Atanh => {
+            let num = bin(cx, BinaryOp::Add, one, x)?;
+            let den = bin(cx, BinaryOp::Sub, one, x)?;
+            let q = bin(cx, BinaryOp::Div, num, den)?;
+            let l = un(cx, UnaryOp::Log, q)?;
+            bin(cx, BinaryOp::Mul, l, half)?
+        }
+    };
+    Ok(vec![y])
+}
+
+/// IsInf-10: true where `x` is +inf (when `detect_positive`, default 1) or -inf (when
+/// `detect_negative`, default 1); compares with the infinities.
+fn is_inf(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let pos = n.attr_i_or("detect_positive", 1)? != 0;
+    let neg = n.attr_i_or("detect_negative", 1)? != 0;
+    let x = input(cx, n, 0)?;
+    let t = elem(cx, x);
+    if !t.is_float() {
+        return Err(format!("input must be floating-point, got {t}"));
+    }
+    let y = match (pos, neg) {
+        (true, true) => {
+            let a = un(cx, UnaryOp::Abs, x)?;
+            let inf = scalar(cx, t, f64::INFINITY)?;
+            bin(cx, BinaryOp::Equal, a, inf)?
+        }
+        (true, false) | (false, true) => {
+            let inf = scalar(
+                cx,
+                t,
+                if pos {
+                    f64::INFINITY
+                } else {
+                    f64::NEG_INFINITY
+                },
+            )?;
+            bin(cx, BinaryOp::Equal, x, inf)?
+        }
+        (false, false) => {
+            let shape = cx.ty(x).shape.clone();
+            cx.emit1(
+                Op::Fill {
+                    shape,
+                    elem: ElemType::Bool,
+                    value: tessera_ir::Scalar::Int(0),
+                },
+                &[],
+            )?
+        }
+    };
     Ok(vec![y])
 }

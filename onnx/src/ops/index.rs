@@ -1,12 +1,21 @@
 //! Indexing ONNX ops: Gather, GatherElements, GatherND, ScatterElements (and the deprecated
-//! Scatter), ScatterND, TopK, Trilu, CumSum, ArgMax and ArgMin.
+//! Scatter), ScatterND, TopK, Trilu, CumSum, ArgMax and ArgMin; the index-generated OneHot
+//! and EyeLike, and CenterCropPad (a pad whose negative pads crop).
 
-use tessera_ir::{ArgKind, Op, ScatterReduction, ValueId};
+use tessera_ir::{
+    ArgKind, BinaryOp, Dim, ElemType, Op, PadMode, Scalar, ScatterReduction, Tensor, ValueId,
+};
 
-use super::{Node, Registry, const_ints, input, norm_axis};
+use super::{
+    Node, Registry, bin, cast_to, const_ints, constant, input, norm_axes, norm_axis, reshape,
+    scalar, slice_axis,
+};
 use crate::import::Ctx;
 
 pub(crate) fn register(r: &mut Registry) {
+    r.add("OneHot", 9, one_hot);
+    r.add("EyeLike", 9, eye_like);
+    r.add("CenterCropPad", 18, center_crop_pad);
     r.add("Gather", 1, |cx, n| {
         let (x, i) = (input(cx, n, 0)?, input(cx, n, 1)?);
         let axis = norm_axis(n.attr_i_or("axis", 0)?, cx.ty(x).rank())?;
@@ -113,4 +122,143 @@ fn arg_reduce(cx: &mut Ctx<'_>, n: &Node<'_>, kind: ArgKind) -> Result<Vec<Value
         select_last: n.attr_i_or("select_last_index", 0)? != 0,
     };
     Ok(vec![cx.emit1(op, &[x])?])
+}
+
+/// An i64 `0..len` laid along axis `axis` of a rank-`rank` tensor (extent 1 elsewhere).
+fn iota(cx: &mut Ctx<'_>, len: u64, axis: usize, rank: usize) -> Result<ValueId, String> {
+    let mut shape = vec![1usize; rank];
+    shape[axis] = usize::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
+    let data = (0..len as i64).collect::<Vec<_>>();
+    let a =
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), data).map_err(|e| e.to_string())?;
+    Ok(constant(cx, Tensor::I64(a)))
+}
+
+/// OneHot-9/11: for indices `[d...]`, depth D (known) and values `[off, on]`, the result
+/// has a new axis of extent D at `axis` (default -1) and is `on` where the position along it
+/// equals the index, `off` elsewhere. Negative indices count from D; indices still out of
+/// range match nothing. Non-integer indices are truncated.
+fn one_hot(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let indices = input(cx, n, 0)?;
+    let depth = match super::const_input(cx, n, 1, "depth")? {
+        t if t.len() == 1 => t.to_f64_vec()[0],
+        t => {
+            return Err(format!(
+                "input 1 (depth) must hold one value, got {} values",
+                t.len()
+            ));
+        }
+    };
+    if !(depth >= 1.0 && depth <= i64::MAX as f64) {
+        return Err(format!("input 1 (depth) must be positive, got {depth}"));
+    }
+    let depth = depth as u64;
+    let values = input(cx, n, 2)?;
+    let ity = cx.ty(indices).clone();
+    let rank = ity.rank() + 1;
+    let axis = norm_axis(n.attr_i_or("axis", -1)?, rank)?;
+    let idx = cast_to(cx, indices, ElemType::I64)?;
+    let zero = scalar(cx, ElemType::I64, 0.0)?;
+    let d = scalar(cx, ElemType::I64, depth as f64)?;
+    let negative = bin(cx, BinaryOp::Less, idx, zero)?;
+    let wrapped = bin(cx, BinaryOp::Add, idx, d)?;
+    let idx = cx.emit1(Op::Select, &[negative, wrapped, idx])?;
+    let mut shape = ity.shape.clone();
+    shape.insert(axis, Dim::Static(1));
+    let idx = reshape(cx, idx, shape)?;
+    let positions = iota(cx, depth, axis, rank)?;
+    let hot = bin(cx, BinaryOp::Equal, idx, positions)?;
+    if cx.ty(values).rank() != 1 || cx.ty(values).shape[0] != Dim::Static(2) {
+        return Err(format!(
+            "input 2 (values) must be [off_value, on_value], got {}",
+            cx.ty(values)
+        ));
+    }
+    let off = slice_axis(cx, values, 0, 0, 1)?;
+    let on = slice_axis(cx, values, 0, 1, 2)?;
+    Ok(vec![cx.emit1(Op::Select, &[hot, on, off])?])
+}
+
+/// EyeLike-9/22: a 2-D tensor of the input's (static) shape, 1 where `col - row == k`
+/// (default 0) and 0 elsewhere, of element type `dtype` (default: the input's).
+fn eye_like(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let ty = cx.ty(x).clone();
+    let elem = match n.attr_i("dtype")? {
+        Some(code) => crate::decode::elem_type(
+            i32::try_from(code).map_err(|_| format!("bad element type code {code}"))?,
+        )?,
+        None => ty.elem,
+    };
+    if ty.rank() != 2 {
+        return Err(format!("input must be 2-D, got {ty}"));
+    }
+    let dims = ty
+        .shape
+        .iter()
+        .map(|d| {
+            d.as_static()
+                .ok_or_else(|| format!("input {ty} has a symbolic extent"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let k = n.attr_i_or("k", 0)?;
+    let rows = iota(cx, dims[0], 0, 2)?;
+    let cols = iota(cx, dims[1], 1, 2)?;
+    let diff = bin(cx, BinaryOp::Sub, cols, rows)?;
+    let k = scalar(cx, ElemType::I64, k as f64)?;
+    let on = bin(cx, BinaryOp::Equal, diff, k)?;
+    Ok(vec![cast_to(cx, on, elem)?])
+}
+
+/// CenterCropPad-18: each listed axis (`axes`, default all) is cropped or zero-padded to
+/// the known target extent, centered: a difference `d` is split as `d / 2` (rounded down)
+/// before and the rest after. One `pad`, whose negative pads crop.
+fn center_crop_pad(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let ty = cx.ty(x).clone();
+    let rank = ty.rank();
+    let target = const_ints(cx, n, 1, "shape")?;
+    let axes = match n.attr_ints("axes")? {
+        Some(a) => a,
+        None => (0..rank as i64).collect(),
+    };
+    if axes.len() != target.len() {
+        return Err(format!(
+            "input 1 (shape) has {} entries for {} axes",
+            target.len(),
+            axes.len()
+        ));
+    }
+    let mut pads = vec![0i64; 2 * rank];
+    let mut axis_list = Vec::with_capacity(axes.len());
+    for (&a, &want) in axes.iter().zip(&target) {
+        let a = norm_axis(a, rank)?;
+        axis_list.push(a as i64);
+        let have = ty.shape[a]
+            .as_static()
+            .and_then(|d| i64::try_from(d).ok())
+            .ok_or_else(|| format!("input {ty} has a symbolic extent on axis {a}"))?;
+        if want < 0 {
+            return Err(format!("target extent {want} is negative"));
+        }
+        let d = want - have;
+        // Rounds toward -inf for crops (d < 0), as the spec's `floor(|d| / 2)` before.
+        let before = if d >= 0 { d / 2 } else { -((-d) / 2) };
+        pads[a] = before;
+        pads[rank + a] = d - before;
+    }
+    norm_axes(&axis_list, rank)?;
+    let value = if ty.elem.is_float() {
+        Scalar::Float(0.0)
+    } else {
+        Scalar::Int(0)
+    };
+    Ok(vec![cx.emit1(
+        Op::Pad {
+            pads,
+            mode: PadMode::Constant,
+            value,
+        },
+        &[x],
+    )?])
 }

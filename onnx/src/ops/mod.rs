@@ -9,6 +9,7 @@ mod control;
 mod elementwise;
 mod index;
 mod linalg;
+mod loss;
 mod nn;
 mod reduce;
 mod rnn;
@@ -50,6 +51,7 @@ fn registry() -> &'static Registry {
         elementwise::register(&mut r);
         index::register(&mut r);
         linalg::register(&mut r);
+        loss::register(&mut r);
         nn::register(&mut r);
         reduce::register(&mut r);
         rnn::register(&mut r);
@@ -433,4 +435,19 @@ pub(crate) fn transpose(cx: &mut Ctx<'_>, v: ValueId, perm: Vec<usize>) -> Resul
         return Ok(v);
     }
     cx.emit1(tessera_ir::Op::Transpose { perm }, &[v])
+}
+
+/// `op(x)` for a unary elementwise op.
+pub(crate) fn un(cx: &mut Ctx<'_>, op: tessera_ir::UnaryOp, x: ValueId) -> Result<ValueId, String> {
+    cx.emit1(tessera_ir::Op::Unary(op), &[x])
+}
+
+/// `op(a, b)` for a binary elementwise op (broadcasting).
+pub(crate) fn bin(
+    cx: &mut Ctx<'_>,
+    op: tessera_ir::BinaryOp,
+    a: ValueId,
+    b: ValueId,
+) -> Result<ValueId, String> {
+    cx.emit1(tessera_ir::Op::Binary(op), &[a, b])
 }

@@ -7,7 +7,10 @@ use tessera_ir::{
     TensorType, UnaryOp, ValueId,
 };
 
-use super::{Node, Registry, cast_to, constant, input, norm_axis, opt_input, reshape, scalar};
+use super::{
+    Node, Registry, bin, cast_to, constant, input, norm_axes, norm_axis, opt_input, reshape,
+    scalar, un,
+};
 use crate::import::Ctx;
 
 pub(crate) fn register(r: &mut Registry) {
@@ -32,6 +35,11 @@ pub(crate) fn register(r: &mut Registry) {
         ])
     });
     r.add("LayerNormalization", 17, layer_norm);
+    r.add("RMSNormalization", 23, rms_norm);
+    r.add("LpNormalization", 1, lp_norm);
+    r.add("LpPool", 11, lp_pool);
+    r.add("GroupNormalization", 18, group_norm);
+    r.add("MeanVarianceNormalization", 9, mvn);
     r.add("LRN", 1, |cx, n| {
         let size = n.attr_i("size")?.ok_or("attribute `size` is required")?;
         let size = u64::try_from(size)
@@ -487,4 +495,196 @@ fn hardmax(cx: &mut Ctx<'_>, x: ValueId, axis: usize) -> Result<ValueId, String>
     let iota = constant(cx, Tensor::I64(iota));
     let hot = cx.emit1(Op::Binary(BinaryOp::Equal), &[arg, iota])?;
     cast_to(cx, hot, ty.elem)
+}
+
+/// The working precision of a normalization with a `stash_type` attribute (default 1,
+/// float): half-precision inputs are normalized in f32 (or f64) and converted back.
+fn stash_elem(n: &Node<'_>, elem: ElemType) -> Result<ElemType, String> {
+    let stash = match n.attr_i_or("stash_type", 1)? {
+        1 => ElemType::F32,
+        11 => ElemType::F64,
+        _ => elem,
+    };
+    Ok(if matches!(elem, ElemType::F16 | ElemType::BF16) {
+        stash
+    } else {
+        elem
+    })
+}
+
+/// The mean of `x` over `axes`, kept as extent-1 axes.
+fn mean_over(cx: &mut Ctx<'_>, x: ValueId, axes: Vec<usize>) -> Result<ValueId, String> {
+    cx.emit1(
+        Op::Reduce {
+            kind: ReduceKind::Mean,
+            axes,
+            keep_dims: true,
+        },
+        &[x],
+    )
+}
+
+/// RMSNormalization-23: `x / sqrt(mean(x^2 over axes axis..rank) + epsilon) * scale`
+/// (axis default -1, epsilon 1e-5), in the `stash_type` precision.
+fn rms_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let epsilon = f64::from(n.attr_f_or("epsilon", 1e-5)?);
+    let x = input(cx, n, 0)?;
+    let scale = input(cx, n, 1)?;
+    let rank = cx.ty(x).rank();
+    let axis = norm_axis(n.attr_i_or("axis", -1)?, rank)?;
+    let elem = cx.ty(x).elem;
+    let work = stash_elem(n, elem)?;
+    let xw = cast_to(cx, x, work)?;
+    let x2 = bin(cx, BinaryOp::Mul, xw, xw)?;
+    let ms = mean_over(cx, x2, (axis..rank).collect())?;
+    let eps = scalar(cx, work, epsilon)?;
+    let ms = bin(cx, BinaryOp::Add, ms, eps)?;
+    let rms = un(cx, UnaryOp::Sqrt, ms)?;
+    let y = bin(cx, BinaryOp::Div, xw, rms)?;
+    let scale = cast_to(cx, scale, work)?;
+    let y = bin(cx, BinaryOp::Mul, y, scale)?;
+    Ok(vec![cast_to(cx, y, elem)?])
+}
+
+/// LpNormalization-1/22: `x / norm` along `axis` (default -1), with the L1 (`p` = 1) or L2
+/// (`p` = 2, the default) norm; 0 where the norm is 0.
+fn lp_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let axis = norm_axis(n.attr_i_or("axis", -1)?, cx.ty(x).rank())?;
+    let kind = match n.attr_i_or("p", 2)? {
+        1 => ReduceKind::L1,
+        2 => ReduceKind::L2,
+        p => return Err(format!("attribute `p` must be 1 or 2, got {p}")),
+    };
+    let norm = cx.emit1(
+        Op::Reduce {
+            kind,
+            axes: vec![axis],
+            keep_dims: true,
+        },
+        &[x],
+    )?;
+    let t = cx.ty(x).elem;
+    let zero = scalar(cx, t, 0.0)?;
+    let is_zero = bin(cx, BinaryOp::Equal, norm, zero)?;
+    let q = bin(cx, BinaryOp::Div, x, norm)?;
+    Ok(vec![cx.emit1(Op::Select, &[is_zero, zero, q])?])
+}
+
+/// LpPool-11/18/22: `(sum over the window of |x|^p)^(1/p)` (p default 2), the sum taken as
+/// an average pool counting the (zero) padding times the window size.
+fn lp_pool(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let p = n.attr_i_or("p", 2)?;
+    if p <= 0 {
+        return Err(format!("attribute `p` must be positive, got {p}"));
+    }
+    let x = input(cx, n, 0)?;
+    let t = cx.ty(x).elem;
+    let dims = spatial_dims(cx.ty(x), "input X")?;
+    let w = window(n, &dims, None)?;
+    let count = w.kernel.iter().product::<u64>() as f64;
+    let a = un(cx, UnaryOp::Abs, x)?;
+    let pf = scalar(cx, t, p as f64)?;
+    let ap = bin(cx, BinaryOp::Pow, a, pf)?;
+    let attrs = PoolAttrs {
+        kind: PoolKind::Avg,
+        kernel: w.kernel,
+        strides: w.strides,
+        pads: w.pads,
+        dilations: w.dilations,
+        ceil_mode: n.attr_i_or("ceil_mode", 0)? != 0,
+        count_include_pad: true,
+    };
+    let avg = cx.emit1(Op::Pool(attrs), &[ap])?;
+    let c = scalar(cx, t, count)?;
+    let sum = bin(cx, BinaryOp::Mul, avg, c)?;
+    let inv = scalar(cx, t, 1.0 / p as f64)?;
+    Ok(vec![bin(cx, BinaryOp::Pow, sum, inv)?])
+}
+
+/// `(x - mean) / sqrt(var + epsilon)` over `axes` (population variance).
+fn standardize(
+    cx: &mut Ctx<'_>,
+    x: ValueId,
+    axes: Vec<usize>,
+    epsilon: f64,
+) -> Result<ValueId, String> {
+    let mean = mean_over(cx, x, axes.clone())?;
+    let d = bin(cx, BinaryOp::Sub, x, mean)?;
+    let d2 = bin(cx, BinaryOp::Mul, d, d)?;
+    let var = mean_over(cx, d2, axes)?;
+    let eps = scalar(cx, cx.ty(x).elem, epsilon)?;
+    let var = bin(cx, BinaryOp::Add, var, eps)?;
+    let std = un(cx, UnaryOp::Sqrt, var)?;
+    bin(cx, BinaryOp::Div, d, std)
+}
+
+/// GroupNormalization-18/21 on `[N, C, D...]` with `num_groups` G: each group of C/G
+/// channels is standardized over its channels and spatial positions (epsilon default
+/// 1e-5), then scaled and shifted. Opset 18 has per-group scale and bias (`[G]`); opset 21
+/// per-channel ones (`[C]`), and computes in the `stash_type` precision.
+fn group_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let epsilon = f64::from(n.attr_f_or("epsilon", 1e-5)?);
+    let groups = n
+        .attr_i("num_groups")?
+        .ok_or("attribute `num_groups` is required")?;
+    let x = input(cx, n, 0)?;
+    let ty = cx.ty(x).clone();
+    if ty.rank() < 2 {
+        return Err(format!(
+            "input X must have rank >= 2 ([N, C, ...]), got {ty}"
+        ));
+    }
+    let c = ty.shape[1]
+        .as_static()
+        .ok_or_else(|| format!("input X {ty} has a symbolic channel extent"))?;
+    let g = u64::try_from(groups)
+        .ok()
+        .filter(|&g| g > 0 && c % g == 0)
+        .ok_or_else(|| format!("num_groups {groups} does not divide the {c} channels"))?;
+    let work = if cx.opset >= 21 {
+        stash_elem(n, ty.elem)?
+    } else {
+        ty.elem
+    };
+    let xw = cast_to(cx, x, work)?;
+    // [N, G, C/G, D...], standardized over every axis after G.
+    let mut grouped = vec![ty.shape[0].clone(), Dim::Static(g), Dim::Static(c / g)];
+    grouped.extend(ty.shape[2..].iter().cloned());
+    let rank = grouped.len();
+    let xg = reshape(cx, xw, grouped)?;
+    let y = standardize(cx, xg, (2..rank).collect(), epsilon)?;
+    let scale = input(cx, n, 1)?;
+    let bias = input(cx, n, 2)?;
+    let per_group = cx.opset < 21;
+    // Scale and bias as [G, 1, 1...] (per group) or [G, C/G, 1...] (per channel).
+    let mut sb_shape = vec![
+        Dim::Static(g),
+        Dim::Static(if per_group { 1 } else { c / g }),
+    ];
+    sb_shape.extend(std::iter::repeat_n(Dim::Static(1), rank - 3));
+    let scale = cast_to(cx, scale, work)?;
+    let scale = reshape(cx, scale, sb_shape.clone())?;
+    let bias = cast_to(cx, bias, work)?;
+    let bias = reshape(cx, bias, sb_shape)?;
+    let y = bin(cx, BinaryOp::Mul, y, scale)?;
+    let y = bin(cx, BinaryOp::Add, y, bias)?;
+    let y = reshape(cx, y, ty.shape.clone())?;
+    Ok(vec![cast_to(cx, y, ty.elem)?])
+}
+
+/// MeanVarianceNormalization-13: `(x - mean) / (sqrt(var) + 1e-9)` over `axes` (default
+/// `[0, 2, 3]`), the population variance, as the spec's function body computes it.
+fn mvn(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let axes = n.attr_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    let axes = norm_axes(&axes, cx.ty(x).rank())?;
+    let mean = mean_over(cx, x, axes.clone())?;
+    let d = bin(cx, BinaryOp::Sub, x, mean)?;
+    let d2 = bin(cx, BinaryOp::Mul, d, d)?;
+    let var = mean_over(cx, d2, axes)?;
+    let std = un(cx, UnaryOp::Sqrt, var)?;
+    let eps = scalar(cx, cx.ty(x).elem, 1e-9)?;
+    let std = bin(cx, BinaryOp::Add, std, eps)?;
+    Ok(vec![bin(cx, BinaryOp::Div, d, std)?])
 }
