@@ -285,3 +285,41 @@ fn input_shape_errors() {
         "{msg}"
     );
 }
+
+#[test]
+fn attention_shape_errors_are_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("attention.onnx");
+    let attention = |q: &[&str], kv: &[&str]| {
+        model(
+            23,
+            graph(
+                "attention",
+                vec![node("Attention", "attn", &["q", "k", "v"], &["y"])],
+                vec![
+                    value("q", FLOAT, q),
+                    value("k", FLOAT, kv),
+                    value("v", FLOAT, kv),
+                ],
+                vec![value("y", FLOAT, q)],
+            ),
+        )
+    };
+    // 3-D inputs without q_num_heads / kv_num_heads.
+    proto::write(&path, &attention(&["1", "2", "8"], &["1", "3", "8"]));
+    let (_, msg) = err(import(&path));
+    assert!(
+        msg.contains("3-D Q, K and V need the q_num_heads and kv_num_heads attributes"),
+        "{msg}"
+    );
+    // 3 query heads over 2 key/value heads.
+    proto::write(
+        &path,
+        &attention(&["1", "3", "2", "4"], &["1", "2", "2", "4"]),
+    );
+    let (_, msg) = err(import(&path));
+    assert!(
+        msg.contains("the 3 query heads must be a multiple of the key/value heads"),
+        "{msg}"
+    );
+}

@@ -1,6 +1,6 @@
 //! Indexing ONNX ops: Gather, GatherElements, GatherND, ScatterElements (and the deprecated
-//! Scatter), ScatterND, TopK, Trilu, CumSum, ArgMax and ArgMin; the index-generated OneHot
-//! and EyeLike, and CenterCropPad (a pad whose negative pads crop).
+//! Scatter), ScatterND, TopK, Trilu, CumSum, CumProd (unrolled), ArgMax and ArgMin; the
+//! index-generated OneHot and EyeLike, and CenterCropPad (a pad whose negative pads crop).
 
 use tessera_ir::{
     ArgKind, BinaryOp, Dim, ElemType, Op, PadMode, Scalar, ScatterReduction, Tensor, ValueId,
@@ -61,8 +61,86 @@ pub(crate) fn register(r: &mut Registry) {
         };
         Ok(vec![cx.emit1(op, &[x])?])
     });
+    r.add("CumProd", 26, cum_prod);
     r.add("ArgMax", 1, |cx, n| arg_reduce(cx, n, ArgKind::Max));
     r.add("ArgMin", 1, |cx, n| arg_reduce(cx, n, ArgKind::Min));
+}
+
+/// The longest axis CumProd unrolls (it emits a slice and a product per element).
+const CUM_PROD_MAX_EXTENT: u64 = 256;
+
+/// CumProd-26 along the known scalar `axis` (input 1): `y[k] = x[0] * x[1] * ... * x[k]`,
+/// multiplied left to right as numpy's `cumprod` does (so the result is exact, not
+/// `exp(cumsum(log x))`); `exclusive` shifts in a leading 1 (`y[k] = x[0] * ... * x[k-1]`),
+/// `reverse` runs from the end. Unrolled over the axis, whose extent must be static and at
+/// most [`CUM_PROD_MAX_EXTENT`].
+fn cum_prod(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let x = input(cx, n, 0)?;
+    let xt = cx.ty(x).clone();
+    if !xt.elem.is_numeric() {
+        return Err(format!("input 0 must be numeric, got {xt}"));
+    }
+    let axis = one_int(&const_ints(cx, n, 1, "axis")?, "axis")?;
+    let axis = norm_axis(axis, xt.rank())?;
+    let exclusive = n.attr_i_or("exclusive", 0)? != 0;
+    let reverse = n.attr_i_or("reverse", 0)? != 0;
+    let len = xt.shape[axis].as_static().ok_or_else(|| {
+        format!(
+            "CumProd needs a static extent along axis {axis}, got {xt} (bind it with \
+             --input-shape)"
+        )
+    })?;
+    if len > CUM_PROD_MAX_EXTENT {
+        return Err(format!(
+            "CumProd is unrolled and supports at most {CUM_PROD_MAX_EXTENT} elements along \
+             the axis, got {len}"
+        ));
+    }
+    if len == 0 {
+        return Ok(vec![x]);
+    }
+    let len = len as i64;
+    // Positions in the order of accumulation.
+    let order: Vec<i64> = if reverse {
+        (0..len).rev().collect()
+    } else {
+        (0..len).collect()
+    };
+    let mut outs: Vec<Option<ValueId>> = vec![None; len as usize];
+    let mut acc: Option<ValueId> = None;
+    for (step, &i) in order.iter().enumerate() {
+        if exclusive {
+            // The product of the elements before `i` (1 for the first); the last element
+            // itself is never used.
+            let before = match acc {
+                Some(a) => a,
+                None => {
+                    let one = scalar(cx, xt.elem, 1.0)?;
+                    let mut shape = xt.shape.clone();
+                    shape[axis] = Dim::Static(1);
+                    cx.emit1(Op::Expand { shape }, &[one])?
+                }
+            };
+            outs[i as usize] = Some(before);
+            if step + 1 == order.len() {
+                break;
+            }
+        }
+        let xi = slice_axis(cx, x, axis, i, i + 1)?;
+        let next = match acc {
+            Some(a) => bin(cx, BinaryOp::Mul, a, xi)?,
+            None => xi,
+        };
+        if !exclusive {
+            outs[i as usize] = Some(next);
+        }
+        acc = Some(next);
+    }
+    let outs: Vec<ValueId> = outs.into_iter().flatten().collect();
+    if outs.len() == 1 {
+        return Ok(outs);
+    }
+    Ok(vec![cx.emit1(Op::Concat { axis }, &outs)?])
 }
 
 /// The single element of a known scalar (or one-element) input.

@@ -5,6 +5,7 @@
 //! produce must not be used by the model). Builders return `Err(String)`; the driver wraps it
 //! with the node's name and op type.
 
+mod attention;
 mod control;
 mod elementwise;
 mod index;
@@ -47,6 +48,7 @@ fn registry() -> &'static Registry {
         let mut r = Registry {
             ops: BTreeMap::new(),
         };
+        attention::register(&mut r);
         control::register(&mut r);
         elementwise::register(&mut r);
         index::register(&mut r);
