@@ -66,7 +66,7 @@ pub enum ValueDef {
 
 /// How a value is split over a device grid: for every tensor axis, the grid axes it is
 /// split over (empty: replicated along that axis). Used by the sharding passes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sharding {
     /// Grid axes per tensor axis.
     pub axes: Vec<Vec<u32>>,

@@ -63,12 +63,13 @@ pub fn model_inputs(path: &Path) -> Result<(String, Vec<(String, TensorType)>), 
         .as_ref()
         .ok_or_else(|| malformed("the model has no graph".into()))?;
     let inits: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let mut symbols = declared_symbols(graph);
     let mut inputs = Vec::new();
     for vi in &graph.input {
         if inits.contains(vi.name()) {
             continue;
         }
-        let ty = value_info_type(vi).map_err(|m| ImportError::Graph {
+        let ty = value_info_type(vi, &mut symbols).map_err(|m| ImportError::Graph {
             path: path.to_path_buf(),
             message: format!("input `{}`: {m}", vi.name()),
         })?;
@@ -313,12 +314,13 @@ impl<'p> Ctx<'p> {
         // are constants, not inputs.
         self.add_initializers(graph)?;
         let mut bound: BTreeSet<&str> = BTreeSet::new();
+        let mut symbols = declared_symbols(graph);
         for vi in &graph.input {
             let name = vi.name();
             if self.names.contains_key(name) {
                 continue;
             }
-            let mut ty = value_info_type(vi)
+            let mut ty = value_info_type(vi, &mut symbols)
                 .map_err(|m| self.graph_error(format!("input `{name}`: {m}")))?;
             if let Some(dims) = options.input_shapes.get(name) {
                 if dims.len() != ty.rank() {
@@ -388,6 +390,18 @@ impl<'p> Ctx<'p> {
             let v = self
                 .lookup(vi.name())
                 .map_err(|m| self.graph_error(format!("output `{}`: {m}", vi.name())))?;
+            // Outputs are the model's interface: the value takes the output's name (an
+            // Identity or an inlined branch may have given it another), unless it is an input
+            // or already another output.
+            let is_input = matches!(self.g.value(v).def, tessera_ir::ValueDef::Input(_));
+            if !is_input
+                && !outputs.contains(&v)
+                && self.g.value(v).name.as_deref() != Some(vi.name())
+                && !self.value_names.contains(vi.name())
+            {
+                let name = unique_name(&mut self.value_names, vi.name());
+                self.g.set_name(v, name);
+            }
             outputs.push(v);
         }
         if outputs.is_empty() {
@@ -450,19 +464,24 @@ impl<'p> Ctx<'p> {
     /// Inlines a subgraph (an `If` branch): registers its initializers, imports its nodes in
     /// the current scope and returns the values of its outputs. Errors are flattened to text.
     pub(crate) fn inline_subgraph(&mut self, graph: &GraphProto) -> Result<Vec<ValueId>, String> {
-        let (loc, hint) = (self.loc.clone(), self.hint.clone());
-        self.add_initializers(graph).map_err(|e| e.to_string())?;
-        self.import_nodes(graph).map_err(|e| e.to_string())?;
+        // The branch has a scope of its own: its names are not visible after it.
+        let (loc, hint, names) = (self.loc.clone(), self.hint.clone(), self.names.clone());
+        let result = (|| {
+            self.add_initializers(graph).map_err(|e| e.to_string())?;
+            self.import_nodes(graph).map_err(|e| e.to_string())?;
+            graph
+                .output
+                .iter()
+                .map(|o| {
+                    self.lookup(o.name())
+                        .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
+                })
+                .collect()
+        })();
         self.loc = loc;
         self.hint = hint;
-        graph
-            .output
-            .iter()
-            .map(|o| {
-                self.lookup(o.name())
-                    .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
-            })
-            .collect()
+        self.names = names;
+        result
     }
 
     /// The type and data of a tensor attribute (external data resolves like initializers).
@@ -646,8 +665,30 @@ fn unique_name(taken: &mut BTreeSet<String>, base: &str) -> String {
     candidate
 }
 
-/// The IR type of a graph input's declared type. Unknown extents become fresh symbols.
-fn value_info_type(vi: &crate::proto::ValueInfoProto) -> Result<TensorType, String> {
+/// The symbols graph inputs declare (`dim_param`), which generated symbols must avoid.
+fn declared_symbols(graph: &GraphProto) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for vi in &graph.input {
+        if let Some(type_proto::Value::TensorType(t)) =
+            vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+            && let Some(shape) = &t.shape
+        {
+            for d in &shape.dim {
+                if let Some(tensor_shape_proto::dimension::Value::DimParam(p)) = &d.value {
+                    out.insert(p.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The IR type of a graph input's declared type. Unknown extents become fresh symbols
+/// (`<input>_<axis>`, made unique against `taken`, which holds every symbol in use).
+fn value_info_type(
+    vi: &crate::proto::ValueInfoProto,
+    taken: &mut BTreeSet<String>,
+) -> Result<TensorType, String> {
     let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
         return Err("only tensor inputs are supported (not sequences, maps or optionals)".into());
@@ -665,7 +706,7 @@ fn value_info_type(vi: &crate::proto::ValueInfoProto) -> Result<TensorType, Stri
             Some(tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
                 Dim::Sym(p.clone())
             }
-            _ => Dim::Sym(format!("{}_{i}", vi.name())),
+            _ => Dim::Sym(unique_name(taken, &format!("{}_{i}", vi.name()))),
         });
     }
     Ok(TensorType::new(elem, dims))

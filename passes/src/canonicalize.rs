@@ -341,7 +341,11 @@ fn simplify(graph: &mut Graph, o: OpId) -> Action {
             }
             if let Some((inner_op, Op::Cast { to: mid })) = producer(graph, x) {
                 let src = graph.op(inner_op).operands[0];
-                if represents_exactly(*mid, graph.ty(src).elem) {
+                let src_elem = graph.ty(src).elem;
+                // Float-to-integer casts saturate while integer-to-integer casts wrap, so an
+                // integer passed through a float into an integer is not the direct cast.
+                let saturates = src_elem.is_int() && mid.is_float() && to.is_int();
+                if represents_exactly(*mid, src_elem) && !saturates {
                     if graph.ty(src).elem == to {
                         return Action::Replace(vec![src]);
                     }

@@ -172,11 +172,15 @@ impl fmt::Display for OptionValue {
                     f.write_str(s)
                 } else {
                     f.write_str("\"")?;
+                    // Escapes keep a pipeline on one line (reproducer headers rely on it).
                     for c in s.chars() {
-                        if c == '"' || c == '\\' {
-                            f.write_str("\\")?;
+                        match c {
+                            '"' | '\\' => write!(f, "\\{c}")?,
+                            '\n' => f.write_str("\\n")?,
+                            '\r' => f.write_str("\\r")?,
+                            '\t' => f.write_str("\\t")?,
+                            c => write!(f, "{c}")?,
                         }
-                        write!(f, "{c}")?;
                     }
                     f.write_str("\"")
                 }

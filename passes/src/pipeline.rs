@@ -29,7 +29,7 @@ impl PartialEq for PassSpec {
 impl PassSpec {
     /// The pass with its default options.
     pub fn new(name: &str) -> Result<PassSpec, PipelineParseError> {
-        let info = lookup(name).ok_or_else(|| unknown_pass(name, 0))?;
+        let info = lookup(name).ok_or_else(|| unknown_pass(name, 1))?;
         Ok(PassSpec {
             info,
             options: Options::defaults(info),
@@ -88,14 +88,14 @@ pub struct PipelineParseError {
     pub message: String,
 }
 
-fn unknown_pass(name: &str, pos: usize) -> PipelineParseError {
+fn unknown_pass(name: &str, col: usize) -> PipelineParseError {
     let names: Vec<&str> = registry().iter().map(|p| p.name).collect();
     let hint = match closest(name, &names) {
         Some(c) => format!("; did you mean `{c}`?"),
         None => format!("; passes: {}", names.join(", ")),
     };
     PipelineParseError {
-        col: pos + 1,
+        col,
         message: format!("unknown pass `{name}`{hint}"),
     }
 }
@@ -121,9 +121,14 @@ struct Parser<'a> {
 impl Parser<'_> {
     fn err<T>(&self, message: impl Into<String>) -> Result<T, PipelineParseError> {
         Err(PipelineParseError {
-            col: self.pos + 1,
+            col: self.col(self.pos),
             message: message.into(),
         })
+    }
+
+    /// The 1-based column, in characters, of byte offset `pos`.
+    fn col(&self, pos: usize) -> usize {
+        self.text[..pos].chars().count() + 1
     }
 
     fn skip_ws(&mut self) {
@@ -159,10 +164,10 @@ impl Parser<'_> {
             match self.peek() {
                 None => return Ok(Pipeline { passes }),
                 Some(b',') => self.pos += 1,
-                Some(c) => {
+                Some(_) => {
+                    let c = self.text[self.pos..].chars().next().unwrap_or(' ');
                     return self.err(format!(
-                        "expected `,` or the end of the pipeline, found `{}`",
-                        c as char
+                        "expected `,` or the end of the pipeline, found `{c}`"
                     ));
                 }
             }
@@ -175,7 +180,7 @@ impl Parser<'_> {
         if name.is_empty() {
             return self.err("expected a pass name");
         }
-        let info = lookup(&name).ok_or_else(|| unknown_pass(&name, start))?;
+        let info = lookup(&name).ok_or_else(|| unknown_pass(&name, self.col(start)))?;
         let mut options = Options::defaults(info);
         self.skip_ws();
         if self.peek() == Some(b'{') {
@@ -204,13 +209,13 @@ impl Parser<'_> {
                         None => format!("; options: {}", names.join(", ")),
                     };
                     return Err(PipelineParseError {
-                        col: kstart + 1,
+                        col: self.col(kstart),
                         message: format!("unknown option `{key}` of pass `{name}`{hint}"),
                     });
                 };
                 if seen.contains(&opt.name) {
                     return Err(PipelineParseError {
-                        col: kstart + 1,
+                        col: self.col(kstart),
                         message: format!("option `{key}` given twice"),
                     });
                 }
@@ -223,8 +228,9 @@ impl Parser<'_> {
                 self.skip_ws();
                 let vstart = self.pos;
                 let raw = self.value()?;
+                let vcol = self.col(vstart);
                 let v = OptionValue::parse(opt.kind, &raw).map_err(|m| PipelineParseError {
-                    col: vstart + 1,
+                    col: vcol,
                     message: format!("option `{key}` of `{name}` takes a {}: {m}", opt.kind),
                 })?;
                 options.set(opt.name, v);
@@ -249,7 +255,12 @@ impl Parser<'_> {
                             return self.err("unterminated string");
                         };
                         self.pos += e.len_utf8();
-                        out.push(e);
+                        out.push(match e {
+                            'n' => '\n',
+                            'r' => '\r',
+                            't' => '\t',
+                            e => e,
+                        });
                     }
                     c => out.push(c),
                 }

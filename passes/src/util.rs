@@ -40,15 +40,20 @@ impl Substitution {
         graph.op_mut(op).operands = operands;
     }
 
-    /// Rewrites the graph outputs. An output that is replaced keeps its name: the replacing
-    /// value takes it over when it has none of its own.
+    /// Rewrites the graph outputs. Output names are the graph's interface (`run` names its
+    /// files after them), so a replaced output's name moves to the replacing value, unless
+    /// that value is a graph input or already another output (one value has one name); then
+    /// the output takes the replacing value's name.
     pub(crate) fn apply_to_outputs(&self, graph: &mut Graph) {
         let outputs: Vec<ValueId> = graph.outputs().to_vec();
-        let mut new = Vec::with_capacity(outputs.len());
-        for v in outputs {
+        let mut new: Vec<ValueId> = Vec::with_capacity(outputs.len());
+        for (i, &v) in outputs.iter().enumerate() {
             let r = self.resolve(v);
+            let claimed = new.contains(&r) || outputs[i + 1..].contains(&r);
+            let is_input = matches!(graph.value(r).def, tessera_ir::ValueDef::Input(_));
             if r != v
-                && graph.value(r).name.is_none()
+                && !claimed
+                && !is_input
                 && let Some(name) = graph.value(v).name.clone()
             {
                 graph.value_mut(v).name = None;

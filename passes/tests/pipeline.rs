@@ -83,6 +83,14 @@ fn pipeline_errors_name_the_closest_valid_names() {
             "pipeline column 5: expected `,` or the end of the pipeline, found `d`",
         ),
         ("shape-infer{dims=\"N=1}", "unterminated string"),
+        (
+            "cse é",
+            "pipeline column 5: expected `,` or the end of the pipeline, found `é`",
+        ),
+        (
+            "shape-infer{dims=\"é",
+            "pipeline column 20: unterminated string",
+        ),
     ];
     for (text, want) in cases {
         let err = Pipeline::parse(text).expect_err(text).to_string();

@@ -50,12 +50,15 @@ pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
         return import_verified(path, &options);
     }
     check_readable(path)?;
-    let mut graph = text::load(path)?;
-    if !shapes.is_empty() {
-        bind_input_shapes(&mut graph, &shape_map(shapes)?)
-            .with_context(|| format!("{}", path.display()))?;
+    // Verify the file as written first: binding shapes infers every type again, which would
+    // hide a wrong declared type.
+    let mut graph = verified(text::load(path)?, path, "")?;
+    if shapes.is_empty() {
+        return Ok(graph);
     }
-    verified(graph, path, "")
+    bind_input_shapes(&mut graph, &shape_map(shapes)?)
+        .with_context(|| format!("{}", path.display()))?;
+    verified(graph, path, " after --input-shape")
 }
 
 /// Imports an ONNX model (whatever its extension) and runs the verifier on the result.

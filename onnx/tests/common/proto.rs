@@ -129,6 +129,8 @@ pub struct Entry {
 
 /// ONNX `TensorProto.DataType` codes used in tests.
 pub const FLOAT: i32 = 1;
+/// `TensorProto.DataType.BOOL`.
+pub const BOOL: i32 = 9;
 /// int64.
 pub const INT64: i32 = 7;
 /// string.
