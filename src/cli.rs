@@ -100,6 +100,41 @@ enum Command {
     Opt(OptArgs),
     /// List every pass with its summary and options.
     Passes,
+    /// List the known targets, or show one resolved (`targets show NAME`).
+    ///
+    /// A target describes a machine: its devices (memory, bandwidth, peak compute per element
+    /// type, lowering), the links between them, and the host device. The built-in targets
+    /// ship with tessera; more are read from `<dir>/<name>.toml` in the `--target-path`
+    /// directories and then in `TESSERA_TARGET_PATH` (colon-separated). A NAME ending in
+    /// `.toml` is read as a file.
+    #[command(after_help = "Examples:\n  \
+        tessera targets\n  \
+        tessera targets show mcm-2x2\n  \
+        tessera targets show my-board --target-path boards/\n  \
+        tessera targets show boards/my-board.toml")]
+    Targets(TargetsArgs),
+}
+
+/// Arguments of `tessera targets`.
+#[derive(Debug, Args)]
+struct TargetsArgs {
+    /// A directory holding `<name>.toml` target files; repeatable, searched in order before
+    /// `TESSERA_TARGET_PATH`.
+    #[arg(long = "target-path", value_name = "DIR", global = true)]
+    target_path: Vec<PathBuf>,
+    #[command(subcommand)]
+    action: Option<TargetsAction>,
+}
+
+/// `tessera targets` subcommands.
+#[derive(Debug, Subcommand)]
+enum TargetsAction {
+    /// Print a target's devices, links and host.
+    Show {
+        /// A built-in target, a name on the search path, or a FILE.toml.
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
 }
 
 /// Arguments of `tessera opt`.
@@ -237,6 +272,12 @@ pub fn main() -> ExitCode {
             flags: &a.flags,
         }),
         Command::Passes => crate::commands::passes::run(),
+        Command::Targets(a) => match &a.action {
+            None => crate::commands::targets::list(&a.target_path),
+            Some(TargetsAction::Show { name }) => {
+                crate::commands::targets::show(name, &a.target_path)
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

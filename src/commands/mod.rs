@@ -6,6 +6,7 @@ pub mod import;
 pub mod opt;
 pub mod passes;
 pub mod run;
+pub mod targets;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};

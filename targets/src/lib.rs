@@ -1,6 +1,21 @@
-//! tessera's targets: descriptions of devices and interconnects (files and Rust plugins),
-//! the cost model, the simulator, and the lowering to MLIR.
+//! tessera's targets: descriptions of devices and interconnects (files and, later, Rust
+//! plugins), and later the cost model, the simulator, and the lowering to MLIR.
 //!
-//! Empty until the targets work lands; only this crate will ever link MLIR (through melior).
+//! Today: the data model ([`Target`], [`Device`], [`Link`]) with hop-count routing, the TOML
+//! target file format ([`parse_target`], [`load_file`]) with errors naming file, line and
+//! field, and the registry of built-in targets and search-path files ([`lookup`],
+//! [`list_targets`]). Only this crate will ever link MLIR (through melior); it does not yet.
 
+mod error;
+mod file;
+mod model;
+mod registry;
+
+pub use error::TargetError;
+pub use file::{load_file, parse_target};
+pub use model::{Device, Link, Target};
+pub use registry::{
+    BUILTIN_NAMES, TargetEntry, TargetSource, builtin_target, builtin_targets, env_search_path,
+    list_targets, lookup,
+};
 pub use tessera_ir as ir;

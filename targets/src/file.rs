@@ -1,0 +1,501 @@
+//! The TOML target file format: serde structures with spans, expansion of `count`, the
+//! topology generators, and validation with `FILE:LINE: FIELD: MESSAGE` errors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::{Device, Link, Target, TargetError};
+
+/// The most devices one `[[device]]` entry may expand to.
+const MAX_COUNT: u64 = 1 << 16;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    name: Option<Spanned<String>>,
+    #[serde(default)]
+    description: String,
+    host: Spanned<String>,
+    #[serde(default)]
+    device: Vec<RawDevice>,
+    interconnect: Option<RawInterconnect>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    count: Option<Spanned<toml::Value>>,
+    memory: Spanned<toml::Value>,
+    memory_bandwidth: Spanned<toml::Value>,
+    #[serde(default)]
+    compute: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    supported_ops: Option<Vec<Spanned<String>>>,
+    lowering: Spanned<String>,
+    #[serde(default)]
+    efficiency: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterconnect {
+    topology: Option<Spanned<String>>,
+    devices: Option<Spanned<String>>,
+    rows: Option<Spanned<toml::Value>>,
+    cols: Option<Spanned<toml::Value>>,
+    switch: Option<Spanned<String>>,
+    bandwidth: Option<Spanned<toml::Value>>,
+    latency: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    link: Vec<RawLink>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    a: Spanned<String>,
+    b: Spanned<String>,
+    bandwidth: Spanned<toml::Value>,
+    latency: Spanned<toml::Value>,
+}
+
+/// Builds errors pointing into one file.
+struct Ctx<'a> {
+    file: &'a str,
+    source: &'a str,
+}
+
+impl Ctx<'_> {
+    fn line(&self, span: &Range<usize>) -> usize {
+        let end = span.start.min(self.source.len());
+        self.source.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// The dotted name of the `[table]` or `[[array]]` header at or above `span`, for errors
+    /// from serde that only know a field's own name.
+    fn table_at(&self, span: &Range<usize>) -> Option<String> {
+        let line = self.line(span);
+        self.source
+            .lines()
+            .take(line)
+            .filter_map(|l| {
+                let l = l.trim();
+                let inner = l.strip_prefix("[[").and_then(|l| l.split("]]").next());
+                inner.or_else(|| l.strip_prefix('[').and_then(|l| l.split(']').next()))
+            })
+            .last()
+            .map(|t| t.trim().to_string())
+    }
+
+    fn err(&self, span: &Range<usize>, field: &str, message: impl Into<String>) -> TargetError {
+        TargetError::Invalid {
+            file: self.file.to_string(),
+            line: self.line(span),
+            field: Some(field.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// A number (integer or float) that must be `> 0` (or `>= 0` with `allow_zero`).
+    fn rate(
+        &self,
+        v: &Spanned<toml::Value>,
+        field: &str,
+        allow_zero: bool,
+    ) -> Result<f64, TargetError> {
+        let x = match v.get_ref() {
+            toml::Value::Integer(i) => *i as f64,
+            toml::Value::Float(f) => *f,
+            other => {
+                return Err(self.err(
+                    &v.span(),
+                    field,
+                    format!("expected a number, found {}", other.type_str()),
+                ));
+            }
+        };
+        if !x.is_finite() {
+            return Err(self.err(&v.span(), field, "must be finite"));
+        }
+        if allow_zero && x < 0.0 {
+            return Err(self.err(&v.span(), field, "must not be negative"));
+        }
+        if !allow_zero && x <= 0.0 {
+            return Err(self.err(&v.span(), field, "must be positive"));
+        }
+        Ok(x)
+    }
+
+    /// A positive whole number (counts, mesh sizes, byte sizes; `64e6` is accepted).
+    fn whole(&self, v: &Spanned<toml::Value>, field: &str) -> Result<u64, TargetError> {
+        let x = self.rate(v, field, false)?;
+        if x.fract() != 0.0 || x > u64::MAX as f64 {
+            return Err(self.err(&v.span(), field, "must be a whole number"));
+        }
+        Ok(x as u64)
+    }
+
+    fn name(&self, v: &Spanned<String>, field: &str) -> Result<String, TargetError> {
+        let s = v.get_ref().trim();
+        if s.is_empty() {
+            return Err(self.err(&v.span(), field, "must not be empty"));
+        }
+        Ok(s.to_string())
+    }
+}
+
+/// Parses and resolves a target file's text; `file` names it in errors, and its stem is the
+/// target's name when the file has no `name`.
+pub fn parse_target(source: &str, file: &str) -> Result<Target, TargetError> {
+    let cx = Ctx { file, source };
+    let raw: RawFile = toml::from_str(source).map_err(|e| TargetError::Invalid {
+        file: file.to_string(),
+        line: e.span().map_or(1, |s| cx.line(&s)),
+        field: e.span().and_then(|s| cx.table_at(&s)),
+        message: e.message().trim().to_string(),
+    })?;
+    let name = match &raw.name {
+        Some(n) => cx.name(n, "name")?,
+        None => Path::new(file)
+            .file_stem()
+            .map_or_else(|| file.to_string(), |s| s.to_string_lossy().into_owned()),
+    };
+
+    // Devices, with `count` expanded; `groups` maps an entry's name to its device indices.
+    let mut devices: Vec<Device> = Vec::new();
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for d in &raw.device {
+        let base = cx.name(&d.name, "device.name")?;
+        let kind = cx.name(&d.kind, "device.kind")?;
+        let lowering = cx.name(&d.lowering, "device.lowering")?;
+        let memory_bytes = cx.whole(&d.memory, "device.memory")?;
+        let memory_bandwidth = cx.rate(&d.memory_bandwidth, "device.memory_bandwidth", false)?;
+        let mut compute = BTreeMap::new();
+        for (ty, v) in &d.compute {
+            let field = format!("device.compute.{}", ty.get_ref());
+            if crate::ir::ElemType::from_name(ty.get_ref()).is_none() {
+                return Err(cx.err(&ty.span(), &field, "not an element type"));
+            }
+            compute.insert(ty.get_ref().clone(), cx.rate(v, &field, false)?);
+        }
+        let mut efficiency = BTreeMap::new();
+        for (op, v) in &d.efficiency {
+            let field = format!("device.efficiency.{}", op.get_ref());
+            let e = cx.rate(v, &field, false)?;
+            if e > 1.0 {
+                return Err(cx.err(&v.span(), &field, "must be at most 1"));
+            }
+            efficiency.insert(op.get_ref().clone(), e);
+        }
+        let supported_ops = match &d.supported_ops {
+            None => None,
+            Some(ops) => {
+                let mut set = BTreeSet::new();
+                for op in ops {
+                    set.insert(cx.name(op, "device.supported_ops")?);
+                }
+                Some(set)
+            }
+        };
+        let names: Vec<String> = match &d.count {
+            None => vec![base.clone()],
+            Some(c) => (0..match cx.whole(c, "device.count")? {
+                n if n > MAX_COUNT => {
+                    return Err(cx.err(
+                        &c.span(),
+                        "device.count",
+                        format!("must be at most {MAX_COUNT}"),
+                    ));
+                }
+                n => n,
+            })
+                .map(|i| format!("{base}{i}"))
+                .collect(),
+        };
+        if groups.contains_key(&base) {
+            return Err(cx.err(
+                &d.name.span(),
+                "device.name",
+                format!("duplicate device entry `{base}`"),
+            ));
+        }
+        let mut members = Vec::new();
+        for n in names {
+            if devices.iter().any(|x| x.name == n) {
+                return Err(cx.err(
+                    &d.name.span(),
+                    "device.name",
+                    format!("duplicate device name `{n}`"),
+                ));
+            }
+            members.push(devices.len());
+            spans.push(d.name.span());
+            devices.push(Device {
+                name: n,
+                kind: kind.clone(),
+                memory_bytes,
+                memory_bandwidth,
+                compute: compute.clone(),
+                supported_ops: supported_ops.clone(),
+                lowering: lowering.clone(),
+                efficiency: efficiency.clone(),
+            });
+        }
+        groups.insert(base, members);
+    }
+    if devices.is_empty() {
+        return Err(cx.err(&(0..0), "device", "a target needs at least one device"));
+    }
+
+    let mut links = Vec::new();
+    if let Some(ic) = &raw.interconnect {
+        for l in &ic.link {
+            let a = cx.name(&l.a, "interconnect.link.a")?;
+            let b = cx.name(&l.b, "interconnect.link.b")?;
+            for (end, v, field) in [
+                (&a, &l.a, "interconnect.link.a"),
+                (&b, &l.b, "interconnect.link.b"),
+            ] {
+                if !devices.iter().any(|d| &d.name == end) {
+                    return Err(cx.err(&v.span(), field, format!("unknown device `{end}`")));
+                }
+            }
+            if a == b {
+                return Err(cx.err(
+                    &l.b.span(),
+                    "interconnect.link.b",
+                    "a link needs two different devices",
+                ));
+            }
+            links.push(Link {
+                a,
+                b,
+                bandwidth: cx.rate(&l.bandwidth, "interconnect.link.bandwidth", false)?,
+                latency: cx.rate(&l.latency, "interconnect.link.latency", true)?,
+            });
+        }
+        generate(&cx, ic, &groups, &mut devices, &mut links)?;
+    }
+
+    let host = cx.name(&raw.host, "host")?;
+    if !devices.iter().any(|d| d.name == host) {
+        return Err(cx.err(&raw.host.span(), "host", format!("unknown device `{host}`")));
+    }
+    Ok(Target {
+        name,
+        description: raw.description.trim().to_string(),
+        devices,
+        links,
+        host,
+    })
+}
+
+/// Appends the links (and a switch device) of the `topology` generator, if there is one.
+fn generate(
+    cx: &Ctx<'_>,
+    ic: &RawInterconnect,
+    groups: &BTreeMap<String, Vec<usize>>,
+    devices: &mut Vec<Device>,
+    links: &mut Vec<Link>,
+) -> Result<(), TargetError> {
+    let Some(topology) = &ic.topology else {
+        let stray = [
+            ("devices", ic.devices.as_ref().map(|v| v.span())),
+            ("rows", ic.rows.as_ref().map(|v| v.span())),
+            ("cols", ic.cols.as_ref().map(|v| v.span())),
+            ("switch", ic.switch.as_ref().map(|v| v.span())),
+            ("bandwidth", ic.bandwidth.as_ref().map(|v| v.span())),
+            ("latency", ic.latency.as_ref().map(|v| v.span())),
+        ]
+        .into_iter()
+        .find_map(|(f, s)| s.map(|s| (f, s)));
+        if let Some((field, span)) = stray {
+            return Err(cx.err(
+                &span,
+                &format!("interconnect.{field}"),
+                "needs a `topology`",
+            ));
+        }
+        return Ok(());
+    };
+    let t = topology.get_ref().as_str();
+    if !matches!(
+        t,
+        "ring" | "mesh2d" | "torus2d" | "switch" | "fully-connected"
+    ) {
+        return Err(cx.err(
+            &topology.span(),
+            "interconnect.topology",
+            format!(
+                "unknown topology `{t}` (expected ring, mesh2d, torus2d, switch or fully-connected)"
+            ),
+        ));
+    }
+    let group = ic.devices.as_ref().ok_or_else(|| {
+        cx.err(
+            &topology.span(),
+            "interconnect.devices",
+            "missing: the device group the topology connects",
+        )
+    })?;
+    let members = groups.get(group.get_ref()).ok_or_else(|| {
+        cx.err(
+            &group.span(),
+            "interconnect.devices",
+            format!("unknown device group `{}`", group.get_ref()),
+        )
+    })?;
+    let bandwidth = match &ic.bandwidth {
+        Some(v) => cx.rate(v, "interconnect.bandwidth", false)?,
+        None => return Err(cx.err(&topology.span(), "interconnect.bandwidth", "missing")),
+    };
+    let latency = match &ic.latency {
+        Some(v) => cx.rate(v, "interconnect.latency", true)?,
+        None => return Err(cx.err(&topology.span(), "interconnect.latency", "missing")),
+    };
+    let member_names: Vec<String> = members.iter().map(|&m| devices[m].name.clone()).collect();
+    let name = |i: usize| member_names[i].clone();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let n = members.len();
+    let is_mesh = matches!(t, "mesh2d" | "torus2d");
+    if !is_mesh {
+        for (v, f) in [(&ic.rows, "rows"), (&ic.cols, "cols")] {
+            if let Some(v) = v {
+                return Err(cx.err(
+                    &v.span(),
+                    &format!("interconnect.{f}"),
+                    format!("only for mesh2d and torus2d, not {t}"),
+                ));
+            }
+        }
+    }
+    if t != "switch"
+        && let Some(s) = &ic.switch
+    {
+        return Err(cx.err(
+            &s.span(),
+            "interconnect.switch",
+            format!("only for the switch topology, not {t}"),
+        ));
+    }
+    match t {
+        "ring" => {
+            for i in 0..n {
+                let j = (i + 1) % n;
+                if i != j && !(n == 2 && i == 1) {
+                    pairs.push((i, j));
+                }
+            }
+        }
+        "fully-connected" => {
+            for i in 0..n {
+                for j in i + 1..n {
+                    pairs.push((i, j));
+                }
+            }
+        }
+        "switch" => {
+            let sw = match &ic.switch {
+                Some(s) => cx.name(s, "interconnect.switch")?,
+                None => "switch".to_string(),
+            };
+            if devices.iter().any(|d| d.name == sw) {
+                let span = ic.switch.as_ref().map_or(topology.span(), |s| s.span());
+                return Err(cx.err(
+                    &span,
+                    "interconnect.switch",
+                    format!("duplicate device name `{sw}`"),
+                ));
+            }
+            devices.push(Device {
+                name: sw.clone(),
+                kind: "switch".to_string(),
+                memory_bytes: 0,
+                memory_bandwidth: 0.0,
+                compute: BTreeMap::new(),
+                supported_ops: Some(BTreeSet::new()),
+                lowering: "none".to_string(),
+                efficiency: BTreeMap::new(),
+            });
+            for i in 0..n {
+                links.push(Link {
+                    a: name(i),
+                    b: sw.clone(),
+                    bandwidth,
+                    latency,
+                });
+            }
+            return Ok(());
+        }
+        _ => {
+            let rows = ic
+                .rows
+                .as_ref()
+                .ok_or_else(|| cx.err(&topology.span(), "interconnect.rows", "missing"))?;
+            let cols = ic
+                .cols
+                .as_ref()
+                .ok_or_else(|| cx.err(&topology.span(), "interconnect.cols", "missing"))?;
+            let (r, c) = (
+                cx.whole(rows, "interconnect.rows")?,
+                cx.whole(cols, "interconnect.cols")?,
+            );
+            if r.checked_mul(c) != Some(n as u64) {
+                return Err(cx.err(
+                    &rows.span(),
+                    "interconnect.rows",
+                    format!(
+                        "a {r}x{c} mesh needs {} devices, group `{}` has {n}",
+                        r.saturating_mul(c),
+                        group.get_ref()
+                    ),
+                ));
+            }
+            let (r, c) = (r as usize, c as usize);
+            let torus = t == "torus2d";
+            for y in 0..r {
+                for x in 0..c {
+                    let i = y * c + x;
+                    if x + 1 < c {
+                        pairs.push((i, i + 1));
+                    } else if torus && c > 2 {
+                        pairs.push((y * c, i));
+                    }
+                    if y + 1 < r {
+                        pairs.push((i, i + c));
+                    } else if torus && r > 2 {
+                        pairs.push((x, i));
+                    }
+                }
+            }
+        }
+    }
+    for (i, j) in pairs {
+        links.push(Link {
+            a: name(i),
+            b: name(j),
+            bandwidth,
+            latency,
+        });
+    }
+    Ok(())
+}
+
+/// Reads and resolves a target file; errors name the file as given.
+pub fn load_file(path: &Path) -> Result<Target, TargetError> {
+    let source = std::fs::read_to_string(path).map_err(|source| TargetError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_target(&source, &path.display().to_string())
+}
