@@ -259,6 +259,9 @@ pub fn parse_target(source: &str, file: &str) -> Result<Target, TargetError> {
 
     let mut links = Vec::new();
     if let Some(ic) = &raw.interconnect {
+        // Generate first so explicit links may name a generated switch; they still come first.
+        let mut generated = Vec::new();
+        generate(&cx, ic, &groups, &mut devices, &mut generated)?;
         for l in &ic.link {
             let a = cx.name(&l.a, "interconnect.link.a")?;
             let b = cx.name(&l.b, "interconnect.link.b")?;
@@ -284,7 +287,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<Target, TargetError> {
                 latency: cx.rate(&l.latency, "interconnect.link.latency", true)?,
             });
         }
-        generate(&cx, ic, &groups, &mut devices, &mut links)?;
+        links.extend(generated);
     }
 
     let host = cx.name(&raw.host, "host")?;

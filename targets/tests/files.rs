@@ -122,6 +122,20 @@ fn generators() {
     assert_eq!(t.links.len(), 9);
     assert_eq!(t.hops("d0", "d2").expect("wrap"), 1);
     assert_eq!(t.hops("d0", "d5").expect("diag"), 2);
+    let t = parse_target(
+        &src(
+            "switch",
+            "[[interconnect.link]]\na = \"d0\"\nb = \"switch\"\nbandwidth = 2\nlatency = 0\n",
+        ),
+        "s.toml",
+    )
+    .expect("an explicit link to the generated switch");
+    assert_eq!(t.links.len(), 7);
+    assert_eq!(
+        (t.links[0].b.as_str(), t.links[0].bandwidth),
+        ("switch", 2.0)
+    );
+    assert_eq!(t.hops("d1", "d5").expect("via switch"), 2);
     let t = parse_target(&src("ring", ""), "r.toml").expect("ring");
     assert_eq!(t.links.len(), 6);
     assert_eq!(t.hops("d0", "d3").expect("half way"), 3);
@@ -347,4 +361,19 @@ fn files_and_search_path() {
     let names: Vec<&str> = listed.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names[..BUILTIN_NAMES.len()], BUILTIN_NAMES);
     assert_eq!(names[BUILTIN_NAMES.len()..], ["board"]);
+}
+
+#[test]
+fn readme_example_resolves() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let len = readme[start..].find("```").expect("closed");
+    let t = parse_target(&readme[start..start + len], "my-board.toml").expect("README example");
+    assert_eq!(t.name, "my-board");
+    assert_eq!(t.devices.len(), 5);
+    assert_eq!(t.links.len(), 1 + 4);
+    assert_eq!(t.hops("cpu0", "npu3").expect("route"), 3);
+    let src = readme[start..start + len].replace("memory = 33_554_432", "memory = 0");
+    let e = parse_target(&src, "my-board.toml").expect_err("zero memory");
+    assert!(e.to_string().starts_with("my-board.toml:"), "{e}");
 }
