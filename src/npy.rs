@@ -75,39 +75,12 @@ pub fn read_expecting(path: &Path, expected: &TensorType, what: &str) -> Result<
 /// Permissions: a new file gets those of a plain create (on Unix `0o666` less the process
 /// umask, as `File::create` gives); a file that is replaced keeps its permissions.
 pub fn write(path: &Path, tensor: &Tensor) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".tessera-").suffix(".npy.tmp");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The mode passed to open(2); the kernel applies the umask to it.
-        builder.permissions(fs::Permissions::from_mode(0o666));
-    }
-    let mut tmp = builder
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    if let Ok(m) = fs::metadata(path) {
-        tmp.as_file()
-            .set_permissions(m.permissions())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    {
-        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
-        encode(tensor, &mut w).with_context(|| format!("cannot write {}", path.display()))?;
+    tessera_ir::text::write_atomically(path, |f| {
+        let mut w = std::io::BufWriter::new(f);
+        encode(tensor, &mut w).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         w.flush()
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    tmp.as_file()
-        .sync_all()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    tmp.persist(path)
-        .map_err(|e| anyhow!(e.error))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    })
+    .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Encodes a tensor as `.npy` bytes (little-endian, C order).

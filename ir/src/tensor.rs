@@ -80,6 +80,9 @@ pub enum TensorError {
     /// The shape cannot be held in memory.
     #[error(transparent)]
     TooLarge(#[from] TooLargeError),
+    /// The type has a symbolic extent, so no data can match it.
+    #[error("a tensor of type {0} has a symbolic extent")]
+    NotStatic(String),
 }
 
 /// The byte size of a dense tensor of `elem` with the given extents, when such a tensor can
@@ -185,6 +188,19 @@ impl Tensor {
             ElemType::U8 => Tensor::U8(ArrayD::zeros(s)),
             ElemType::Bool => Tensor::Bool(ArrayD::from_elem(s, false)),
         })
+    }
+
+    /// Decodes the little-endian bytes of a value of type `ty` (a constant's data), which
+    /// must have a static shape; see [`Tensor::from_le_bytes`].
+    pub fn from_typed_le_bytes(ty: &TensorType, bytes: &[u8]) -> Result<Tensor, TensorError> {
+        let not_static = || TensorError::NotStatic(ty.to_string());
+        let dims: Vec<usize> = ty
+            .static_dims()
+            .ok_or_else(not_static)?
+            .into_iter()
+            .map(|d| usize::try_from(d).map_err(|_| not_static()))
+            .collect::<Result<_, _>>()?;
+        Tensor::from_le_bytes(ty.elem, &dims, bytes)
     }
 
     /// Decodes little-endian, row-major bytes (bool: one byte per element, nonzero is true).

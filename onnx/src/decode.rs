@@ -223,11 +223,5 @@ fn typed_data(t: &TensorProto, elem: ElemType, n: usize) -> Result<Bytes, String
 pub fn decode_tensor(data: Bytes) -> Result<tessera_ir::Tensor, String> {
     let t = TensorProto::decode(data).map_err(|e| format!("protobuf decoding failed: {e}"))?;
     let (ty, bytes) = tensor_data(&t, &mut ExternalFiles::new(None))?;
-    let dims: Vec<usize> = ty
-        .static_dims()
-        .unwrap_or_default()
-        .iter()
-        .map(|&d| d as usize)
-        .collect();
-    tessera_ir::Tensor::from_le_bytes(ty.elem, &dims, &bytes).map_err(|e| e.to_string())
+    tessera_ir::Tensor::from_typed_le_bytes(&ty, &bytes).map_err(|e| e.to_string())
 }

@@ -566,8 +566,7 @@ impl<'p> Ctx<'p> {
             return None;
         };
         let c = self.g.constant(c);
-        let dims: Vec<usize> = c.ty.static_dims()?.iter().map(|&d| d as usize).collect();
-        let t = Tensor::from_le_bytes(c.ty.elem, &dims, &c.data).ok()?;
+        let t = Tensor::from_typed_le_bytes(&c.ty, &c.data).ok()?;
         if c.ty.num_elements().is_some_and(|n| n <= FOLD_LIMIT) {
             self.known.insert(v, t.clone());
         }
@@ -594,10 +593,7 @@ impl<'p> Ctx<'p> {
     /// a `const` op for an initializer that is only read at import time.
     pub(crate) fn known_name(&mut self, name: &str) -> Option<Tensor> {
         match self.names.get(name)? {
-            Slot::Init(ty, data) => {
-                let dims: Vec<usize> = ty.static_dims()?.iter().map(|&d| d as usize).collect();
-                Tensor::from_le_bytes(ty.elem, &dims, data).ok()
-            }
+            Slot::Init(ty, data) => Tensor::from_typed_le_bytes(ty, data).ok(),
             Slot::Value(v) => {
                 let v = *v;
                 self.known(v).or_else(|| self.input_values.get(&v).cloned())

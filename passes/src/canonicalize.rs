@@ -237,12 +237,7 @@ fn const_tensor(graph: &Graph, v: ValueId) -> Option<Tensor> {
         return None;
     };
     let c = graph.constant(c);
-    let dims: Vec<usize> =
-        c.ty.static_dims()?
-            .iter()
-            .map(|&d| usize::try_from(d).ok())
-            .collect::<Option<_>>()?;
-    Tensor::from_le_bytes(c.ty.elem, &dims, &c.data).ok()
+    Tensor::from_typed_le_bytes(&c.ty, &c.data).ok()
 }
 
 /// The op defining `v`, when an op does.

@@ -125,23 +125,8 @@ pub fn print_stdout(text: &str) -> Result<()> {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
-/// renamed over `path`, so readers never see a half-written file.
+/// Writes `bytes` to `path` atomically (see [`tessera_ir::text::write_atomically`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tessera-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    tmp.persist(path)
-        .map_err(|e| anyhow::anyhow!(e.error))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    text::write_atomically(path, |f| f.write_all(bytes))
+        .with_context(|| format!("cannot write {}", path.display()))
 }

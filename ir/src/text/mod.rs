@@ -114,7 +114,7 @@ use std::path::Path;
 use crate::graph::{Entity, Graph};
 
 pub use printer::{const_names, value_names};
-pub use sidecar::{LoadError, SaveError, Sidecar, sidecar_path};
+pub use sidecar::{LoadError, SaveError, Sidecar, sidecar_path, write_atomically};
 
 /// Constants with at most this many elements print their data inline; larger ones are
 /// `external`.

@@ -347,31 +347,39 @@ fn write_sidecar(path: &Path, views: Vec<(String, ConstView<'_>)>) -> Result<(),
 
 /// Writes a temporary file next to `path`, then renames it over `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SaveError> {
-    let io_err = |source| SaveError::Io {
+    write_atomically(path, |f| f.write_all(bytes)).map_err(|source| SaveError::Io {
         path: path.into(),
         source,
-    };
+    })
+}
+
+/// Writes a file atomically: `write` fills a temporary file in the same folder, which is
+/// synced and renamed over `path`, so readers never see a half-written file. A new file gets
+/// the permissions of a plain create (on Unix `0o666` less the process umask, as
+/// `File::create` gives); a file that is replaced keeps its permissions.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let mut builder = tempfile::Builder::new();
+    builder.prefix(".tessera-").suffix(".tmp");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        // A plain create's mode: the kernel applies the process umask to it, so a new file
-        // gets exactly what `File::create` would give it (the tempfile default is 0600).
+        // The mode passed to open(2); the kernel applies the umask to it (the tempfile
+        // default is 0600).
         builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let mut tmp = builder.tempfile_in(dir).map_err(io_err)?;
-    tmp.write_all(bytes).map_err(io_err)?;
-    // A file that is replaced keeps its permissions.
+    let mut tmp = builder.tempfile_in(dir)?;
+    write(tmp.as_file_mut())?;
     if let Ok(m) = std::fs::metadata(path) {
-        tmp.as_file()
-            .set_permissions(m.permissions())
-            .map_err(io_err)?;
+        tmp.as_file().set_permissions(m.permissions())?;
     }
-    tmp.as_file().sync_all().map_err(io_err)?;
-    tmp.persist(path).map_err(|e| io_err(e.error))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
