@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tessera_targets::{Target, TargetSource};
+use tessera_targets::{TargetSpec, TargetSource};
 
 /// The search path: `--target-path` directories first, then `TESSERA_TARGET_PATH`.
 pub fn search_path(dirs: &[PathBuf]) -> Vec<PathBuf> {
@@ -38,7 +38,7 @@ pub fn show(name: &str, dirs: &[PathBuf]) -> Result<()> {
 }
 
 /// The text of `tessera targets show`.
-pub fn render(t: &Target) -> String {
+pub fn render(t: &TargetSpec) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "target {}: {}", t.name, t.description);
     let _ = writeln!(s, "host: {}", t.host);

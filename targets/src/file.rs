@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{Device, Link, Target, TargetError};
+use crate::{Device, Link, TargetSpec, TargetError};
 
 /// The most devices one `[[device]]` entry may expand to.
 const MAX_COUNT: u64 = 1 << 16;
@@ -155,7 +155,7 @@ impl Ctx<'_> {
 
 /// Parses and resolves a target file's text; `file` names it in errors, and its stem is the
 /// target's name when the file has no `name`.
-pub fn parse_target(source: &str, file: &str) -> Result<Target, TargetError> {
+pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError> {
     let cx = Ctx { file, source };
     let raw: RawFile = toml::from_str(source).map_err(|e| TargetError::Invalid {
         file: file.to_string(),
@@ -294,7 +294,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<Target, TargetError> {
     if !devices.iter().any(|d| d.name == host) {
         return Err(cx.err(&raw.host.span(), "host", format!("unknown device `{host}`")));
     }
-    Ok(Target {
+    Ok(TargetSpec {
         name,
         description: raw.description.trim().to_string(),
         devices,
@@ -495,7 +495,7 @@ fn generate(
 }
 
 /// Reads and resolves a target file; errors name the file as given.
-pub fn load_file(path: &Path) -> Result<Target, TargetError> {
+pub fn load_file(path: &Path) -> Result<TargetSpec, TargetError> {
     let source = std::fs::read_to_string(path).map_err(|source| TargetError::Io {
         path: path.to_path_buf(),
         source,

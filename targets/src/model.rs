@@ -6,7 +6,7 @@ use crate::TargetError;
 
 /// A machine: devices connected by links, one of them the host that runs the program.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Target {
+pub struct TargetSpec {
     /// The target's name (`mcm-2x2`, or a file's stem).
     pub name: String,
     /// One line for `tessera targets`.
@@ -53,7 +53,7 @@ pub struct Link {
     pub latency: f64,
 }
 
-impl Target {
+impl TargetSpec {
     /// The index of the device named `name`.
     pub fn device_index(&self, name: &str) -> Option<usize> {
         self.devices.iter().position(|d| d.name == name)

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Target, TargetError, load_file, parse_target};
+use crate::{TargetSpec, TargetError, load_file, parse_target};
 
 const BUILTINS: [(&str, &str); 6] = [
     ("cpu", include_str!("../builtin/cpu.toml")),
@@ -27,7 +27,7 @@ pub const BUILTIN_NAMES: [&str; 6] = [
 ];
 
 /// The built-in target `name`, if there is one.
-pub fn builtin_target(name: &str) -> Option<Result<Target, TargetError>> {
+pub fn builtin_target(name: &str) -> Option<Result<TargetSpec, TargetError>> {
     BUILTINS
         .iter()
         .find(|(n, _)| *n == name)
@@ -36,7 +36,7 @@ pub fn builtin_target(name: &str) -> Option<Result<Target, TargetError>> {
 
 /// Every built-in target, resolved. The files ship with the crate and are tested to parse,
 /// so a failure here is a bug in tessera.
-pub fn builtin_targets() -> Vec<Target> {
+pub fn builtin_targets() -> Vec<TargetSpec> {
     BUILTINS
         .iter()
         .map(|(n, src)| {
@@ -59,7 +59,7 @@ pub fn env_search_path() -> Vec<PathBuf> {
 
 /// Finds a target: a name ending in `.toml` is a file; otherwise a built-in, else the first
 /// `<dir>/<name>.toml` in `search_path` order.
-pub fn lookup(name: &str, search_path: &[PathBuf]) -> Result<Target, TargetError> {
+pub fn lookup(name: &str, search_path: &[PathBuf]) -> Result<TargetSpec, TargetError> {
     if name.ends_with(".toml") {
         return load_file(Path::new(name));
     }

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use tessera_targets::{
-    BUILTIN_NAMES, Target, TargetError, builtin_targets, load_file, lookup, parse_target,
+    BUILTIN_NAMES, TargetSpec, TargetError, builtin_targets, load_file, lookup, parse_target,
 };
 
-fn builtin(name: &str) -> Target {
+fn builtin(name: &str) -> TargetSpec {
     lookup(name, &[]).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 

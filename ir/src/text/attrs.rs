@@ -13,9 +13,10 @@ use crate::op::{
 };
 use crate::types::{Dim, ElemType, Scalar, format_f64};
 
-/// Every op name the parser knows, `const` included (for "did you mean" suggestions).
+/// Every op name the text format knows, `const` included: the names `Op::name` gives, which
+/// target files use for supported ops and efficiency factors.
 #[rustfmt::skip]
-pub(crate) const OP_NAMES: &[&str] = &[
+pub const OP_NAMES: &[&str] = &[
     "const", "abs", "neg", "sign", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "tan",
     "asin", "acos", "atan", "tanh", "sigmoid", "erf", "relu", "ceil", "floor", "round",
     "softplus", "softsign", "mish", "hard-swish", "gelu", "elu", "leaky-relu", "selu",

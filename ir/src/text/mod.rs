@@ -113,6 +113,7 @@ use std::path::Path;
 
 use crate::graph::{Entity, Graph};
 
+pub use attrs::OP_NAMES;
 pub use printer::{const_names, value_names};
 pub use sidecar::{LoadError, SaveError, Sidecar, sidecar_path, write_atomically};
 
