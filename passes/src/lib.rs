@@ -31,7 +31,7 @@ pub use pass::{
     OptionInfo, OptionKind, OptionValue, Options, Pass, PassError, PassInfo, Statistics,
 };
 pub use pipeline::{PassSpec, Pipeline, PipelineParseError};
-pub use registry::{closest, lookup, registry};
+pub use registry::{RegisterError, closest, lookup, register, registry};
 pub use shape_infer::bind_shapes;
 
 pub use tessera_ir as ir;

@@ -21,6 +21,7 @@ pub fn list(dirs: &[PathBuf]) -> Result<()> {
     for e in &entries {
         let source = match &e.source {
             TargetSource::Builtin => "built-in".to_string(),
+            TargetSource::Plugin => "plugin".to_string(),
             TargetSource::File(p) => p.display().to_string(),
         };
         let _ = match &e.description {
@@ -33,8 +34,8 @@ pub fn list(dirs: &[PathBuf]) -> Result<()> {
 
 /// Prints one target resolved: its devices, links and host.
 pub fn show(name: &str, dirs: &[PathBuf]) -> Result<()> {
-    let target = tessera_targets::lookup(name, &search_path(dirs))?;
-    super::print_stdout(&render(&target))
+    let target = tessera_targets::resolve(name, &search_path(dirs))?;
+    super::print_stdout(&render(target.spec()))
 }
 
 /// The text of `tessera targets show`.
@@ -76,6 +77,9 @@ pub fn render(t: &TargetSpec) -> String {
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = writeln!(s, "  {:w$}  efficiency: {eff}", "");
+        }
+        if d.op_overhead > 0.0 {
+            let _ = writeln!(s, "  {:w$}  op overhead: {}", "", seconds(d.op_overhead));
         }
     }
     let _ = writeln!(s, "links ({}):", t.links.len());

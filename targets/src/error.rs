@@ -51,4 +51,10 @@ pub enum TargetError {
         /// Destination device.
         to: String,
     },
+    /// A target registered in code has the name of a built-in or an earlier registration.
+    #[error("a target named `{name}` already exists")]
+    DuplicateTarget {
+        /// The clashing name.
+        name: String,
+    },
 }

@@ -39,6 +39,7 @@ struct RawDevice {
     lowering: Spanned<String>,
     #[serde(default)]
     efficiency: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    op_overhead: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -65,13 +66,13 @@ struct RawLink {
 }
 
 /// Builds errors pointing into one file.
-struct Ctx<'a> {
-    file: &'a str,
-    source: &'a str,
+pub(crate) struct Ctx<'a> {
+    pub(crate) file: &'a str,
+    pub(crate) source: &'a str,
 }
 
 impl Ctx<'_> {
-    fn line(&self, span: &Range<usize>) -> usize {
+    pub(crate) fn line(&self, span: &Range<usize>) -> usize {
         let end = span.start.min(self.source.len());
         self.source.as_bytes()[..end]
             .iter()
@@ -82,7 +83,7 @@ impl Ctx<'_> {
 
     /// The dotted name of the `[table]` or `[[array]]` header at or above `span`, for errors
     /// from serde that only know a field's own name.
-    fn table_at(&self, span: &Range<usize>) -> Option<String> {
+    pub(crate) fn table_at(&self, span: &Range<usize>) -> Option<String> {
         let line = self.line(span);
         self.source
             .lines()
@@ -96,7 +97,7 @@ impl Ctx<'_> {
             .map(|t| t.trim().to_string())
     }
 
-    fn err(&self, span: &Range<usize>, field: &str, message: impl Into<String>) -> TargetError {
+    pub(crate) fn err(&self, span: &Range<usize>, field: &str, message: impl Into<String>) -> TargetError {
         TargetError::Invalid {
             file: self.file.to_string(),
             line: self.line(span),
@@ -106,7 +107,7 @@ impl Ctx<'_> {
     }
 
     /// A number (integer or float) that must be `> 0` (or `>= 0` with `allow_zero`).
-    fn rate(
+    pub(crate) fn rate(
         &self,
         v: &Spanned<toml::Value>,
         field: &str,
@@ -136,7 +137,7 @@ impl Ctx<'_> {
     }
 
     /// A positive whole number (counts, mesh sizes, byte sizes; `64e6` is accepted).
-    fn whole(&self, v: &Spanned<toml::Value>, field: &str) -> Result<u64, TargetError> {
+    pub(crate) fn whole(&self, v: &Spanned<toml::Value>, field: &str) -> Result<u64, TargetError> {
         let x = self.rate(v, field, false)?;
         if x.fract() != 0.0 || x > u64::MAX as f64 {
             return Err(self.err(&v.span(), field, "must be a whole number"));
@@ -144,7 +145,22 @@ impl Ctx<'_> {
         Ok(x as u64)
     }
 
-    fn name(&self, v: &Spanned<String>, field: &str) -> Result<String, TargetError> {
+    /// An IR op name (`matmul`, `reduce-sum`, ...), as `supported_ops` and `efficiency` use.
+    pub(crate) fn op_name(&self, v: &Spanned<String>, field: &str) -> Result<String, TargetError> {
+        let s = self.name(v, field)?;
+        if crate::ir::text::OP_NAMES.contains(&s.as_str()) {
+            return Ok(s);
+        }
+        let hint = crate::ir::text::OP_NAMES
+            .iter()
+            .map(|n| (strsim::osa_distance(&s, n), *n))
+            .filter(|(d, _)| *d <= (s.len() / 3).max(1))
+            .min()
+            .map_or(String::new(), |(_, n)| format!("; did you mean `{n}`?"));
+        Err(self.err(&v.span(), field, format!("unknown op `{s}`{hint}")))
+    }
+
+    pub(crate) fn name(&self, v: &Spanned<String>, field: &str) -> Result<String, TargetError> {
         let s = v.get_ref().trim();
         if s.is_empty() {
             return Err(self.err(&v.span(), field, "must not be empty"));
@@ -191,6 +207,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
         let mut efficiency = BTreeMap::new();
         for (op, v) in &d.efficiency {
             let field = format!("device.efficiency.{}", op.get_ref());
+            cx.op_name(op, &field)?;
             let e = cx.rate(v, &field, false)?;
             if e > 1.0 {
                 return Err(cx.err(&v.span(), &field, "must be at most 1"));
@@ -202,10 +219,14 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
             Some(ops) => {
                 let mut set = BTreeSet::new();
                 for op in ops {
-                    set.insert(cx.name(op, "device.supported_ops")?);
+                    set.insert(cx.op_name(op, "device.supported_ops")?);
                 }
                 Some(set)
             }
+        };
+        let op_overhead = match &d.op_overhead {
+            Some(v) => cx.rate(v, "device.op_overhead", true)?,
+            None => 0.0,
         };
         let names: Vec<String> = match &d.count {
             None => vec![base.clone()],
@@ -249,6 +270,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
                 supported_ops: supported_ops.clone(),
                 lowering: lowering.clone(),
                 efficiency: efficiency.clone(),
+                op_overhead,
             });
         }
         groups.insert(base, members);
@@ -429,6 +451,7 @@ fn generate(
                 supported_ops: Some(BTreeSet::new()),
                 lowering: "none".to_string(),
                 efficiency: BTreeMap::new(),
+                op_overhead: 0.0,
             });
             for i in 0..n {
                 links.push(Link {

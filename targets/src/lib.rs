@@ -1,17 +1,32 @@
-//! tessera's targets: descriptions of devices and interconnects (files and, later, Rust
-//! plugins), and later the cost model, the simulator, and the lowering to MLIR.
+//! tessera's targets: what a machine is, what running a graph on it costs, and (later) the
+//! lowering to MLIR.
 //!
-//! Today: the data model ([`TargetSpec`], [`Device`], [`Link`]) with hop-count routing, the TOML
-//! target file format ([`parse_target`], [`load_file`]) with errors naming file, line and
-//! field, and the registry of built-in targets and search-path files ([`lookup`],
-//! [`list_targets`]). Only this crate will ever link MLIR (through melior); it does not yet.
+//! - [`TargetSpec`], [`Device`], [`Link`]: the resolved description, with hop-count routing;
+//!   read from TOML target files ([`parse_target`], [`load_file`]) whose errors name file,
+//!   line and field; built-ins and search-path files ([`lookup`], [`list_targets`]).
+//! - [`Target`]: the trait the compiler uses; a description is one, and a plugin crate writes
+//!   its own for what a file cannot say (cost overrides). [`register_target`] and
+//!   [`resolve`] add and find targets written in code.
+//! - [`op_work`]: FLOPs and bytes of every IR op from its shapes; [`CostModel`]: roofline op
+//!   times, transfers along routes, ring collectives, and [`Calibration`] files of measured op
+//!   times.
+//! - [`simulate`]: a discrete-event simulation of a placed graph (latency, pipelined
+//!   throughput, busy time per device and link direction, peak memory per device).
+//!
+//! Only this crate will ever link MLIR (through melior); it does not yet.
 
+mod calibration;
+pub mod cost;
 mod error;
 mod file;
 mod model;
 mod registry;
+pub mod sim;
+mod target;
 mod work;
 
+pub use calibration::Calibration;
+pub use cost::{CostModel, OpTime, TimeSource};
 pub use error::TargetError;
 pub use file::{load_file, parse_target};
 pub use model::{Device, Link, TargetSpec};
@@ -19,4 +34,7 @@ pub use registry::{
     BUILTIN_NAMES, TargetEntry, TargetSource, builtin_target, builtin_targets, env_search_path,
     list_targets, lookup,
 };
+pub use sim::{SimError, SimOptions, SimReport, placement_from_graph, simulate};
+pub use target::{Target, register_target, registered_targets, resolve};
 pub use tessera_ir as ir;
+pub use work::{Work, WorkError, op_work};

@@ -38,6 +38,8 @@ pub struct Device {
     pub lowering: String,
     /// Achievable fraction of peak per op name (missing ops: 1.0).
     pub efficiency: BTreeMap<String, f64>,
+    /// Fixed seconds added to every op this device runs (a kernel launch, a dispatch).
+    pub op_overhead: f64,
 }
 
 /// A bidirectional link between two devices.

@@ -83,6 +83,8 @@ pub fn lookup(name: &str, search_path: &[PathBuf]) -> Result<TargetSpec, TargetE
 pub enum TargetSource {
     /// Shipped with tessera.
     Builtin,
+    /// Registered in code by a plugin ([`crate::register_target`]).
+    Plugin,
     /// A file found on the search path.
     File(PathBuf),
 }
@@ -98,17 +100,23 @@ pub struct TargetEntry {
     pub description: Result<String, TargetError>,
 }
 
-/// The built-in targets, then every `*.toml` on the search path (by directory, then name),
-/// skipping names that an earlier entry already has (`lookup` would not find them).
+/// The targets registered in code, the built-in targets, then every `*.toml` on the search
+/// path (by directory, then name), skipping names that an earlier entry already has
+/// ([`crate::resolve`] would not find them).
 pub fn list_targets(search_path: &[PathBuf]) -> Vec<TargetEntry> {
-    let mut entries: Vec<TargetEntry> = BUILTINS
+    let mut entries: Vec<TargetEntry> = crate::registered_targets()
         .iter()
-        .map(|(n, src)| TargetEntry {
-            name: n.to_string(),
-            source: TargetSource::Builtin,
-            description: parse_target(src, &format!("<builtin>/{n}.toml")).map(|t| t.description),
+        .map(|t| TargetEntry {
+            name: t.spec().name.clone(),
+            source: TargetSource::Plugin,
+            description: Ok(t.spec().description.clone()),
         })
         .collect();
+    entries.extend(BUILTINS.iter().map(|(n, src)| TargetEntry {
+        name: n.to_string(),
+        source: TargetSource::Builtin,
+        description: parse_target(src, &format!("<builtin>/{n}.toml")).map(|t| t.description),
+    }));
     for dir in search_path {
         let Ok(read) = std::fs::read_dir(dir) else {
             continue;

@@ -1,0 +1,180 @@
+//! Calibration files: measured op times that override the roofline.
+//!
+//! ```toml
+//! [[measurement]]
+//! device = "gpu0"                               # a device name, or a device kind ("gpu")
+//! op = "matmul"                                 # an IR op name
+//! operands = ["f32[8, 512]", "f32[512, 512]"]   # optional: absent matches any shapes
+//! seconds = 12.5e-6
+//! ```
+//!
+//! For an op on a device the most specific measurement wins: the device's name with the op's
+//! exact operand types, then its name with any shapes, then its kind with the exact operand
+//! types, then its kind with any shapes. Two entries with the same key are an error, as is a
+//! device that the target does not have ([`Calibration::check`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::file::Ctx;
+use crate::ir::{ElemType, Graph, OpId};
+use crate::{Device, TargetError, TargetSpec};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    measurement: Vec<RawMeasurement>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeasurement {
+    device: Spanned<String>,
+    op: Spanned<String>,
+    operands: Option<Vec<Spanned<String>>>,
+    seconds: Spanned<toml::Value>,
+}
+
+/// `(device name or kind, op name, operand types or None for any)`.
+type Key = (String, String, Option<Vec<String>>);
+
+/// Measured op times, keyed by device (name or kind), op name and operand types.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Calibration {
+    file: String,
+    /// Measurement and the line it came from.
+    entries: BTreeMap<Key, (f64, usize)>,
+}
+
+impl Calibration {
+    /// Parses a calibration file's text; `file` names it in errors.
+    pub fn parse(source: &str, file: &str) -> Result<Calibration, TargetError> {
+        let cx = Ctx { file, source };
+        let raw: RawFile = toml::from_str(source).map_err(|e| TargetError::Invalid {
+            file: file.to_string(),
+            line: e.span().map_or(1, |s| cx.line(&s)),
+            field: e.span().and_then(|s| cx.table_at(&s)),
+            message: e.message().trim().to_string(),
+        })?;
+        let mut entries = BTreeMap::new();
+        for m in &raw.measurement {
+            let device = cx.name(&m.device, "measurement.device")?;
+            let op = cx.op_name(&m.op, "measurement.op")?;
+            let operands = match &m.operands {
+                None => None,
+                Some(list) => Some(
+                    list.iter()
+                        .map(|t| {
+                            normalize_type(t.get_ref()).ok_or_else(|| {
+                                cx.err(
+                                    &t.span(),
+                                    "measurement.operands",
+                                    format!(
+                                        "`{}` is not a static tensor type like `f32[8, 512]`",
+                                        t.get_ref()
+                                    ),
+                                )
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            let seconds = cx.rate(&m.seconds, "measurement.seconds", true)?;
+            let line = cx.line(&m.device.span());
+            if let Some((_, first)) =
+                entries.insert((device, op, operands), (seconds, line))
+            {
+                return Err(cx.err(
+                    &m.device.span(),
+                    "measurement",
+                    format!("same device, op and operands as the measurement on line {first}"),
+                ));
+            }
+        }
+        Ok(Calibration {
+            file: file.to_string(),
+            entries,
+        })
+    }
+
+    /// Reads and parses a calibration file.
+    pub fn load(path: &Path) -> Result<Calibration, TargetError> {
+        let source = std::fs::read_to_string(path).map_err(|source| TargetError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Calibration::parse(&source, &path.display().to_string())
+    }
+
+    /// The number of measurements.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no measurements.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Checks that every measurement's device is a device name or kind of `spec`.
+    pub fn check(&self, spec: &TargetSpec) -> Result<(), TargetError> {
+        for ((device, _, _), (_, line)) in &self.entries {
+            if !spec
+                .devices
+                .iter()
+                .any(|d| &d.name == device || &d.kind == device)
+            {
+                return Err(TargetError::Invalid {
+                    file: self.file.clone(),
+                    line: *line,
+                    field: Some("measurement.device".to_string()),
+                    message: format!(
+                        "target `{}` has no device or device kind `{device}`",
+                        spec.name
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The measured seconds of `op` on `device`, when a measurement matches.
+    pub fn lookup(&self, graph: &Graph, op: OpId, device: &Device) -> Option<f64> {
+        let data = graph.op(op);
+        let name = data.op.name().to_string();
+        let operands: Vec<String> = data
+            .operands
+            .iter()
+            .map(|&v| graph.ty(v).to_string().replace(' ', ""))
+            .collect();
+        let mut key: Key = (device.name.clone(), name, Some(operands));
+        for who in [device.name.clone(), device.kind.clone()] {
+            key.0 = who;
+            if let Some((s, _)) = self.entries.get(&key) {
+                return Some(*s);
+            }
+            let exact = key.2.take();
+            if let Some((s, _)) = self.entries.get(&key) {
+                return Some(*s);
+            }
+            key.2 = exact;
+        }
+        None
+    }
+}
+
+/// `f32[8, 512]` as `f32[8,512]`, or `None` when it is not a static tensor type.
+fn normalize_type(text: &str) -> Option<String> {
+    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let (elem, rest) = t.split_once('[')?;
+    ElemType::from_name(elem)?;
+    let dims = rest.strip_suffix(']')?;
+    if !dims.is_empty() && !dims.split(',').all(|d| d.parse::<u64>().is_ok()) {
+        return None;
+    }
+    Some(t)
+}

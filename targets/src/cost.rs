@@ -1,0 +1,329 @@
+//! The cost model: time of an op on a device, of a transfer between devices, and of
+//! collectives over a group of devices.
+//!
+//! - **Ops.** [`crate::op_work`] gives an op's FLOPs and bytes from its shapes. Its time on a
+//!   device is, in order of precedence: a measurement from a calibration file
+//!   ([`Calibration`]); the target's own [`Target::op_time`]; else the roofline
+//!   `overhead + max(flops / (rate · efficiency), bytes / memory bandwidth)`, where `rate` is
+//!   the device's peak for the op's element type (falling back to its `f32` rate, as a device
+//!   without a 16-bit unit upcasts), `efficiency` the device's factor for the op name (1 when
+//!   absent) and `overhead` its per-op `op_overhead`. `const` ops cost nothing: weights are
+//!   resident where they are used. A device cannot run an op that is outside its
+//!   `supported_ops`, whose element type it has no rate for (nor `f32`), or that the target's
+//!   [`Target::unsupported`] refuses; such answers carry the reason.
+//! - **Transfers** take the shortest route by hop count ([`TargetSpec::route`]) and are
+//!   cut-through: `sum of link latencies + bytes / slowest link bandwidth`. Each direction of
+//!   a link is its own channel.
+//! - **Collectives** run as rings over the given device order. A ring all-reduce of `B` bytes
+//!   over `p` devices is `2(p-1)` steps (reduce-scatter, then all-gather) in which every device
+//!   sends `B/p` bytes to the next; an all-gather or reduce-scatter of `B` bytes (the full
+//!   tensor) is `p-1` such steps. A step lasts as long as its slowest transfer, where transfers
+//!   whose routes share a link direction share its bandwidth: `max route latency + max over
+//!   link directions (bytes crossing it / its bandwidth)`. The reduction arithmetic itself is
+//!   not counted.
+
+use std::collections::BTreeMap;
+
+use crate::ir::{Graph, Op, OpId};
+use crate::{Calibration, Device, Target, TargetError, TargetSpec, WorkError, op_work};
+
+/// Where an op's modelled time came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The roofline, limited by compute.
+    ComputeBound,
+    /// The roofline, limited by memory bandwidth.
+    MemoryBound,
+    /// The target's own cost hook.
+    Target,
+    /// A calibration file's measurement.
+    Calibrated,
+    /// A `const` op (no time).
+    Free,
+}
+
+impl TimeSource {
+    /// A short label for tables: `compute`, `memory`, `target`, `calibrated`, `free`.
+    pub fn label(self) -> &'static str {
+        match self {
+            TimeSource::ComputeBound => "compute",
+            TimeSource::MemoryBound => "memory",
+            TimeSource::Target => "target",
+            TimeSource::Calibrated => "calibrated",
+            TimeSource::Free => "free",
+        }
+    }
+}
+
+/// The modelled time of one op on one device, or why the device cannot run it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpTime {
+    /// The device runs the op in `seconds`.
+    Time {
+        /// Modelled seconds.
+        seconds: f64,
+        /// Which rule gave it.
+        source: TimeSource,
+    },
+    /// The device cannot run the op.
+    Unsupported(String),
+}
+
+impl OpTime {
+    /// The seconds, when the device can run the op.
+    pub fn seconds(&self) -> Option<f64> {
+        match self {
+            OpTime::Time { seconds, .. } => Some(*seconds),
+            OpTime::Unsupported(_) => None,
+        }
+    }
+}
+
+/// A route between two devices, summarised for the link model.
+#[derive(Clone, Debug, Default)]
+struct Route {
+    /// Directed channels (`2 * link + direction`), in travel order.
+    channels: Vec<usize>,
+    /// Sum of the links' latencies.
+    latency: f64,
+    /// The slowest link's bandwidth (infinite for an empty route).
+    bandwidth: f64,
+}
+
+/// The cost model of one target, with routes between every pair of devices precomputed.
+pub struct CostModel<'a> {
+    target: &'a dyn Target,
+    calibration: Option<&'a Calibration>,
+    /// `routes[from][to]`; `None` where no route exists.
+    routes: Vec<Vec<Option<Route>>>,
+}
+
+impl std::fmt::Debug for CostModel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CostModel")
+            .field("target", &self.target.spec().name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> CostModel<'a> {
+    /// The cost model of `target`, with measured op times from `calibration` if given.
+    pub fn new(target: &'a dyn Target, calibration: Option<&'a Calibration>) -> CostModel<'a> {
+        let spec = target.spec();
+        let n = spec.devices.len();
+        let mut routes = vec![vec![None; n]; n];
+        for (from, row) in routes.iter_mut().enumerate() {
+            for (to, slot) in row.iter_mut().enumerate() {
+                *slot = route_between(spec, from, to);
+            }
+        }
+        CostModel {
+            target,
+            calibration,
+            routes,
+        }
+    }
+
+    /// The target this model describes.
+    pub fn target(&self) -> &'a dyn Target {
+        self.target
+    }
+
+    /// The target's description.
+    pub fn spec(&self) -> &'a TargetSpec {
+        self.target.spec()
+    }
+
+    /// The number of directed link channels (two per link), as the simulator counts them.
+    pub fn num_channels(&self) -> usize {
+        2 * self.spec().links.len()
+    }
+
+    /// The time of `op` on device `device` (an index into the spec's devices).
+    pub fn op_time(&self, graph: &Graph, op: OpId, device: usize) -> Result<OpTime, WorkError> {
+        let d = &self.spec().devices[device];
+        let data = graph.op(op);
+        if matches!(data.op, Op::Const(_)) {
+            return Ok(OpTime::Time {
+                seconds: 0.0,
+                source: TimeSource::Free,
+            });
+        }
+        let name = data.op.name();
+        if let Some(ops) = &d.supported_ops
+            && !ops.contains(name)
+        {
+            return Ok(OpTime::Unsupported(format!(
+                "{} does not support `{name}` (not in its supported_ops)",
+                d.name
+            )));
+        }
+        if let Some(why) = self.target.unsupported(graph, op, d) {
+            return Ok(OpTime::Unsupported(why));
+        }
+        if let Some(c) = self.calibration
+            && let Some(seconds) = c.lookup(graph, op, d)
+        {
+            return Ok(OpTime::Time {
+                seconds,
+                source: TimeSource::Calibrated,
+            });
+        }
+        let work = op_work(graph, op)?;
+        if let Some(seconds) = self.target.op_time(graph, op, d, &work) {
+            return Ok(OpTime::Time {
+                seconds,
+                source: TimeSource::Target,
+            });
+        }
+        Ok(roofline(d, name, work.flops, work.bytes, work.elem.name()))
+    }
+
+    /// Seconds to move `bytes` from device `from` to device `to` (0 when they are the same).
+    pub fn transfer_time(&self, from: usize, to: usize, bytes: f64) -> Result<f64, TargetError> {
+        if from == to {
+            return Ok(0.0);
+        }
+        if let Some(t) = self.target.transfer_time(from, to, bytes) {
+            return Ok(t);
+        }
+        let r = self.route(from, to)?;
+        Ok(r.latency + bytes / r.bandwidth)
+    }
+
+    /// The directed channels a transfer from `from` to `to` occupies, in travel order.
+    pub fn channels(&self, from: usize, to: usize) -> Result<&[usize], TargetError> {
+        if from == to {
+            return Ok(&[]);
+        }
+        Ok(&self.route(from, to)?.channels)
+    }
+
+    /// The link and direction of a channel: `(link index, forward)` where forward means from
+    /// the link's `a` to its `b`.
+    pub fn channel_link(channel: usize) -> (usize, bool) {
+        (channel / 2, channel % 2 == 0)
+    }
+
+    fn route(&self, from: usize, to: usize) -> Result<&Route, TargetError> {
+        self.routes[from][to]
+            .as_ref()
+            .ok_or_else(|| TargetError::Unreachable {
+                target: self.spec().name.clone(),
+                from: self.spec().devices[from].name.clone(),
+                to: self.spec().devices[to].name.clone(),
+            })
+    }
+
+    /// One ring step: device `ring[i]` sends `chunk` bytes to `ring[i + 1]` (cyclically), all
+    /// at once; transfers sharing a link direction share its bandwidth.
+    fn ring_step(&self, ring: &[usize], chunk: f64) -> Result<f64, TargetError> {
+        let p = ring.len();
+        let mut latency: f64 = 0.0;
+        let mut load: BTreeMap<usize, f64> = BTreeMap::new();
+        for i in 0..p {
+            let (from, to) = (ring[i], ring[(i + 1) % p]);
+            if from == to {
+                continue;
+            }
+            if let Some(t) = self.target.transfer_time(from, to, chunk) {
+                latency = latency.max(t);
+                continue;
+            }
+            let r = self.route(from, to)?;
+            latency = latency.max(r.latency);
+            for &c in &r.channels {
+                *load.entry(c).or_insert(0.0) += chunk;
+            }
+        }
+        let links = &self.spec().links;
+        let serial = load
+            .iter()
+            .map(|(&c, &bytes)| bytes / links[c / 2].bandwidth)
+            .fold(0.0, f64::max);
+        Ok(latency + serial)
+    }
+
+    /// Seconds for a ring all-reduce of a `bytes`-byte tensor over `ring` (device indices, in
+    /// ring order). Zero for fewer than two devices.
+    pub fn all_reduce_time(&self, ring: &[usize], bytes: f64) -> Result<f64, TargetError> {
+        let p = ring.len();
+        if p < 2 {
+            return Ok(0.0);
+        }
+        let step = self.ring_step(ring, bytes / p as f64)?;
+        Ok(2.0 * (p - 1) as f64 * step)
+    }
+
+    /// Seconds for a ring all-gather producing a `bytes`-byte tensor on every device of
+    /// `ring` (each starts with `bytes / p`). A reduce-scatter costs the same.
+    pub fn all_gather_time(&self, ring: &[usize], bytes: f64) -> Result<f64, TargetError> {
+        let p = ring.len();
+        if p < 2 {
+            return Ok(0.0);
+        }
+        let step = self.ring_step(ring, bytes / p as f64)?;
+        Ok((p - 1) as f64 * step)
+    }
+}
+
+/// The roofline time of an op with `flops` and `bytes` of work in element type `elem` on `d`.
+pub fn roofline(d: &Device, op_name: &str, flops: f64, bytes: f64, elem: &str) -> OpTime {
+    let compute = if flops > 0.0 {
+        let Some(rate) = d.compute.get(elem).or_else(|| d.compute.get("f32")) else {
+            return OpTime::Unsupported(format!(
+                "{} has no compute rate for {elem} (nor f32)",
+                d.name
+            ));
+        };
+        let eff = d.efficiency.get(op_name).copied().unwrap_or(1.0);
+        flops / (rate * eff)
+    } else {
+        0.0
+    };
+    let memory = if bytes > 0.0 {
+        if d.memory_bandwidth <= 0.0 {
+            return OpTime::Unsupported(format!("{} has no memory bandwidth", d.name));
+        }
+        bytes / d.memory_bandwidth
+    } else {
+        0.0
+    };
+    let source = if compute >= memory {
+        TimeSource::ComputeBound
+    } else {
+        TimeSource::MemoryBound
+    };
+    OpTime::Time {
+        seconds: d.op_overhead + compute.max(memory),
+        source,
+    }
+}
+
+fn route_between(spec: &TargetSpec, from: usize, to: usize) -> Option<Route> {
+    if from == to {
+        return Some(Route {
+            channels: Vec::new(),
+            latency: 0.0,
+            bandwidth: f64::INFINITY,
+        });
+    }
+    let links = spec
+        .route(&spec.devices[from].name, &spec.devices[to].name)
+        .ok()?;
+    let mut at = spec.devices[from].name.as_str();
+    let mut route = Route {
+        channels: Vec::with_capacity(links.len()),
+        latency: 0.0,
+        bandwidth: f64::INFINITY,
+    };
+    for li in links {
+        let l = &spec.links[li];
+        let forward = l.a == at;
+        at = if forward { &l.b } else { &l.a };
+        route.channels.push(2 * li + usize::from(!forward));
+        route.latency += l.latency;
+        route.bandwidth = route.bandwidth.min(l.bandwidth);
+    }
+    Some(route)
+}

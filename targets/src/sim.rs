@@ -1,0 +1,845 @@
+//! A discrete-event simulator of a placed graph on a target.
+//!
+//! **Model.** Every non-`const` op runs on its device, one op at a time per device, for the
+//! time the [`CostModel`] gives. A value used on a device other than the one that holds it is
+//! moved there once by a transfer, which occupies every link direction (channel) on its route
+//! for its whole duration (cut-through, see [`crate::cost`]); a transfer starts when its value
+//! is ready and all its channels are free, and channels serve transfers first come, first
+//! served, so transfers that share a link contend. Graph inputs start on the host, graph
+//! outputs end on the host, and constants (weights) are resident on every device that uses
+//! them, loaded before the run.
+//!
+//! **Order.** Each device runs the ops placed on it in graph body order (a scheduling pass
+//! decides that order). In a stream of samples each sample keeps that order, and an idle
+//! device starts the ready op of the earliest sample.
+//!
+//! **Results** ([`SimReport`]):
+//! - the latency of one sample: the time until its last op and its output transfers are done;
+//! - the steady-state period and throughput of a stream: `samples` samples queued at time 0,
+//!   the period measured between the completions of the middle and the last sample;
+//! - busy time per device and per link direction for one sample, and the resource whose busy
+//!   time bounds the period from below;
+//! - peak memory per device for one sample: resident weights plus the live values at the worst
+//!   moment. A value is allocated on its device when the op producing it (or the transfer
+//!   bringing it) starts, and freed when the last op or transfer using it there finishes;
+//!   graph outputs stay on the host. Views (a `reshape`) count as copies.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::fmt;
+
+use crate::cost::{CostModel, OpTime};
+use crate::ir::{Graph, Op, OpId, ValueDef, ValueId};
+use crate::{TargetError, WorkError};
+
+/// Why a graph cannot be simulated.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// An op's work could not be computed (a symbolic shape).
+    #[error(transparent)]
+    Work(#[from] WorkError),
+    /// A route or device problem in the target.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// An op has no device and no default was given.
+    #[error("{op} has no device; place it (device(\"...\")) or choose a default device")]
+    Unplaced {
+        /// The op, described.
+        op: String,
+    },
+    /// An op's device does not exist in the target.
+    #[error("{op} is placed on `{device}`, which target `{target}` does not have")]
+    UnknownDevice {
+        /// The op, described.
+        op: String,
+        /// The device named.
+        device: String,
+        /// The target.
+        target: String,
+    },
+    /// An op is placed on a device that cannot run it.
+    #[error("{op} cannot run on {device}: {reason}")]
+    Unsupported {
+        /// The op, described.
+        op: String,
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+    /// A value's size is not static.
+    #[error("value {value} has a symbolic shape {ty}; bind it with --input-shape")]
+    Symbolic {
+        /// The value handle.
+        value: String,
+        /// Its type.
+        ty: String,
+    },
+}
+
+/// `matmul op3 at "fc1/MatMul"`: an op for error messages.
+pub fn describe_op(graph: &Graph, op: OpId) -> String {
+    let data = graph.op(op);
+    match &data.loc {
+        Some(loc) => format!("{} {op} at {loc:?}", data.op.name()),
+        None => format!("{} {op}", data.op.name()),
+    }
+}
+
+/// The device of every op (indexed by [`OpId::index`]), from the graph's `device(...)`
+/// annotations; ops without one go to `default` (a device index) or are an error.
+pub fn placement_from_graph(
+    graph: &Graph,
+    spec: &crate::TargetSpec,
+    default: Option<usize>,
+) -> Result<Vec<usize>, SimError> {
+    let mut placement = vec![usize::MAX; graph.num_op_handles()];
+    for &op in graph.ops() {
+        let data = graph.op(op);
+        placement[op.index()] = match &data.device {
+            Some(name) => spec
+                .device_index(name)
+                .ok_or_else(|| SimError::UnknownDevice {
+                    op: describe_op(graph, op),
+                    device: name.clone(),
+                    target: spec.name.clone(),
+                })?,
+            None if matches!(data.op, Op::Const(_)) => default.unwrap_or(0),
+            None => default.ok_or_else(|| SimError::Unplaced {
+                op: describe_op(graph, op),
+            })?,
+        };
+    }
+    Ok(placement)
+}
+
+/// Simulation settings.
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// Samples in the stream that measures throughput (at least 1).
+    pub samples: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { samples: 8 }
+    }
+}
+
+/// Per-device results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceReport {
+    /// The device's name.
+    pub name: String,
+    /// Ops placed on it (`const` ops excluded).
+    pub ops: usize,
+    /// Seconds busy running ops, per sample.
+    pub busy: f64,
+    /// Bytes of weights resident on it.
+    pub weights: u64,
+    /// Peak bytes in use during one sample (weights included).
+    pub peak_memory: u64,
+    /// Its memory capacity in bytes.
+    pub capacity: u64,
+}
+
+/// Per-link results, each direction separately (`a -> b` is forward).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkReport {
+    /// One end.
+    pub a: String,
+    /// The other end.
+    pub b: String,
+    /// Seconds busy per sample, `a -> b` then `b -> a`.
+    pub busy: [f64; 2],
+    /// Bytes carried per sample, `a -> b` then `b -> a`.
+    pub bytes: [f64; 2],
+}
+
+/// What a simulation found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimReport {
+    /// Seconds from a sample's inputs on the host to its outputs on the host.
+    pub latency: f64,
+    /// Seconds between completions in the steady state of the stream.
+    pub period: f64,
+    /// Samples per second in the steady state (`1 / period`).
+    pub throughput: f64,
+    /// Samples simulated in the stream.
+    pub samples: usize,
+    /// The largest busy time of any device or link direction per sample: no schedule has a
+    /// shorter period.
+    pub bound_period: f64,
+    /// The resource with that busy time (`chip0`, or `chip0 -> chip1`).
+    pub bottleneck: String,
+    /// Every device of the target, in target order.
+    pub devices: Vec<DeviceReport>,
+    /// Every link of the target, in target order.
+    pub links: Vec<LinkReport>,
+    /// Transfers per sample.
+    pub transfers: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Op { device: u32, pos: u32 },
+    Transfer { chan_start: u32, chan_end: u32 },
+}
+
+#[derive(Clone, Debug)]
+struct Task {
+    kind: Kind,
+    seconds: f64,
+    succ_start: u32,
+    succ_end: u32,
+    npred: u32,
+    /// Copies allocated when the task starts.
+    alloc_start: u32,
+    alloc_end: u32,
+    /// Copies released when the task finishes.
+    free_start: u32,
+    free_end: u32,
+}
+
+/// A value held on one device.
+#[derive(Clone, Debug)]
+struct Copy {
+    device: u32,
+    bytes: u64,
+    /// Tasks that must finish before it is freed; `u32::MAX` for pinned (outputs on host).
+    uses: u32,
+}
+
+/// The graph compiled into tasks, reusable across runs.
+struct Plan {
+    tasks: Vec<Task>,
+    succs: Vec<u32>,
+    channels: Vec<u32>,
+    copies: Vec<Copy>,
+    allocs: Vec<u32>,
+    frees: Vec<u32>,
+    /// Copies present at the start of a sample (graph inputs on the host).
+    initial: Vec<u32>,
+    weights: Vec<u64>,
+    num_devices: usize,
+    num_channels: usize,
+}
+
+/// Simulates `graph` placed by `placement` (a device index per op index, as
+/// [`placement_from_graph`] gives) on the cost model's target.
+pub fn simulate(
+    graph: &Graph,
+    cost: &CostModel<'_>,
+    placement: &[usize],
+    options: &SimOptions,
+) -> Result<SimReport, SimError> {
+    let plan = build(graph, cost, placement)?;
+    let single = run(&plan, 1, true);
+    let samples = options.samples.max(1);
+    let stream = if samples == 1 {
+        single.clone()
+    } else {
+        run(&plan, samples, false)
+    };
+    let spec = cost.spec();
+    let mut done = stream.sample_done.clone();
+    done.sort_by(f64::total_cmp);
+    let period = if samples == 1 {
+        single.latency()
+    } else {
+        let h = (samples - 1) / 2;
+        (done[samples - 1] - done[h]) / (samples - 1 - h) as f64
+    };
+    let mut ops = vec![0usize; spec.devices.len()];
+    for t in &plan.tasks {
+        if let Kind::Op { device, .. } = t.kind {
+            ops[device as usize] += 1;
+        }
+    }
+    let devices: Vec<DeviceReport> = spec
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| DeviceReport {
+            name: d.name.clone(),
+            ops: ops[i],
+            busy: single.device_busy[i],
+            weights: plan.weights[i],
+            peak_memory: plan.weights[i] + single.peak[i],
+            capacity: d.memory_bytes,
+        })
+        .collect();
+    let links: Vec<LinkReport> = spec
+        .links
+        .iter()
+        .enumerate()
+        .map(|(li, l)| LinkReport {
+            a: l.a.clone(),
+            b: l.b.clone(),
+            busy: [single.channel_busy[2 * li], single.channel_busy[2 * li + 1]],
+            bytes: [single.channel_bytes[2 * li], single.channel_bytes[2 * li + 1]],
+        })
+        .collect();
+    let mut bound_period = 0.0;
+    let mut bottleneck = String::new();
+    for d in &devices {
+        if d.busy > bound_period {
+            bound_period = d.busy;
+            bottleneck = d.name.clone();
+        }
+    }
+    for l in &links {
+        for (dir, busy) in l.busy.iter().enumerate() {
+            if *busy > bound_period {
+                bound_period = *busy;
+                bottleneck = if dir == 0 {
+                    format!("{} -> {}", l.a, l.b)
+                } else {
+                    format!("{} -> {}", l.b, l.a)
+                };
+            }
+        }
+    }
+    let transfers = plan
+        .tasks
+        .iter()
+        .filter(|t| matches!(t.kind, Kind::Transfer { .. }))
+        .count();
+    Ok(SimReport {
+        latency: single.latency(),
+        period,
+        throughput: if period > 0.0 {
+            1.0 / period
+        } else {
+            f64::INFINITY
+        },
+        samples,
+        bound_period,
+        bottleneck,
+        devices,
+        links,
+        transfers,
+    })
+}
+
+fn value_bytes(graph: &Graph, v: ValueId) -> Result<u64, SimError> {
+    let ty = graph.ty(v);
+    ty.size_bytes().ok_or_else(|| SimError::Symbolic {
+        value: v.to_string(),
+        ty: ty.to_string(),
+    })
+}
+
+/// Where a value can be found on a device: the task that makes it available there (none for
+/// a graph input on the host) and its copy.
+#[derive(Clone, Copy)]
+struct Avail {
+    device: usize,
+    task: Option<u32>,
+    copy: u32,
+}
+
+/// Tasks, copies and their relations while the plan is built.
+#[derive(Default)]
+struct Builder {
+    tasks: Vec<Task>,
+    preds: Vec<Vec<u32>>,
+    allocs: Vec<Vec<u32>>,
+    frees: Vec<Vec<u32>>,
+    copies: Vec<Copy>,
+    channels: Vec<u32>,
+    /// Where each value is available, by value index; the first entry is the original.
+    avail: Vec<Vec<Avail>>,
+}
+
+impl Builder {
+    fn task(&mut self, kind: Kind, seconds: f64) -> u32 {
+        self.tasks.push(Task {
+            kind,
+            seconds,
+            succ_start: 0,
+            succ_end: 0,
+            npred: 0,
+            alloc_start: 0,
+            alloc_end: 0,
+            free_start: 0,
+            free_end: 0,
+        });
+        self.preds.push(Vec::new());
+        self.allocs.push(Vec::new());
+        self.frees.push(Vec::new());
+        (self.tasks.len() - 1) as u32
+    }
+
+    fn copy(&mut self, device: usize, bytes: u64) -> u32 {
+        self.copies.push(Copy {
+            device: device as u32,
+            bytes,
+            uses: 0,
+        });
+        (self.copies.len() - 1) as u32
+    }
+
+    /// The copy of `v` on device `d`, adding a transfer from the original if there is none.
+    fn fetch(&mut self, v: ValueId, d: usize, cost: &CostModel<'_>) -> Result<Avail, SimError> {
+        if let Some(a) = self.avail[v.index()].iter().find(|a| a.device == d) {
+            return Ok(*a);
+        }
+        let src = self.avail[v.index()][0];
+        let bytes = self.copies[src.copy as usize].bytes;
+        let seconds = cost.transfer_time(src.device, d, bytes as f64)?;
+        let chan_start = self.channels.len() as u32;
+        self.channels
+            .extend(cost.channels(src.device, d)?.iter().map(|&c| c as u32));
+        let kind = Kind::Transfer {
+            chan_start,
+            chan_end: self.channels.len() as u32,
+        };
+        let t = self.task(kind, seconds);
+        if let Some(p) = src.task {
+            self.preds[t as usize].push(p);
+        }
+        let copy = self.copy(d, bytes);
+        self.allocs[t as usize].push(copy);
+        self.frees[t as usize].push(src.copy);
+        self.copies[src.copy as usize].uses += 1;
+        let a = Avail {
+            device: d,
+            task: Some(t),
+            copy,
+        };
+        self.avail[v.index()].push(a);
+        Ok(a)
+    }
+}
+
+fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Plan, SimError> {
+    let spec = cost.spec();
+    let n_dev = spec.devices.len();
+    let host = spec
+        .device_index(&spec.host)
+        .ok_or_else(|| TargetError::UnknownDevice {
+            target: spec.name.clone(),
+            device: spec.host.clone(),
+        })?;
+    let mut b = Builder {
+        avail: vec![Vec::new(); graph.num_values()],
+        ..Builder::default()
+    };
+    let mut is_const = vec![false; graph.num_values()];
+    let mut initial = Vec::new();
+    let mut weights = vec![0u64; n_dev];
+    let mut resident: BTreeSet<(usize, usize)> = BTreeSet::new();
+    let mut last_on_device: Vec<Option<u32>> = vec![None; n_dev];
+    let mut pos = vec![0u32; n_dev];
+
+    for &input in graph.inputs() {
+        let copy = b.copy(host, value_bytes(graph, input)?);
+        initial.push(copy);
+        b.avail[input.index()].push(Avail {
+            device: host,
+            task: None,
+            copy,
+        });
+    }
+    for &op in graph.ops() {
+        let data = graph.op(op);
+        if matches!(data.op, Op::Const(_)) {
+            for &r in &data.results {
+                is_const[r.index()] = true;
+            }
+            continue;
+        }
+        let d = placement.get(op.index()).copied().unwrap_or(usize::MAX);
+        if d >= n_dev {
+            return Err(SimError::Unplaced {
+                op: describe_op(graph, op),
+            });
+        }
+        let seconds = match cost.op_time(graph, op, d)? {
+            OpTime::Time { seconds, .. } => seconds,
+            OpTime::Unsupported(reason) => {
+                return Err(SimError::Unsupported {
+                    op: describe_op(graph, op),
+                    device: spec.devices[d].name.clone(),
+                    reason,
+                });
+            }
+        };
+        let t = b.task(
+            Kind::Op {
+                device: d as u32,
+                pos: pos[d],
+            },
+            seconds,
+        );
+        pos[d] += 1;
+        if let Some(prev) = last_on_device[d] {
+            b.preds[t as usize].push(prev);
+        }
+        last_on_device[d] = Some(t);
+        let mut seen: Vec<ValueId> = Vec::with_capacity(data.operands.len());
+        for &v in &data.operands {
+            if seen.contains(&v) {
+                continue;
+            }
+            seen.push(v);
+            if is_const[v.index()] {
+                if let ValueDef::Result(cop, _) = graph.value(v).def
+                    && let Op::Const(c) = graph.op(cop).op
+                    && resident.insert((d, c.index()))
+                {
+                    weights[d] += graph.constant(c).ty.size_bytes().unwrap_or(0);
+                }
+                continue;
+            }
+            let a = b.fetch(v, d, cost)?;
+            if let Some(p) = a.task {
+                b.preds[t as usize].push(p);
+            }
+            b.frees[t as usize].push(a.copy);
+            b.copies[a.copy as usize].uses += 1;
+        }
+        for &r in &data.results {
+            let copy = b.copy(d, value_bytes(graph, r)?);
+            b.allocs[t as usize].push(copy);
+            b.avail[r.index()].push(Avail {
+                device: d,
+                task: Some(t),
+                copy,
+            });
+        }
+    }
+    for &out in graph.outputs() {
+        if is_const[out.index()] {
+            continue;
+        }
+        let a = b.fetch(out, host, cost)?;
+        b.copies[a.copy as usize].uses = u32::MAX;
+    }
+
+    // Flatten successor lists and per-task copy lists.
+    let Builder {
+        mut tasks,
+        mut preds,
+        allocs,
+        frees,
+        copies,
+        channels,
+        ..
+    } = b;
+    let mut succ_lists: Vec<Vec<u32>> = vec![Vec::new(); tasks.len()];
+    for (t, ps) in preds.iter_mut().enumerate() {
+        ps.sort_unstable();
+        ps.dedup();
+        tasks[t].npred = ps.len() as u32;
+        for &p in ps.iter() {
+            succ_lists[p as usize].push(t as u32);
+        }
+    }
+    let mut succs = Vec::new();
+    let mut flat_allocs = Vec::new();
+    let mut flat_frees = Vec::new();
+    for (t, task) in tasks.iter_mut().enumerate() {
+        task.succ_start = succs.len() as u32;
+        succs.extend_from_slice(&succ_lists[t]);
+        task.succ_end = succs.len() as u32;
+        task.alloc_start = flat_allocs.len() as u32;
+        flat_allocs.extend_from_slice(&allocs[t]);
+        task.alloc_end = flat_allocs.len() as u32;
+        task.free_start = flat_frees.len() as u32;
+        flat_frees.extend_from_slice(&frees[t]);
+        task.free_end = flat_frees.len() as u32;
+    }
+    Ok(Plan {
+        tasks,
+        succs,
+        channels,
+        copies,
+        allocs: flat_allocs,
+        frees: flat_frees,
+        initial,
+        weights,
+        num_devices: n_dev,
+        num_channels: cost.num_channels(),
+    })
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+struct RunResult {
+    sample_done: Vec<f64>,
+    device_busy: Vec<f64>,
+    channel_busy: Vec<f64>,
+    channel_bytes: Vec<f64>,
+    /// Peak live bytes per device (weights excluded); only when memory was tracked.
+    peak: Vec<u64>,
+}
+
+impl RunResult {
+    fn latency(&self) -> f64 {
+        self.sample_done.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Non-negative `f64` seconds as totally ordered bits (positive floats order like their bits).
+fn key(t: f64) -> u64 {
+    t.max(0.0).to_bits()
+}
+
+/// Runs `samples` samples of `plan`, all queued at time 0. Busy times and bytes are per
+/// sample (divided by `samples`).
+fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
+    let nt = plan.tasks.len();
+    let mut npred: Vec<u32> = Vec::with_capacity(nt * samples);
+    for _ in 0..samples {
+        npred.extend(plan.tasks.iter().map(|t| t.npred));
+    }
+    let mut events: BinaryHeap<Reverse<(u64, u64, u32)>> = BinaryHeap::new();
+    let mut seq: u64 = 0;
+    // Per device: ready ops as (sample, position, instance), earliest sample first.
+    let mut ready: Vec<BinaryHeap<Reverse<(u32, u32, u32)>>> =
+        vec![BinaryHeap::new(); plan.num_devices];
+    let mut idle = vec![true; plan.num_devices];
+    let mut chan_free = vec![0.0f64; plan.num_channels];
+    let mut device_busy = vec![0.0; plan.num_devices];
+    let mut channel_busy = vec![0.0; plan.num_channels];
+    let mut channel_bytes = vec![0.0; plan.num_channels];
+    let mut sample_done = vec![0.0f64; samples];
+    let mut uses: Vec<u32> = if track_memory {
+        plan.copies.iter().map(|c| c.uses).collect()
+    } else {
+        Vec::new()
+    };
+    let mut live = vec![0u64; plan.num_devices];
+    let mut peak = vec![0u64; plan.num_devices];
+    if track_memory {
+        for &c in &plan.initial {
+            let copy = &plan.copies[c as usize];
+            live[copy.device as usize] += copy.bytes;
+        }
+        peak.clone_from(&live);
+    }
+
+    // Starts instance `inst` (sample `s`, task `t`) at `now`.
+    macro_rules! start {
+        ($inst:expr, $now:expr, $begin:expr) => {{
+            let inst: u32 = $inst;
+            let t = &plan.tasks[inst as usize % nt];
+            let begin: f64 = $begin;
+            if track_memory {
+                for &c in &plan.allocs[t.alloc_start as usize..t.alloc_end as usize] {
+                    let copy = &plan.copies[c as usize];
+                    let d = copy.device as usize;
+                    live[d] += copy.bytes;
+                    peak[d] = peak[d].max(live[d]);
+                }
+            }
+            events.push(Reverse((key(begin + t.seconds), seq, inst)));
+            seq += 1;
+        }};
+    }
+
+    // Makes instance `inst` ready at `now`.
+    macro_rules! make_ready {
+        ($inst:expr, $now:expr) => {{
+            let inst: u32 = $inst;
+            let now: f64 = $now;
+            let s = inst as usize / nt;
+            let t = &plan.tasks[inst as usize % nt];
+            match t.kind {
+                Kind::Op { device, pos } => {
+                    ready[device as usize].push(Reverse((s as u32, pos, inst)));
+                }
+                Kind::Transfer {
+                    chan_start,
+                    chan_end,
+                } => {
+                    let chans = &plan.channels[chan_start as usize..chan_end as usize];
+                    let begin = chans
+                        .iter()
+                        .map(|&c| chan_free[c as usize])
+                        .fold(now, f64::max);
+                    let bytes = t
+                        .alloc_start
+                        .lt(&t.alloc_end)
+                        .then(|| plan.copies[plan.allocs[t.alloc_start as usize] as usize].bytes)
+                        .unwrap_or(0) as f64;
+                    for &c in chans {
+                        chan_free[c as usize] = begin + t.seconds;
+                        channel_busy[c as usize] += t.seconds;
+                        channel_bytes[c as usize] += bytes;
+                    }
+                    start!(inst, now, begin);
+                }
+            }
+        }};
+    }
+
+    macro_rules! dispatch {
+        ($d:expr, $now:expr) => {{
+            let d: usize = $d;
+            if idle[d]
+                && let Some(Reverse((_, _, inst))) = ready[d].pop()
+            {
+                idle[d] = false;
+                device_busy[d] += plan.tasks[inst as usize % nt].seconds;
+                start!(inst, $now, $now);
+            }
+        }};
+    }
+
+    for s in 0..samples {
+        for t in 0..nt {
+            if plan.tasks[t].npred == 0 {
+                make_ready!((s * nt + t) as u32, 0.0);
+            }
+        }
+    }
+    for d in 0..plan.num_devices {
+        dispatch!(d, 0.0);
+    }
+    while let Some(Reverse((bits, _, inst))) = events.pop() {
+        let now = f64::from_bits(bits);
+        let s = inst as usize / nt;
+        let t = &plan.tasks[inst as usize % nt];
+        sample_done[s] = sample_done[s].max(now);
+        if track_memory {
+            for &c in &plan.allocs[t.alloc_start as usize..t.alloc_end as usize] {
+                if uses[c as usize] == 0 {
+                    let copy = &plan.copies[c as usize];
+                    live[copy.device as usize] -= copy.bytes;
+                }
+            }
+            for &c in &plan.frees[t.free_start as usize..t.free_end as usize] {
+                let u = &mut uses[c as usize];
+                if *u != u32::MAX {
+                    *u -= 1;
+                    if *u == 0 {
+                        let copy = &plan.copies[c as usize];
+                        live[copy.device as usize] -= copy.bytes;
+                    }
+                }
+            }
+        }
+        let base = (s * nt) as u32;
+        for &succ in &plan.succs[t.succ_start as usize..t.succ_end as usize] {
+            let i = (base + succ) as usize;
+            npred[i] -= 1;
+            if npred[i] == 0 {
+                make_ready!(base + succ, now);
+            }
+        }
+        if let Kind::Op { device, .. } = t.kind {
+            idle[device as usize] = true;
+            dispatch!(device as usize, now);
+        }
+        // Ops made ready on other devices may be able to start now.
+        for &succ in &plan.succs[t.succ_start as usize..t.succ_end as usize] {
+            if let Kind::Op { device, .. } = plan.tasks[succ as usize].kind {
+                dispatch!(device as usize, now);
+            }
+        }
+    }
+    let per = samples as f64;
+    RunResult {
+        sample_done,
+        device_busy: device_busy.iter().map(|b| b / per).collect(),
+        channel_busy: channel_busy.iter().map(|b| b / per).collect(),
+        channel_bytes: channel_bytes.iter().map(|b| b / per).collect(),
+        peak,
+    }
+}
+
+impl fmt::Display for SimReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "latency      {}", seconds(self.latency))?;
+        writeln!(
+            f,
+            "throughput   {:.4} samples/s (period {}, {} samples; bound {} on {})",
+            self.throughput,
+            seconds(self.period),
+            self.samples,
+            seconds(self.bound_period),
+            if self.bottleneck.is_empty() {
+                "nothing"
+            } else {
+                &self.bottleneck
+            }
+        )?;
+        writeln!(f, "transfers    {} per sample", self.transfers)?;
+        let w = self
+            .devices
+            .iter()
+            .map(|d| d.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(6);
+        writeln!(
+            f,
+            "{:w$}  {:>6}  {:>11}  {:>10}  {:>10}  {:>10}",
+            "device", "ops", "busy", "weights", "peak mem", "capacity"
+        )?;
+        for d in &self.devices {
+            if d.ops == 0 && d.peak_memory == 0 {
+                continue;
+            }
+            writeln!(
+                f,
+                "{:w$}  {:>6}  {:>11}  {:>10}  {:>10}  {:>10}{}",
+                d.name,
+                d.ops,
+                seconds(d.busy),
+                mib(d.weights),
+                mib(d.peak_memory),
+                mib(d.capacity),
+                if d.peak_memory > d.capacity {
+                    "  OVER CAPACITY"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        let used: Vec<&LinkReport> = self
+            .links
+            .iter()
+            .filter(|l| l.busy[0] > 0.0 || l.busy[1] > 0.0)
+            .collect();
+        if !used.is_empty() {
+            writeln!(f, "link directions in use:")?;
+            for l in used {
+                for (dir, (from, to)) in [(&l.a, &l.b), (&l.b, &l.a)].into_iter().enumerate() {
+                    if l.busy[dir] > 0.0 {
+                        writeln!(
+                            f,
+                            "  {from} -> {to}: busy {}, {} per sample",
+                            seconds(l.busy[dir]),
+                            mib(l.bytes[dir] as u64)
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Seconds with a unit that keeps three significant digits: `12.3 us`.
+pub fn seconds(s: f64) -> String {
+    let (v, unit) = if s == 0.0 {
+        (0.0, "s")
+    } else if s < 1e-6 {
+        (s * 1e9, "ns")
+    } else if s < 1e-3 {
+        (s * 1e6, "us")
+    } else if s < 1.0 {
+        (s * 1e3, "ms")
+    } else {
+        (s, "s")
+    };
+    format!("{v:.3} {unit}")
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+}

@@ -1,0 +1,641 @@
+//! The cost model and the simulator against hand-computed small cases: roofline limits,
+//! efficiency and overheads, transfers along routes, ring collectives with and without link
+//! sharing, calibration precedence, plugin overrides, pipelined throughput, link contention
+//! and peak memory.
+
+use tessera_ir::{Graph, OpId};
+use tessera_targets::{
+    Calibration, CostModel, Device, OpTime, SimError, SimOptions, Target, TargetError, TargetSpec,
+    TimeSource, Work, parse_target, placement_from_graph, simulate,
+};
+
+fn target(src: &str) -> TargetSpec {
+    parse_target(src, "test.toml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn graph(src: &str) -> Graph {
+    tessera_ir::text::parse(src, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1e-12)
+}
+
+#[track_caller]
+fn assert_close(actual: f64, expected: f64) {
+    assert!(close(actual, expected), "{actual} != {expected}");
+}
+
+/// The nth op of the body that is not a `const`.
+fn nth_op(g: &Graph, n: usize) -> OpId {
+    g.ops()
+        .iter()
+        .copied()
+        .filter(|&o| g.op(o).op.name() != "const")
+        .nth(n)
+        .expect("op")
+}
+
+/// Two devices: `a` (host, 1 MFLOP/s) and `b` (2 MFLOP/s), memory 1 TB/s so elementwise
+/// ops on 1000 elements are compute-bound; one link of 4 MB/s with 0.1 ms latency.
+const PAIR: &str = r#"
+name = "pair"
+host = "a"
+[[device]]
+name = "a"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "b"
+kind = "acc"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 2e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "a"
+b = "b"
+bandwidth = 4e6
+latency = 1e-4
+"#;
+
+#[test]
+fn roofline_compute_and_memory_bound() {
+    let spec = target(
+        r#"
+host = "d"
+[[device]]
+name = "d"
+kind = "x"
+memory = 1000
+memory_bandwidth = 1e9
+compute = { f32 = 1e9, bf16 = 4e9 }
+lowering = "cpu"
+efficiency = { matmul = 0.5 }
+op_overhead = 1e-6
+"#,
+    );
+    let g = graph(
+        "graph @g(%x: f32[10, 100], %w: f32[100, 10], %h: bf16[10, 100], %k: bf16[100, 10], %i: i32[1000]) {
+  %0 = matmul %x, %w : f32[10, 10]
+  %1 = relu %x : f32[10, 100]
+  %2 = matmul %h, %k : bf16[10, 10]
+  %3 = neg %i : i32[1000]
+  return %0, %1, %2, %3
+}",
+    );
+    let cost = CostModel::new(&spec, None);
+    // matmul: 2*10*10*100 = 20000 flops / (1e9 * 0.5) = 40 us; bytes (1000+1000+100)*4 = 8400
+    // / 1e9 = 8.4 us; compute-bound, plus 1 us overhead.
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work"),
+        OpTime::Time {
+            seconds: 41e-6,
+            source: TimeSource::ComputeBound
+        }
+    );
+    // relu: 1000 flops / 1e9 = 1 us; bytes 8000 / 1e9 = 8 us: memory-bound.
+    let relu = cost.op_time(&g, nth_op(&g, 1), 0).expect("work");
+    assert_eq!(relu.seconds(), Some(9e-6));
+    assert!(matches!(
+        relu,
+        OpTime::Time {
+            source: TimeSource::MemoryBound,
+            ..
+        }
+    ));
+    // bf16 matmul uses the bf16 rate: 20000 / (4e9 * 0.5) = 10 us vs 4200 B / 1e9 = 4.2 us.
+    assert_close(
+        cost.op_time(&g, nth_op(&g, 2), 0)
+            .expect("work")
+            .seconds()
+            .expect("time"),
+        11e-6,
+    );
+    // i32 has no rate: falls back to f32. 1000 flops / 1e9 = 1 us < 8000 B / 1e9 = 8 us.
+    assert_close(
+        cost.op_time(&g, nth_op(&g, 3), 0)
+            .expect("work")
+            .seconds()
+            .expect("time"),
+        9e-6,
+    );
+}
+
+#[test]
+fn unsupported_ops_and_types() {
+    let spec = target(
+        r#"
+host = "d"
+[[device]]
+name = "d"
+kind = "x"
+memory = 1000
+memory_bandwidth = 1e9
+compute = { f16 = 1e9 }
+supported_ops = ["matmul", "relu"]
+lowering = "cpu"
+"#,
+    );
+    let g = graph(
+        "graph @g(%x: f32[4, 4]) {
+  %0 = relu %x : f32[4, 4]
+  %1 = neg %x : f32[4, 4]
+  return %0, %1
+}",
+    );
+    let cost = CostModel::new(&spec, None);
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work"),
+        OpTime::Unsupported("d has no compute rate for f32 (nor f32)".into())
+    );
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 1), 0).expect("work"),
+        OpTime::Unsupported("d does not support `neg` (not in its supported_ops)".into())
+    );
+}
+
+#[test]
+fn transfers_follow_the_route() {
+    // h - m - z in a line; the route h -> z crosses both links: latency 1 us + 2 us, slowest
+    // bandwidth 1 MB/s.
+    let spec = target(
+        r#"
+host = "h"
+[[device]]
+name = "h"
+kind = "cpu"
+memory = 1
+memory_bandwidth = 1
+lowering = "cpu"
+[[device]]
+name = "m"
+kind = "cpu"
+memory = 1
+memory_bandwidth = 1
+lowering = "cpu"
+[[device]]
+name = "z"
+kind = "cpu"
+memory = 1
+memory_bandwidth = 1
+lowering = "cpu"
+[[interconnect.link]]
+a = "h"
+b = "m"
+bandwidth = 4e6
+latency = 1e-6
+[[interconnect.link]]
+a = "z"
+b = "m"
+bandwidth = 1e6
+latency = 2e-6
+"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    assert_close(cost.transfer_time(0, 2, 1000.0).expect("route"), 3e-6 + 1e-3);
+    assert_close(cost.transfer_time(2, 0, 1000.0).expect("route"), 3e-6 + 1e-3);
+    assert_eq!(cost.transfer_time(1, 1, 1000.0).expect("same"), 0.0);
+    // Channels: link 0 forward (h -> m) = 0, link 1 backward (m -> z, link is z-m) = 3.
+    assert_eq!(cost.channels(0, 2).expect("route"), &[0, 3]);
+    assert_eq!(cost.channels(2, 0).expect("route"), &[2, 1]);
+}
+
+#[test]
+fn unreachable_devices_are_an_error() {
+    let spec = target(
+        r#"
+host = "a"
+[[device]]
+name = "a"
+kind = "cpu"
+count = 2
+memory = 1
+memory_bandwidth = 1
+lowering = "cpu"
+"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    let err = cost.transfer_time(0, 1, 8.0).expect_err("no link");
+    assert_eq!(err.to_string(), "target `test`: no route from `a0` to `a1`");
+}
+
+const RING4: &str = r#"
+host = "c0"
+[[device]]
+name = "c"
+count = 4
+kind = "chip"
+memory = 1
+memory_bandwidth = 1
+lowering = "cpu"
+[interconnect]
+topology = "ring"
+devices = "c"
+bandwidth = 1e9
+latency = 1e-6
+"#;
+
+#[test]
+fn ring_collectives_on_a_ring() {
+    let spec = target(RING4);
+    let cost = CostModel::new(&spec, None);
+    // 4 MB over 4 devices: chunks of 1 MB, each step 1 us + 1e6 / 1e9 s = 1.001 ms, every
+    // neighbour one hop away and no link direction shared.
+    let step = 1e-6 + 1e-3;
+    assert_close(cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("ring"), 6.0 * step);
+    assert_close(cost.all_gather_time(&[0, 1, 2, 3], 4e6).expect("ring"), 3.0 * step);
+    // Two devices: 2 MB chunks; all-reduce 2 steps, all-gather 1.
+    assert_close(
+        cost.all_reduce_time(&[0, 1], 4e6).expect("ring"),
+        2.0 * (1e-6 + 2e-3),
+    );
+    assert_eq!(cost.all_reduce_time(&[2], 4e6).expect("one"), 0.0);
+}
+
+#[test]
+fn ring_collectives_share_links_on_a_mesh() {
+    // A 2x2 mesh: c0-c1, c2-c3 (rows) and c0-c2, c1-c3 (columns). The ring c0 c1 c2 c3 has
+    // two 2-hop steps: c1 -> c2 goes c1 -> c0 -> c2 (BFS prefers the earlier device) and
+    // c3 -> c0 goes c3 -> c1 -> c0. Both cross c1 -> c0, so that direction carries two
+    // chunks: step = 2 hops of latency + 2 chunks / bandwidth.
+    let spec = target(&RING4.replace(
+        "topology = \"ring\"",
+        "topology = \"mesh2d\"\nrows = 2\ncols = 2",
+    ));
+    let cost = CostModel::new(&spec, None);
+    let chunk = 1e6;
+    let step = 2e-6 + 2.0 * chunk / 1e9;
+    assert_close(cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("mesh"), 6.0 * step);
+    // The ring c0 c1 c3 c2 follows the mesh: every step one hop, nothing shared.
+    let good = 1e-6 + chunk / 1e9;
+    assert_close(cost.all_reduce_time(&[0, 1, 3, 2], 4e6).expect("mesh"), 6.0 * good);
+}
+
+#[test]
+fn pipeline_of_two_devices() {
+    let spec = target(PAIR);
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("a")
+  %1 = relu %0 : f32[1000] device("b")
+  return %1
+}"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("sim");
+    // relu on a: 1000 / 1e6 = 1 ms; a -> b: 0.1 ms + 4000 B / 4e6 = 1.1 ms; relu on b:
+    // 0.5 ms; b -> a (output to the host): 1.1 ms. Latency 3.7 ms.
+    assert_close(r.latency, 3.7e-3);
+    // Steady state: the link directions are the bottleneck at 1.1 ms per sample.
+    assert_close(r.period, 1.1e-3);
+    assert_close(r.throughput, 1.0 / 1.1e-3);
+    assert_close(r.bound_period, 1.1e-3);
+    assert_eq!(r.bottleneck, "a -> b");
+    assert_eq!(r.transfers, 2);
+    assert_close(r.devices[0].busy, 1e-3);
+    assert_close(r.devices[1].busy, 0.5e-3);
+    assert_eq!((r.devices[0].ops, r.devices[1].ops), (1, 1));
+    assert_close(r.links[0].busy[0], 1.1e-3);
+    assert_close(r.links[0].busy[1], 1.1e-3);
+    assert_close(r.links[0].bytes[0], 4000.0);
+    // Memory: on a, x (4000 B) and relu's result (4000 B) are live together; on b, the
+    // transferred input and relu's result. The output copy on a comes after x is freed.
+    assert_eq!(r.devices[0].peak_memory, 8000);
+    assert_eq!(r.devices[1].peak_memory, 8000);
+    assert_eq!(r.devices[0].capacity, 1_000_000);
+}
+
+#[test]
+fn contention_on_a_shared_route() {
+    // x and y both travel h -> m -> z at once; they share both link directions, so the
+    // second waits for the first.
+    let spec = target(
+        r#"
+host = "h"
+[[device]]
+name = "h"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+count = 1
+[[device]]
+name = "m"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "z"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "h0"
+b = "m"
+bandwidth = 4e6
+latency = 0
+[[interconnect.link]]
+a = "m"
+b = "z"
+bandwidth = 4e6
+latency = 0
+"#
+        .replace("host = \"h\"", "host = \"h0\""),
+    );
+    let g = graph(
+        r#"graph @g(%x: f32[1000], %y: f32[1000]) {
+  %0 = add %x, %y : f32[1000] device("z")
+  return %0
+}"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 1 }).expect("sim");
+    // Each transfer 4000 B / 4e6 = 1 ms: x 0-1 ms, y 1-2 ms (contended), add 1 ms (1000
+    // flops at 1e6), output back 1 ms: 4 ms, where no contention would give 3 ms.
+    assert_close(r.latency, 4e-3);
+    assert_close(r.links[0].busy[0], 2e-3);
+    assert_close(r.links[1].busy[0], 2e-3);
+    assert_close(r.links[0].busy[1], 1e-3);
+    // z holds x, y and the sum at once.
+    assert_eq!(r.devices[2].peak_memory, 12000);
+    // h holds x and y until they leave, then the output.
+    assert_eq!(r.devices[0].peak_memory, 8000);
+}
+
+#[test]
+fn weights_are_resident_and_counted() {
+    let spec = target(PAIR);
+    let g = graph(
+        r#"const @w : f32[1000] = external
+graph @g(%x: f32[1000]) {
+  %w = const @w : f32[1000]
+  %0 = add %x, %w : f32[1000] device("b")
+  %1 = mul %0, %w : f32[1000] device("b")
+  return %1
+}"#,
+    );
+    let g = {
+        // Give the external constant real bytes.
+        let mut g = g;
+        let mut sidecar = std::collections::BTreeMap::new();
+        sidecar.insert("w".to_string(), vec![0u8; 4000]);
+        let _ = &mut sidecar;
+        g.name = "g".into();
+        g
+    };
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 2 }).expect("sim");
+    assert_eq!(r.devices[1].weights, 4000);
+    assert_eq!(r.devices[0].weights, 0);
+    // in: 1.1 ms, add 0.5 ms, mul 0.5 ms, out 1.1 ms.
+    assert_close(r.latency, 3.2e-3);
+    // b holds w, the input copy and the sum, then w, the sum and the product.
+    assert_eq!(r.devices[1].peak_memory, 4000 + 8000);
+}
+
+#[test]
+fn stream_interleaves_samples_on_a_shared_device() {
+    // a runs the first and the last stage, b the middle one; with samples interleaved, a
+    // starts sample 1's first stage while sample 0 is on b.
+    let spec = target(&PAIR.replace("latency = 1e-4", "latency = 0"));
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("a")
+  %1 = relu %0 : f32[1000] device("b")
+  %2 = relu %1 : f32[1000] device("a")
+  return %2
+}"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 16 }).expect("sim");
+    // a: 1 + 1 ms per sample; each link direction 1 ms; b 0.5 ms. Latency 1 + 1 + 0.5 + 1 + 1.
+    assert_close(r.latency, 4.5e-3);
+    assert_close(r.bound_period, 2e-3);
+    assert_eq!(r.bottleneck, "a");
+    assert_close(r.period, 2e-3);
+}
+
+#[test]
+fn errors_name_the_op_and_device() {
+    let spec = target(&PAIR.replace(
+        "compute = { f32 = 2e6 }",
+        "compute = { f32 = 2e6 }\nsupported_ops = [\"add\"]",
+    ));
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("b") loc("layer1/Relu")
+  %1 = neg %0 : f32[1000]
+  return %1
+}"#,
+    );
+    let err = placement_from_graph(&g, &spec, None).expect_err("unplaced");
+    assert!(matches!(err, SimError::Unplaced { .. }));
+    assert_eq!(
+        err.to_string(),
+        "neg op1 has no device; place it (device(\"...\")) or choose a default device"
+    );
+    let placement = placement_from_graph(&g, &spec, Some(0)).expect("default");
+    let cost = CostModel::new(&spec, None);
+    let err = simulate(&g, &cost, &placement, &SimOptions::default()).expect_err("unsupported");
+    assert_eq!(
+        err.to_string(),
+        "relu op0 at \"layer1/Relu\" cannot run on b: b does not support `relu` (not in its supported_ops)"
+    );
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("q")
+  return %0
+}"#,
+    );
+    let err = placement_from_graph(&g, &spec, None).expect_err("unknown");
+    assert_eq!(
+        err.to_string(),
+        "relu op0 is placed on `q`, which target `pair` does not have"
+    );
+    let g = graph(
+        r#"graph @g(%x: f32[N]) {
+  %0 = relu %x : f32[N] device("a")
+  return %0
+}"#,
+    );
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let err = simulate(&g, &cost, &placement, &SimOptions::default()).expect_err("symbolic");
+    assert!(err.to_string().contains("symbolic"), "{err}");
+}
+
+#[test]
+fn calibration_overrides_the_roofline() {
+    let spec = target(PAIR);
+    let cal = Calibration::parse(
+        r#"
+[[measurement]]
+device = "acc"
+op = "relu"
+seconds = 3e-3
+
+[[measurement]]
+device = "b"
+op = "relu"
+operands = ["f32[ 1000 ]"]
+seconds = 2e-3
+
+[[measurement]]
+device = "acc"
+op = "relu"
+operands = ["f32[1000]"]
+seconds = 5e-3
+"#,
+        "cal.toml",
+    )
+    .expect("parse");
+    assert_eq!(cal.len(), 3);
+    cal.check(&spec).expect("devices exist");
+    let g = graph(
+        r#"graph @g(%x: f32[1000], %y: f32[10]) {
+  %0 = relu %x : f32[1000]
+  %1 = relu %y : f32[10]
+  return %0, %1
+}"#,
+    );
+    let cost = CostModel::new(&spec, Some(&cal));
+    // Device name with exact operands beats kind with exact operands.
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 1).expect("work"),
+        OpTime::Time {
+            seconds: 2e-3,
+            source: TimeSource::Calibrated
+        }
+    );
+    // Other shapes: the kind-level entry without operands.
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 1), 1).expect("work").seconds(),
+        Some(3e-3)
+    );
+    // Device a has no measurement: roofline, 1000 / 1e6.
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work").seconds(),
+        Some(1e-3)
+    );
+}
+
+#[test]
+fn calibration_errors_name_file_line_and_field() {
+    let cases = [
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relux\"\nseconds = 1\n",
+            "cal.toml:3: measurement.op: unknown op `relux`; did you mean `relu`?",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\noperands = [\"f32[N]\"]\nseconds = 1\n",
+            "cal.toml:4: measurement.operands: `f32[N]` is not a static tensor type like `f32[8, 512]`",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = -1\n",
+            "cal.toml:4: measurement.seconds: must not be negative",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1\n[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 2\n",
+            "cal.toml:6: measurement: same device, op and operands as the measurement on line 2",
+        ),
+    ];
+    for (src, expected) in cases {
+        let err = Calibration::parse(src, "cal.toml").expect_err(expected);
+        assert_eq!(err.to_string(), expected);
+    }
+    let cal = Calibration::parse(
+        "[[measurement]]\ndevice = \"tpu\"\nop = \"relu\"\nseconds = 1\n",
+        "cal.toml",
+    )
+    .expect("parse");
+    let err = cal.check(&target(PAIR)).expect_err("no tpu");
+    assert_eq!(
+        err.to_string(),
+        "cal.toml:2: measurement.device: target `pair` has no device or device kind `tpu`"
+    );
+}
+
+/// A target written in code: every relu on an `acc` device takes 42 us, and `neg` is refused.
+struct Plugin(TargetSpec);
+
+impl Target for Plugin {
+    fn spec(&self) -> &TargetSpec {
+        &self.0
+    }
+    fn op_time(&self, graph: &Graph, op: OpId, device: &Device, _work: &Work) -> Option<f64> {
+        (device.kind == "acc" && graph.op(op).op.name() == "relu").then_some(42e-6)
+    }
+    fn unsupported(&self, graph: &Graph, op: OpId, _device: &Device) -> Option<String> {
+        (graph.op(op).op.name() == "neg").then(|| "no negation unit".to_string())
+    }
+    fn transfer_time(&self, _from: usize, _to: usize, bytes: f64) -> Option<f64> {
+        Some(bytes * 1e-9)
+    }
+}
+
+#[test]
+fn plugin_hooks_override_the_model() {
+    let plugin = Plugin(target(PAIR));
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("b")
+  %1 = neg %0 : f32[1000] device("a")
+  return %0, %1
+}"#,
+    );
+    let cost = CostModel::new(&plugin, None);
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 1).expect("work"),
+        OpTime::Time {
+            seconds: 42e-6,
+            source: TimeSource::Target
+        }
+    );
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work").seconds(),
+        Some(1e-3)
+    );
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 1), 0).expect("work"),
+        OpTime::Unsupported("no negation unit".into())
+    );
+    assert_close(cost.transfer_time(0, 1, 4000.0).expect("hook"), 4e-6);
+    // A calibration measurement beats the plugin's own time.
+    let cal = Calibration::parse(
+        "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 7e-6\n",
+        "cal.toml",
+    )
+    .expect("parse");
+    let cost = CostModel::new(&plugin, Some(&cal));
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 1).expect("work").seconds(),
+        Some(7e-6)
+    );
+}
+
+#[test]
+fn duplicate_registered_target_is_refused() {
+    let spec = target(PAIR);
+    let mut mcm = spec.clone();
+    mcm.name = "mcm-2x2".into();
+    let err = tessera_targets::register_target(std::sync::Arc::new(mcm)).expect_err("builtin");
+    assert!(matches!(err, TargetError::DuplicateTarget { .. }));
+    let mut mine = spec;
+    mine.name = "pair-registered".into();
+    tessera_targets::register_target(std::sync::Arc::new(mine.clone())).expect("first");
+    tessera_targets::register_target(std::sync::Arc::new(mine)).expect_err("second");
+    let found = tessera_targets::resolve("pair-registered", &[]).expect("found");
+    assert_eq!(found.spec().devices.len(), 2);
+}
