@@ -20,3 +20,4 @@ pub use registry::{
     list_targets, lookup,
 };
 pub use tessera_ir as ir;
+pub use work::{Work, WorkError, op_work};
