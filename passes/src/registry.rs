@@ -38,8 +38,7 @@ pub fn register(info: PassInfo) -> Result<(), RegisterError> {
         return Err(RegisterError::BadName(info.name.to_string()));
     }
     let mut extra = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    if BUILTIN.iter().any(|p| p.name == info.name) || extra.iter().any(|p| p.name == info.name)
-    {
+    if BUILTIN.iter().any(|p| p.name == info.name) || extra.iter().any(|p| p.name == info.name) {
         return Err(RegisterError::Duplicate(info.name.to_string()));
     }
     extra.push(Box::leak(Box::new(info)));

@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tessera_targets::{TargetSpec, TargetSource};
+use tessera_targets::{TargetSource, TargetSpec};
 
 /// The search path: `--target-path` directories first, then `TESSERA_TARGET_PATH`.
 pub fn search_path(dirs: &[PathBuf]) -> Vec<PathBuf> {

@@ -85,9 +85,7 @@ impl Calibration {
             };
             let seconds = cx.rate(&m.seconds, "measurement.seconds", true)?;
             let line = cx.line(&m.device.span());
-            if let Some((_, first)) =
-                entries.insert((device, op, operands), (seconds, line))
-            {
+            if let Some((_, first)) = entries.insert((device, op, operands), (seconds, line)) {
                 return Err(cx.err(
                     &m.device.span(),
                     "measurement",

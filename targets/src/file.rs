@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{Device, Link, TargetSpec, TargetError};
+use crate::{Device, Link, TargetError, TargetSpec};
 
 /// The most devices one `[[device]]` entry may expand to.
 const MAX_COUNT: u64 = 1 << 16;
@@ -97,7 +97,12 @@ impl Ctx<'_> {
             .map(|t| t.trim().to_string())
     }
 
-    pub(crate) fn err(&self, span: &Range<usize>, field: &str, message: impl Into<String>) -> TargetError {
+    pub(crate) fn err(
+        &self,
+        span: &Range<usize>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> TargetError {
         TargetError::Invalid {
             file: self.file.to_string(),
             line: self.line(span),

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{TargetSpec, TargetError, load_file, parse_target};
+use crate::{TargetError, TargetSpec, load_file, parse_target};
 
 const BUILTINS: [(&str, &str); 6] = [
     ("cpu", include_str!("../builtin/cpu.toml")),

@@ -277,7 +277,10 @@ pub fn simulate(
             a: l.a.clone(),
             b: l.b.clone(),
             busy: [single.channel_busy[2 * li], single.channel_busy[2 * li + 1]],
-            bytes: [single.channel_bytes[2 * li], single.channel_bytes[2 * li + 1]],
+            bytes: [
+                single.channel_bytes[2 * li],
+                single.channel_bytes[2 * li + 1],
+            ],
         })
         .collect();
     let mut bound_period = 0.0;

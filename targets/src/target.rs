@@ -54,9 +54,7 @@ static REGISTERED: RwLock<Vec<Arc<dyn Target>>> = RwLock::new(Vec::new());
 pub fn register_target(target: Arc<dyn Target>) -> Result<(), TargetError> {
     let name = target.spec().name.clone();
     let mut all = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    if crate::BUILTIN_NAMES.contains(&name.as_str())
-        || all.iter().any(|t| t.spec().name == name)
-    {
+    if crate::BUILTIN_NAMES.contains(&name.as_str()) || all.iter().any(|t| t.spec().name == name) {
         return Err(TargetError::DuplicateTarget { name });
     }
     all.push(target);
@@ -65,10 +63,7 @@ pub fn register_target(target: Arc<dyn Target>) -> Result<(), TargetError> {
 
 /// The targets registered in code, in registration order.
 pub fn registered_targets() -> Vec<Arc<dyn Target>> {
-    REGISTERED
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
+    REGISTERED.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Finds a target by name, as `--target` does: a name ending in `.toml` is a file; otherwise

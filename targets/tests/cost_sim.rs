@@ -163,7 +163,7 @@ fn transfers_follow_the_route() {
     // h - m - z in a line; the route h -> z crosses both links: latency 1 us + 2 us, slowest
     // bandwidth 1 MB/s.
     let spec = target(
-        r#"
+        &r#"
 host = "h"
 [[device]]
 name = "h"
@@ -196,8 +196,14 @@ latency = 2e-6
 "#,
     );
     let cost = CostModel::new(&spec, None);
-    assert_close(cost.transfer_time(0, 2, 1000.0).expect("route"), 3e-6 + 1e-3);
-    assert_close(cost.transfer_time(2, 0, 1000.0).expect("route"), 3e-6 + 1e-3);
+    assert_close(
+        cost.transfer_time(0, 2, 1000.0).expect("route"),
+        3e-6 + 1e-3,
+    );
+    assert_close(
+        cost.transfer_time(2, 0, 1000.0).expect("route"),
+        3e-6 + 1e-3,
+    );
     assert_eq!(cost.transfer_time(1, 1, 1000.0).expect("same"), 0.0);
     // Channels: link 0 forward (h -> m) = 0, link 1 backward (m -> z, link is z-m) = 3.
     assert_eq!(cost.channels(0, 2).expect("route"), &[0, 3]);
@@ -208,7 +214,7 @@ latency = 2e-6
 fn unreachable_devices_are_an_error() {
     let spec = target(
         r#"
-host = "a"
+host = "a0"
 [[device]]
 name = "a"
 kind = "cpu"
@@ -246,8 +252,14 @@ fn ring_collectives_on_a_ring() {
     // 4 MB over 4 devices: chunks of 1 MB, each step 1 us + 1e6 / 1e9 s = 1.001 ms, every
     // neighbour one hop away and no link direction shared.
     let step = 1e-6 + 1e-3;
-    assert_close(cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("ring"), 6.0 * step);
-    assert_close(cost.all_gather_time(&[0, 1, 2, 3], 4e6).expect("ring"), 3.0 * step);
+    assert_close(
+        cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("ring"),
+        6.0 * step,
+    );
+    assert_close(
+        cost.all_gather_time(&[0, 1, 2, 3], 4e6).expect("ring"),
+        3.0 * step,
+    );
     // Two devices: 2 MB chunks; all-reduce 2 steps, all-gather 1.
     assert_close(
         cost.all_reduce_time(&[0, 1], 4e6).expect("ring"),
@@ -269,10 +281,16 @@ fn ring_collectives_share_links_on_a_mesh() {
     let cost = CostModel::new(&spec, None);
     let chunk = 1e6;
     let step = 2e-6 + 2.0 * chunk / 1e9;
-    assert_close(cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("mesh"), 6.0 * step);
+    assert_close(
+        cost.all_reduce_time(&[0, 1, 2, 3], 4e6).expect("mesh"),
+        6.0 * step,
+    );
     // The ring c0 c1 c3 c2 follows the mesh: every step one hop, nothing shared.
     let good = 1e-6 + chunk / 1e9;
-    assert_close(cost.all_reduce_time(&[0, 1, 3, 2], 4e6).expect("mesh"), 6.0 * good);
+    assert_close(
+        cost.all_reduce_time(&[0, 1, 3, 2], 4e6).expect("mesh"),
+        6.0 * good,
+    );
 }
 
 #[test]
@@ -315,7 +333,7 @@ fn contention_on_a_shared_route() {
     // x and y both travel h -> m -> z at once; they share both link directions, so the
     // second waits for the first.
     let spec = target(
-        r#"
+        &r#"
 host = "h"
 [[device]]
 name = "h"
@@ -376,24 +394,16 @@ latency = 0
 #[test]
 fn weights_are_resident_and_counted() {
     let spec = target(PAIR);
-    let g = graph(
-        r#"const @w : f32[1000] = external
-graph @g(%x: f32[1000]) {
+    let values = vec!["0.5"; 1000].join(", ");
+    let g = graph(&format!(
+        r#"const @w : f32[1000] = [{values}]
+graph @g(%x: f32[1000]) {{
   %w = const @w : f32[1000]
   %0 = add %x, %w : f32[1000] device("b")
   %1 = mul %0, %w : f32[1000] device("b")
   return %1
-}"#,
-    );
-    let g = {
-        // Give the external constant real bytes.
-        let mut g = g;
-        let mut sidecar = std::collections::BTreeMap::new();
-        sidecar.insert("w".to_string(), vec![0u8; 4000]);
-        let _ = &mut sidecar;
-        g.name = "g".into();
-        g
-    };
+}}"#
+    ));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
     let r = simulate(&g, &cost, &placement, &SimOptions { samples: 2 }).expect("sim");

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use tessera_targets::{
-    BUILTIN_NAMES, TargetSpec, TargetError, builtin_targets, load_file, lookup, parse_target,
+    BUILTIN_NAMES, TargetError, TargetSpec, builtin_targets, load_file, lookup, parse_target,
 };
 
 fn builtin(name: &str) -> TargetSpec {
