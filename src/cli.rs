@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -85,6 +85,25 @@ enum Command {
         tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy\n  \
         tessera run model.onnx -i input_ids=ids.npy --output-dir out/")]
     Run(RunArgs),
+    /// Compile a model for a target: passes, placement, simulation.
+    ///
+    /// The model is loaded (or imported) and verified, the pass pipeline runs (with the same
+    /// instrumentation flags as `tessera opt`), every op is placed on a device of the target,
+    /// and the placed graph is simulated with the target's cost model. The summary gives the
+    /// simulated latency of one sample, the steady-state throughput of a pipelined stream,
+    /// busy time and peak memory per device, and the busy link directions.
+    ///
+    /// Ops that carry a `device("...")` annotation keep it; the others all go to the one
+    /// device with the lowest simulated latency that can run them and hold their memory.
+    /// Every shape must be static: bind symbolic input dimensions with `--input-shape`.
+    ///
+    /// With `-o DIR`, the placed IR is written to DIR/placed.tir (with its sidecar) and the
+    /// summary to DIR/summary.txt.
+    #[command(after_help = "Examples:\n  \
+        tessera compile testdata/models/mlp.tir --target mcm-2x2 --input-shape x=8x16\n  \
+        tessera compile model.onnx --target boards/my-board.toml -o build/\n  \
+        tessera compile model.tir --target gpu-8 --calibration measured.toml --samples 16")]
+    Compile(CompileArgs),
     /// Run a pass pipeline on a model, like mlir-opt.
     ///
     /// The model is loaded (or imported) and verified, the pipeline runs with the verifier
@@ -158,6 +177,38 @@ struct OptArgs {
     /// Replay a crash reproducer written by a failed pipeline.
     #[arg(long, value_name = "FILE.tir", conflicts_with_all = ["file", "passes"])]
     run_reproducer: Option<PathBuf>,
+    #[command(flatten)]
+    shapes: ShapeArgs,
+    #[command(flatten)]
+    flags: crate::instrument::PassFlags,
+}
+
+/// Arguments of `tessera compile`.
+#[derive(Debug, Args)]
+struct CompileArgs {
+    /// The model to compile (.tir, or .onnx).
+    #[arg(value_name = "MODEL")]
+    file: PathBuf,
+    /// The target: a built-in or registered name, a name on the target path, or a FILE.toml
+    /// (`tessera targets` lists them).
+    #[arg(short, long, value_name = "TARGET", default_value = "cpu")]
+    target: String,
+    /// A directory holding `<name>.toml` target files; repeatable, searched in order before
+    /// `TESSERA_TARGET_PATH`.
+    #[arg(long = "target-path", value_name = "DIR")]
+    target_path: Vec<PathBuf>,
+    /// The pass pipeline to run before placement.
+    #[arg(short, long, value_name = "PIPELINE", default_value = crate::commands::compile::DEFAULT_PIPELINE)]
+    passes: String,
+    /// A calibration file of measured op times that override the roofline (see the README).
+    #[arg(long, value_name = "FILE.toml")]
+    calibration: Option<PathBuf>,
+    /// Samples in the simulated stream that measures throughput.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    samples: u64,
+    /// Write DIR/placed.tir and DIR/summary.txt (DIR is created if needed).
+    #[arg(short, long, value_name = "DIR")]
+    output: Option<PathBuf>,
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
@@ -251,8 +302,34 @@ fn parse_input_shape(s: &str) -> Result<crate::commands::InputShape, String> {
 
 /// Parses the command line, runs the subcommand and turns the result into an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    main_named("tessera")
+}
+
+/// [`main`] for a binary called `name` (a plugin's own `tessera`, see [`crate::driver`]).
+pub fn main_named(name: &str) -> ExitCode {
+    let name = name.to_string();
+    let matches = Cli::command()
+        .name(name.clone())
+        .bin_name(name)
+        .get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
+        Command::Compile(a) => {
+            crate::commands::compile::run(&crate::commands::compile::CompileRequest {
+                model: &a.file,
+                target: &a.target,
+                target_path: &a.target_path,
+                passes: &a.passes,
+                calibration: a.calibration.as_deref(),
+                samples: a.samples as usize,
+                output: a.output.as_deref(),
+                shapes: &a.shapes.input_shapes,
+                flags: &a.flags,
+            })
+        }
         Command::Import(a) => {
             crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
         }
@@ -307,7 +384,6 @@ pub fn error_message(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

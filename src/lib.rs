@@ -2,7 +2,9 @@
 //! tests (and, later, out-of-tree target crates) can drive it.
 //!
 //! - [`cli`]: argument definitions, dispatch, exit codes;
-//! - [`commands`]: one module per subcommand (`fmt`, `run`);
+//! - [`commands`]: one module per subcommand;
+//! - [`driver`]: the entry an out-of-tree crate calls to build its own `tessera` with extra
+//!   passes and targets;
 //! - [`npy`]: `.npy` files as [`tessera_ir::Tensor`]s;
 //! - [`names`]: file-safe, distinct file names for graph outputs;
 //! - [`summary`]: the printed summary of a tensor;
@@ -10,6 +12,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod driver;
 pub mod instrument;
 pub mod names;
 pub mod npy;

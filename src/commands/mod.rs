@@ -1,6 +1,7 @@
 //! The subcommands, one file each, and what they share: loading a verified model (text IR or
 //! ONNX), `--input-shape`, and writing to standard output.
 
+pub mod compile;
 pub mod fmt;
 pub mod import;
 pub mod opt;

@@ -759,8 +759,8 @@ impl fmt::Display for SimReport {
         writeln!(f, "latency      {}", seconds(self.latency))?;
         writeln!(
             f,
-            "throughput   {:.4} samples/s (period {}, {} samples; bound {} on {})",
-            self.throughput,
+            "throughput   {}samples/s (period {}, {} samples; bound {} on {})",
+            rate(self.throughput),
             seconds(self.period),
             self.samples,
             seconds(self.bound_period),
@@ -793,9 +793,9 @@ impl fmt::Display for SimReport {
                 d.name,
                 d.ops,
                 seconds(d.busy),
-                mib(d.weights),
-                mib(d.peak_memory),
-                mib(d.capacity),
+                bytes(d.weights),
+                bytes(d.peak_memory),
+                bytes(d.capacity),
                 if d.peak_memory > d.capacity {
                     "  OVER CAPACITY"
                 } else {
@@ -817,7 +817,7 @@ impl fmt::Display for SimReport {
                             f,
                             "  {from} -> {to}: busy {}, {} per sample",
                             seconds(l.busy[dir]),
-                            mib(l.bytes[dir] as u64)
+                            bytes(l.bytes[dir] as u64)
                         )?;
                     }
                 }
@@ -843,6 +843,35 @@ pub fn seconds(s: f64) -> String {
     format!("{v:.3} {unit}")
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+/// Bytes in binary units with three significant digits: `512 B`, `3.91 KiB`, `32.0 MiB`.
+pub fn bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", units[u])
+    } else if v >= 10.0 {
+        format!("{v:.1} {}", units[u])
+    } else {
+        format!("{v:.2} {}", units[u])
+    }
+}
+
+/// A rate with three or four significant digits and an SI prefix: `8.51 M`, `912.3`.
+fn rate(r: f64) -> String {
+    if !r.is_finite() {
+        return "unbounded".to_string();
+    }
+    for (scale, p) in [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")] {
+        if r >= scale {
+            return format!("{:.3} {p}", r / scale);
+        }
+    }
+    format!("{r:.3} ")
 }
