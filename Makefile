@@ -29,7 +29,7 @@ TESSERA := $(CARGO) run --quiet -p tessera --
 help:
 	@echo "make deps        install missing system, Python and Rust dependencies (Debian 12)"
 	@echo "make build       build the workspace"
-	@echo "make demo        deps + build, then import and run a bundled ONNX model, and the .tir sample"
+	@echo "make demo        deps + build, then compile bundled ONNX models (cpu, mcm-2x2), import and run one"
 	@echo "make test        deps, then tests, the MLIR toolchain check, rustfmt and clippy"
 	@echo "make fmt         format all Rust code"
 	@echo "make lint        clippy with warnings as errors"
@@ -71,18 +71,17 @@ build:
 demo: deps
 	$(CARGO) build -p tessera
 	@mkdir -p target/demo
-	@echo "== tessera import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir"
+	@echo "== tessera compile $(DEMO_ONNX)/model.onnx --input-shape x=8x32   (default target: cpu)"
+	@$(TESSERA) compile $(DEMO_ONNX)/model.onnx --input-shape x=8x32 -o target/demo/mlp-cpu
+	@echo "== tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2"
+	@$(TESSERA) compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2
+	@echo "== tessera import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir; head -n 16 target/demo/mlp.tir"
 	@$(TESSERA) import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir
-	@echo "== head -n 16 target/demo/mlp.tir"
 	@head -n 16 target/demo/mlp.tir
 	@echo "   ..."
 	@echo "== tessera run $(DEMO_ONNX)/model.onnx --input x=$(DEMO_ONNX)/input_0_x.npy"
 	@$(TESSERA) run $(DEMO_ONNX)/model.onnx --input x=$(DEMO_ONNX)/input_0_x.npy
 	@echo "== onnxruntime computed (first row): $$($(PYTHON) -c 'import numpy as n; print(n.round(n.load("$(DEMO_ONNX)/output_0_probs.npy")[0][:4], 6))' 2>/dev/null || echo "(needs numpy)")"
-	@echo "== tessera fmt testdata/models/mlp.tir"
-	@$(TESSERA) fmt testdata/models/mlp.tir
-	@echo "== tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy"
-	@$(TESSERA) run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy
 
 test: deps
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \

@@ -202,7 +202,7 @@ impl<'a> CostModel<'a> {
     /// The link and direction of a channel: `(link index, forward)` where forward means from
     /// the link's `a` to its `b`.
     pub fn channel_link(channel: usize) -> (usize, bool) {
-        (channel / 2, channel % 2 == 0)
+        (channel / 2, channel.is_multiple_of(2))
     }
 
     fn route(&self, from: usize, to: usize) -> Result<&Route, TargetError> {

@@ -16,7 +16,9 @@
 //! **Results** ([`SimReport`]):
 //! - the latency of one sample: the time until its last op and its output transfers are done;
 //! - the steady-state period and throughput of a stream: `samples` samples queued at time 0,
-//!   the period measured between the completions of the middle and the last sample;
+//!   the period measured between the completions of the middle and the last sample, and
+//!   never below the busiest resource's time per sample (a short stream can finish in a
+//!   bunch before its bottleneck saturates);
 //! - busy time per device and per link direction for one sample, and the resource whose busy
 //!   time bounds the period from below;
 //! - peak memory per device for one sample: resident weights plus the live values at the worst
@@ -244,7 +246,7 @@ pub fn simulate(
     let spec = cost.spec();
     let mut done = stream.sample_done.clone();
     done.sort_by(f64::total_cmp);
-    let period = if samples == 1 {
+    let measured = if samples == 1 {
         single.latency()
     } else {
         let h = (samples - 1) / 2;
@@ -303,6 +305,10 @@ pub fn simulate(
             }
         }
     }
+    // A short stream whose latency is long next to its busiest resource's load finishes its
+    // samples in a bunch before that resource saturates; no steady state is faster than the
+    // bound, so the period is never reported below it.
+    let period = measured.max(bound_period);
     let transfers = plan
         .tasks
         .iter()

@@ -163,7 +163,7 @@ fn transfers_follow_the_route() {
     // h - m - z in a line; the route h -> z crosses both links: latency 1 us + 2 us, slowest
     // bandwidth 1 MB/s.
     let spec = target(
-        &r#"
+        r#"
 host = "h"
 [[device]]
 name = "h"
@@ -648,4 +648,18 @@ fn duplicate_registered_target_is_refused() {
     tessera_targets::register_target(std::sync::Arc::new(mine)).expect_err("second");
     let found = tessera_targets::resolve("pair-registered", &[]).expect("found");
     assert_eq!(found.spec().devices.len(), 2);
+}
+
+#[test]
+fn readme_calibration_example_parses() {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("```toml\n[[measurement]]")
+        .expect("a calibration block")
+        + "```toml\n".len();
+    let len = readme[start..].find("```").expect("closed");
+    let cal = Calibration::parse(&readme[start..start + len], "cal.toml").expect("README example");
+    assert_eq!(cal.len(), 2);
+    cal.check(&tessera_targets::lookup("hetero-cpu-gpu", &[]).expect("built-in"))
+        .expect("gpu0 and the gpu kind exist");
 }

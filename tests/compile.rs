@@ -1,0 +1,262 @@
+//! `tessera compile`: the README's example output, outputs written with `-o` (placed IR that
+//! still computes the same numbers, and compiles again to the same summary), targets from
+//! files, calibration files, and bad input.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tessera() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("TESSERA_TARGET_PATH");
+    cmd.current_dir(repo());
+    cmd
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn fails(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).expect("utf-8")
+}
+
+/// The fenced block that follows `marker` in the README.
+fn readme_block_after(marker: &str) -> String {
+    let readme = fs::read_to_string(repo().join("README.md")).expect("README");
+    let at = readme.find(marker).expect("marker in README") + marker.len();
+    let rest = &readme[at..];
+    let open = rest.find("```\n").expect("output block") + 4;
+    let len = rest[open..].find("```").expect("closed");
+    rest[open..open + len].to_string()
+}
+
+#[test]
+fn readme_example_output_is_current() {
+    let out = ok(tessera().args([
+        "compile",
+        "testdata/models/onnx/gpt2_tiny/model.onnx",
+        "--input-shape",
+        "input_ids=1x16",
+        "--target",
+        "mcm-2x2",
+    ]));
+    let expected = readme_block_after(
+        "tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2\n```",
+    );
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn writes_placed_ir_that_computes_the_same_and_recompiles_identically() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--target",
+            "hetero-cpu-gpu",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(dir.path()));
+    let summary = fs::read_to_string(dir.path().join("summary.txt")).expect("summary");
+    assert_eq!(out, summary);
+    let placed = dir.path().join("placed.tir");
+    let text = fs::read_to_string(&placed).expect("placed IR");
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("  %") && !l.contains(" = const "))
+    {
+        assert!(line.contains(" device(\""), "unplaced: {line}");
+    }
+    // The placed graph computes what the model computes.
+    let input = repo().join("testdata/models/mlp.input.npy");
+    let reference = ok(tessera()
+        .args(["run", "testdata/models/mlp.tir", "--input"])
+        .arg(format!("x={}", input.display())));
+    let again = ok(tessera()
+        .arg("run")
+        .arg(&placed)
+        .arg("--input")
+        .arg(format!("x={}", input.display())));
+    assert_eq!(reference, again);
+    // Compiling the placed IR keeps every device: the same simulation.
+    let second = ok(tessera().arg("compile").arg(&placed).args([
+        "--target",
+        "hetero-cpu-gpu",
+        "--passes",
+        "dce",
+    ]));
+    let tail = |s: &str| s.lines().skip(2).collect::<Vec<_>>().join("\n");
+    assert_eq!(tail(&second), tail(&out));
+    assert!(second.contains("already placed"), "{second}");
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, text).expect("write");
+    p
+}
+
+#[test]
+fn annotations_choose_devices_and_calibration_changes_times() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(
+        dir.path(),
+        "duo.toml",
+        r#"host = "a"
+[[device]]
+name = "a"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "b"
+kind = "acc"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 2e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "a"
+b = "b"
+bandwidth = 4e6
+latency = 1e-4
+"#,
+    );
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000] device(\"a\")\n  %1 = relu %0 : f32[1000] device(\"b\")\n  return %1\n}\n",
+    );
+    // The two-stage pipeline of the simulator's tests: latency 3.7 ms, period 1.1 ms.
+    let out = ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .arg("--target")
+        .arg(&board));
+    assert!(out.contains("latency      3.700 ms\n"), "{out}");
+    assert!(
+        out.contains("(period 1.100 ms, 8 samples; bound 1.100 ms on a -> b)"),
+        "{out}"
+    );
+    assert!(out.contains("all 2 ops were already placed"), "{out}");
+    // A measured relu on b of 5 ms makes b the bottleneck.
+    let cal = write(
+        dir.path(),
+        "cal.toml",
+        "[[measurement]]\ndevice = \"acc\"\nop = \"relu\"\nseconds = 5e-3\n",
+    );
+    let out = ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .arg("--target")
+        .arg(&board)
+        .arg("--calibration")
+        .arg(&cal));
+    assert!(out.contains("latency      8.200 ms\n"), "{out}");
+    assert!(out.contains("bound 5.000 ms on b)"), "{out}");
+    // A calibration naming a device the target lacks.
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[[measurement]]\ndevice = \"tpu\"\nop = \"relu\"\nseconds = 1\n",
+    );
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&board)
+            .arg("--calibration")
+            .arg(&bad),
+    );
+    assert!(
+        err.contains(
+            "bad.toml:2: measurement.device: target `duo` has no device or device kind `tpu`"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let err = fails(tessera().args(["compile", "testdata/models/mlp.tir"]));
+    assert!(
+        err.contains("symbolic shape") && err.contains("--input-shape"),
+        "{err}"
+    );
+    let err = fails(tessera().args([
+        "compile",
+        "testdata/models/mlp.tir",
+        "--target",
+        "mcm-9x9",
+        "--input-shape",
+        "x=1x16",
+    ]));
+    assert!(err.contains("unknown target `mcm-9x9`"), "{err}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[4]) {\n  %0 = relu %x : f32[4] device(\"gpu9\")\n  return %0\n}\n",
+    );
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .args(["--target", "gpu-8"]),
+    );
+    assert!(
+        err.contains("relu op0 is placed on `gpu9`, which target `gpu-8` does not have"),
+        "{err}"
+    );
+    // Nothing is written when compilation fails.
+    let out = dir.path().join("out");
+    fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .args(["--target", "gpu-8", "-o"])
+            .arg(&out),
+    );
+    assert!(!out.exists());
+    // A model too big for every device of a target.
+    let big = write(
+        dir.path(),
+        "big.tir",
+        "graph @g(%x: f32[10000000000]) {\n  %0 = relu %x : f32[10000000000]\n  return %0\n}\n",
+    );
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&big)
+            .args(["--target", "mcm-2x2"]),
+    );
+    assert!(
+        err.contains("no single device of target `mcm-2x2` can run the unplaced ops"),
+        "{err}"
+    );
+}
