@@ -11,7 +11,7 @@
 //!   resident where they are used. A device cannot run an op that is outside its
 //!   `supported_ops`, whose element type it has no rate for (nor `f32`), or that the target's
 //!   [`Target::unsupported`] refuses; such answers carry the reason.
-//! - **Transfers** take the shortest route by hop count ([`TargetSpec::route`]) and are
+//! - **Transfers** take the route of [`TargetSpec::route`] (fewest hops, then widest) and are
 //!   cut-through: `sum of link latencies + bytes / slowest link bandwidth`. Each direction of
 //!   a link is its own channel.
 //! - **Collectives** run as rings over the given device order. A ring all-reduce of `B` bytes

@@ -1,6 +1,6 @@
 //! The resolved target: devices, links, the host, and routing over the links.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::TargetError;
 
@@ -74,9 +74,14 @@ impl TargetSpec {
             })
     }
 
-    /// The shortest route by hop count from `from` to `to`, as link indices in travel order
-    /// (empty when `from == to`). Breadth-first; among equally short routes the one through
-    /// earlier devices (file order) wins, and between parallel links the earlier link.
+    /// The route from `from` to `to`, as link indices in travel order (empty when
+    /// `from == to`): the fewest hops; among routes with as few hops, the widest (largest
+    /// slowest-link bandwidth), then the one with the least total latency, then the one through
+    /// earlier devices and links (file order).
+    ///
+    /// Breadth-first search gives every device's hop distance; the tie-breaks are then chosen
+    /// device by device in order of distance, each device taking its best predecessor at one
+    /// hop less.
     pub fn route(&self, from: &str, to: &str) -> Result<Vec<usize>, TargetError> {
         let (src, dst) = (self.index(from)?, self.index(to)?);
         let n = self.devices.len();
@@ -91,32 +96,53 @@ impl TargetSpec {
         for adj in &mut adjacency {
             adj.sort_unstable();
         }
-        let mut parent: Vec<Option<(usize, usize)>> = vec![None; n];
-        let mut seen = vec![false; n];
-        seen[src] = true;
-        let mut queue = VecDeque::from([src]);
-        while let Some(d) = queue.pop_front() {
-            if d == dst {
-                break;
-            }
-            for &(next, li) in &adjacency[d] {
-                if !seen[next] {
-                    seen[next] = true;
-                    parent[next] = Some((d, li));
-                    queue.push_back(next);
+        let mut dist: Vec<Option<usize>> = vec![None; n];
+        dist[src] = Some(0);
+        let mut order = vec![src];
+        let mut head = 0;
+        while head < order.len() {
+            let d = order[head];
+            head += 1;
+            for &(next, _) in &adjacency[d] {
+                if dist[next].is_none() {
+                    dist[next] = Some(dist[d].unwrap_or(0) + 1);
+                    order.push(next);
                 }
             }
         }
-        if !seen[dst] {
+        if dist[dst].is_none() {
             return Err(TargetError::Unreachable {
                 target: self.name.clone(),
                 from: from.to_string(),
                 to: to.to_string(),
             });
         }
+        // best[d] = (bandwidth of the slowest link so far, total latency, (predecessor, link)).
+        let mut best: Vec<Option<(f64, f64, Option<(usize, usize)>)>> = vec![None; n];
+        best[src] = Some((f64::INFINITY, 0.0, None));
+        for &d in order.iter().skip(1) {
+            let k = dist[d].unwrap_or(0);
+            for &(prev, li) in &adjacency[d] {
+                if dist[prev] != Some(k - 1) {
+                    continue;
+                }
+                let Some((bw, lat, _)) = best[prev] else {
+                    continue;
+                };
+                let link = &self.links[li];
+                let cand = (bw.min(link.bandwidth), lat + link.latency);
+                let better = match best[d] {
+                    None => true,
+                    Some((b, l, _)) => cand.0 > b || (cand.0 == b && cand.1 < l),
+                };
+                if better {
+                    best[d] = Some((cand.0, cand.1, Some((prev, li))));
+                }
+            }
+        }
         let mut route = Vec::new();
         let mut at = dst;
-        while let Some((prev, li)) = parent[at] {
+        while let Some((_, _, Some((prev, li)))) = best[at] {
             route.push(li);
             at = prev;
         }

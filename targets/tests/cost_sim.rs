@@ -271,7 +271,7 @@ fn ring_collectives_on_a_ring() {
 #[test]
 fn ring_collectives_share_links_on_a_mesh() {
     // A 2x2 mesh: c0-c1, c2-c3 (rows) and c0-c2, c1-c3 (columns). The ring c0 c1 c2 c3 has
-    // two 2-hop steps: c1 -> c2 goes c1 -> c0 -> c2 (BFS prefers the earlier device) and
+    // two 2-hop steps: c1 -> c2 goes c1 -> c0 -> c2 (equally wide and fast, so the earlier device) and
     // c3 -> c0 goes c3 -> c1 -> c0. Both cross c1 -> c0, so that direction carries two
     // chunks: step = 2 hops of latency + 2 chunks / bandwidth.
     let spec = target(&RING4.replace(

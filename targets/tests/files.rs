@@ -98,9 +98,14 @@ fn switch_routes() {
     for i in 1..8 {
         assert_eq!(t.hops("gpu0", &format!("gpu{i}")).expect("switch"), 2);
     }
-    // Ties by device order: gpu0 -> gpu7 goes through cpu0 (device 0) before the switch.
+    // Two 2-hop routes: through the host's PCIe (32 GB/s) or the switch (300 GB/s); the
+    // wider one wins although cpu0 comes first in file order.
     let route = t.route("gpu0", "gpu7").expect("route");
-    assert_eq!(t.links[route[0]].a, "cpu0");
+    let via: Vec<(&str, &str)> = route
+        .iter()
+        .map(|&l| (t.links[l].a.as_str(), t.links[l].b.as_str()))
+        .collect();
+    assert_eq!(via, [("gpu0", "nvswitch"), ("gpu7", "nvswitch")]);
     assert_eq!(t.hops("cpu0", "gpu5").expect("pcie"), 1);
 }
 
