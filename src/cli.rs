@@ -307,6 +307,10 @@ pub fn main() -> ExitCode {
 
 /// [`main`] for a binary called `name` (a plugin's own `tessera`, see [`crate::driver`]).
 pub fn main_named(name: &str) -> ExitCode {
+    if let Err(e) = tessera_eqsat::register() {
+        let _ = writeln!(std::io::stderr(), "error: {e}");
+        return ExitCode::FAILURE;
+    }
     let name = name.to_string();
     let matches = Cli::command()
         .name(name.clone())

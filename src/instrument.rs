@@ -58,6 +58,10 @@ pub struct PassFlags {
         default_value = "tessera-reproducer.tir"
     )]
     pub crash_reproducer: PathBuf,
+    /// Explain what the passes did: turns on `eqsat`'s `explain` option and prints, after the
+    /// pipeline, the chain of rules behind each op it rewrote (to stderr).
+    #[arg(long)]
+    pub explain: bool,
 }
 
 /// The line that starts a reproducer file; the pipeline follows it.
@@ -236,6 +240,21 @@ pub fn print_timing(report: &Report) {
         pct(verify)
     ));
     s.push_str(&format!("  {total:>8.4} ({:>5.1}%)  Total\n", 100.0));
+    let _ = std::io::stderr().write_all(s.as_bytes());
+}
+
+/// Prints the explanation notes passes recorded (`--explain`).
+pub fn print_notes(report: &Report) {
+    let mut s = String::new();
+    for r in &report.runs {
+        if r.stats.notes().is_empty() {
+            continue;
+        }
+        s.push_str(&format!("// {} explained:\n", r.name));
+        for n in r.stats.notes() {
+            s.push_str(&format!("//   {n}\n"));
+        }
+    }
     let _ = std::io::stderr().write_all(s.as_bytes());
 }
 

@@ -35,6 +35,7 @@ impl PassError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Statistics {
     entries: Vec<(&'static str, &'static str, u64)>,
+    notes: Vec<String>,
 }
 
 impl Statistics {
@@ -54,6 +55,17 @@ impl Statistics {
     /// The value of a counter (0 when never recorded).
     pub fn get(&self, name: &str) -> u64 {
         self.entries.iter().find(|e| e.0 == name).map_or(0, |e| e.2)
+    }
+
+    /// Records a line of explanation (what a pass did and why, such as the rules behind a
+    /// rewrite), which the command line prints when asked (`--explain`).
+    pub fn note(&mut self, line: impl Into<String>) {
+        self.notes.push(line.into());
+    }
+
+    /// The recorded explanation lines, in order.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 }
 
@@ -202,6 +214,18 @@ impl Options {
 
     pub(crate) fn set(&mut self, name: &'static str, v: OptionValue) {
         self.values.insert(name, v);
+    }
+
+    /// Replaces the value of an option the pass declares (the command line uses this to fill
+    /// in what only it knows, such as the compile target); `false` if there is no such option.
+    pub fn replace(&mut self, name: &str, v: OptionValue) -> bool {
+        match self.values.get_mut(name) {
+            Some(slot) => {
+                *slot = v;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The value of an option.

@@ -65,6 +65,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
         None => None,
     };
     let graph = super::load_model(req.model, req.shapes)?;
+    tessera_eqsat::set_default_target(Some(target.clone()));
     let pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
     let graph = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;

@@ -66,7 +66,14 @@ pub fn run_pipeline(
     origin: &Path,
 ) -> Result<Graph> {
     let mut inst = CliInstrumentation::new(flags, &graph, pipeline.passes.len())?;
-    let pm = PassManager::new(pipeline.clone()).verify_each(!flags.no_verify_each);
+    let mut pipeline = pipeline.clone();
+    if flags.explain {
+        for spec in &mut pipeline.passes {
+            spec.options
+                .replace("explain", tessera_passes::OptionValue::Bool(true));
+        }
+    }
+    let pm = PassManager::new(pipeline).verify_each(!flags.no_verify_each);
     let result = pm.run(&mut graph, &mut inst);
     inst.finish();
     match result {
@@ -76,6 +83,9 @@ pub fn run_pipeline(
             }
             if flags.pass_statistics {
                 instrument::print_statistics(&report);
+            }
+            if flags.explain {
+                instrument::print_notes(&report);
             }
             if let Some(e) = inst.dump_error {
                 return Err(e);

@@ -1,0 +1,595 @@
+//! The `eqsat` pass: saturate each region of the graph with the rules, extract the cheapest
+//! equivalent by the target's cost model, and keep it only if it is cheaper.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use egg::{Id, Runner, StopReason};
+use tessera_passes::{
+    OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics, closest,
+};
+use tessera_targets::{CostModel, Target};
+
+use crate::analysis::{TEGraph, node_op, node_types};
+use crate::convert::{emit, region_to_egraph};
+use crate::extract::{UNUSABLE, greedy_dag};
+use crate::ir::{ConstId, Dim, Graph, Op, OpId, TensorType, ValueDef, ValueId};
+use crate::lang::TNode;
+use crate::rules::{Rule, all_rules};
+
+/// Registry record.
+pub const INFO: PassInfo = PassInfo {
+    name: "eqsat",
+    summary: "Equality saturation: rewrite with the rules, keep the cheapest form by the target's cost model",
+    options: &[
+        OptionInfo {
+            name: "target",
+            kind: OptionKind::Str,
+            default: "",
+            doc: "target whose cost model extracts (empty: the compile target, else cpu)",
+        },
+        OptionInfo {
+            name: "device",
+            kind: OptionKind::Str,
+            default: "",
+            doc: "cost every op on this device (empty: on its cheapest device)",
+        },
+        OptionInfo {
+            name: "iter-limit",
+            kind: OptionKind::UInt,
+            default: "16",
+            doc: "saturation iterations per region",
+        },
+        OptionInfo {
+            name: "node-limit",
+            kind: OptionKind::UInt,
+            default: "20000",
+            doc: "e-nodes per region before saturation stops",
+        },
+        OptionInfo {
+            name: "time-limit-ms",
+            kind: OptionKind::UInt,
+            default: "2000",
+            doc: "saturation time per region, in milliseconds",
+        },
+        OptionInfo {
+            name: "region-ops",
+            kind: OptionKind::UInt,
+            default: "256",
+            doc: "saturate runs of at most this many ops separately",
+        },
+        OptionInfo {
+            name: "rules",
+            kind: OptionKind::Str,
+            default: "",
+            doc: "only these rules, comma-separated (empty: every rule)",
+        },
+        OptionInfo {
+            name: "explain",
+            kind: OptionKind::Bool,
+            default: "false",
+            doc: "record the chain of rules behind each rewritten op (--explain prints it)",
+        },
+        OptionInfo {
+            name: "fold-limit",
+            kind: OptionKind::UInt,
+            default: "4096",
+            doc: "fold constant subterms of at most this many elements",
+        },
+    ],
+    create: create,
+};
+
+fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
+    let rules = options.string("rules").trim();
+    let selected = if rules.is_empty() {
+        None
+    } else {
+        let known: Vec<&str> = all_rules().iter().map(|r| r.name).collect();
+        let mut set = BTreeSet::new();
+        for name in rules.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if !known.contains(&name) {
+                let hint = closest(name, &known)
+                    .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
+                return Err(PassError::new(format!("unknown rule `{name}`{hint}")));
+            }
+            set.insert(name.to_string());
+        }
+        Some(set)
+    };
+    Ok(Box::new(Eqsat {
+        settings: Settings {
+            target: options.string("target").to_string(),
+            device: options.string("device").to_string(),
+            iter_limit: options.uint("iter-limit") as usize,
+            node_limit: options.uint("node-limit") as usize,
+            time_limit: Duration::from_millis(options.uint("time-limit-ms")),
+            region_ops: (options.uint("region-ops") as usize).max(1),
+            rules: selected,
+            explain: options.flag("explain"),
+            fold_limit: options.uint("fold-limit") as usize,
+        },
+    }))
+}
+
+/// The target `eqsat` uses when its `target` option is empty (`tessera compile` sets it to
+/// the compile target); `cpu` when none is set.
+static DEFAULT_TARGET: std::sync::RwLock<Option<std::sync::Arc<dyn Target>>> =
+    std::sync::RwLock::new(None);
+
+/// Sets the target `eqsat` costs with when its `target` option is empty.
+pub fn set_default_target(target: Option<std::sync::Arc<dyn Target>>) {
+    *DEFAULT_TARGET.write().unwrap_or_else(|e| e.into_inner()) = target;
+}
+
+/// The pass's settings (its options, resolved).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Target name (empty: `cpu`).
+    pub target: String,
+    /// Device name (empty: cheapest per op).
+    pub device: String,
+    /// Iterations per region.
+    pub iter_limit: usize,
+    /// E-nodes per region.
+    pub node_limit: usize,
+    /// Time per region.
+    pub time_limit: Duration,
+    /// Ops per region.
+    pub region_ops: usize,
+    /// The rules to use (`None`: all).
+    pub rules: Option<BTreeSet<String>>,
+    /// Record explanations.
+    pub explain: bool,
+    /// Constant folding limit in elements.
+    pub fold_limit: usize,
+}
+
+struct Eqsat {
+    settings: Settings,
+}
+
+impl Pass for Eqsat {
+    fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
+        let default = DEFAULT_TARGET
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let target = match (&self.settings.target, default) {
+            (name, Some(t)) if name.is_empty() => t,
+            (name, _) => {
+                let name = if name.is_empty() { "cpu" } else { name.as_str() };
+                tessera_targets::resolve(name, &tessera_targets::env_search_path())
+                    .map_err(|e| PassError::new(format!("target: {e}")))?
+            }
+        };
+        run_eqsat(graph, &*target, &self.settings, stats)
+    }
+}
+
+/// Costs nodes with the target's cost model (each distinct op and operand types once).
+pub struct NodeCost<'a> {
+    model: CostModel<'a>,
+    devices: Vec<usize>,
+    cache: BTreeMap<String, f64>,
+}
+
+/// A type with every symbolic extent taken as 1, for costing graphs with unbound symbols.
+fn concrete(ty: &TensorType) -> TensorType {
+    TensorType::new(
+        ty.elem,
+        ty.shape
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => Dim::Static(*n),
+                Dim::Sym(_) => Dim::Static(1),
+            })
+            .collect(),
+    )
+}
+
+impl<'a> NodeCost<'a> {
+    /// Costs on `device`, or on each op's cheapest device of the target when `None`.
+    pub fn new(target: &'a dyn Target, device: Option<usize>) -> NodeCost<'a> {
+        let devices = match device {
+            Some(d) => vec![d],
+            None => (0..target.spec().devices.len())
+                .filter(|&d| !target.spec().devices[d].compute.is_empty())
+                .collect(),
+        };
+        NodeCost {
+            model: CostModel::new(target, None),
+            devices,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    /// Modelled seconds of `op` with these operand and result types (1 s when no candidate
+    /// device can run it, so that such ops are kept only when there is no alternative).
+    pub fn op_cost(&mut self, op: &Op, operands: &[&TensorType], results: &[TensorType]) -> f64 {
+        if matches!(op, Op::Const(_)) {
+            return 0.0;
+        }
+        let key = format!("{op:?}|{operands:?}");
+        if let Some(&c) = self.cache.get(&key) {
+            return c;
+        }
+        let mut g = Graph::new("cost");
+        let args: Vec<ValueId> = operands
+            .iter()
+            .map(|t| g.add_input(None, concrete(t)))
+            .collect();
+        let id = g.push_op(op.clone(), args, results.iter().map(concrete).collect());
+        let c = self
+            .devices
+            .iter()
+            .filter_map(|&d| self.model.op_time(&g, id, d).ok().and_then(|t| t.seconds()))
+            .fold(f64::INFINITY, f64::min);
+        let c = if c.is_finite() { c } else { 1.0 };
+        self.cache.insert(key, c);
+        c
+    }
+
+    /// The cost of an e-node (leaves and result selectors cost nothing).
+    pub fn node(&mut self, egraph: &TEGraph, node: &TNode) -> f64 {
+        match node {
+            TNode::Op(..) => {
+                let Some((op, operands)) = node_op(egraph, node) else {
+                    return UNUSABLE;
+                };
+                let Some(types) = node_types(egraph, node) else {
+                    return UNUSABLE;
+                };
+                let tys: Option<Vec<&TensorType>> =
+                    operands.iter().map(|&o| egraph[o].data.ty()).collect();
+                match tys {
+                    Some(tys) => self.op_cost(&op, &tys, &types),
+                    None => UNUSABLE,
+                }
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+fn stop_name(r: &StopReason) -> &'static str {
+    match r {
+        StopReason::Saturated => "stop-saturated",
+        StopReason::IterationLimit(_) => "stop-iteration-limit",
+        StopReason::NodeLimit(_) => "stop-node-limit",
+        StopReason::TimeLimit(_) => "stop-time-limit",
+        StopReason::Other(_) => "stop-other",
+    }
+}
+
+fn stop_doc(r: &StopReason) -> &'static str {
+    match r {
+        StopReason::Saturated => "regions saturated (no rule applied any more)",
+        StopReason::IterationLimit(_) => "regions stopped by iter-limit",
+        StopReason::NodeLimit(_) => "regions stopped by node-limit",
+        StopReason::TimeLimit(_) => "regions stopped by time-limit-ms",
+        StopReason::Other(_) => "regions stopped for another reason",
+    }
+}
+
+/// Runs equality saturation on `graph` for `target`; returns whether the graph changed.
+pub fn run_eqsat(
+    graph: &mut Graph,
+    target: &dyn Target,
+    settings: &Settings,
+    stats: &mut Statistics,
+) -> Result<bool, PassError> {
+    let device = if settings.device.is_empty() {
+        None
+    } else {
+        Some(target.spec().device_index(&settings.device).ok_or_else(|| {
+            PassError::new(format!(
+                "target `{}` has no device `{}`",
+                target.spec().name,
+                settings.device
+            ))
+        })?)
+    };
+    let rules: Vec<Rule> = all_rules()
+        .into_iter()
+        .filter(|r| settings.rules.as_ref().is_none_or(|s| s.contains(r.name)))
+        .collect();
+    let mut costs = NodeCost::new(target, device);
+
+    // Body order without consts; where each value is last read (outputs: never "before").
+    let ops: Vec<OpId> = graph
+        .ops()
+        .iter()
+        .copied()
+        .filter(|&o| !matches!(graph.op(o).op, Op::Const(_)))
+        .collect();
+    let mut last_use: BTreeMap<ValueId, usize> = BTreeMap::new();
+    for (i, &o) in ops.iter().enumerate() {
+        for &v in &graph.op(o).operands {
+            last_use.insert(v, i);
+        }
+    }
+    for &v in graph.outputs() {
+        last_use.insert(v, usize::MAX);
+    }
+
+    let mut out = Graph::new(graph.name.clone());
+    let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for &i in graph.inputs() {
+        let v = out.add_input(graph.value(i).name.clone(), graph.ty(i).clone());
+        map.insert(i, v);
+    }
+    let mut consts: BTreeMap<String, ConstId> = BTreeMap::new();
+    let mut fresh = 0;
+    let mut changed = false;
+    let (mut before_total, mut after_total) = (0.0, 0.0);
+
+    for (ri, chunk) in ops.chunks(settings.region_ops).enumerate() {
+        let end = ri * settings.region_ops + chunk.len();
+        let used_after = |v: ValueId| last_use.get(&v).is_some_and(|&u| u >= end);
+        let mut region = region_to_egraph(
+            graph,
+            chunk,
+            &used_after,
+            settings.fold_limit,
+            fresh,
+            settings.explain,
+        );
+        let before: f64 = chunk
+            .iter()
+            .map(|&o| {
+                let d = graph.op(o);
+                let tys: Vec<&TensorType> = d.operands.iter().map(|&v| graph.ty(v)).collect();
+                let res: Vec<TensorType> = d.results.iter().map(|&v| graph.ty(v).clone()).collect();
+                costs.op_cost(&d.op, &tys, &res)
+            })
+            .sum();
+        let placeholder = || crate::analysis::TypeAnalysis::new(Vec::new(), Vec::new(), 0);
+        let mut runner: Runner<TNode, crate::analysis::TypeAnalysis> = Runner::new(placeholder())
+            .with_egraph(std::mem::replace(&mut region.egraph, TEGraph::new(placeholder())))
+            .with_iter_limit(settings.iter_limit)
+            .with_node_limit(settings.node_limit)
+            .with_time_limit(settings.time_limit);
+        if settings.explain {
+            runner = runner.with_explanations_enabled();
+        }
+        let runner = runner.run(rules.iter().map(|r| &r.rewrite));
+        let mut egraph = runner.egraph;
+        stats.add("regions", "regions saturated", 1);
+        stats.add(
+            "iterations",
+            "saturation iterations, all regions",
+            runner.iterations.len() as u64,
+        );
+        let applied: usize = runner
+            .iterations
+            .iter()
+            .map(|it| it.applied.values().sum::<usize>())
+            .sum();
+        stats.add("rules-applied", "rule applications, all regions", applied as u64);
+        stats.add(
+            "egraph-nodes",
+            "e-nodes at the end, all regions",
+            egraph.total_number_of_nodes() as u64,
+        );
+        stats.add(
+            "egraph-classes",
+            "e-classes at the end, all regions",
+            egraph.number_of_classes() as u64,
+        );
+        if let Some(reason) = &runner.stop_reason {
+            stats.add(stop_name(reason), stop_doc(reason), 1);
+        }
+        fresh = egraph.analysis.fresh();
+        let roots: Vec<Id> = region.roots.iter().map(|&r| egraph.find(r)).collect();
+        let extraction = greedy_dag(&egraph, &roots, |eg, n| costs.node(eg, n));
+        let inputs: Vec<ValueId> = region
+            .inputs
+            .iter()
+            .map(|v| map.get(v).copied())
+            .collect::<Option<_>>()
+            .ok_or_else(|| PassError::new("a region reads a value defined after it"))?;
+        let locs: BTreeMap<Id, String> = region
+            .original
+            .iter()
+            .filter_map(|&(id, op)| graph.op(op).loc.clone().map(|l| (egraph.find(id), l)))
+            .collect();
+        let rewritten = match &extraction {
+            Some(ex) if ex.cost < before * (1.0 - 1e-9) => {
+                let mark = out.ops().len();
+                match emit(&egraph, ex, &roots, &inputs, &mut out, &mut consts, &locs) {
+                    Ok(values) => {
+                        for (old, new) in region.outputs.iter().zip(values) {
+                            map.insert(*old, new);
+                            if out.value(new).name.is_none()
+                                && let Some(n) = &graph.value(*old).name
+                                && matches!(out.value(new).def, ValueDef::Result(..))
+                            {
+                                out.set_name(new, n.clone());
+                            }
+                        }
+                        before_total += before;
+                        after_total += ex.cost;
+                        true
+                    }
+                    Err(_) => {
+                        // A cyclic choice: drop what was emitted and keep the region as is.
+                        let keep: Vec<OpId> = out.ops()[..mark].to_vec();
+                        out.set_ops(keep);
+                        false
+                    }
+                }
+            }
+            _ => false,
+        };
+        if rewritten {
+            changed = true;
+            stats.add("regions-rewritten", "regions replaced by a cheaper form", 1);
+            if settings.explain && let Some(ex) = &extraction {
+                explain(&mut egraph, &region, ex, graph, stats);
+            }
+        } else {
+            before_total += before;
+            after_total += before;
+            copy_region(graph, chunk, &mut out, &mut map, &mut consts);
+        }
+    }
+    // Outputs that are constants (no region defines them).
+    let mut outputs = Vec::with_capacity(graph.outputs().len());
+    for &v in graph.outputs() {
+        let nv = match map.get(&v) {
+            Some(&nv) => nv,
+            None => {
+                let ValueDef::Result(p, _) = graph.value(v).def else {
+                    return Err(PassError::new("an output has no value"));
+                };
+                let Op::Const(c) = graph.op(p).op else {
+                    return Err(PassError::new("an output has no value"));
+                };
+                let id = const_into(graph, c, &mut out, &mut consts);
+                let op = out.push_op(Op::Const(id), Vec::new(), vec![graph.ty(v).clone()]);
+                out.op(op).results[0]
+            }
+        };
+        outputs.push(nv);
+    }
+    out.set_outputs(outputs);
+    for (&old, &new) in graph.outputs().iter().zip(out.outputs().to_vec().iter()) {
+        if let Some(n) = &graph.value(old).name
+            && matches!(out.value(new).def, ValueDef::Result(..))
+        {
+            out.set_name(new, n.clone());
+        }
+    }
+    stats.add(
+        "cost-before-ns",
+        "modelled time before, nanoseconds",
+        (before_total * 1e9).round() as u64,
+    );
+    stats.add(
+        "cost-after-ns",
+        "modelled time after, nanoseconds",
+        (after_total * 1e9).round() as u64,
+    );
+    if changed {
+        *graph = out;
+    }
+    Ok(changed)
+}
+
+fn const_into(
+    graph: &Graph,
+    c: ConstId,
+    out: &mut Graph,
+    consts: &mut BTreeMap<String, ConstId>,
+) -> ConstId {
+    let k = graph.constant(c);
+    *consts
+        .entry(k.name.clone())
+        .or_insert_with(|| out.add_const(k.clone()))
+}
+
+/// Copies a region's ops unchanged (with the const ops they read).
+fn copy_region(
+    graph: &Graph,
+    chunk: &[OpId],
+    out: &mut Graph,
+    map: &mut BTreeMap<ValueId, ValueId>,
+    consts: &mut BTreeMap<String, ConstId>,
+) {
+    for &op in chunk {
+        let data = graph.op(op);
+        let mut args = Vec::with_capacity(data.operands.len());
+        for &v in &data.operands {
+            let nv = match map.get(&v) {
+                Some(&nv) => nv,
+                None => {
+                    // A constant read for the first time.
+                    let ValueDef::Result(p, _) = graph.value(v).def else {
+                        continue;
+                    };
+                    let Op::Const(c) = graph.op(p).op else {
+                        continue;
+                    };
+                    let id = const_into(graph, c, out, consts);
+                    let cop = out.push_op(Op::Const(id), Vec::new(), vec![graph.ty(v).clone()]);
+                    out.op_mut(cop).loc = graph.op(p).loc.clone();
+                    let nv = out.op(cop).results[0];
+                    if let Some(n) = &graph.value(v).name {
+                        out.set_name(nv, n.clone());
+                    }
+                    map.insert(v, nv);
+                    nv
+                }
+            };
+            args.push(nv);
+        }
+        let types = data.results.iter().map(|&r| graph.ty(r).clone()).collect();
+        let id = out.push_op(data.op.clone(), args, types);
+        out.op_mut(id).loc = data.loc.clone();
+        out.op_mut(id).device = data.device.clone();
+        for (&old, &new) in data.results.iter().zip(out.op(id).results.clone().iter()) {
+            if let Some(n) = &graph.value(old).name {
+                out.set_name(new, n.clone());
+            }
+            map.insert(old, new);
+        }
+    }
+}
+
+/// Notes, for each original op whose class was extracted as a different node, the rules
+/// that connect them.
+fn explain(
+    egraph: &mut TEGraph,
+    region: &crate::convert::Region,
+    ex: &crate::extract::Extraction,
+    graph: &Graph,
+    stats: &mut Statistics,
+) {
+    let names = crate::ir::text::value_names(graph);
+    for &(id, op) in &region.original {
+        let class = egraph.find(id);
+        let Some(chosen) = ex.choice.get(&class).cloned() else {
+            continue;
+        };
+        let original = egraph.id_to_node(id).clone();
+        if chosen == original {
+            continue;
+        }
+        let chosen_id = egraph.add_uncanonical(chosen.clone());
+        let explanation = egraph.explain_id_equivalence(id, chosen_id);
+        let mut rules: Vec<String> = Vec::new();
+        collect_rules(&explanation.explanation_trees, &mut rules);
+        rules.dedup();
+        if rules.is_empty() {
+            continue;
+        }
+        let data = graph.op(op);
+        let value = data
+            .results
+            .first()
+            .and_then(|r| names.get(r.index()).cloned())
+            .unwrap_or_default();
+        let at = data.loc.as_ref().map(|l| format!(" at {l:?}")).unwrap_or_default();
+        stats.note(format!(
+            "%{value} = {}{at}: {} -> {}",
+            data.op.name(),
+            rules.join(" -> "),
+            chosen
+        ));
+    }
+}
+
+fn collect_rules(tree: &egg::TreeExplanation<TNode>, out: &mut Vec<String>) {
+    for term in tree {
+        if let Some(r) = &term.backward_rule {
+            out.push(r.to_string());
+        }
+        if let Some(r) = &term.forward_rule {
+            out.push(r.to_string());
+        }
+        for child in &term.child_proofs {
+            collect_rules(child, out);
+        }
+    }
+}

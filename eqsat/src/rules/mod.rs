@@ -1,0 +1,341 @@
+//! The rewrite rules, grouped by kind in one file each (see `README.md` in this folder for
+//! the policy), and the machinery every rule shares.
+//!
+//! A rule is a searcher (an egg pattern, or a multi-pattern for rules that merge two ops)
+//! and a builder in Rust that adds the replacement and returns its class. The builder adds
+//! nodes only through [`add`], which refuses a node that does not type-check; the shared
+//! applier then unions the replacement with the matched class only when their types are
+//! equal. So no rule can change a shape or an element type, whatever it builds.
+
+use std::sync::Arc;
+
+use egg::{
+    Applier, Id, Language, MultiPattern, Pattern, PatternAst, Rewrite, SearchMatches, Subst,
+    Symbol, Var,
+};
+
+use crate::analysis::{TEGraph, TypeAnalysis, node_types};
+use crate::ir::{Op, Tensor, TensorType};
+use crate::lang::{Attr, TNode, op_node};
+
+pub mod algebra;
+pub mod fusion;
+pub mod layout;
+
+/// What a rule is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RuleKind {
+    /// Identities, cancellations, distribution and factoring, constant folding.
+    Algebra,
+    /// Transposes and reshapes moved, merged or folded into their users.
+    Layout,
+    /// Ops fused into one or merged into a wider one, and the reverse splits.
+    Fusion,
+}
+
+impl RuleKind {
+    /// `algebra`, `layout` or `fusion`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleKind::Algebra => "algebra",
+            RuleKind::Layout => "layout",
+            RuleKind::Fusion => "fusion",
+        }
+    }
+}
+
+/// Builds a rule's replacement for one match: returns the class that should join the
+/// matched class, or `None` when the rule does not apply to this match.
+pub type Build = Arc<dyn Fn(&mut TEGraph, Id, &Subst) -> Option<Id> + Send + Sync>;
+
+/// Builds a multi-pattern rule's replacements: pairs of (matched class, its replacement).
+pub type BuildMany = Arc<dyn Fn(&mut TEGraph, &Subst) -> Vec<(Id, Id)> + Send + Sync>;
+
+/// A named rewrite rule.
+pub struct Rule {
+    /// Kebab-case, unique.
+    pub name: &'static str,
+    /// Its group.
+    pub kind: RuleKind,
+    /// One line: what it rewrites into what.
+    pub doc: &'static str,
+    /// The egg rewrite.
+    pub rewrite: Rewrite<TNode, TypeAnalysis>,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule").field("name", &self.name).finish()
+    }
+}
+
+/// The applier every single-pattern rule uses: build, check types, union.
+struct Guarded {
+    build: Build,
+}
+
+impl Applier<TNode, TypeAnalysis> for Guarded {
+    fn apply_one(
+        &self,
+        egraph: &mut TEGraph,
+        eclass: Id,
+        subst: &Subst,
+        _ast: Option<&PatternAst<TNode>>,
+        rule_name: Symbol,
+    ) -> Vec<Id> {
+        let Some(new) = (self.build)(egraph, eclass, subst) else {
+            return Vec::new();
+        };
+        join(egraph, eclass, new, rule_name)
+    }
+}
+
+/// Unions `new` into `old` when both have the same, known types.
+fn join(egraph: &mut TEGraph, old: Id, new: Id, rule_name: Symbol) -> Vec<Id> {
+    let (a, b) = (&egraph[old].data.types, &egraph[new].data.types);
+    if a.is_empty() || a != b {
+        return Vec::new();
+    }
+    if egraph.union_trusted(old, new, rule_name) {
+        vec![old]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The applier of multi-pattern rules.
+struct GuardedMany {
+    build: BuildMany,
+}
+
+impl Applier<TNode, TypeAnalysis> for GuardedMany {
+    fn apply_matches(
+        &self,
+        egraph: &mut TEGraph,
+        matches: &[SearchMatches<TNode>],
+        rule_name: Symbol,
+    ) -> Vec<Id> {
+        let mut changed = Vec::new();
+        for m in matches {
+            for subst in &m.substs {
+                let pairs = (self.build)(egraph, subst);
+                // All or nothing: every replacement must type-check before any union.
+                if pairs.is_empty()
+                    || pairs.iter().any(|&(old, new)| {
+                        egraph[old].data.types.is_empty()
+                            || egraph[old].data.types != egraph[new].data.types
+                    })
+                {
+                    continue;
+                }
+                for (old, new) in pairs {
+                    changed.extend(join(egraph, old, new, rule_name));
+                }
+            }
+        }
+        changed
+    }
+
+    fn apply_one(
+        &self,
+        _egraph: &mut TEGraph,
+        _eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TNode>>,
+        _rule_name: Symbol,
+    ) -> Vec<Id> {
+        Vec::new()
+    }
+}
+
+fn pattern(text: &str) -> Pattern<TNode> {
+    text.parse()
+        .unwrap_or_else(|e| panic!("rule pattern `{text}` does not parse: {e}"))
+}
+
+/// A rule from a searcher pattern and a builder.
+pub fn rule(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    lhs: &str,
+    build: impl Fn(&mut TEGraph, Id, &Subst) -> Option<Id> + Send + Sync + 'static,
+) -> Rule {
+    let rewrite = Rewrite::new(
+        name,
+        pattern(lhs),
+        Guarded {
+            build: Arc::new(build),
+        },
+    )
+    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
+    Rule {
+        name,
+        kind,
+        doc,
+        rewrite,
+    }
+}
+
+/// A rule whose replacement is a pattern over the left-hand side's variables.
+pub fn pattern_rule(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    lhs: &str,
+    rhs: &str,
+) -> Rule {
+    let rhs = pattern(rhs);
+    rule(name, kind, doc, lhs, move |eg, _, subst| {
+        instantiate(eg, &rhs.ast, subst)
+    })
+}
+
+/// A rule over several patterns at once (`?a = (matmul ?x ?w1), ?b = (matmul ?x ?w2)`).
+pub fn multi_rule(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    patterns: &str,
+    build: impl Fn(&mut TEGraph, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
+) -> Rule {
+    let searcher: MultiPattern<TNode> = patterns
+        .parse()
+        .unwrap_or_else(|e| panic!("rule {name}: multi-pattern does not parse: {e}"));
+    let rewrite = Rewrite::new(
+        name,
+        searcher,
+        GuardedMany {
+            build: Arc::new(build),
+        },
+    )
+    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
+    Rule {
+        name,
+        kind,
+        doc,
+        rewrite,
+    }
+}
+
+/// Adds `node` if it type-checks; its class otherwise `None`.
+pub fn add(egraph: &mut TEGraph, node: TNode) -> Option<Id> {
+    let types = node_types(egraph, &node)?;
+    if types.is_empty() && !matches!(node, TNode::Attr(_)) {
+        return None;
+    }
+    Some(egraph.add(node))
+}
+
+/// Adds the application of `op` to `operands` (with its attribute leaf when needed).
+pub fn add_op(egraph: &mut TEGraph, op: Op, operands: &[Id]) -> Option<Id> {
+    let attr = if crate::lang::is_plain(&op) {
+        None
+    } else {
+        Some(egraph.add(TNode::Attr(Box::new(Attr::new(op.clone())))))
+    };
+    add(egraph, op_node(&op, attr, operands))
+}
+
+/// Adds a new constant holding `value`, named after `base`.
+pub fn add_const(egraph: &mut TEGraph, base: &str, value: &Tensor) -> Option<Id> {
+    let ty = TensorType::fixed(value.elem(), &value.shape().iter().map(|&d| d as u64).collect::<Vec<_>>());
+    let data = bytes::Bytes::from(value.to_le_bytes());
+    let c = egraph.analysis.add_const(base, ty, data);
+    add(egraph, TNode::Const(c))
+}
+
+/// Instantiates a pattern AST with `subst`, checking every node's types.
+pub fn instantiate(egraph: &mut TEGraph, ast: &PatternAst<TNode>, subst: &Subst) -> Option<Id> {
+    let mut ids: Vec<Id> = Vec::with_capacity(ast.as_ref().len());
+    for node in ast.as_ref() {
+        let id = match node {
+            egg::ENodeOrVar::Var(v) => *subst.get(*v)?,
+            egg::ENodeOrVar::ENode(n) => {
+                let n = n.clone().map_children(|c| ids[usize::from(c)]);
+                add(egraph, n)?
+            }
+        };
+        ids.push(id);
+    }
+    ids.last().copied()
+}
+
+/// The class bound to `?name`.
+pub fn var(subst: &Subst, name: &str) -> Option<Id> {
+    let v: Var = name.parse().ok()?;
+    subst.get(v).copied()
+}
+
+/// The op held by the attribute leaf bound to `?name`.
+pub fn attr(egraph: &TEGraph, subst: &Subst, name: &str) -> Option<Op> {
+    egraph[var(subst, name)?].data.attr.clone()
+}
+
+/// The single result type of the class bound to `?name`.
+pub fn ty(egraph: &TEGraph, subst: &Subst, name: &str) -> Option<TensorType> {
+    egraph[var(subst, name)?].data.ty().cloned()
+}
+
+/// The known value of the class bound to `?name`.
+pub fn value<'a>(egraph: &'a TEGraph, subst: &Subst, name: &str) -> Option<&'a Tensor> {
+    egraph[var(subst, name)?].data.value.as_ref()
+}
+
+/// The constant leaf in class `id`, if it holds one: its index in the constant table.
+pub fn const_index(egraph: &TEGraph, id: Id) -> Option<u32> {
+    egraph[id].nodes.iter().find_map(|n| match n {
+        TNode::Const(c) => Some(*c),
+        _ => None,
+    })
+}
+
+/// The value of the constant in class `id`, decoded whatever its size (rules that compute
+/// new constants, such as merged weights, need it once).
+pub fn const_tensor(egraph: &TEGraph, id: Id) -> Option<Tensor> {
+    let c = &egraph.analysis.consts[const_index(egraph, id)? as usize];
+    Tensor::from_typed_le_bytes(&c.ty, &c.data).ok()
+}
+
+/// Whether every element of `t` equals `x`.
+pub fn all_equal(t: &Tensor, x: f64) -> bool {
+    t.len() > 0 && t.to_f64_vec().iter().all(|&v| v == x)
+}
+
+/// Every rule, in a stable order (algebra, layout, fusion; each file's order).
+pub fn all_rules() -> Vec<Rule> {
+    let mut rules = algebra::rules();
+    rules.extend(layout::rules());
+    rules.extend(fusion::rules());
+    rules
+}
+
+/// Checks that a searcher's variables are bound (used by tests of the rule tables).
+pub fn searcher_vars(rule: &Rule) -> Vec<Var> {
+    rule.rewrite.searcher.vars()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_kebab_case_and_documented() {
+        let rules = all_rules();
+        let mut names: Vec<&str> = rules.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "duplicate rule names");
+        for r in &rules {
+            assert!(
+                r.name
+                    .split('-')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
+                "{} is not kebab-case",
+                r.name
+            );
+            assert!(!r.doc.is_empty(), "{} has no doc", r.name);
+        }
+    }
+}
