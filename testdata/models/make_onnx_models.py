@@ -9,12 +9,14 @@ Layout, next to this script:
                                 shapes (symbolic dims as strings), tolerances, opset,
                                 ir_version, node count, op types with counts, versions, and
                                 the max abs difference between torch and onnxruntime
-  large/<name>/...              `--large` only: benchmark models (git-ignored)
+  large/<name>/...              `--large` / `--eqsat-bench` only: benchmark models
+                                (git-ignored)
 
 Usage (from anywhere):
   python3 testdata/models/make_onnx_models.py             # all small models
   python3 testdata/models/make_onnx_models.py --only cnn  # one (repeatable, or comma list)
-  python3 testdata/models/make_onnx_models.py --large     # also GPT-2 small into large/
+  python3 testdata/models/make_onnx_models.py --large     # also the large models into large/
+  python3 testdata/models/make_onnx_models.py --eqsat-bench  # only the eqsat benchmark models
   python3 testdata/models/make_onnx_models.py --list
   python3 testdata/models/make_onnx_models.py --verify    # re-check files vs io.json
 
@@ -155,8 +157,13 @@ def save_model(model, out_dir, external_data=False, size_threshold=0):
 
 
 def torch_export(module, args, *, dynamo, opset, input_names, output_names,
-                 dynamic_shapes=None, dynamic_axes=None, **kw):
-    """Exports with torch.onnx and returns an onnx.ModelProto (metadata stripped)."""
+                 dynamic_shapes=None, dynamic_axes=None, keep_batchnorm=False, **kw):
+    """Exports with torch.onnx and returns an onnx.ModelProto (metadata stripped).
+
+    keep_batchnorm (dynamo only): run the exporter's usual optimizer (onnxscript's
+    constant folding, default rewrite rules, onnx fusions) minus its rule that folds a
+    BatchNormalization into the preceding Conv, so eval-mode BatchNorm stays a
+    BatchNormalization node."""
     import io as _io
 
     import onnx
@@ -165,7 +172,10 @@ def torch_export(module, args, *, dynamo, opset, input_names, output_names,
     if dynamo:
         prog = torch.onnx.export(
             module, args, dynamo=True, opset_version=opset, input_names=input_names,
-            output_names=output_names, dynamic_shapes=dynamic_shapes, verbose=False, **kw)
+            output_names=output_names, dynamic_shapes=dynamic_shapes, verbose=False,
+            **({"optimize": False} if keep_batchnorm else {}), **kw)
+        if keep_batchnorm:
+            optimize_keeping_batchnorm(prog)
         model = prog.model_proto
     else:
         buf = _io.BytesIO()
@@ -174,6 +184,23 @@ def torch_export(module, args, *, dynamo, opset, input_names, output_names,
             output_names=output_names, dynamic_axes=dynamic_axes, **kw)
         model = onnx.load_from_string(buf.getvalue())
     return strip_metadata(model)
+
+
+def optimize_keeping_batchnorm(prog):
+    """prog.optimize() (what torch.onnx.export(dynamo=True) does by default) with
+    onnxscript's fuse-BatchNorm-into-Conv/ConvTranspose/Gemm rules taken out of the default
+    rewrite rules for the duration of the call."""
+    import onnxscript.rewriter as rewriter
+    from onnxscript.rewriter.rules.common import _fuse_batchnorm
+
+    saved = rewriter._DEFAULT_REWRITE_RULES
+    bn_rules = set(_fuse_batchnorm.rules)
+    assert bn_rules and all(r in saved for r in bn_rules)
+    rewriter._DEFAULT_REWRITE_RULES = tuple(r for r in saved if r not in bn_rules)
+    try:
+        prog.optimize()
+    finally:
+        rewriter._DEFAULT_REWRITE_RULES = saved
 
 
 def finalize(name, out_dir, model_path, inputs, *, torch_outputs=None, description="",
@@ -354,6 +381,42 @@ def to_np(t):
     return t.detach().cpu().numpy()
 
 
+def calibrate_bn(module, x):
+    """Sets every BatchNorm's running statistics to the batch statistics of one train-mode
+    forward pass on x (momentum 1), then puts the module in eval mode. With random weights
+    this keeps activations of order one through deep networks, as trained statistics
+    would."""
+    import torch
+
+    bns = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.momentum = 1.0
+    module.train()
+    with torch.no_grad():
+        module(x)
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
+    module.eval()
+
+
+def perturb_constant_params(module, gen, std=0.02):
+    """Adds seeded noise (normal, `std`) to every parameter its initializer left constant
+    (zero biases, LayerNorm's ones and zeros), as training would. Otherwise the exporter's
+    optimizer merges equal initializers into one tensor (all zero biases of one shape become
+    a single initializer) and every bias add is an add of zeros that a pass could drop,
+    neither of which a trained model has. Returns the number of parameters changed."""
+    import torch
+
+    n = 0
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                p.add_(torch.randn(p.shape, generator=gen) * std)
+                n += 1
+    return n
+
+
 def randomize_bn(module, gen):
     """Gives BatchNorm layers non-trivial running statistics and affine parameters."""
     import torch
@@ -372,11 +435,16 @@ def randomize_bn(module, gen):
 # Each builder takes (name, out_dir, seed) and returns the io.json manifest.
 
 MODELS = {}
+# The eqsat pass's benchmark set (the TENSAT paper's model families), built by --eqsat-bench.
+EQSAT_BENCH = []
 
 
-def model(name, large=False):
+def model(name, large=False, eqsat_bench=False):
     def deco(fn):
         MODELS[name] = (fn, large)
+        if eqsat_bench:
+            assert large, name
+            EQSAT_BENCH.append(name)
         return fn
     return deco
 
@@ -635,6 +703,156 @@ def make_bert_tiny(name, out_dir, seed):
                                 "attention_mask int64[2,16] (second row padded) -> "
                                 "last_hidden_state[2,16,64], pooler_output[2,64]",
                     notes=notes)
+
+
+# --- eqsat benchmark models (--eqsat-bench, or --large): the TENSAT paper's model families
+
+
+@model("bert_base", large=True, eqsat_bench=True)
+def make_bert_base(name, out_dir, seed):
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    layers, seq = 8, 64
+    # BERT-base widths (hidden 768, 12 heads, intermediate 3072, vocab 30522), 8 of its 12
+    # layers (the depth of the TASO/TENSAT BERT benchmark).
+    cfg = BertConfig(hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
+                     intermediate_size=3072)
+    cfg._attn_implementation = "eager"  # separate Q, K, V projections of the same input
+    m = BertModel(cfg).eval()
+    n_perturbed = perturb_constant_params(m, torch.Generator().manual_seed(seed + 1))
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            o = self.inner(input_ids=input_ids, attention_mask=attention_mask)
+            return o.last_hidden_state, o.pooler_output
+
+    w = Wrap(m).eval()
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, cfg.vocab_size, size=(1, seq), dtype=np.int64)
+    mask = np.ones((1, seq), dtype=np.int64)
+    mask[0, 56:] = 0  # padded after 56 tokens
+    ids[0, 56:] = 0
+    args = (torch.from_numpy(ids), torch.from_numpy(mask))
+    model_proto = torch_export(w, args, dynamo=True, opset=18,
+                               input_names=["input_ids", "attention_mask"],
+                               output_names=["last_hidden_state", "pooler_output"])
+    path = save_model(model_proto, out_dir, external_data=True, size_threshold=1024)
+    with torch.no_grad():
+        ref = [to_np(t) for t in w(*args)]
+    matmuls = sum(n.op_type == "MatMul" for n in model_proto.graph.node)
+    return finalize(name, out_dir, path, {"input_ids": ids, "attention_mask": mask},
+                    torch_outputs=ref, seed=seed,
+                    exporter="torch.onnx.export(dynamo=True), opset 18, static shapes; "
+                             "transformers BertModel, eager attention",
+                    description=f"BertModel from BertConfig(hidden 768, {layers} layers, 12 "
+                                "heads, intermediate 3072, vocab 30522), random weights; "
+                                f"input_ids and attention_mask int64[1,{seq}] (padded after "
+                                f"56 tokens) -> last_hidden_state[1,{seq},768], "
+                                "pooler_output[1,768]",
+                    notes=[f"BERT-base widths with {layers} of its 12 layers (the TASO/TENSAT "
+                           "BERT benchmark has 8)",
+                           f"{n_perturbed} parameters that BERT's init leaves constant (zero "
+                           "biases, LayerNorm ones and zeros) got N(0, 0.02) noise added, so "
+                           "every initializer is distinct",
+                           f"{matmuls} MatMul nodes: per layer separate Q, K and V "
+                           "projections of the same input, Q.K^T, attention.V, the output "
+                           "projection and the two feed-forward matmuls (the pooler's "
+                           "Linear is a Gemm)",
+                           "tensors of 1 KiB or more in model.onnx.data, smaller ones "
+                           "inline"])
+
+
+def _vision(name, out_dir, seed, ctor, size, description, atol=None):
+    """A torchvision classifier with random weights at batch 1 and static shapes; BatchNorm
+    (if any) gets random affine parameters and running statistics calibrated on a random
+    batch, and is kept as BatchNormalization nodes in the export. The notes record how far
+    torch and onnxruntime (float32) are from torch in float64, the model's own float32
+    noise, which `atol` (if given) must cover."""
+    import torch
+
+    torch.manual_seed(seed)
+    m = ctor()
+    n_bn = sum(isinstance(x, torch.nn.BatchNorm2d) for x in m.modules())
+    notes = []
+    gen = torch.Generator().manual_seed(seed + 1)
+    if n_bn:
+        randomize_bn(m, gen)
+    n_perturbed = perturb_constant_params(m, gen)
+    if n_perturbed:
+        notes.append(f"{n_perturbed} parameters that the init leaves constant (zero biases) "
+                     "got N(0, 0.02) noise added, so every initializer is distinct")
+    if n_bn:
+        calibrate_bn(m, torch.randn((2, 3, size, size), generator=gen))
+        notes.append(f"{n_bn} BatchNorm2d layers: random affine parameters, running "
+                     "statistics from one train-mode pass (momentum 1) over a random batch "
+                     "of 2 images")
+    m.eval()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 3, size, size), dtype=np.float32)
+    model_proto = torch_export(m, (torch.from_numpy(x),), dynamo=True, opset=18,
+                               input_names=["image"], output_names=["logits"],
+                               keep_batchnorm=True)
+    n_bn_nodes = sum(n.op_type == "BatchNormalization" for n in model_proto.graph.node)
+    assert n_bn_nodes == n_bn, (n_bn_nodes, n_bn)
+    if n_bn:
+        notes.append(f"exported with the BatchNorm-into-Conv fusion of the exporter's "
+                     f"optimizer turned off: {n_bn_nodes} BatchNormalization nodes (inference "
+                     "form) follow their Convs")
+    notes.append("tensors of 1 KiB or more in model.onnx.data, smaller ones inline")
+    path = save_model(model_proto, out_dir, external_data=True, size_threshold=1024)
+    with torch.no_grad():
+        ref = [to_np(m(torch.from_numpy(x)))]
+        ref64 = to_np(m.double()(torch.from_numpy(x).double()))
+    ort_out = _run_ort(path, {"image": x})[0]
+    notes.append("float32 noise, max abs diff to torch in float64: torch float32 "
+                 f"{np.abs(ref[0] - ref64).max():.2g}, onnxruntime "
+                 f"{np.abs(ort_out - ref64).max():.2g}")
+    tolerances = None
+    if atol is not None:
+        tolerances = {"logits": {"atol": atol}}
+        notes.append(f"logits atol {atol:g} (not {FLOAT_TOL['atol']:g}): float32 "
+                     "implementations differ by more than that here (see the line above)")
+    return finalize(name, out_dir, path, {"image": x}, torch_outputs=ref, seed=seed,
+                    exporter="torch.onnx.export(dynamo=True, optimize=False), opset 18, "
+                             "static shapes, then the exporter's optimizer without its "
+                             "BatchNorm fusion rules",
+                    description=description, notes=notes, tolerances=tolerances)
+
+
+@model("resnext50", large=True, eqsat_bench=True)
+def make_resnext50(name, out_dir, seed):
+    from torchvision.models import resnext50_32x4d
+
+    return _vision(name, out_dir, seed, lambda: resnext50_32x4d(weights=None), 224,
+                   "torchvision resnext50_32x4d (ResNeXt-50, 32 groups x 4 channels), "
+                   "random weights, eval mode; image[1,3,224,224] -> logits[1,1000]")
+
+
+@model("inception_v3", large=True, eqsat_bench=True)
+def make_inception_v3(name, out_dir, seed):
+    from torchvision.models import inception_v3
+
+    return _vision(name, out_dir, seed,
+                   lambda: inception_v3(weights=None, aux_logits=False, init_weights=True),
+                   299,
+                   "torchvision inception_v3 (aux_logits=False, transform_input=False), "
+                   "random weights, eval mode; image[1,3,299,299] -> logits[1,1000]",
+                   atol=1e-3)
+
+
+@model("vgg19", large=True, eqsat_bench=True)
+def make_vgg19(name, out_dir, seed):
+    from torchvision.models import vgg19
+
+    return _vision(name, out_dir, seed, lambda: vgg19(weights=None), 224,
+                   "torchvision vgg19 (no BatchNorm), random weights, eval mode (Dropout "
+                   "off); image[1,3,224,224] -> logits[1,1000]")
 
 
 @model("external_data")
@@ -913,6 +1131,10 @@ def main():
                     help="model name(s) to build (repeatable or comma-separated)")
     ap.add_argument("--large", action="store_true",
                     help="also build the large benchmark models into large/ (git-ignored)")
+    ap.add_argument("--eqsat-bench", action="store_true",
+                    help="build only the eqsat benchmark models (the TENSAT families: "
+                         + ", ".join(EQSAT_BENCH) + ") into large/; with --verify, check "
+                         "only those")
     ap.add_argument("--list", action="store_true", help="list model names and exit")
     ap.add_argument("--verify", action="store_true",
                     help="only re-check the existing models against their io.json (needs "
@@ -920,18 +1142,21 @@ def main():
     args = ap.parse_args()
 
     if args.verify:
-        roots = [SMALL_DIR] + ([LARGE_DIR] if args.large else [])
+        roots = [SMALL_DIR] + ([LARGE_DIR] if args.large or args.eqsat_bench else [])
         dirs = sorted(os.path.join(r, n) for r in roots if os.path.isdir(r)
                       for n in os.listdir(r)
                       if os.path.exists(os.path.join(r, n, "io.json")))
         only = [s for o in args.only for s in o.split(",") if s]
+        if args.eqsat_bench:
+            only = only or EQSAT_BENCH
         if only:
             dirs = [d for d in dirs if os.path.basename(d) in only]
         return 1 if verify(dirs) else 0
 
     if args.list:
         for n, (_, large) in MODELS.items():
-            print(n + ("  (large)" if large else ""))
+            print(n + ("  (large)" if large else "")
+                  + ("  (eqsat-bench)" if n in EQSAT_BENCH else ""))
         return 0
 
     only = [s for o in args.only for s in o.split(",") if s]
@@ -940,6 +1165,8 @@ def main():
         ap.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(MODELS)}")
     if only:
         names = only
+    elif args.eqsat_bench:
+        names = list(EQSAT_BENCH)
     else:
         names = [n for n, (_, large) in MODELS.items() if args.large or not large]
 
