@@ -142,8 +142,11 @@ pub fn node_types(egraph: &TEGraph, node: &TNode) -> Option<Vec<TensorType>> {
 }
 
 fn small(ty: &TensorType, limit: usize) -> bool {
-    ty.static_dims()
-        .is_some_and(|d| d.iter().try_fold(1u64, |a, &x| a.checked_mul(x)).is_some_and(|n| n as usize <= limit))
+    ty.static_dims().is_some_and(|d| {
+        d.iter()
+            .try_fold(1u64, |a, &x| a.checked_mul(x))
+            .is_some_and(|n| n as usize <= limit)
+    })
 }
 
 impl egg::Analysis<TNode> for TypeAnalysis {
@@ -161,16 +164,15 @@ impl egg::Analysis<TNode> for TypeAnalysis {
                     None
                 }
             }
-            TNode::Op(..) if types.len() == 1 && small(&types[0], limit) => {
-                node_op(egraph, enode).and_then(|(op, operands)| {
+            TNode::Op(..) if types.len() == 1 && small(&types[0], limit) => node_op(egraph, enode)
+                .and_then(|(op, operands)| {
                     let values: Vec<&Tensor> = operands
                         .iter()
                         .map(|&o| egraph[o].data.value.as_ref())
                         .collect::<Option<_>>()?;
                     let mut out = interp::eval_op(&op, &values).ok()?;
                     (out.len() == 1).then(|| out.remove(0))
-                })
-            }
+                }),
             _ => None,
         };
         let attr = match enode {

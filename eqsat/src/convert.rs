@@ -133,7 +133,17 @@ pub fn emit(
     let mut result = Vec::with_capacity(roots.len());
     for &r in roots {
         let r = egraph.find(r);
-        let vs = visit(egraph, extraction, r, inputs, out, consts, locs, &mut values, &mut on_stack)?;
+        let vs = visit(
+            egraph,
+            extraction,
+            r,
+            inputs,
+            out,
+            consts,
+            locs,
+            &mut values,
+            &mut on_stack,
+        )?;
         result.push(*vs.first().ok_or(EmitError)?);
     }
     Ok(result)
@@ -175,14 +185,34 @@ fn visit(
         }
         TNode::Attr(_) => return Err(EmitError),
         TNode::Get(i, [x]) => {
-            let parent = visit(egraph, ex, egraph.find(*x), inputs, out, consts, locs, values, on_stack)?;
+            let parent = visit(
+                egraph,
+                ex,
+                egraph.find(*x),
+                inputs,
+                out,
+                consts,
+                locs,
+                values,
+                on_stack,
+            )?;
             vec![*parent.get(*i as usize).ok_or(EmitError)?]
         }
         TNode::Op(..) => {
             let (op, operands) = node_op(egraph, node).ok_or(EmitError)?;
             let mut args = Vec::with_capacity(operands.len());
             for o in operands {
-                let v = visit(egraph, ex, egraph.find(o), inputs, out, consts, locs, values, on_stack)?;
+                let v = visit(
+                    egraph,
+                    ex,
+                    egraph.find(o),
+                    inputs,
+                    out,
+                    consts,
+                    locs,
+                    values,
+                    on_stack,
+                )?;
                 args.push(*v.first().ok_or(EmitError)?);
             }
             let types = egraph[class].data.types.clone();

@@ -77,7 +77,10 @@ pub fn greedy_dag(
             if best.get(&c).is_some_and(|b| b.total <= floor) {
                 continue;
             }
-            let mut needs: BTreeMap<Id, f64> = match kid_best.iter().max_by(|a, b| a.needs.len().cmp(&b.needs.len())) {
+            let mut needs: BTreeMap<Id, f64> = match kid_best
+                .iter()
+                .max_by(|a, b| a.needs.len().cmp(&b.needs.len()))
+            {
                 Some(b) => (*b.needs).clone(),
                 None => BTreeMap::new(),
             };

@@ -13,7 +13,7 @@ pub mod lang;
 pub mod pass;
 pub mod rules;
 
-pub use pass::{INFO, NodeCost, Settings, run_eqsat, set_default_target};
+pub use pass::{INFO, NodeCost, Settings, run_eqsat, saturate_and_extract, set_default_target};
 pub use tessera_ir as ir;
 
 /// Registers the `eqsat` pass in the pass registry (the `tessera` binary does this at

@@ -77,7 +77,7 @@ pub const INFO: PassInfo = PassInfo {
             doc: "fold constant subterms of at most this many elements",
         },
     ],
-    create: create,
+    create,
 };
 
 fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
@@ -158,7 +158,11 @@ impl Pass for Eqsat {
         let target = match (&self.settings.target, default) {
             (name, Some(t)) if name.is_empty() => t,
             (name, _) => {
-                let name = if name.is_empty() { "cpu" } else { name.as_str() };
+                let name = if name.is_empty() {
+                    "cpu"
+                } else {
+                    name.as_str()
+                };
                 tessera_targets::resolve(name, &tessera_targets::env_search_path())
                     .map_err(|e| PassError::new(format!("target: {e}")))?
             }
@@ -282,13 +286,18 @@ pub fn run_eqsat(
     let device = if settings.device.is_empty() {
         None
     } else {
-        Some(target.spec().device_index(&settings.device).ok_or_else(|| {
-            PassError::new(format!(
-                "target `{}` has no device `{}`",
-                target.spec().name,
-                settings.device
-            ))
-        })?)
+        Some(
+            target
+                .spec()
+                .device_index(&settings.device)
+                .ok_or_else(|| {
+                    PassError::new(format!(
+                        "target `{}` has no device `{}`",
+                        target.spec().name,
+                        settings.device
+                    ))
+                })?,
+        )
     };
     let rules: Vec<Rule> = all_rules()
         .into_iter()
@@ -346,7 +355,10 @@ pub fn run_eqsat(
             .sum();
         let placeholder = || crate::analysis::TypeAnalysis::new(Vec::new(), Vec::new(), 0);
         let mut runner: Runner<TNode, crate::analysis::TypeAnalysis> = Runner::new(placeholder())
-            .with_egraph(std::mem::replace(&mut region.egraph, TEGraph::new(placeholder())))
+            .with_egraph(std::mem::replace(
+                &mut region.egraph,
+                TEGraph::new(placeholder()),
+            ))
             .with_iter_limit(settings.iter_limit)
             .with_node_limit(settings.node_limit)
             .with_time_limit(settings.time_limit);
@@ -366,7 +378,11 @@ pub fn run_eqsat(
             .iter()
             .map(|it| it.applied.values().sum::<usize>())
             .sum();
-        stats.add("rules-applied", "rule applications, all regions", applied as u64);
+        stats.add(
+            "rules-applied",
+            "rule applications, all regions",
+            applied as u64,
+        );
         stats.add(
             "egraph-nodes",
             "e-nodes at the end, all regions",
@@ -425,7 +441,9 @@ pub fn run_eqsat(
         if rewritten {
             changed = true;
             stats.add("regions-rewritten", "regions replaced by a cheaper form", 1);
-            if settings.explain && let Some(ex) = &extraction {
+            if settings.explain
+                && let Some(ex) = &extraction
+            {
                 explain(&mut egraph, &region, ex, graph, stats);
             }
         } else {
@@ -570,7 +588,11 @@ fn explain(
             .first()
             .and_then(|r| names.get(r.index()).cloned())
             .unwrap_or_default();
-        let at = data.loc.as_ref().map(|l| format!(" at {l:?}")).unwrap_or_default();
+        let at = data
+            .loc
+            .as_ref()
+            .map(|l| format!(" at {l:?}"))
+            .unwrap_or_default();
         stats.note(format!(
             "%{value} = {}{at}: {} -> {}",
             data.op.name(),
@@ -592,4 +614,83 @@ fn collect_rules(tree: &egg::TreeExplanation<TNode>, out: &mut Vec<String>) {
             collect_rules(child, out);
         }
     }
+}
+
+/// Saturates the whole of `graph` with `rules` (no regions, no folding beyond `fold_limit`)
+/// and extracts with `cost`, whose third argument says whether the node was in the graph
+/// before saturation. Returns the extracted graph and the number of rule applications, or
+/// `None` when extraction fails. Tests use this to force the rewritten form out.
+pub fn saturate_and_extract(
+    graph: &Graph,
+    rules: &[&Rule],
+    iter_limit: usize,
+    fold_limit: usize,
+    mut cost: impl FnMut(&TEGraph, &TNode, bool) -> f64,
+) -> Option<(Graph, usize)> {
+    let ops: Vec<OpId> = graph
+        .ops()
+        .iter()
+        .copied()
+        .filter(|&o| !matches!(graph.op(o).op, Op::Const(_)))
+        .collect();
+    let outputs: BTreeSet<ValueId> = graph.outputs().iter().copied().collect();
+    let region = region_to_egraph(graph, &ops, &|v| outputs.contains(&v), fold_limit, 0, false);
+    let before: BTreeSet<TNode> = region
+        .egraph
+        .classes()
+        .flat_map(|c| c.nodes.iter().cloned())
+        .collect();
+    let runner: Runner<TNode, crate::analysis::TypeAnalysis> = Runner::new(
+        crate::analysis::TypeAnalysis::new(Vec::new(), Vec::new(), 0),
+    )
+    .with_egraph(region.egraph)
+    .with_iter_limit(iter_limit)
+    .with_node_limit(100_000)
+    .run(rules.iter().map(|r| &r.rewrite));
+    let applied = runner
+        .iterations
+        .iter()
+        .map(|it| it.applied.values().sum::<usize>())
+        .sum();
+    let egraph = runner.egraph;
+    let original: BTreeSet<TNode> = before
+        .into_iter()
+        .map(|n| egg::Language::map_children(n, |c| egraph.find(c)))
+        .collect();
+    let roots: Vec<Id> = region.roots.iter().map(|&r| egraph.find(r)).collect();
+    let ex = greedy_dag(&egraph, &roots, |eg, n| cost(eg, n, original.contains(n)))?;
+    let mut out = Graph::new(graph.name.clone());
+    let mut map = Vec::new();
+    for &i in graph.inputs() {
+        map.push(out.add_input(graph.value(i).name.clone(), graph.ty(i).clone()));
+    }
+    let region_inputs: Vec<ValueId> = region
+        .inputs
+        .iter()
+        .map(|&v| graph.inputs().iter().position(|&x| x == v).map(|i| map[i]))
+        .collect::<Option<_>>()?;
+    let mut consts = BTreeMap::new();
+    let values = emit(
+        &egraph,
+        &ex,
+        &roots,
+        &region_inputs,
+        &mut out,
+        &mut consts,
+        &BTreeMap::new(),
+    )
+    .ok()?;
+    let by_old: BTreeMap<ValueId, ValueId> = region.outputs.iter().copied().zip(values).collect();
+    let outs: Vec<ValueId> = graph
+        .outputs()
+        .iter()
+        .map(|v| {
+            by_old
+                .get(v)
+                .copied()
+                .or_else(|| graph.inputs().iter().position(|x| x == v).map(|i| map[i]))
+        })
+        .collect::<Option<_>>()?;
+    out.set_outputs(outs);
+    Some((out, applied))
 }

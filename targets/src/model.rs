@@ -118,7 +118,8 @@ impl TargetSpec {
             });
         }
         // best[d] = (bandwidth of the slowest link so far, total latency, (predecessor, link)).
-        let mut best: Vec<Option<(f64, f64, Option<(usize, usize)>)>> = vec![None; n];
+        type Step = (f64, f64, Option<(usize, usize)>);
+        let mut best: Vec<Option<Step>> = vec![None; n];
         best[src] = Some((f64::INFINITY, 0.0, None));
         for &d in order.iter().skip(1) {
             let k = dist[d].unwrap_or(0);

@@ -25,9 +25,7 @@ pub fn rules() -> Vec<Rule> {
             Algebra,
             "x + 0 => x (when the zero does not broadcast x to a larger shape)",
             "(add ?x ?z)",
-            |eg, _, s| {
-                all_equal(value(eg, s, "?z")?, 0.0).then(|| var(s, "?x"))?
-            },
+            |eg, _, s| all_equal(value(eg, s, "?z")?, 0.0).then(|| var(s, "?x"))?,
         ),
         rule(
             "mul-one",
@@ -50,13 +48,7 @@ pub fn rules() -> Vec<Rule> {
             "(div ?x ?o)",
             |eg, _, s| all_equal(value(eg, s, "?o")?, 1.0).then(|| var(s, "?x"))?,
         ),
-        pattern_rule(
-            "neg-neg",
-            Algebra,
-            "-(-x) => x",
-            "(neg (neg ?x))",
-            "?x",
-        ),
+        pattern_rule("neg-neg", Algebra, "-(-x) => x", "(neg (neg ?x))", "?x"),
         rule(
             "sub-self",
             Algebra,

@@ -18,7 +18,10 @@ pub fn rules() -> Vec<Rule> {
                 else {
                     return None;
                 };
-                let composed: Vec<usize> = p.iter().map(|&i| q.get(i).copied()).collect::<Option<_>>()?;
+                let composed: Vec<usize> = p
+                    .iter()
+                    .map(|&i| q.get(i).copied())
+                    .collect::<Option<_>>()?;
                 let x = var(s, "?x")?;
                 if composed.iter().enumerate().all(|(i, &a)| i == a) {
                     Some(x)

@@ -239,7 +239,10 @@ pub fn add_op(egraph: &mut TEGraph, op: Op, operands: &[Id]) -> Option<Id> {
 
 /// Adds a new constant holding `value`, named after `base`.
 pub fn add_const(egraph: &mut TEGraph, base: &str, value: &Tensor) -> Option<Id> {
-    let ty = TensorType::fixed(value.elem(), &value.shape().iter().map(|&d| d as u64).collect::<Vec<_>>());
+    let ty = TensorType::fixed(
+        value.elem(),
+        &value.shape().iter().map(|&d| d as u64).collect::<Vec<_>>(),
+    );
     let data = bytes::Bytes::from(value.to_le_bytes());
     let c = egraph.analysis.add_const(base, ty, data);
     add(egraph, TNode::Const(c))
@@ -299,7 +302,7 @@ pub fn const_tensor(egraph: &TEGraph, id: Id) -> Option<Tensor> {
 
 /// Whether every element of `t` equals `x`.
 pub fn all_equal(t: &Tensor, x: f64) -> bool {
-    t.len() > 0 && t.to_f64_vec().iter().all(|&v| v == x)
+    !t.is_empty() && t.to_f64_vec().iter().all(|&v| v == x)
 }
 
 /// Every rule, in a stable order (algebra, layout, fusion; each file's order).
@@ -329,9 +332,9 @@ mod tests {
         assert_eq!(names.len(), n, "duplicate rule names");
         for r in &rules {
             assert!(
-                r.name
-                    .split('-')
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
+                r.name.split('-').all(|p| !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
                 "{} is not kebab-case",
                 r.name
             );
