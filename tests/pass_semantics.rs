@@ -158,3 +158,70 @@ fn passes_preserve_interpreter_results() {
         "only {checked} model/pipeline pairs were checked"
     );
 }
+
+/// `got` within `rtol`/`atol` of `want` (NaN matches NaN); integers exactly.
+fn close(got: &[Tensor], want: &[Tensor], rtol: f64, atol: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err("output count differs".into());
+    }
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.elem() != w.elem() || g.shape() != w.shape() {
+            return Err(format!("output {k}: type differs"));
+        }
+        let float = w.elem().is_float();
+        for (i, (p, q)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+            let ok = if float {
+                *p == q || (p.is_nan() && q.is_nan()) || (p - q).abs() <= atol + rtol * q.abs()
+            } else {
+                *p == q
+            };
+            if !ok {
+                return Err(format!("output {k} element {i}: {p} vs {q}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Equality saturation reassociates and refactors arithmetic, so it is checked against the
+/// interpreter's results before the pass within a float tolerance (and exactly for
+/// integers), on every test model and IR file, with the cost models of two targets.
+#[test]
+fn eqsat_preserves_interpreter_results_within_tolerance() {
+    tessera_eqsat::register().expect("eqsat registers");
+    let mut failures = Vec::new();
+    let mut rewritten = 0;
+    let models = onnx_models().into_iter().chain(ir_files());
+    for (name, graph, inputs) in models {
+        let Ok(before) = tessera_ir::interp::run(&graph, &inputs) else {
+            continue;
+        };
+        for target in ["cpu", "mcm-2x2"] {
+            let mut g = graph.clone();
+            let pipeline = Pipeline::parse(&format!("eqsat{{target={target}}}")).expect("pipeline");
+            let report = match PassManager::new(pipeline).run(&mut g, &mut NoInstrumentation) {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!("{name} ({target}): {e}"));
+                    continue;
+                }
+            };
+            if report.runs[0].changed {
+                rewritten += 1;
+            }
+            match tessera_ir::interp::run(&g, &inputs) {
+                Ok(after) => {
+                    if let Err(e) = close(&after, &before, 1e-4, 1e-5) {
+                        failures.push(format!("{name} ({target}): {e}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name} ({target}): interpreter after eqsat: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        rewritten >= 2,
+        "eqsat rewrote only {rewritten} model/target pairs"
+    );
+}

@@ -24,6 +24,10 @@ pub struct TypeAnalysis {
     pub original_consts: usize,
     /// For constants made by merging others: the original constants they hold, in order.
     pub parts: std::collections::BTreeMap<u32, Vec<u32>>,
+    /// New constants by content (type and a hash of the bytes), so that a rule that fires
+    /// again on the same match finds the constant it made before instead of growing the
+    /// e-graph.
+    by_content: std::collections::BTreeMap<(String, u64), Vec<u32>>,
     /// Names already used in `consts`, to name new constants uniquely.
     next_fresh: usize,
     /// An empty graph for `infer` (which reads the graph only for `const` ops).
@@ -39,6 +43,7 @@ impl TypeAnalysis {
             consts,
             fold_limit,
             parts: std::collections::BTreeMap::new(),
+            by_content: std::collections::BTreeMap::new(),
             next_fresh: 0,
             stub: Graph::new("stub"),
         }
@@ -54,8 +59,18 @@ impl TypeAnalysis {
         self.next_fresh
     }
 
-    /// Adds a constant and returns its index; its name is `base` made unique.
+    /// Adds a constant and returns its index; its name is `base` made unique. A constant
+    /// with the same type and bytes as one added before is that one.
     pub fn add_const(&mut self, base: &str, ty: TensorType, data: bytes::Bytes) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        data.hash(&mut h);
+        let key = (ty.to_string(), h.finish());
+        if let Some(same) = self.by_content.get(&key)
+            && let Some(&c) = same.iter().find(|&&c| self.consts[c as usize].data == data)
+        {
+            return c;
+        }
         let mut name;
         loop {
             name = format!("{base}.eq{}", self.next_fresh);
@@ -65,7 +80,9 @@ impl TypeAnalysis {
             }
         }
         self.consts.push(Constant { name, ty, data });
-        (self.consts.len() - 1) as u32
+        let c = (self.consts.len() - 1) as u32;
+        self.by_content.entry(key).or_default().push(c);
+        c
     }
 
     /// The original constants constant `c` is made of: itself for an original, the merged

@@ -135,3 +135,122 @@ pub fn greedy_dag(
         cost: total,
     })
 }
+
+/// The optimal extraction by integer programming (good_lp with the pure-Rust microlp
+/// solver), for e-graphs whose part reachable from the roots has at most `node_limit`
+/// usable nodes; `None` when it is larger, the solver fails or runs out of `time_limit`.
+///
+/// Binary `x_n` picks node `n`, binary `a_c` marks class `c` as needed: every root is
+/// needed, a needed class picks exactly one node, a picked node needs its children's
+/// classes, and a level `t_c` per class that grows along picked edges rules out cycles.
+/// The objective is the sum of picked nodes' costs, so shared classes count once.
+pub fn exact_ilp(
+    egraph: &TEGraph,
+    roots: &[Id],
+    mut cost: impl FnMut(&TEGraph, &TNode) -> f64,
+    node_limit: usize,
+    time_limit: std::time::Duration,
+) -> Option<Extraction> {
+    use good_lp::{
+        Expression, ProblemVariables, Solution, SolverModel, WithTimeLimit, constraint, microlp,
+        variable,
+    };
+    // The classes reachable from the roots.
+    let mut classes: Vec<Id> = Vec::new();
+    let mut seen: BTreeSet<Id> = BTreeSet::new();
+    let mut stack: Vec<Id> = roots.iter().map(|&r| egraph.find(r)).collect();
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) {
+            continue;
+        }
+        classes.push(c);
+        for n in &egraph[c].nodes {
+            for &k in egg::Language::children(n) {
+                stack.push(egraph.find(k));
+            }
+        }
+    }
+    let index: BTreeMap<Id, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let mut nodes: Vec<(usize, usize, f64)> = Vec::new(); // (class index, node index, cost)
+    for (ci, &c) in classes.iter().enumerate() {
+        for (ni, n) in egraph[c].nodes.iter().enumerate() {
+            let k = cost(egraph, n);
+            let self_loop = egg::Language::children(n)
+                .iter()
+                .any(|&ch| egraph.find(ch) == c);
+            if k.is_finite() && !self_loop {
+                nodes.push((ci, ni, k));
+            }
+        }
+    }
+    if nodes.len() > node_limit {
+        return None;
+    }
+    let nc = classes.len();
+    let mut vars = ProblemVariables::new();
+    let x: Vec<_> = nodes
+        .iter()
+        .map(|_| vars.add(variable().binary()))
+        .collect();
+    let a: Vec<_> = (0..nc).map(|_| vars.add(variable().binary())).collect();
+    let t: Vec<_> = (0..nc)
+        .map(|_| vars.add(variable().min(0.0).max(nc as f64)))
+        .collect();
+    // Costs in nanoseconds keep the solver's numbers well scaled.
+    let objective: Expression = nodes
+        .iter()
+        .zip(&x)
+        .map(|(&(_, _, k), &v)| k * 1e9 * v)
+        .sum();
+    let mut problem = vars.minimise(objective).using(microlp);
+    problem = problem.with_time_limit(time_limit.as_secs_f64());
+    for r in roots {
+        let ri = index[&egraph.find(*r)];
+        problem = problem.with(constraint!(a[ri] == 1.0));
+    }
+    let mut per_class: Vec<Expression> = vec![Expression::from(0.0); nc];
+    for (j, &(ci, ni, _)) in nodes.iter().enumerate() {
+        per_class[ci] += x[j];
+        let node = &egraph[classes[ci]].nodes[ni];
+        for &ch in egg::Language::children(node) {
+            let ki = index[&egraph.find(ch)];
+            problem = problem.with(constraint!(x[j] <= a[ki]));
+            problem = problem.with(constraint!(
+                t[ci] - t[ki] - (nc as f64 + 1.0) * x[j] >= -(nc as f64)
+            ));
+        }
+    }
+    for (ci, e) in per_class.into_iter().enumerate() {
+        problem = problem.with(constraint!(e == a[ci]));
+    }
+    let solution = problem.solve().ok()?;
+    let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
+    let mut total = 0.0;
+    for (j, &(ci, ni, k)) in nodes.iter().enumerate() {
+        if solution.value(x[j]) > 0.5 {
+            choice.insert(classes[ci], egraph[classes[ci]].nodes[ni].clone());
+            total += k;
+        }
+    }
+    // Keep only what the roots reach under the choice (the solver may pick spare nodes at
+    // no cost).
+    let mut reached: BTreeMap<Id, TNode> = BTreeMap::new();
+    let mut stack: Vec<Id> = roots.iter().map(|&r| egraph.find(r)).collect();
+    let mut cost_reached = 0.0;
+    while let Some(c) = stack.pop() {
+        if reached.contains_key(&c) {
+            continue;
+        }
+        let node = choice.get(&c)?.clone();
+        cost_reached += cost(egraph, &node);
+        for &k in egg::Language::children(&node) {
+            stack.push(egraph.find(k));
+        }
+        reached.insert(c, node);
+    }
+    let _ = total;
+    Some(Extraction {
+        choice: reached,
+        cost: cost_reached,
+    })
+}

@@ -12,7 +12,7 @@ use tessera_targets::{CostModel, Target};
 
 use crate::analysis::{TEGraph, node_op, node_types};
 use crate::convert::{emit, region_to_egraph};
-use crate::extract::{UNUSABLE, greedy_dag};
+use crate::extract::{UNUSABLE, exact_ilp, greedy_dag};
 use crate::ir::{ConstId, Dim, Graph, Op, OpId, TensorType, ValueDef, ValueId};
 use crate::lang::TNode;
 use crate::rules::{Rule, all_rules};
@@ -71,6 +71,12 @@ pub const INFO: PassInfo = PassInfo {
             doc: "record the chain of rules behind each rewritten op (--explain prints it)",
         },
         OptionInfo {
+            name: "exact-nodes",
+            kind: OptionKind::UInt,
+            default: "600",
+            doc: "also extract exactly (integer programming) when a region has at most this many e-nodes",
+        },
+        OptionInfo {
             name: "fold-limit",
             kind: OptionKind::UInt,
             default: "4096",
@@ -108,6 +114,7 @@ fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
             rules: selected,
             explain: options.flag("explain"),
             fold_limit: options.uint("fold-limit") as usize,
+            exact_nodes: options.uint("exact-nodes") as usize,
         },
     }))
 }
@@ -143,6 +150,8 @@ pub struct Settings {
     pub explain: bool,
     /// Constant folding limit in elements.
     pub fold_limit: usize,
+    /// Extract exactly too when a region has at most this many usable e-nodes.
+    pub exact_nodes: usize,
 }
 
 struct Eqsat {
@@ -398,7 +407,32 @@ pub fn run_eqsat(
         }
         fresh = egraph.analysis.fresh();
         let roots: Vec<Id> = region.roots.iter().map(|&r| egraph.find(r)).collect();
-        let extraction = greedy_dag(&egraph, &roots, |eg, n| costs.node(eg, n));
+        let mut extraction = greedy_dag(&egraph, &roots, |eg, n| costs.node(eg, n));
+        if settings.exact_nodes > 0 && egraph.total_number_of_nodes() <= settings.exact_nodes {
+            stats.add(
+                "exact-runs",
+                "regions also extracted by integer programming",
+                1,
+            );
+            let limit = settings.time_limit.min(Duration::from_secs(5));
+            if let Some(exact) = exact_ilp(
+                &egraph,
+                &roots,
+                |eg, n| costs.node(eg, n),
+                settings.exact_nodes,
+                limit,
+            ) && extraction
+                .as_ref()
+                .is_none_or(|g| exact.cost < g.cost * (1.0 - 1e-9))
+            {
+                stats.add(
+                    "exact-better",
+                    "regions where the exact extraction beat the greedy one",
+                    1,
+                );
+                extraction = Some(exact);
+            }
+        }
         let inputs: Vec<ValueId> = region
             .inputs
             .iter()

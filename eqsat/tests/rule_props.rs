@@ -38,6 +38,7 @@ const COVERED: &[&str] = &[
     "reshape-identity",
     "matmul-bias-to-gemm",
     "merge-matmuls-shared-input",
+    "merge-split-chain",
 ];
 
 #[test]
@@ -215,5 +216,21 @@ proptest! {
             const_decl("w1", &[k, n1], seed, None), const_decl("w2", &[k, n2], seed + 7, None),
             ty("f32", &[b, m, k]), ty("f32", &[k, n1]), ty("f32", &[k, n2]), ty("f32", &[b, m, n1]), ty("f32", &[b, m, n2]));
         check_rule("merge-matmuls-shared-input", &src, &[tensor(F32, &[b, m, k], seed)], TOL).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn merge_split_chain(m in 1usize..4, a in 1usize..4, b in 1usize..4, c in 1usize..4, d in 1usize..4, pick in 0usize..3, seed: u64) {
+        // x split into [a, b+c, d] (b+c moved to position `pick`), then that piece split again.
+        let mut sizes = vec![a, d];
+        sizes.insert(pick.min(2), b + c);
+        let pieces: Vec<String> = sizes.iter().map(|&n| ty("f32", &[m, n])).collect();
+        let total: usize = sizes.iter().sum();
+        let idx = pick.min(2);
+        let names: Vec<String> = (0..sizes.len()).map(|i| format!("%p{i}")).collect();
+        let src = format!(
+            "graph @g(%x: {}) {{\n  {} = split %x {{axis = 1, sizes = {sizes:?}}} : {}\n  %q0, %q1 = split %p{idx} {{axis = 1, sizes = [{b}, {c}]}} : {}, {}\n  return {}, %q0, %q1\n}}\n",
+            ty("f32", &[m, total]), names.join(", "), pieces.join(", "), ty("f32", &[m, b]), ty("f32", &[m, c]),
+            names.iter().enumerate().filter(|(i, _)| *i != idx).map(|(_, n)| n.clone()).collect::<Vec<_>>().join(", "));
+        check_rule("merge-split-chain", &src, &[tensor(F32, &[m, total], seed)], TOL).map_err(TestCaseError::fail)?;
     }
 }

@@ -3,7 +3,7 @@
 //! and the reverse splits.
 
 use super::{Rule, RuleKind::Fusion, add_op, const_index, const_tensor, multi_rule, rule, ty, var};
-use crate::ir::{Op, Tensor};
+use crate::ir::Op;
 
 /// The most original weights one merged matmul may hold.
 const MAX_MERGED: usize = 4;
@@ -58,41 +58,118 @@ pub fn rules() -> Vec<Rule> {
                 if p1.last() >= p2.first() || p1.len() + p2.len() > MAX_MERGED {
                     return Vec::new();
                 }
-                let (Some(t1), Some(t2)) = (const_tensor(eg, w1), const_tensor(eg, w2)) else {
-                    return Vec::new();
-                };
                 let parts: Vec<u32> = p1.iter().chain(&p2).copied().collect();
-                merge_columns(eg, x, m1, m2, &t1, &t2, parts).unwrap_or_default()
+                // The matched terms themselves, for explanations.
+                let m1 = super::term(eg, crate::lang::TNode::Op("matmul", vec![x, w1]));
+                let m2 = super::term(eg, crate::lang::TNode::Op("matmul", vec![x, w2]));
+                merge_columns(eg, x, (m1, w1), (m2, w2), parts).unwrap_or_default()
             },
+        ),
+        multi_rule(
+            "merge-split-chain",
+            Fusion,
+            "split(piece i of split(y)) along the same axis => one split of y with the pieces \
+             inlined (what chained merges leave behind)",
+            "?o = (split ?a ?g)",
+            |eg, s| merge_split_chain(eg, s).unwrap_or_default(),
         ),
     ]
 }
 
-/// `x @ [w1 w2]` split back into the two products.
+/// The replacement pairs of `merge-split-chain` for one match, if a chain is there.
+fn merge_split_chain(
+    eg: &mut crate::analysis::TEGraph,
+    s: &egg::Subst,
+) -> Option<Vec<(egg::Id, egg::Id)>> {
+    use crate::lang::TNode;
+    let outer = var(s, "?o")?;
+    let Op::Split {
+        axis,
+        sizes: outer_sizes,
+    } = super::attr(eg, s, "?a")?
+    else {
+        return None;
+    };
+    let g = var(s, "?g")?;
+    // A piece of another split, along the same axis.
+    let (index, inner_class) = eg[g].nodes.iter().find_map(|n| match n {
+        TNode::Get(i, [c]) => Some((*i as usize, *c)),
+        _ => None,
+    })?;
+    let (inner_op, inner_args) = eg[inner_class].nodes.iter().find_map(|n| {
+        let (op, args) = crate::analysis::node_op(eg, n)?;
+        matches!(op, Op::Split { .. }).then_some((op, args))
+    })?;
+    let Op::Split {
+        axis: inner_axis,
+        sizes: inner_sizes,
+    } = inner_op
+    else {
+        return None;
+    };
+    if inner_axis != axis || index >= inner_sizes.len() {
+        return None;
+    }
+    let mut sizes = inner_sizes[..index].to_vec();
+    sizes.extend_from_slice(&outer_sizes);
+    sizes.extend_from_slice(&inner_sizes[index + 1..]);
+    let flat = add_op(eg, Op::Split { axis, sizes }, &inner_args)?;
+    let mut pairs = Vec::new();
+    let get = |eg: &mut crate::analysis::TEGraph, i: usize, c: egg::Id| {
+        super::add(eg, TNode::Get(i as u32, [c]))
+    };
+    for j in 0..outer_sizes.len() {
+        pairs.push((get(eg, j, outer)?, get(eg, index + j, flat)?));
+    }
+    for k in (0..inner_sizes.len()).filter(|&k| k != index) {
+        let to = if k < index {
+            k
+        } else {
+            k + outer_sizes.len() - 1
+        };
+        pairs.push((get(eg, k, inner_class)?, get(eg, to, flat)?));
+    }
+    Some(pairs)
+}
+
+/// `x @ [w1 w2]` split back into the two products. The merged weight is built once per set
+/// of original weights and found again when the rule fires on the same match later.
 fn merge_columns(
     eg: &mut crate::analysis::TEGraph,
     x: egg::Id,
-    m1: egg::Id,
-    m2: egg::Id,
-    w1: &Tensor,
-    w2: &Tensor,
+    (m1, w1): (egg::Id, egg::Id),
+    (m2, w2): (egg::Id, egg::Id),
     parts: Vec<u32>,
 ) -> Option<Vec<(egg::Id, egg::Id)>> {
-    let (s1, s2) = (w1.shape(), w2.shape());
-    if s1.len() != 2 || s2.len() != 2 || s1[0] != s2[0] || w1.elem() != w2.elem() {
+    let (t1, t2) = (eg[w1].data.ty()?.clone(), eg[w2].data.ty()?.clone());
+    let (s1, s2) = (t1.static_dims()?, t2.static_dims()?);
+    if s1.len() != 2 || s2.len() != 2 || s1[0] != s2[0] || t1.elem != t2.elem {
         return None;
     }
-    let joined = crate::ir::interp::eval_op(&Op::Concat { axis: 1 }, &[w1, w2]).ok()?;
-    let w = super::add_const(eg, "merged", joined.first()?)?;
-    let c = const_index(eg, w)?;
-    eg.analysis.parts.insert(c, parts);
+    let known = eg
+        .analysis
+        .parts
+        .iter()
+        .find(|(_, p)| **p == parts)
+        .map(|(c, _)| *c);
+    let w = match known {
+        Some(c) => super::add(eg, crate::lang::TNode::Const(c))?,
+        None => {
+            let (a, b) = (const_tensor(eg, w1)?, const_tensor(eg, w2)?);
+            let joined = crate::ir::interp::eval_op(&Op::Concat { axis: 1 }, &[&a, &b]).ok()?;
+            let w = super::add_const(eg, "merged", joined.first()?)?;
+            let c = const_index(eg, w)?;
+            eg.analysis.parts.insert(c, parts);
+            w
+        }
+    };
     let y = add_op(eg, Op::MatMul, &[x, w])?;
     let rank = eg[y].data.ty()?.shape.len();
     let split = add_op(
         eg,
         Op::Split {
             axis: rank - 1,
-            sizes: vec![s1[1] as u64, s2[1] as u64],
+            sizes: vec![s1[1], s2[1]],
         },
         &[y],
     )?;

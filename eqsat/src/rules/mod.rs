@@ -80,13 +80,29 @@ impl Applier<TNode, TypeAnalysis> for Guarded {
         egraph: &mut TEGraph,
         eclass: Id,
         subst: &Subst,
-        _ast: Option<&PatternAst<TNode>>,
+        ast: Option<&PatternAst<TNode>>,
         rule_name: Symbol,
     ) -> Vec<Id> {
         let Some(new) = (self.build)(egraph, eclass, subst) else {
             return Vec::new();
         };
-        join(egraph, eclass, new, rule_name)
+        // With explanations on, egg hands over the searcher's pattern: union from the exact
+        // matched term (not just its class) so that proofs name this rule at that term.
+        let from = match ast {
+            Some(ast) => egraph.add_instantiation(ast, subst),
+            None => eclass,
+        };
+        join(egraph, from, new, rule_name)
+    }
+}
+
+/// The id of `node` as added (for explanations, which follow e-nodes rather than classes):
+/// the node's own id when explanations are on, else its class.
+pub fn term(egraph: &mut TEGraph, node: TNode) -> Id {
+    if egraph.are_explanations_enabled() {
+        egraph.add_uncanonical(node)
+    } else {
+        egraph.add(node)
     }
 }
 

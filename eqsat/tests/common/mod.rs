@@ -75,7 +75,7 @@ fn close(a: &Tensor, b: &Tensor, tol: f64) -> Result<(), String> {
         ));
     }
     for (i, (x, y)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
-        let ok = (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + y.abs());
+        let ok = *x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + y.abs());
         if !ok {
             return Err(format!("element {i}: {x} vs {y}"));
         }
