@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
 use tessera_targets::{
-    Calibration, CostModel, OpTime, SimOptions, SimReport, Target, placement_from_graph, simulate,
+    Calibration, CostModel, OpTime, SimError, SimOptions, SimReport, Target, TargetError,
+    placement_from_graph, simulate,
 };
 
 use crate::instrument::PassFlags;
@@ -133,7 +134,16 @@ fn place_unplaced(graph: &mut Graph, cost: &CostModel<'_>) -> Result<String> {
             }
         }
         let devices = placement_from_graph(graph, spec, Some(d))?;
-        let r = simulate(graph, cost, &devices, &SimOptions { samples: 1 })?;
+        let r = match simulate(graph, cost, &devices, &SimOptions { samples: 1 }) {
+            Ok(r) => r,
+            // A device without a route to the host (or to a device an op is pinned on)
+            // cannot take the ops; another may.
+            Err(SimError::Target(e @ TargetError::Unreachable { .. })) => {
+                refusals.push(format!("{}: {e}", device.name));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if let Some(over) = r.devices.iter().find(|x| x.peak_memory > x.capacity) {
             refusals.push(format!(
                 "{}: needs {} bytes on {}, which holds {}",
