@@ -287,3 +287,102 @@ latency = 0
     assert_eq!(cost.channels(0, 1).expect("route"), &[0, 3]);
     assert_eq!(cost.channels(1, 0).expect("route"), &[2, 1]);
 }
+
+/// The channels of `spec.route(from, to)`, walked by hand.
+fn route_channels(spec: &TargetSpec, from: usize, to: usize) -> Option<Vec<usize>> {
+    let links = spec
+        .route(&spec.devices[from].name, &spec.devices[to].name)
+        .ok()?;
+    let mut at = spec.devices[from].name.clone();
+    Some(
+        links
+            .into_iter()
+            .map(|li| {
+                let l = &spec.links[li];
+                let forward = l.a == at;
+                at = if forward { l.b.clone() } else { l.a.clone() };
+                2 * li + usize::from(!forward)
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn cost_model_routes_are_the_targets_routes() {
+    let mut specs = tessera_targets::builtin_targets();
+    // Parallel links, a torus, an island and an explicit link to a generated switch.
+    specs.push(target(
+        r#"
+host = "t0"
+[[device]]
+name = "t"
+count = 9
+kind = "npu"
+memory = 1000
+memory_bandwidth = 1e9
+compute = { f32 = 1e9 }
+lowering = "cpu"
+[[device]]
+name = "island"
+kind = "npu"
+memory = 1000
+memory_bandwidth = 1e9
+lowering = "cpu"
+[[interconnect.link]]
+a = "t8"
+b = "t0"
+bandwidth = 1e9
+latency = 0
+[[interconnect.link]]
+a = "t0"
+b = "t8"
+bandwidth = 2e9
+latency = 0
+[interconnect]
+topology = "torus2d"
+devices = "t"
+rows = 3
+cols = 3
+bandwidth = 1e9
+latency = 1e-6
+"#,
+    ));
+    for spec in &specs {
+        let cost = CostModel::new(spec, None);
+        let n = spec.devices.len();
+        for from in 0..n {
+            for to in 0..n {
+                let expected = route_channels(spec, from, to);
+                let actual = cost.channels(from, to).ok().map(<[usize]>::to_vec);
+                assert_eq!(actual, expected, "{}: {from} -> {to}", spec.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn cost_model_of_a_large_ring_is_quick() {
+    // 400 devices: one search per pair took minutes.
+    let spec = target(
+        r#"
+host = "c0"
+[[device]]
+name = "c"
+count = 400
+kind = "cpu"
+memory = 1000
+memory_bandwidth = 1e9
+compute = { f32 = 1e9 }
+lowering = "cpu"
+[interconnect]
+topology = "ring"
+devices = "c"
+bandwidth = 1e9
+latency = 0
+"#,
+    );
+    let started = std::time::Instant::now();
+    let cost = CostModel::new(&spec, None);
+    assert_eq!(cost.channels(0, 200).expect("route").len(), 200);
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+}
