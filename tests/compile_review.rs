@@ -266,3 +266,61 @@ fn nothing_is_written_when_simulation_fails() {
     assert!(err.contains("cannot run on b"), "{err}");
     assert!(!out.exists());
 }
+
+fn no_pass(
+    _: &tessera_passes::Options,
+) -> Result<Box<dyn tessera_passes::Pass>, tessera_passes::PassError> {
+    Err(tessera_passes::PassError::new("unused"))
+}
+
+#[test]
+fn driver_refuses_clashing_and_repeated_names() {
+    use std::sync::Arc;
+    use tessera::driver::Driver;
+    let info = |name: &'static str| tessera_passes::PassInfo {
+        name,
+        summary: "",
+        options: &[],
+        create: no_pass,
+    };
+    // A built-in pass name.
+    let err = Driver::new("t")
+        .pass(info("cse"))
+        .register()
+        .expect_err("clash");
+    assert!(err.contains("`cse` is already registered"), "{err}");
+    // The same pass twice.
+    let err = Driver::new("t")
+        .pass(info("review-twice"))
+        .pass(info("review-twice"))
+        .register()
+        .expect_err("twice");
+    assert!(
+        err.contains("`review-twice` is already registered"),
+        "{err}"
+    );
+    // Not kebab-case.
+    let err = Driver::new("t")
+        .pass(info("Bad_Name"))
+        .register()
+        .expect_err("bad");
+    assert!(err.contains("not kebab-case"), "{err}");
+    // A built-in target's name.
+    let cpu = tessera_targets::builtin_target("cpu")
+        .expect("cpu")
+        .expect("valid");
+    let err = Driver::new("t")
+        .target(Arc::new(cpu.clone()))
+        .register()
+        .expect_err("clash");
+    assert!(err.contains("cpu"), "{err}");
+    // The same target twice.
+    let mut mine = cpu;
+    mine.name = "review-board".to_string();
+    let err = Driver::new("t")
+        .target(Arc::new(mine.clone()))
+        .target(Arc::new(mine))
+        .register()
+        .expect_err("twice");
+    assert!(err.contains("review-board"), "{err}");
+}

@@ -386,3 +386,20 @@ latency = 0
     assert_eq!(cost.channels(0, 200).expect("route").len(), 200);
     assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
 }
+
+#[test]
+fn calibration_operand_types_are_normalized() {
+    // `f32[08, +4]` is accepted as a static type; it must then match `f32[8, 4]`.
+    let spec = target(PAIR);
+    let cal = tessera_targets::Calibration::parse(
+        "[[measurement]]\ndevice = \"a\"\nop = \"relu\"\noperands = [\"f32[08, +4]\"]\nseconds = 5\n",
+        "cal.toml",
+    )
+    .expect("valid");
+    let g = graph("graph @g(%x: f32[8, 4]) {\n  %0 = relu %x : f32[8, 4]\n  return %0\n}");
+    let cost = CostModel::new(&spec, Some(&cal));
+    assert_eq!(
+        cost.op_time(&g, g.ops()[0], 0).expect("work").seconds(),
+        Some(5.0)
+    );
+}
