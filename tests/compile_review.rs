@@ -324,3 +324,30 @@ fn driver_refuses_clashing_and_repeated_names() {
         .expect_err("twice");
     assert!(err.contains("review-board"), "{err}");
 }
+
+#[test]
+fn recompiling_placed_ir_counts_the_same_ops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--target",
+            "mcm-2x2",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(dir.path()));
+    assert!(out.contains("): 6 ops\n"), "{out}");
+    let again = ok(tessera()
+        .arg("compile")
+        .arg(dir.path().join("placed.tir"))
+        .args(["--target", "mcm-2x2"]));
+    // Constants are not ops in the header's count, nor in placement's.
+    assert!(again.contains("): 6 ops\n"), "{again}");
+    assert!(
+        again.contains("placement    all 6 ops were already placed\n"),
+        "{again}"
+    );
+}

@@ -111,10 +111,11 @@ fn place_unplaced(graph: &mut Graph, cost: &CostModel<'_>) -> Result<String> {
         .copied()
         .filter(|&op| graph.op(op).device.is_none() && !matches!(graph.op(op).op, Op::Const(_)))
         .collect();
+    // Constants are not counted as ops (as in the summary's header).
     let placed = graph
         .ops()
         .iter()
-        .filter(|&&op| graph.op(op).device.is_some())
+        .filter(|&&op| graph.op(op).device.is_some() && !matches!(graph.op(op).op, Op::Const(_)))
         .count();
     if unplaced.is_empty() {
         return Ok(format!("all {placed} ops were already placed"));
