@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
 use tessera_targets::{
-    Calibration, CostModel, OpTime, SimOptions, SimReport, Target, placement_from_graph, simulate,
+    Calibration, CostModel, OpTime, SimError, SimOptions, SimReport, Target, TargetError,
+    placement_from_graph, simulate,
 };
 
 use crate::instrument::PassFlags;
@@ -110,10 +111,11 @@ fn place_unplaced(graph: &mut Graph, cost: &CostModel<'_>) -> Result<String> {
         .copied()
         .filter(|&op| graph.op(op).device.is_none() && !matches!(graph.op(op).op, Op::Const(_)))
         .collect();
+    // Constants are not counted as ops (as in the summary's header).
     let placed = graph
         .ops()
         .iter()
-        .filter(|&&op| graph.op(op).device.is_some())
+        .filter(|&&op| graph.op(op).device.is_some() && !matches!(graph.op(op).op, Op::Const(_)))
         .count();
     if unplaced.is_empty() {
         return Ok(format!("all {placed} ops were already placed"));
@@ -133,7 +135,16 @@ fn place_unplaced(graph: &mut Graph, cost: &CostModel<'_>) -> Result<String> {
             }
         }
         let devices = placement_from_graph(graph, spec, Some(d))?;
-        let r = simulate(graph, cost, &devices, &SimOptions { samples: 1 })?;
+        let r = match simulate(graph, cost, &devices, &SimOptions { samples: 1 }) {
+            Ok(r) => r,
+            // A device without a route to the host (or to a device an op is pinned on)
+            // cannot take the ops; another may.
+            Err(SimError::Target(e @ TargetError::Unreachable { .. })) => {
+                refusals.push(format!("{}: {e}", device.name));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if let Some(over) = r.devices.iter().find(|x| x.peak_memory > x.capacity) {
             refusals.push(format!(
                 "{}: needs {} bytes on {}, which holds {}",

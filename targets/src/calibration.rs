@@ -165,14 +165,19 @@ impl Calibration {
     }
 }
 
-/// `f32[8, 512]` as `f32[8,512]`, or `None` when it is not a static tensor type.
+/// `f32[8, 512]` as `f32[8,512]` (extents as the printer writes them, so `08` is `8`), or
+/// `None` when it is not a static tensor type.
 fn normalize_type(text: &str) -> Option<String> {
     let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let (elem, rest) = t.split_once('[')?;
     ElemType::from_name(elem)?;
     let dims = rest.strip_suffix(']')?;
-    if !dims.is_empty() && !dims.split(',').all(|d| d.parse::<u64>().is_ok()) {
-        return None;
-    }
-    Some(t)
+    let dims: Vec<String> = if dims.is_empty() {
+        Vec::new()
+    } else {
+        dims.split(',')
+            .map(|d| d.parse::<u64>().ok().map(|d| d.to_string()))
+            .collect::<Option<_>>()?
+    };
+    Some(format!("{elem}[{}]", dims.join(",")))
 }

@@ -109,18 +109,10 @@ impl std::fmt::Debug for CostModel<'_> {
 impl<'a> CostModel<'a> {
     /// The cost model of `target`, with measured op times from `calibration` if given.
     pub fn new(target: &'a dyn Target, calibration: Option<&'a Calibration>) -> CostModel<'a> {
-        let spec = target.spec();
-        let n = spec.devices.len();
-        let mut routes = vec![vec![None; n]; n];
-        for (from, row) in routes.iter_mut().enumerate() {
-            for (to, slot) in row.iter_mut().enumerate() {
-                *slot = route_between(spec, from, to);
-            }
-        }
         CostModel {
             target,
             calibration,
-            routes,
+            routes: all_routes(target.spec()),
         }
     }
 
@@ -300,24 +292,28 @@ pub fn roofline(d: &Device, op_name: &str, flops: f64, bytes: f64, elem: &str) -
     }
 }
 
-fn route_between(spec: &TargetSpec, from: usize, to: usize) -> Option<Route> {
-    if from == to {
-        return Some(Route {
-            channels: Vec::new(),
-            latency: 0.0,
-            bandwidth: f64::INFINITY,
-        });
-    }
-    let links = spec
-        .route(&spec.devices[from].name, &spec.devices[to].name)
-        .ok()?;
+/// The routes between every pair of devices, as [`TargetSpec::route`] gives them, with one
+/// search per source device instead of one per pair.
+fn all_routes(spec: &TargetSpec) -> Vec<Vec<Option<Route>>> {
+    (0..spec.devices.len())
+        .map(|src| {
+            spec.routes_from(src)
+                .into_iter()
+                .map(|links| links.map(|links| route_along(spec, src, &links)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The route from device `from` along `links` (link indices in travel order).
+fn route_along(spec: &TargetSpec, from: usize, links: &[usize]) -> Route {
     let mut at = spec.devices[from].name.as_str();
     let mut route = Route {
         channels: Vec::with_capacity(links.len()),
         latency: 0.0,
         bandwidth: f64::INFINITY,
     };
-    for li in links {
+    for &li in links {
         let l = &spec.links[li];
         let forward = l.a == at;
         at = if forward { &l.b } else { &l.a };
@@ -325,5 +321,5 @@ fn route_between(spec: &TargetSpec, from: usize, to: usize) -> Option<Route> {
         route.latency += l.latency;
         route.bandwidth = route.bandwidth.min(l.bandwidth);
     }
-    Some(route)
+    route
 }

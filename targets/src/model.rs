@@ -84,11 +84,28 @@ impl TargetSpec {
     /// hop less.
     pub fn route(&self, from: &str, to: &str) -> Result<Vec<usize>, TargetError> {
         let (src, dst) = (self.index(from)?, self.index(to)?);
+        self.routes_from(src)
+            .swap_remove(dst)
+            .ok_or_else(|| TargetError::Unreachable {
+                target: self.name.clone(),
+                from: from.to_string(),
+                to: to.to_string(),
+            })
+    }
+
+    /// The routes of [`route`](Self::route) from device `src` (an index) to every device, by
+    /// device index; `None` where no route exists. One search serves every destination: the
+    /// tie-breaks below never look at the destination.
+    pub(crate) fn routes_from(&self, src: usize) -> Vec<Option<Vec<usize>>> {
         let n = self.devices.len();
+        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            index.entry(d.name.as_str()).or_insert(i);
+        }
         // adjacency[d] = (neighbour, link) sorted by neighbour then link index.
         let mut adjacency: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
         for (li, link) in self.links.iter().enumerate() {
-            if let (Some(a), Some(b)) = (self.device_index(&link.a), self.device_index(&link.b)) {
+            if let (Some(&a), Some(&b)) = (index.get(link.a.as_str()), index.get(link.b.as_str())) {
                 adjacency[a].push((b, li));
                 adjacency[b].push((a, li));
             }
@@ -109,13 +126,6 @@ impl TargetSpec {
                     order.push(next);
                 }
             }
-        }
-        if dist[dst].is_none() {
-            return Err(TargetError::Unreachable {
-                target: self.name.clone(),
-                from: from.to_string(),
-                to: to.to_string(),
-            });
         }
         // best[d] = (bandwidth of the slowest link so far, total latency, (predecessor, link)).
         type Step = (f64, f64, Option<(usize, usize)>);
@@ -141,14 +151,19 @@ impl TargetSpec {
                 }
             }
         }
-        let mut route = Vec::new();
-        let mut at = dst;
-        while let Some((_, _, Some((prev, li)))) = best[at] {
-            route.push(li);
-            at = prev;
-        }
-        route.reverse();
-        Ok(route)
+        (0..n)
+            .map(|dst| {
+                dist[dst]?;
+                let mut route = Vec::new();
+                let mut at = dst;
+                while let Some((_, _, Some((prev, li)))) = best[at] {
+                    route.push(li);
+                    at = prev;
+                }
+                route.reverse();
+                Some(route)
+            })
+            .collect()
     }
 
     /// The number of links on the shortest route from `from` to `to`.

@@ -24,7 +24,8 @@
 //! - peak memory per device for one sample: resident weights plus the live values at the worst
 //!   moment. A value is allocated on its device when the op producing it (or the transfer
 //!   bringing it) starts, and freed when the last op or transfer using it there finishes;
-//!   graph outputs stay on the host. Views (a `reshape`) count as copies.
+//!   graph outputs stay on the host (a constant output is a weight there). Views (a
+//!   `reshape`) count as copies. A sample whose byte counts do not fit in 64 bits is an error.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -76,6 +77,12 @@ pub enum SimError {
         value: String,
         /// Its type.
         ty: String,
+    },
+    /// A size in bytes does not fit in 64 bits.
+    #[error("{what} is too large: its size in bytes does not fit in 64 bits")]
+    TooLarge {
+        /// What, described (`value v3 of type f32[...]`, `the memory used on chip0`).
+        what: String,
     },
 }
 
@@ -333,9 +340,17 @@ pub fn simulate(
 
 fn value_bytes(graph: &Graph, v: ValueId) -> Result<u64, SimError> {
     let ty = graph.ty(v);
-    ty.size_bytes().ok_or_else(|| SimError::Symbolic {
-        value: v.to_string(),
-        ty: ty.to_string(),
+    ty.size_bytes().ok_or_else(|| {
+        if ty.static_dims().is_some() {
+            SimError::TooLarge {
+                what: format!("value {v} of type {ty}"),
+            }
+        } else {
+            SimError::Symbolic {
+                value: v.to_string(),
+                ty: ty.to_string(),
+            }
+        }
     })
 }
 
@@ -521,10 +536,29 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     }
     for &out in graph.outputs() {
         if is_const[out.index()] {
+            // A constant output is held on the host like any weight used there.
+            if let ValueDef::Result(cop, _) = graph.value(out).def
+                && let Op::Const(c) = graph.op(cop).op
+                && resident.insert((host, c.index()))
+            {
+                weights[host] += graph.constant(c).ty.size_bytes().unwrap_or(0);
+            }
             continue;
         }
         let a = b.fetch(out, host, cost)?;
         b.copies[a.copy as usize].uses = u32::MAX;
+    }
+
+    // Every byte count the run adds up on a device (weights plus every copy ever held
+    // there) must fit in a u64, so that live and peak memory cannot overflow.
+    let mut total = weights.clone();
+    for c in &b.copies {
+        let d = c.device as usize;
+        total[d] = total[d]
+            .checked_add(c.bytes)
+            .ok_or_else(|| SimError::TooLarge {
+                what: format!("the memory used on {}", spec.devices[d].name),
+            })?;
     }
 
     // Flatten successor lists and per-task copy lists.
@@ -604,7 +638,8 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
     for _ in 0..samples {
         npred.extend(plan.tasks.iter().map(|t| t.npred));
     }
-    let mut events: BinaryHeap<Reverse<(u64, u64, u32)>> = BinaryHeap::new();
+    // (time, sequence, instance, is the start of a transfer that waited for its channels).
+    let mut events: BinaryHeap<Reverse<(u64, u64, u32, bool)>> = BinaryHeap::new();
     let mut seq: u64 = 0;
     // Per device: ready ops as (sample, position, instance), earliest sample first.
     let mut ready: Vec<BinaryHeap<Reverse<(u32, u32, u32)>>> =
@@ -630,21 +665,37 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
         peak.clone_from(&live);
     }
 
-    // Starts instance `inst` (sample `s`, task `t`) at `now`.
+    // Allocates the copies that instance `inst` makes.
+    macro_rules! alloc {
+        ($inst:expr) => {{
+            let t = &plan.tasks[$inst as usize % nt];
+            for &c in &plan.allocs[t.alloc_start as usize..t.alloc_end as usize] {
+                let copy = &plan.copies[c as usize];
+                let d = copy.device as usize;
+                live[d] += copy.bytes;
+                peak[d] = peak[d].max(live[d]);
+            }
+        }};
+    }
+
+    // Starts instance `inst` (sample `s`, task `t`), decided at `now`, at `begin` (later than
+    // `now` for a transfer that waits for its channels).
     macro_rules! start {
         ($inst:expr, $now:expr, $begin:expr) => {{
             let inst: u32 = $inst;
             let t = &plan.tasks[inst as usize % nt];
+            let now: f64 = $now;
             let begin: f64 = $begin;
             if track_memory {
-                for &c in &plan.allocs[t.alloc_start as usize..t.alloc_end as usize] {
-                    let copy = &plan.copies[c as usize];
-                    let d = copy.device as usize;
-                    live[d] += copy.bytes;
-                    peak[d] = peak[d].max(live[d]);
+                if begin > now {
+                    // Its copies exist from its start: allocate them then.
+                    events.push(Reverse((key(begin), seq, inst, true)));
+                    seq += 1;
+                } else {
+                    alloc!(inst);
                 }
             }
-            events.push(Reverse((key(begin + t.seconds), seq, inst)));
+            events.push(Reverse((key(begin + t.seconds), seq, inst, false)));
             seq += 1;
         }};
     }
@@ -708,7 +759,11 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
     for d in 0..plan.num_devices {
         dispatch!(d, 0.0);
     }
-    while let Some(Reverse((bits, _, inst))) = events.pop() {
+    while let Some(Reverse((bits, _, inst, is_start))) = events.pop() {
+        if is_start {
+            alloc!(inst);
+            continue;
+        }
         let now = f64::from_bits(bits);
         let s = inst as usize / nt;
         let t = &plan.tasks[inst as usize % nt];

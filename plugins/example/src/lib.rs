@@ -61,15 +61,20 @@ fn matmul_dims(graph: &Graph, op: OpId) -> Option<(u64, u64, u64, u64)> {
         1 => (1, out[0]),
         r => (out[r - 2], out[r - 1]),
     };
-    let batch = out.iter().rev().skip(2).product::<u64>();
+    let batch = out
+        .iter()
+        .rev()
+        .skip(2)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
     Some((batch, m, n, k))
 }
 
-/// Seconds for a `(batch, m, n, k)` matmul in element type `elem` on the array.
+/// Seconds for a `(batch, m, n, k)` matmul in element type `elem` on the array. The cycle
+/// count is computed in `f64`: for the largest shapes a user can write it exceeds `u64`.
 pub fn systolic_seconds(batch: u64, m: u64, n: u64, k: u64, elem: ElemType) -> f64 {
-    let tiles = m.div_ceil(ARRAY) * n.div_ceil(ARRAY);
-    let passes = if elem == ElemType::F32 { 4 } else { 1 };
-    (batch * tiles * (k + 2 * ARRAY) * passes) as f64 / CLOCK
+    let tiles = m.div_ceil(ARRAY) as f64 * n.div_ceil(ARRAY) as f64;
+    let passes = if elem == ElemType::F32 { 4.0 } else { 1.0 };
+    batch as f64 * tiles * (k as f64 + 2.0 * ARRAY as f64) * passes / CLOCK
 }
 
 impl Target for NpuTarget {
