@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use egg::{Id, Runner, StopReason};
+use egg::{Id, Language, Runner, StopReason};
 use tessera_passes::{
     OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics, closest,
 };
@@ -590,7 +590,8 @@ fn copy_region(
 }
 
 /// Notes, for each original op whose class was extracted as a different node, the rules
-/// that connect them.
+/// that connect its original term to the extracted one (egg's explanation between the two
+/// terms, so every step of the proof is named).
 fn explain(
     egraph: &mut TEGraph,
     region: &crate::convert::Region,
@@ -599,29 +600,51 @@ fn explain(
     stats: &mut Statistics,
 ) {
     let names = crate::ir::text::value_names(graph);
+    let mut original_memo: BTreeMap<ValueId, Id> = BTreeMap::new();
+    let mut original_expr: egg::RecExpr<TNode> = egg::RecExpr::default();
     for &(id, op) in &region.original {
         let class = egraph.find(id);
-        let Some(chosen) = ex.choice.get(&class).cloned() else {
+        let Some(chosen) = ex.choice.get(&class) else {
             continue;
         };
-        let original = egraph.id_to_node(id).clone();
-        if chosen == original {
+        let data = graph.op(op);
+        let Some(&result) = data.results.first() else {
+            continue;
+        };
+        let original_node = egraph
+            .id_to_node(id)
+            .clone()
+            .map_children(|c| egraph.find(c));
+        if *chosen == original_node {
             continue;
         }
-        let chosen_id = egraph.add_uncanonical(chosen.clone());
-        let explanation = egraph.explain_id_equivalence(id, chosen_id);
+        let Some(mut root) = original_term(
+            graph,
+            region,
+            result,
+            &mut original_expr,
+            &mut original_memo,
+        ) else {
+            continue;
+        };
+        // A multi-result op's term is its node, not the `get` of its first result.
+        if let TNode::Get(_, [op_node]) = original_expr[root] {
+            root = op_node;
+        }
+        let Some(chosen_expr) = choice_term(egraph, ex, class) else {
+            continue;
+        };
+        let left = prefix(&original_expr, root);
+        let mut explanation = egraph.explain_equivalence(&left, &chosen_expr);
         let mut rules: Vec<String> = Vec::new();
-        collect_rules(&explanation.explanation_trees, &mut rules);
+        for term in explanation.make_flat_explanation() {
+            collect_flat(term, &mut rules);
+        }
         rules.dedup();
         if rules.is_empty() {
             continue;
         }
-        let data = graph.op(op);
-        let value = data
-            .results
-            .first()
-            .and_then(|r| names.get(r.index()).cloned())
-            .unwrap_or_default();
+        let value = names.get(result.index()).cloned().unwrap_or_default();
         let at = data
             .loc
             .as_ref()
@@ -636,17 +659,118 @@ fn explain(
     }
 }
 
-fn collect_rules(tree: &egg::TreeExplanation<TNode>, out: &mut Vec<String>) {
-    for term in tree {
-        if let Some(r) = &term.backward_rule {
-            out.push(r.to_string());
+/// The sub-expression of `expr` rooted at `root` (the nodes it reaches, renumbered).
+fn prefix(expr: &egg::RecExpr<TNode>, root: Id) -> egg::RecExpr<TNode> {
+    fn go(
+        expr: &egg::RecExpr<TNode>,
+        at: Id,
+        out: &mut egg::RecExpr<TNode>,
+        memo: &mut BTreeMap<Id, Id>,
+    ) -> Id {
+        if let Some(&id) = memo.get(&at) {
+            return id;
         }
-        if let Some(r) = &term.forward_rule {
-            out.push(r.to_string());
+        let node = expr[at].clone().map_children(|c| go(expr, c, out, memo));
+        let id = out.add(node);
+        memo.insert(at, id);
+        id
+    }
+    let mut out = egg::RecExpr::default();
+    go(expr, root, &mut out, &mut BTreeMap::new());
+    out
+}
+
+/// Adds the original term of value `v` (as the region's e-graph first held it) to `expr`.
+fn original_term(
+    graph: &Graph,
+    region: &crate::convert::Region,
+    v: ValueId,
+    expr: &mut egg::RecExpr<TNode>,
+    memo: &mut BTreeMap<ValueId, Id>,
+) -> Option<Id> {
+    if let Some(&id) = memo.get(&v) {
+        return Some(id);
+    }
+    let id = if let Some(i) = region.inputs.iter().position(|&x| x == v) {
+        expr.add(TNode::Input(i as u32))
+    } else {
+        let ValueDef::Result(op, index) = graph.value(v).def else {
+            return None;
+        };
+        let data = graph.op(op);
+        if let Op::Const(c) = data.op {
+            expr.add(TNode::Const(c.index() as u32))
+        } else {
+            let mut operands = Vec::with_capacity(data.operands.len());
+            for &o in &data.operands {
+                operands.push(original_term(graph, region, o, expr, memo)?);
+            }
+            let attr = (!crate::lang::is_plain(&data.op)).then(|| {
+                expr.add(TNode::Attr(Box::new(crate::lang::Attr::new(
+                    data.op.clone(),
+                ))))
+            });
+            let node = expr.add(crate::lang::op_node(&data.op, attr, &operands));
+            if data.results.len() == 1 {
+                node
+            } else {
+                expr.add(TNode::Get(index as u32, [node]))
+            }
         }
-        for child in &term.child_proofs {
-            collect_rules(child, out);
+    };
+    memo.insert(v, id);
+    Some(id)
+}
+
+/// The extracted term of `class`.
+fn choice_term(
+    egraph: &TEGraph,
+    ex: &crate::extract::Extraction,
+    class: Id,
+) -> Option<egg::RecExpr<TNode>> {
+    fn go(
+        egraph: &TEGraph,
+        ex: &crate::extract::Extraction,
+        class: Id,
+        out: &mut egg::RecExpr<TNode>,
+        memo: &mut BTreeMap<Id, Id>,
+        depth: usize,
+    ) -> Option<Id> {
+        let class = egraph.find(class);
+        if let Some(&id) = memo.get(&class) {
+            return Some(id);
         }
+        if depth > 10_000 {
+            return None;
+        }
+        let node = ex.choice.get(&class)?.clone();
+        let mut kids = Vec::new();
+        for &c in egg::Language::children(&node) {
+            kids.push(go(egraph, ex, c, out, memo, depth + 1)?);
+        }
+        let mut i = 0;
+        let node = node.map_children(|_| {
+            i += 1;
+            kids[i - 1]
+        });
+        let id = out.add(node);
+        memo.insert(class, id);
+        Some(id)
+    }
+    let mut out = egg::RecExpr::default();
+    go(egraph, ex, class, &mut out, &mut BTreeMap::new(), 0)?;
+    Some(out)
+}
+
+fn collect_flat(term: &egg::FlatTerm<TNode>, out: &mut Vec<String>) {
+    if let Some(r) = &term.backward_rule {
+        out.push(r.to_string());
+    }
+    if let Some(r) = &term.forward_rule {
+        out.push(r.to_string());
+    }
+    for child in &term.children {
+        collect_flat(child, out);
     }
 }
 

@@ -79,9 +79,9 @@ impl TargetSpec {
     /// slowest-link bandwidth), then the one with the least total latency, then the one through
     /// earlier devices and links (file order).
     ///
-    /// Breadth-first search gives every device's hop distance; the tie-breaks are then chosen
-    /// device by device in order of distance, each device taking its best predecessor at one
-    /// hop less.
+    /// Breadth-first search gives every device's hop distance; then, device by device in order
+    /// of distance, each keeps the routes from its predecessors (one hop less) that no other
+    /// route beats in both width and latency, and the destination picks among those.
     pub fn route(&self, from: &str, to: &str) -> Result<Vec<usize>, TargetError> {
         let (src, dst) = (self.index(from)?, self.index(to)?);
         self.routes_from(src)
@@ -127,38 +127,51 @@ impl TargetSpec {
                 }
             }
         }
-        // best[d] = (bandwidth of the slowest link so far, total latency, (predecessor, link)).
-        type Step = (f64, f64, Option<(usize, usize)>);
-        let mut best: Vec<Option<Step>> = vec![None; n];
-        best[src] = Some((f64::INFINITY, 0.0, None));
+        // Every device keeps its Pareto-optimal labels over the shortest-hop routes: (width
+        // so far, latency so far, (predecessor, its label, link)), none both narrower and
+        // slower than another. Width-then-latency is not decided by one best predecessor (a
+        // narrow first stretch can still be the fastest among the widest routes), but it is
+        // by these fronts. Among equal labels the first found (earlier devices and links)
+        // stays.
+        type Label = (f64, f64, Option<(usize, usize, usize)>);
+        let mut labels: Vec<Vec<Label>> = vec![Vec::new(); n];
+        labels[src].push((f64::INFINITY, 0.0, None));
         for &d in order.iter().skip(1) {
             let k = dist[d].unwrap_or(0);
+            let mut front: Vec<Label> = Vec::new();
             for &(prev, li) in &adjacency[d] {
                 if dist[prev] != Some(k - 1) {
                     continue;
                 }
-                let Some((bw, lat, _)) = best[prev] else {
-                    continue;
-                };
                 let link = &self.links[li];
-                let cand = (bw.min(link.bandwidth), lat + link.latency);
-                let better = match best[d] {
-                    None => true,
-                    Some((b, l, _)) => cand.0 > b || (cand.0 == b && cand.1 < l),
-                };
-                if better {
-                    best[d] = Some((cand.0, cand.1, Some((prev, li))));
+                for (pi, &(bw, lat, _)) in labels[prev].iter().enumerate() {
+                    let cand = (bw.min(link.bandwidth), lat + link.latency);
+                    if front.iter().any(|&(b, l, _)| b >= cand.0 && l <= cand.1) {
+                        continue; // dominated, or equal to an earlier label
+                    }
+                    front.retain(|&(b, l, _)| !(cand.0 >= b && cand.1 <= l));
+                    front.push((cand.0, cand.1, Some((prev, pi, li))));
                 }
             }
+            labels[d] = front;
         }
         (0..n)
             .map(|dst| {
                 dist[dst]?;
+                // The widest, then the fastest; the first such label on ties.
+                let mut pick = 0;
+                for (i, &(b, l, _)) in labels[dst].iter().enumerate() {
+                    let (bb, bl, _) = labels[dst][pick];
+                    if b > bb || (b == bb && l < bl) {
+                        pick = i;
+                    }
+                }
                 let mut route = Vec::new();
-                let mut at = dst;
-                while let Some((_, _, Some((prev, li)))) = best[at] {
+                let (mut at, mut label) = (dst, pick);
+                while let Some((prev, pl, li)) = labels[at].get(label)?.2 {
                     route.push(li);
                     at = prev;
+                    label = pl;
                 }
                 route.reverse();
                 Some(route)

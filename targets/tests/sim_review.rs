@@ -405,12 +405,11 @@ fn calibration_operand_types_are_normalized() {
 }
 
 #[test]
-#[ignore = "known bug, not fixed: the per-device greedy choice is not lexicographically optimal"]
 fn widest_route_then_least_latency_among_equally_wide() {
     // s -> d in 3 hops, via a (s-a, a-p 10 GB/s, 2.5 us each) or via b (s-b, b-p 5 GB/s,
     // 0.5 us each), then p-d 5 GB/s. Both routes are 5 GB/s wide; via b has 1 us of latency
-    // against 5 us via a, so the documented rule picks b. p keeps only its widest
-    // predecessor (a), so d gets the route via a.
+    // against 5 us via a, so the documented rule picks b (p keeps both routes on its
+    // width/latency front).
     let spec = target(
         r#"
 host = "s"

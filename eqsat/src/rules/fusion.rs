@@ -118,8 +118,12 @@ fn merge_split_chain(
     let get = |eg: &mut crate::analysis::TEGraph, i: usize, c: egg::Id| {
         super::add(eg, TNode::Get(i as u32, [c]))
     };
+    // The old side as the exact `get` terms, so that explanations show this step there.
+    let old = |eg: &mut crate::analysis::TEGraph, i: usize, c: egg::Id| {
+        super::term(eg, TNode::Get(i as u32, [c]))
+    };
     for j in 0..outer_sizes.len() {
-        pairs.push((get(eg, j, outer)?, get(eg, index + j, flat)?));
+        pairs.push((old(eg, j, outer), get(eg, index + j, flat)?));
     }
     for k in (0..inner_sizes.len()).filter(|&k| k != index) {
         let to = if k < index {
@@ -127,7 +131,7 @@ fn merge_split_chain(
         } else {
             k + outer_sizes.len() - 1
         };
-        pairs.push((get(eg, k, inner_class)?, get(eg, to, flat)?));
+        pairs.push((old(eg, k, inner_class), get(eg, to, flat)?));
     }
     Some(pairs)
 }
