@@ -336,6 +336,8 @@ fn recompiling_placed_ir_counts_the_same_ops() {
             "mcm-2x2",
             "--input-shape",
             "x=4x16",
+            "--passes",
+            "canonicalize,cse,dce",
             "-o",
         ])
         .arg(dir.path()));

@@ -33,6 +33,9 @@ pub struct Extraction {
     pub choice: BTreeMap<Id, TNode>,
     /// Sum of the chosen nodes' costs over the classes the roots need.
     pub cost: f64,
+    /// The greedy best node of every class that has one (not only those the roots need),
+    /// for improving the choice afterwards.
+    pub best: BTreeMap<Id, TNode>,
 }
 
 /// Extracts the cheapest graph for `roots` under `cost` (per node, children excluded).
@@ -130,10 +133,113 @@ pub fn greedy_dag(
         }
         choice.insert(c, node);
     }
-    Some(Extraction {
+    let all_best = best
+        .iter()
+        .map(|(&c, b)| (c, egraph[c].nodes[b.node].clone()))
+        .collect();
+    let mut ex = Extraction {
         choice,
         cost: total,
-    })
+        best: all_best,
+    };
+    improve_groups(egraph, roots, &mut ex, &mut cost);
+    Some(ex)
+}
+
+/// The choice reached from `roots` when `pick` decides classes it holds and the greedy best
+/// the rest, with its cost; `None` on a cycle or a class without a node.
+fn resolve(
+    egraph: &TEGraph,
+    roots: &[Id],
+    pick: &BTreeMap<Id, TNode>,
+    best: &BTreeMap<Id, TNode>,
+    cost: &mut impl FnMut(&TEGraph, &TNode) -> f64,
+) -> Option<(BTreeMap<Id, TNode>, f64)> {
+    let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
+    let mut total = 0.0;
+    // Depth-first with an explicit stack; `open` marks classes on the current path.
+    let mut open: BTreeSet<Id> = BTreeSet::new();
+    let mut stack: Vec<(Id, bool)> = roots
+        .iter()
+        .rev()
+        .map(|&r| (egraph.find(r), false))
+        .collect();
+    while let Some((c, done)) = stack.pop() {
+        if done {
+            open.remove(&c);
+            continue;
+        }
+        if choice.contains_key(&c) {
+            continue;
+        }
+        if !open.insert(c) {
+            return None; // a cycle
+        }
+        let node = pick.get(&c).or_else(|| best.get(&c))?.clone();
+        total += cost(egraph, &node);
+        stack.push((c, true));
+        for &k in egg::Language::children(&node) {
+            let k = egraph.find(k);
+            if !choice.contains_key(&k) {
+                stack.push((k, false));
+            }
+        }
+        choice.insert(c, node);
+    }
+    Some((choice, total))
+}
+
+/// Group moves for what a per-class greedy cannot see: several classes that can all be read
+/// from one multi-result op (the pieces of a `split` left by merging matmuls) are cheap only
+/// together. For each such op, switch every chosen class that has a `get` of it at once, and
+/// keep the switch when the whole extraction gets cheaper. Repeats until nothing improves.
+fn improve_groups(
+    egraph: &TEGraph,
+    roots: &[Id],
+    ex: &mut Extraction,
+    cost: &mut impl FnMut(&TEGraph, &TNode) -> f64,
+) {
+    // The classes holding a `get` of each multi-result class.
+    let mut groups: BTreeMap<Id, Vec<(Id, TNode)>> = BTreeMap::new();
+    for class in egraph.classes() {
+        for n in &class.nodes {
+            if let TNode::Get(_, [t]) = n {
+                groups
+                    .entry(egraph.find(*t))
+                    .or_default()
+                    .push((class.id, n.clone()));
+            }
+        }
+    }
+    for _ in 0..8 {
+        let mut improved = false;
+        for members in groups.values() {
+            let mut pick: BTreeMap<Id, TNode> = ex.choice.clone();
+            let mut switched = 0;
+            for (class, node) in members {
+                if let Some(current) = pick.get(class)
+                    && current != node
+                {
+                    pick.insert(*class, node.clone());
+                    switched += 1;
+                }
+            }
+            if switched < 2 {
+                continue;
+            }
+            // Classes newly needed (the pieces' producer and below) follow the greedy best.
+            if let Some((choice, total)) = resolve(egraph, roots, &pick, &ex.best, cost)
+                && total < ex.cost * (1.0 - 1e-9)
+            {
+                ex.choice = choice;
+                ex.cost = total;
+                improved = true;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
 }
 
 /// The optimal extraction by integer programming (good_lp with the pure-Rust microlp
@@ -252,5 +358,6 @@ pub fn exact_ilp(
     Some(Extraction {
         choice: reached,
         cost: cost_reached,
+        best: BTreeMap::new(),
     })
 }

@@ -73,7 +73,7 @@ pub const INFO: PassInfo = PassInfo {
         OptionInfo {
             name: "exact-nodes",
             kind: OptionKind::UInt,
-            default: "600",
+            default: "300",
             doc: "also extract exactly (integer programming) when a region has at most this many e-nodes",
         },
         OptionInfo {
@@ -342,8 +342,31 @@ pub fn run_eqsat(
     let mut changed = false;
     let (mut before_total, mut after_total) = (0.0, 0.0);
 
-    for (ri, chunk) in ops.chunks(settings.region_ops).enumerate() {
-        let end = ri * settings.region_ops + chunk.len();
+    // Regions: runs of at most `region-ops` unplaced ops. An op that already has a device is
+    // left as it is and ends the run (eqsat rewrites before placement, not across it).
+    let mut segments: Vec<(usize, usize, bool)> = Vec::new(); // (start, end, placed)
+    let mut start = 0;
+    for (i, &o) in ops.iter().enumerate() {
+        if graph.op(o).device.is_some() {
+            if start < i {
+                segments.push((start, i, false));
+            }
+            segments.push((i, i + 1, true));
+            start = i + 1;
+        } else if i + 1 - start == settings.region_ops {
+            segments.push((start, i + 1, false));
+            start = i + 1;
+        }
+    }
+    if start < ops.len() {
+        segments.push((start, ops.len(), false));
+    }
+    for (begin, end, placed) in segments {
+        let chunk = &ops[begin..end];
+        if placed {
+            copy_region(graph, chunk, &mut out, &mut map, &mut consts);
+            continue;
+        }
         let used_after = |v: ValueId| last_use.get(&v).is_some_and(|&u| u >= end);
         let mut region = region_to_egraph(
             graph,
@@ -362,6 +385,13 @@ pub fn run_eqsat(
                 costs.op_cost(&d.op, &tys, &res)
             })
             .sum();
+        // The nodes the region started with: on equal cost, extraction keeps them (so that a
+        // commuted add, say, does not replace the original for nothing).
+        let initial: Vec<TNode> = region
+            .egraph
+            .classes()
+            .flat_map(|c| c.nodes.iter().cloned())
+            .collect();
         let placeholder = || crate::analysis::TypeAnalysis::new(Vec::new(), Vec::new(), 0);
         let mut runner: Runner<TNode, crate::analysis::TypeAnalysis> = Runner::new(placeholder())
             .with_egraph(std::mem::replace(
@@ -407,14 +437,26 @@ pub fn run_eqsat(
         }
         fresh = egraph.analysis.fresh();
         let roots: Vec<Id> = region.roots.iter().map(|&r| egraph.find(r)).collect();
-        let mut extraction = greedy_dag(&egraph, &roots, |eg, n| costs.node(eg, n));
+        let original: BTreeSet<TNode> = initial
+            .into_iter()
+            .map(|n| n.map_children(|c| egraph.find(c)))
+            .collect();
+        let mut node_cost = |eg: &TEGraph, n: &TNode| {
+            let c = costs.node(eg, n);
+            if original.contains(n) {
+                c
+            } else {
+                c * (1.0 + 1e-6) + 1e-15
+            }
+        };
+        let mut extraction = greedy_dag(&egraph, &roots, &mut node_cost);
         if settings.exact_nodes > 0 && egraph.total_number_of_nodes() <= settings.exact_nodes {
             stats.add(
                 "exact-runs",
                 "regions also extracted by integer programming",
                 1,
             );
-            let limit = settings.time_limit.min(Duration::from_secs(5));
+            let limit = settings.time_limit.min(Duration::from_secs(1));
             if let Some(exact) = exact_ilp(
                 &egraph,
                 &roots,
@@ -636,9 +678,12 @@ fn explain(
         };
         let left = prefix(&original_expr, root);
         let mut explanation = egraph.explain_equivalence(&left, &chosen_expr);
+        // The rules applied at this op's own term; rewrites inside its operands are noted at
+        // the ops that produce them.
         let mut rules: Vec<String> = Vec::new();
         for term in explanation.make_flat_explanation() {
-            collect_flat(term, &mut rules);
+            rules.extend(term.backward_rule.iter().map(|r| r.to_string()));
+            rules.extend(term.forward_rule.iter().map(|r| r.to_string()));
         }
         rules.dedup();
         if rules.is_empty() {
@@ -760,18 +805,6 @@ fn choice_term(
     let mut out = egg::RecExpr::default();
     go(egraph, ex, class, &mut out, &mut BTreeMap::new(), 0)?;
     Some(out)
-}
-
-fn collect_flat(term: &egg::FlatTerm<TNode>, out: &mut Vec<String>) {
-    if let Some(r) = &term.backward_rule {
-        out.push(r.to_string());
-    }
-    if let Some(r) = &term.forward_rule {
-        out.push(r.to_string());
-    }
-    for child in &term.children {
-        collect_flat(child, out);
-    }
 }
 
 /// Saturates the whole of `graph` with `rules` (no regions, no folding beyond `fold_limit`)

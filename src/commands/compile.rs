@@ -18,7 +18,7 @@ use tessera_targets::{
 use crate::instrument::PassFlags;
 
 /// The pipeline `tessera compile` runs when `--passes` is not given.
-pub const DEFAULT_PIPELINE: &str = "canonicalize,cse,dce";
+pub const DEFAULT_PIPELINE: &str = "canonicalize,cse,eqsat,dce";
 
 /// What `tessera compile` was asked to do.
 pub struct CompileRequest<'a> {
