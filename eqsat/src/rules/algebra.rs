@@ -1,7 +1,15 @@
 //! Algebra: identities and zeros, cancellations, distributing and factoring matmul over add,
-//! and bounded associativity.
+//! bounded associativity (only where two constants fold into one), and scalars moved to the
+//! smaller side of a matmul.
 
-use super::{Rule, RuleKind::Algebra, all_equal, pattern_rule, rule, ty, value, var};
+use egg::{Id, Subst};
+
+use super::{
+    Rule, RuleKind::Algebra, add_op, all_equal, any_rule, intern_const, is_scalar, numel,
+    pattern_rule, rule, ty, value, var,
+};
+use crate::analysis::TEGraph;
+use crate::ir::{BinaryOp, ElemType, Op, UnaryOp};
 
 /// The algebra rules.
 pub fn rules() -> Vec<Rule> {
@@ -65,7 +73,7 @@ pub fn rules() -> Vec<Rule> {
                     .map(|&d| usize::try_from(d).ok())
                     .collect::<Option<_>>()?;
                 let zero = crate::ir::Tensor::zeros(t.elem, &dims).ok()?;
-                super::add_const(eg, "zero", &zero)
+                intern_const(eg, "zero", &zero)
             },
         ),
         pattern_rule(
@@ -96,5 +104,250 @@ pub fn rules() -> Vec<Rule> {
             "(relu (relu ?x))",
             "(relu ?x)",
         ),
+        // Identities with a constant operand. The type guard refuses each one where the
+        // constant would broadcast x to a larger shape.
+        rule(
+            "pow-one",
+            Algebra,
+            "x ^ 1 => x (cheaper: no op)",
+            "(pow ?x ?o)",
+            |eg, _, s| all_equal(value(eg, s, "?o")?, 1.0).then(|| var(s, "?x"))?,
+        ),
+        rule(
+            "pow-two",
+            Algebra,
+            "x ^ 2 => x * x (cheaper: a multiply instead of a power)",
+            "(pow ?x ?t)",
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?t")?, 2.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Binary(BinaryOp::Mul), &[x, x])
+            },
+        ),
+        any_rule(
+            "mul-neg-one",
+            Algebra,
+            "x * -1 => -x (cheaper: a unary op, no constant read)",
+            ["(mul ?x ?m)", "(mul ?m ?x)"],
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?m")?, -1.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Neg), &[x])
+            },
+        ),
+        rule(
+            "zero-sub",
+            Algebra,
+            "0 - x => -x (cheaper: a unary op; signed and float types only, -0 for x = 0)",
+            "(sub ?z ?x)",
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?z")?, 0.0) {
+                    return None;
+                }
+                if matches!(ty(eg, s, "?x")?.elem, ElemType::U8 | ElemType::Bool) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Neg), &[x])
+            },
+        ),
+        any_rule(
+            "relu-max-zero",
+            Algebra,
+            "max(x, 0) => relu(x) (cheaper: a unary op, no constant read; NaN stays NaN)",
+            ["(max ?x ?z)", "(max ?z ?x)"],
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?z")?, 0.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Relu), &[x])
+            },
+        ),
+        // Negations absorbed.
+        pattern_rule(
+            "sub-neg",
+            Algebra,
+            "x - (-y) => x + y (cheaper: the negation goes)",
+            "(sub ?x (neg ?y))",
+            "(add ?x ?y)",
+        ),
+        pattern_rule(
+            "add-neg",
+            Algebra,
+            "x + (-y) => x - y (cheaper: the negation goes)",
+            "(add ?x (neg ?y))",
+            "(sub ?x ?y)",
+        ),
+        pattern_rule(
+            "neg-sub",
+            Algebra,
+            "-(x - y) => y - x (cheaper: the negation goes; x = y gives +0 where -0 was)",
+            "(neg (sub ?x ?y))",
+            "(sub ?y ?x)",
+        ),
+        pattern_rule(
+            "neg-mul",
+            Algebra,
+            "(-x) * y => -(x * y) (mirror, same cost when x and y have one shape: moves the \
+             negation out to where neg-neg, add-neg and sub-neg remove it)",
+            "(mul (neg ?x) ?y)",
+            "(neg (mul ?x ?y))",
+        ),
+        // Unary cancellations.
+        pattern_rule(
+            "reciprocal-reciprocal",
+            Algebra,
+            "1/(1/x) => x (cheaper; equal within rounding, except where 1/x overflows)",
+            "(reciprocal (reciprocal ?x))",
+            "?x",
+        ),
+        pattern_rule(
+            "log-exp",
+            Algebra,
+            "log(exp(x)) => x (cheaper, and exact where exp(x) does not overflow; the reverse, \
+             exp(log(x)), is wrong for x <= 0 and is not a rule)",
+            "(log (exp ?x))",
+            "?x",
+        ),
+        pattern_rule(
+            "abs-abs",
+            Algebra,
+            "|(|x|)| => |x|",
+            "(abs (abs ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule(
+            "abs-neg",
+            Algebra,
+            "|-x| => |x|",
+            "(abs (neg ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule(
+            "relu-abs",
+            Algebra,
+            "relu(|x|) => |x| (|x| is never negative)",
+            "(relu (abs ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule("max-self", Algebra, "max(x, x) => x", "(max ?x ?x)", "?x"),
+        pattern_rule("min-self", Algebra, "min(x, x) => x", "(min ?x ?x)", "?x"),
+        // Bounded associativity: two known constants fold into one, so each application
+        // removes an op and nothing can grow without limit.
+        rule(
+            "add-const-assoc",
+            Algebra,
+            "(x + c1) + c2 => x + (c1 + c2) for known c1, c2: one add, the constants fold \
+             (equal within rounding)",
+            "(add (add ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Add, false),
+        ),
+        rule(
+            "mul-const-assoc",
+            Algebra,
+            "(x * c1) * c2 => x * (c1 * c2) for known c1, c2: one multiply, the constants fold \
+             (equal within rounding)",
+            "(mul (mul ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Mul, BinaryOp::Mul, false),
+        ),
+        rule(
+            "add-sub-const",
+            Algebra,
+            "(x + c1) - c2 => x + (c1 - c2) for known c1, c2: one add, the constants fold",
+            "(sub (add ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, false),
+        ),
+        rule(
+            "sub-add-const",
+            Algebra,
+            "(x - c1) + c2 => x + (c2 - c1) for known c1, c2: one add, the constants fold",
+            "(add (sub ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, true),
+        ),
+        rule(
+            "sub-sub-const",
+            Algebra,
+            "(x - c1) - c2 => x - (c1 + c2) for known c1, c2: one subtract, the constants fold",
+            "(sub (sub ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Sub, BinaryOp::Add, false),
+        ),
+        rule(
+            "div-const-to-mul",
+            Algebra,
+            "x / c => x * (1/c) for a known float c whose reciprocal is finite and non-zero \
+             (cheaper: a multiply instead of a divide; exact for powers of two, else within \
+             one rounding)",
+            "(div ?x ?c)",
+            |eg, _, s| {
+                if !ty(eg, s, "?c")?.elem.is_float() {
+                    return None;
+                }
+                value(eg, s, "?c")?;
+                let r = add_op(eg, Op::Unary(UnaryOp::Reciprocal), &[var(s, "?c")?])?;
+                let rv = eg[r].data.value.as_ref()?.to_f64_vec();
+                if rv.is_empty() || !rv.iter().all(|v| v.is_finite() && *v != 0.0) {
+                    return None;
+                }
+                add_op(eg, Op::Binary(BinaryOp::Mul), &[var(s, "?x")?, r])
+            },
+        ),
+        // A scalar factor moved across a matmul, to the smaller of the two tensors.
+        any_rule(
+            "matmul-scale-out",
+            Algebra,
+            "(a * s) @ b => (a @ b) * s for a one-element s, when the product has no more \
+             elements than a (the scaling runs on the smaller tensor; 2-D, it can then fold \
+             into a gemm's alpha)",
+            ["(matmul (mul ?a ?s) ?b)", "(matmul (mul ?s ?a) ?b)"],
+            |eg, c, s| scale_out(eg, c, s, "?a"),
+        ),
+        any_rule(
+            "matmul-scale-out-right",
+            Algebra,
+            "a @ (b * s) => (a @ b) * s for a one-element s, when the product has no more \
+             elements than b",
+            ["(matmul ?a (mul ?b ?s))", "(matmul ?a (mul ?s ?b))"],
+            |eg, c, s| scale_out(eg, c, s, "?b"),
+        ),
     ]
+}
+
+/// `(x inner c1) outer c2` rebuilt as `x op (c1 fold c2)` where both constants are known and
+/// their combination folds to a constant. `outer_op` is the op between x and the folded
+/// constant, `fold` combines the constants (`swap`: `c2 fold c1`).
+fn fold_pair(
+    eg: &mut TEGraph,
+    s: &Subst,
+    outer_op: BinaryOp,
+    fold: BinaryOp,
+    swap: bool,
+) -> Option<Id> {
+    value(eg, s, "?c1")?;
+    value(eg, s, "?c2")?;
+    let (c1, c2) = (var(s, "?c1")?, var(s, "?c2")?);
+    let pair = if swap { [c2, c1] } else { [c1, c2] };
+    let folded = add_op(eg, Op::Binary(fold), &pair)?;
+    // Only when the analysis folded it (its result is within the folding limit).
+    eg[folded].data.value.as_ref()?;
+    add_op(eg, Op::Binary(outer_op), &[var(s, "?x")?, folded])
+}
+
+/// `matmul` with a one-element factor on operand `scaled` (`?a` or `?b`) rebuilt as the
+/// product scaled, when the product is no larger than the scaled operand.
+fn scale_out(eg: &mut TEGraph, class: Id, s: &Subst, scaled: &str) -> Option<Id> {
+    if !is_scalar(&ty(eg, s, "?s")?) {
+        return None;
+    }
+    let out = eg[class].data.ty()?.clone();
+    if numel(&out)? > numel(&ty(eg, s, scaled)?)? {
+        return None;
+    }
+    let (a, b, k) = (var(s, "?a")?, var(s, "?b")?, var(s, "?s")?);
+    let product = add_op(eg, Op::MatMul, &[a, b])?;
+    add_op(eg, Op::Binary(BinaryOp::Mul), &[product, k])
 }
