@@ -421,6 +421,28 @@ proptest! {
     }
 
     #[test]
+    fn matmul_factor_and_distribute_refuse_a_broadcast_matrix(m in 2usize..5, seed: u64) {
+        // x @ (a + row) with a 1-D row broadcast over the rows of a is not x@a + x@row.
+        let body = [line("0", "add", "%a, %r", "", &[m, m]), line("1", "matmul", "%x, %0", "", &[m, m])];
+        let src = graph("", &[("x", &[m, m]), ("a", &[m, m]), ("r", &[m])], &body, "%1");
+        refused("matmul-distribute-left", &src, &inputs(&[&[m, m], &[m, m], &[m]], seed))?;
+        let body = [line("0", "matmul", "%x, %a", "", &[m, m]), line("1", "matmul", "%x, %r", "", &[m]), line("2", "add", "%0, %1", "", &[m, m])];
+        let src = graph("", &[("x", &[m, m]), ("a", &[m, m]), ("r", &[m])], &body, "%2");
+        refused("matmul-factor-left", &src, &inputs(&[&[m, m], &[m, m], &[m]], seed))?;
+        let body = [line("0", "matmul", "%a, %x", "", &[m, m]), line("1", "matmul", "%r, %x", "", &[m]), line("2", "add", "%0, %1", "", &[m, m])];
+        let src = graph("", &[("x", &[m, m]), ("a", &[m, m]), ("r", &[m])], &body, "%2");
+        refused("matmul-factor-right", &src, &inputs(&[&[m, m], &[m, m], &[m]], seed))?;
+    }
+
+    #[test]
+    fn matmul_distribute_left_batched(b in 1usize..3, m in 1usize..4, k in 1usize..4, n in 1usize..4, seed: u64) {
+        // a batched, b not: the batch axes may broadcast.
+        let body = [line("0", "add", "%a, %w", "", &[b, k, n]), line("1", "matmul", "%x, %0", "", &[b, m, n])];
+        let src = graph("", &[("x", &[m, k]), ("a", &[b, k, n]), ("w", &[k, n])], &body, "%1");
+        run("matmul-distribute-left", &src, &inputs(&[&[m, k], &[b, k, n], &[k, n]], seed), TOL)?;
+    }
+
+    #[test]
     fn relu_relu(a in 1usize..6, seed: u64) {
         let t = ty("f32", &[a]);
         let src = format!("graph @g(%x: {t}) {{\n  %0 = relu %x : {t}\n  %1 = relu %0 : {t}\n  return %1\n}}\n");
@@ -1086,11 +1108,19 @@ proptest! {
         let consts = const_decl("s", &sd, seed, None);
         let body = [
             const_line("s", &sd),
-            line("0", "gemm", args, &gemm_attrs(0.75, -1.25, ta, tb), &[m, n]),
+            line("0", "gemm", args, &gemm_attrs(1.0, 1.0, ta, tb), &[m, n]),
             line("1", "mul", margs, "", &[m, n]),
         ];
         let src = graph(&consts, &[("a", &ad), ("b", &bd), ("c", &[n])], &body, "%1");
         run("gemm-scale", &src, &inputs(&[&ad, &bd, &[n]], seed), TOL)?;
+    }
+
+    #[test]
+    fn gemm_scale_refuses_a_scaled_gemm(m in 1usize..4, k in 1usize..4, n in 1usize..4, alpha in 0.1f64..0.9, seed in 0u64..1000) {
+        let consts = const_decl("s", &[], seed, None);
+        let body = [const_line("s", &[]), line("0", "gemm", "%a, %b", &gemm_attrs(alpha, 1.0, false, false), &[m, n]), line("1", "mul", "%0, %s", "", &[m, n])];
+        let src = graph(&consts, &[("a", &[m, k]), ("b", &[k, n])], &body, "%1");
+        refused("gemm-scale", &src, &inputs(&[&[m, k], &[k, n]], seed))?;
     }
 
     #[test]
@@ -1215,4 +1245,82 @@ fn clip_attrs(lo: Option<f64>, hi: Option<f64>) -> String {
         parts.push(format!("min = {l:?}"));
     }
     parts.join(", ")
+}
+
+/// Runs every rule together on `src` until saturation; fails unless the e-graph saturates
+/// (within 40 iterations and 20,000 nodes).
+fn saturates(src: &str) -> Result<(), String> {
+    use tessera_eqsat::ir::{Op, text};
+    let graph = text::parse(src, None).map_err(|e| format!("{e}\n{src}"))?;
+    let ops: Vec<_> = graph
+        .ops()
+        .iter()
+        .copied()
+        .filter(|&o| !matches!(graph.op(o).op, Op::Const(_)))
+        .collect();
+    let outs = graph.outputs().to_vec();
+    let region = tessera_eqsat::convert::region_to_egraph(
+        &graph,
+        &ops,
+        &|v| outs.contains(&v),
+        4096,
+        0,
+        false,
+    );
+    let rules = tessera_eqsat::rules::all_rules();
+    let runner: egg::Runner<_, _> = egg::Runner::new(tessera_eqsat::analysis::TypeAnalysis::new(
+        vec![],
+        vec![],
+        0,
+    ))
+    .with_egraph(region.egraph)
+    .with_iter_limit(40)
+    .with_node_limit(20_000)
+    .with_time_limit(std::time::Duration::from_secs(20))
+    .run(rules.iter().map(|r| &r.rewrite));
+    // The default (backoff) scheduler bans a rule that matches too often, so a rule that
+    // grows the e-graph shows here as a run that does not saturate, not as a very long one.
+    match runner.stop_reason {
+        Some(egg::StopReason::Saturated) => Ok(()),
+        other => {
+            let sizes: Vec<usize> = runner.iterations.iter().map(|i| i.egraph_nodes).collect();
+            Err(format!(
+                "did not saturate ({other:?}), nodes per iteration {sizes:?}:\n{src}"
+            ))
+        }
+    }
+}
+
+/// Cycles of classes (`x * 0 = (x * 0) * k`; `x * c / c = x`) must not make rules that
+/// compute constants or attributes (reassociation, gemm and conv folding) run forever.
+#[test]
+fn all_rules_saturate_around_cycles() {
+    let t = "f32[2, 3]";
+    let zero_cycle = format!(
+        "{}{}{}{}graph @g(%x: {t}, %a: f32[2, 4], %b: f32[4, 3], %i: f32[1, 2, 4, 4]) {{\n  \
+         %z = const @z : f32[]\n  %k = const @k : f32[]\n  %j = const @j : f32[]\n  %w = const @w : f32[3, 2, 1, 1]\n  \
+         %0 = mul %x, %z : {t}\n  %1 = mul %0, %k : {t}\n  %2 = mul %1, %j : {t}\n  \
+         %3 = gemm %a, %b {{alpha = 1.0, beta = 1.0, trans-a = false, trans-b = false}} : {t}\n  \
+         %4 = mul %3, %z : {t}\n  %5 = mul %4, %k : {t}\n  %6 = mul %5, %j : {t}\n  \
+         %7 = conv %i, %w {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [1, 1]}} : f32[1, 3, 4, 4]\n  \
+         %8 = mul %7, %z : f32[1, 3, 4, 4]\n  %9 = mul %8, %k : f32[1, 3, 4, 4]\n  %10 = add %9, %j : f32[1, 3, 4, 4]\n  \
+         %11 = mul %10, %j : f32[1, 3, 4, 4]\n  return %2, %6, %11\n}}\n",
+        const_decl("z", &[], 0, Some(0.0)),
+        const_decl("k", &[], 0, Some(1.25)),
+        const_decl("j", &[], 0, Some(3.0)),
+        const_decl("w", &[3, 2, 1, 1], 5, None),
+    );
+    let inverse_cycle = format!(
+        "{}{}graph @g(%x: {t}) {{\n  %c = const @c : f32[3]\n  %d = const @d : f32[3]\n  \
+         %0 = mul %x, %c : {t}\n  %1 = div %0, %c : {t}\n  %2 = mul %1, %d : {t}\n  %3 = div %2, %c : {t}\n  \
+         %4 = mul %3, %c : {t}\n  %5 = div %4, %d : {t}\n  %6 = add %5, %c : {t}\n  %7 = sub %6, %d : {t}\n  \
+         %8 = add %7, %d : {t}\n  %9 = sub %8, %c : {t}\n  return %9\n}}\n",
+        values_decl("c", &[3], &[3.0, 0.1, 7.0]),
+        values_decl("d", &[3], &[1.0 / 3.0, 10.0, -0.7]),
+    );
+    for src in [zero_cycle, inverse_cycle] {
+        if let Err(e) = saturates(&src) {
+            panic!("{e}");
+        }
+    }
 }

@@ -5,8 +5,8 @@
 use egg::{Id, Subst};
 
 use super::{
-    Rule, RuleKind::Algebra, add_op, all_equal, any_rule, intern_const, is_scalar, numel,
-    pattern_rule, rule, ty, value, var,
+    MAX_FOLD_DEPTH, Rule, RuleKind::Algebra, add_op, all_equal, any_rule, const_name, eval,
+    fold_depth, intern_const, intern_folded, is_scalar, numel, pattern_rule, rule, ty, value, var,
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, ElemType, Op, UnaryOp};
@@ -76,26 +76,50 @@ pub fn rules() -> Vec<Rule> {
                 intern_const(eg, "zero", &zero)
             },
         ),
-        pattern_rule(
+        rule(
             "matmul-factor-left",
             Algebra,
-            "x@a + x@b => x@(a + b): one matmul instead of two",
+            "x@a + x@b => x@(a + b): one matmul instead of two (a and b with the same matrix \
+             extents: a broadcast inside the matrix axes does not distribute)",
             "(add (matmul ?x ?a) (matmul ?x ?b))",
-            "(matmul ?x (add ?a ?b))",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let sum = add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Add),
+                    &[var(s, "?a")?, var(s, "?b")?],
+                )?;
+                add_op(eg, Op::MatMul, &[var(s, "?x")?, sum])
+            },
         ),
-        pattern_rule(
+        rule(
             "matmul-factor-right",
             Algebra,
-            "a@x + b@x => (a + b)@x",
+            "a@x + b@x => (a + b)@x (a and b with the same matrix extents)",
             "(add (matmul ?a ?x) (matmul ?b ?x))",
-            "(matmul (add ?a ?b) ?x)",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let sum = add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Add),
+                    &[var(s, "?a")?, var(s, "?b")?],
+                )?;
+                add_op(eg, Op::MatMul, &[sum, var(s, "?x")?])
+            },
         ),
-        pattern_rule(
+        rule(
             "matmul-distribute-left",
             Algebra,
-            "x@(a + b) => x@a + x@b (the reverse of matmul-factor-left)",
+            "x@(a + b) => x@a + x@b (the reverse of matmul-factor-left; a and b with the same \
+             matrix extents)",
             "(matmul ?x (add ?a ?b))",
-            "(add (matmul ?x ?a) (matmul ?x ?b))",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let x = var(s, "?x")?;
+                let xa = add_op(eg, Op::MatMul, &[x, var(s, "?a")?])?;
+                let xb = add_op(eg, Op::MatMul, &[x, var(s, "?b")?])?;
+                add_op(eg, Op::Binary(BinaryOp::Add), &[xa, xb])
+            },
         ),
         pattern_rule(
             "relu-relu",
@@ -287,12 +311,21 @@ pub fn rules() -> Vec<Rule> {
                 if !ty(eg, s, "?c")?.elem.is_float() {
                     return None;
                 }
-                value(eg, s, "?c")?;
-                let r = add_op(eg, Op::Unary(UnaryOp::Reciprocal), &[var(s, "?c")?])?;
-                let rv = eg[r].data.value.as_ref()?.to_f64_vec();
+                if value(eg, s, "?x").is_some() {
+                    return None; // a constant: folded by the analysis
+                }
+                let c = var(s, "?c")?;
+                let depth = fold_depth(eg, c)? + 1;
+                if depth > MAX_FOLD_DEPTH {
+                    return None;
+                }
+                let r = eval(&Op::Unary(UnaryOp::Reciprocal), &[value(eg, s, "?c")?])?;
+                let rv = r.to_f64_vec();
                 if rv.is_empty() || !rv.iter().all(|v| v.is_finite() && *v != 0.0) {
                     return None;
                 }
+                let stem = format!("{}.reciprocal", const_name(eg, c).unwrap_or_default());
+                let r = intern_folded(eg, &stem, depth, &r)?;
                 add_op(eg, Op::Binary(BinaryOp::Mul), &[var(s, "?x")?, r])
             },
         ),
@@ -317,9 +350,11 @@ pub fn rules() -> Vec<Rule> {
     ]
 }
 
-/// `(x inner c1) outer c2` rebuilt as `x op (c1 fold c2)` where both constants are known and
-/// their combination folds to a constant. `outer_op` is the op between x and the folded
-/// constant, `fold` combines the constants (`swap`: `c2 fold c1`).
+/// `(x inner c1) outer c2` rebuilt as `x op (c1 fold c2)` where both constants are known:
+/// `outer_op` is the op between x and the folded constant, `fold` combines the constants
+/// (`swap`: `c2 fold c1`). The folded constant is computed here and interned (equal values
+/// share one class), at most [`MAX_FOLD_DEPTH`] folds deep (see [`fold_depth`]: around a
+/// cycle of classes, reassociation would otherwise fold new constants without end).
 fn fold_pair(
     eg: &mut TEGraph,
     s: &Subst,
@@ -327,14 +362,40 @@ fn fold_pair(
     fold: BinaryOp,
     swap: bool,
 ) -> Option<Id> {
-    value(eg, s, "?c1")?;
-    value(eg, s, "?c2")?;
+    // A known x makes the whole term a constant, which the analysis folds. Reassociating
+    // it would only make new constants: with commutativity, every product (or sum) of the
+    // constants in reach, without end.
+    if value(eg, s, "?x").is_some() {
+        return None;
+    }
+    let (v1, v2) = (value(eg, s, "?c1")?, value(eg, s, "?c2")?);
     let (c1, c2) = (var(s, "?c1")?, var(s, "?c2")?);
-    let pair = if swap { [c2, c1] } else { [c1, c2] };
-    let folded = add_op(eg, Op::Binary(fold), &pair)?;
-    // Only when the analysis folded it (its result is within the folding limit).
-    eg[folded].data.value.as_ref()?;
+    let depth = fold_depth(eg, c1)? + fold_depth(eg, c2)? + 1;
+    if depth > MAX_FOLD_DEPTH {
+        return None;
+    }
+    let pair = if swap { [v2, v1] } else { [v1, v2] };
+    let folded = eval(&Op::Binary(fold), &pair)?;
+    if folded.len() > eg.analysis.fold_limit {
+        return None;
+    }
+    let stem = const_name(eg, c1).unwrap_or_else(|| "c".into());
+    let folded = intern_folded(eg, &stem, depth, &folded)?;
     add_op(eg, Op::Binary(outer_op), &[var(s, "?x")?, folded])
+}
+
+/// `Some` when `?a` and `?b` have the same matrix extents: the same rank class (1-D, or at
+/// least 2-D) and equal last one or two extents. Only their batch axes may broadcast: a
+/// matmul distributes over an add batch by batch, but not over a broadcast inside the
+/// matrices (`x @ (a + row)` is not `x @ a + x @ row` for a 1-D `row`).
+fn same_matrices(eg: &TEGraph, s: &Subst) -> Option<()> {
+    let (a, b) = (ty(eg, s, "?a")?, ty(eg, s, "?b")?);
+    let tail = |t: &crate::ir::TensorType| t.shape[t.rank().saturating_sub(2)..].to_vec();
+    let ok = a.rank() >= 1
+        && b.rank() >= 1
+        && (a.rank() >= 2) == (b.rank() >= 2)
+        && tail(&a) == tail(&b);
+    ok.then_some(())
 }
 
 /// `matmul` with a one-element factor on operand `scaled` (`?a` or `?b`) rebuilt as the

@@ -10,8 +10,9 @@
 use egg::{Id, Subst};
 
 use super::{
-    Rule, RuleKind::Fusion, add, add_op, any_multi_rule, any_rule, attr, const_index, eval,
-    f64_tensor, find_op, intern_const, is_scalar, known, multi_rule, rule, ty, var,
+    MAX_FOLD_DEPTH, Rule, RuleKind::Fusion, add, add_op, any_multi_rule, any_rule, attr,
+    const_index, const_name, eval, f64_tensor, find_op, fold_depth, intern_const, intern_folded,
+    is_scalar, known, multi_rule, rule, ty, var,
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, ConvAttrs, Dim, Op, Tensor, TensorType};
@@ -133,8 +134,8 @@ pub fn rules() -> Vec<Rule> {
         any_rule(
             "gemm-scale",
             Fusion,
-            "gemm(a, b[, c]) * s for a known one-element float s => gemm with alpha * s (and \
-             beta * s) (cheaper: no multiply; equal within rounding)",
+            "gemm(a, b[, c]) * s with alpha = 1 (and beta = 1) for a known one-element float s \
+             => gemm with alpha = s (and beta = s) (cheaper: no multiply)",
             [
                 "(mul (gemm ?g ?a ?b) ?s)",
                 "(mul ?s (gemm ?g ?a ?b))",
@@ -153,9 +154,14 @@ pub fn rules() -> Vec<Rule> {
                     return None;
                 };
                 let c = var(s, "?c");
+                // Only an unscaled gemm: around a cycle of classes (x * 0 = x * 0 * k) a scale
+                // folded again and again would make new alphas without end.
+                if alpha != 1.0 || (c.is_some() && beta != 1.0) {
+                    return None;
+                }
                 let op = Op::Gemm {
-                    alpha: alpha * k,
-                    beta: if c.is_some() { beta * k } else { beta },
+                    alpha: k,
+                    beta: if c.is_some() { k } else { beta },
                     trans_a,
                     trans_b,
                 };
@@ -506,8 +512,19 @@ fn bias_values(eg: &TEGraph, b: Option<Id>, m: usize) -> Option<Vec<f64>> {
     }
 }
 
-/// `conv(x, W * f[m], b')` as new constants: `scale[m]` multiplies output channel m of the
-/// weight, `bias` is the new bias.
+/// The fold depth (see [`fold_depth`]) of constants computed from the classes `sources`
+/// (absent ones skipped): one more than the deepest, if within [`MAX_FOLD_DEPTH`] and all
+/// are constants.
+fn next_depth(eg: &TEGraph, sources: &[Option<Id>]) -> Option<u32> {
+    let mut depth = 0;
+    for id in sources.iter().flatten() {
+        depth = depth.max(fold_depth(eg, *id)?);
+    }
+    (depth < MAX_FOLD_DEPTH).then_some(depth + 1)
+}
+
+/// `conv(x, W', b')` with new constants at fold depth `depth`: `scale[m]` multiplies output
+/// channel m of the weight (`None`: W as it is), `bias` is the new bias.
 fn rebuilt_conv(
     eg: &mut TEGraph,
     op: Op,
@@ -515,8 +532,9 @@ fn rebuilt_conv(
     w: Id,
     scale: Option<&[f64]>,
     bias: &[f64],
+    depth: u32,
 ) -> Option<Id> {
-    let weight_class = w;
+    let stem = const_name(eg, w).unwrap_or_else(|| "conv".into());
     let weight = match scale {
         Some(f) => {
             let t = super::const_tensor(eg, w)?;
@@ -531,17 +549,14 @@ fn rebuilt_conv(
                 .enumerate()
                 .map(|(i, v)| v * f[i / per])
                 .collect();
-            let name = eg.analysis.consts[const_index(eg, w)? as usize]
-                .name
-                .clone();
             let t = f64_tensor(t.elem(), t.shape(), &scaled)?;
-            intern_const(eg, &format!("{name}.folded"), &t)?
+            intern_folded(eg, &stem, depth, &t)?
         }
-        None => weight_class,
+        None => w,
     };
     let elem = eg[weight].data.ty()?.elem;
     let b = f64_tensor(elem, &[bias.len()], bias)?;
-    let b = intern_const(eg, "folded.bias", &b)?;
+    let b = intern_folded(eg, &format!("{stem}.bias"), depth, &b)?;
     add_op(eg, op, &[x, weight, b])
 }
 
@@ -570,13 +585,17 @@ fn conv_batch_norm(eg: &mut TEGraph, class: Id, s: &Subst) -> Option<Id> {
     if bi.len() != m || mean.len() != m || var_.len() != m {
         return None;
     }
+    let sources = [Some(w), b]
+        .into_iter()
+        .chain(["?s", "?t", "?m", "?v"].map(|n| var(s, n)));
+    let depth = next_depth(eg, &sources.collect::<Vec<_>>())?;
     let bias = bias_values(eg, b, m)?;
     let f: Vec<f64> = (0..m).map(|i| sc[i] / (var_[i] + epsilon).sqrt()).collect();
     if f.iter().any(|v| !v.is_finite()) {
         return None;
     }
     let new_bias: Vec<f64> = (0..m).map(|i| (bias[i] - mean[i]) * f[i] + bi[i]).collect();
-    rebuilt_conv(eg, op, x, w, Some(&f), &new_bias)
+    rebuilt_conv(eg, op, x, w, Some(&f), &new_bias, depth)
 }
 
 /// Builder of conv-mul-fold.
@@ -586,6 +605,7 @@ fn conv_mul(eg: &mut TEGraph, class: Id, s: &Subst) -> Option<Id> {
     if !out.elem.is_float() {
         return None;
     }
+    let depth = next_depth(eg, &[Some(w), b, var(s, "?c")])?;
     let c = known(eg, var(s, "?c")?)?;
     let f = per_channel(&c, &out)?;
     let bias: Vec<f64> = bias_values(eg, b, f.len())?
@@ -593,13 +613,14 @@ fn conv_mul(eg: &mut TEGraph, class: Id, s: &Subst) -> Option<Id> {
         .zip(&f)
         .map(|(b, f)| b * f)
         .collect();
-    rebuilt_conv(eg, op, x, w, Some(&f), &bias)
+    rebuilt_conv(eg, op, x, w, Some(&f), &bias, depth)
 }
 
 /// Builder of conv-add-fold.
 fn conv_add(eg: &mut TEGraph, class: Id, s: &Subst) -> Option<Id> {
     let (op, x, w, b) = matched_conv(eg, s)?;
     let out = eg[class].data.ty()?.clone();
+    let depth = next_depth(eg, &[b, var(s, "?c")])?;
     let c = known(eg, var(s, "?c")?)?;
     let add_c = per_channel(&c, &out)?;
     let bias: Vec<f64> = bias_values(eg, b, add_c.len())?
@@ -607,5 +628,5 @@ fn conv_add(eg: &mut TEGraph, class: Id, s: &Subst) -> Option<Id> {
         .zip(&add_c)
         .map(|(b, c)| b + c)
         .collect();
-    rebuilt_conv(eg, op, x, w, None, &bias)
+    rebuilt_conv(eg, op, x, w, None, &bias, depth)
 }

@@ -481,6 +481,59 @@ pub fn intern_const(egraph: &mut TEGraph, base: &str, value: &Tensor) -> Option<
     }
 }
 
+/// The most folds behind one constant that rules compute from other constants (see
+/// [`fold_depth`]).
+pub const MAX_FOLD_DEPTH: u32 = 3;
+
+/// How many folds made a constant of class `id`, the least over its constant leaves: 0 for a
+/// constant of the graph, `d` for one a rule added with [`intern_folded`] at depth `d`.
+/// `None` when the class has neither (its value is unknown, or only the analysis folded it).
+///
+/// Rules that compute a constant from constants (reassociation, conv folding) give the new
+/// one the depth of its deepest source plus one and refuse to go past [`MAX_FOLD_DEPTH`].
+/// That bounds them: the e-graph can hold cycles of classes (`x * 0 = (x * 0) * k`, or
+/// `x * c * (1/c)` where the product rounds to 1), and folding around a cycle again and
+/// again would otherwise make a new constant (`k^2`, `k^3`, ...) in every iteration.
+pub fn fold_depth(egraph: &TEGraph, id: Id) -> Option<u32> {
+    let a = &egraph.analysis;
+    egraph[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            TNode::Const(c) if (*c as usize) < a.original_consts => Some(0),
+            TNode::Const(c) => {
+                let name = &a.consts.get(*c as usize)?.name;
+                let (rest, _) = name.rsplit_once(".eq")?;
+                rest.rsplit_once(".fold")?.1.parse().ok()
+            }
+            _ => None,
+        })
+        .min()
+}
+
+/// [`intern_const`] for a constant folded at `depth` (see [`fold_depth`]), named
+/// `{stem}.fold{depth}` made unique; `stem` loses any `.fold<d>.eq<n>` suffix first, so
+/// that names do not grow with each fold.
+pub fn intern_folded(egraph: &mut TEGraph, stem: &str, depth: u32, value: &Tensor) -> Option<Id> {
+    let stem = match stem.rsplit_once(".fold") {
+        Some((head, tail))
+            if tail
+                .split_once(".eq")
+                .is_some_and(|(d, n)| d.parse::<u32>().is_ok() && n.parse::<u64>().is_ok()) =>
+        {
+            head
+        }
+        _ => stem,
+    };
+    intern_const(egraph, &format!("{stem}.fold{depth}"), value)
+}
+
+/// The name of the constant in class `id` (its first constant leaf).
+pub fn const_name(egraph: &TEGraph, id: Id) -> Option<String> {
+    let c = const_index(egraph, id)?;
+    Some(egraph.analysis.consts.get(c as usize)?.name.clone())
+}
+
 /// The result of evaluating `op` on `operands` with the reference interpreter (its first
 /// result), for rules that compute new constants.
 pub fn eval(op: &Op, operands: &[&Tensor]) -> Option<Tensor> {
