@@ -114,7 +114,9 @@ fn same_bits(a: &[Tensor], b: &[Tensor]) -> bool {
 #[test]
 fn passes_preserve_interpreter_results() {
     let mut pipelines: BTreeMap<String, Pipeline> = BTreeMap::new();
-    for p in registry() {
+    // `eqsat` reassociates float arithmetic: it has its own test below, within a tolerance
+    // (and may be registered by that test in this process).
+    for p in registry().into_iter().filter(|p| p.name != "eqsat") {
         pipelines.insert(
             p.name.to_string(),
             Pipeline::parse(p.name).expect("pass name parses"),

@@ -1,7 +1,15 @@
 //! Algebra: identities and zeros, cancellations, distributing and factoring matmul over add,
-//! and bounded associativity.
+//! bounded associativity (only where two constants fold into one), and scalars moved to the
+//! smaller side of a matmul.
 
-use super::{Rule, RuleKind::Algebra, all_equal, pattern_rule, rule, ty, value, var};
+use egg::{Id, Subst};
+
+use super::{
+    MAX_FOLD_DEPTH, Rule, RuleKind::Algebra, add_op, all_equal, any_rule, const_name, eval,
+    fold_depth, intern_const, intern_folded, is_scalar, numel, pattern_rule, rule, ty, value, var,
+};
+use crate::analysis::TEGraph;
+use crate::ir::{BinaryOp, ElemType, Op, UnaryOp};
 
 /// The algebra rules.
 pub fn rules() -> Vec<Rule> {
@@ -65,29 +73,53 @@ pub fn rules() -> Vec<Rule> {
                     .map(|&d| usize::try_from(d).ok())
                     .collect::<Option<_>>()?;
                 let zero = crate::ir::Tensor::zeros(t.elem, &dims).ok()?;
-                super::add_const(eg, "zero", &zero)
+                intern_const(eg, "zero", &zero)
             },
         ),
-        pattern_rule(
+        rule(
             "matmul-factor-left",
             Algebra,
-            "x@a + x@b => x@(a + b): one matmul instead of two",
+            "x@a + x@b => x@(a + b): one matmul instead of two (a and b with the same matrix \
+             extents: a broadcast inside the matrix axes does not distribute)",
             "(add (matmul ?x ?a) (matmul ?x ?b))",
-            "(matmul ?x (add ?a ?b))",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let sum = add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Add),
+                    &[var(s, "?a")?, var(s, "?b")?],
+                )?;
+                add_op(eg, Op::MatMul, &[var(s, "?x")?, sum])
+            },
         ),
-        pattern_rule(
+        rule(
             "matmul-factor-right",
             Algebra,
-            "a@x + b@x => (a + b)@x",
+            "a@x + b@x => (a + b)@x (a and b with the same matrix extents)",
             "(add (matmul ?a ?x) (matmul ?b ?x))",
-            "(matmul (add ?a ?b) ?x)",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let sum = add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Add),
+                    &[var(s, "?a")?, var(s, "?b")?],
+                )?;
+                add_op(eg, Op::MatMul, &[sum, var(s, "?x")?])
+            },
         ),
-        pattern_rule(
+        rule(
             "matmul-distribute-left",
             Algebra,
-            "x@(a + b) => x@a + x@b (the reverse of matmul-factor-left)",
+            "x@(a + b) => x@a + x@b (the reverse of matmul-factor-left; a and b with the same \
+             matrix extents)",
             "(matmul ?x (add ?a ?b))",
-            "(add (matmul ?x ?a) (matmul ?x ?b))",
+            |eg, _, s| {
+                same_matrices(eg, s)?;
+                let x = var(s, "?x")?;
+                let xa = add_op(eg, Op::MatMul, &[x, var(s, "?a")?])?;
+                let xb = add_op(eg, Op::MatMul, &[x, var(s, "?b")?])?;
+                add_op(eg, Op::Binary(BinaryOp::Add), &[xa, xb])
+            },
         ),
         pattern_rule(
             "relu-relu",
@@ -96,5 +128,287 @@ pub fn rules() -> Vec<Rule> {
             "(relu (relu ?x))",
             "(relu ?x)",
         ),
+        // Identities with a constant operand. The type guard refuses each one where the
+        // constant would broadcast x to a larger shape.
+        rule(
+            "pow-one",
+            Algebra,
+            "x ^ 1 => x (cheaper: no op)",
+            "(pow ?x ?o)",
+            |eg, _, s| all_equal(value(eg, s, "?o")?, 1.0).then(|| var(s, "?x"))?,
+        ),
+        rule(
+            "pow-two",
+            Algebra,
+            "x ^ 2 => x * x (cheaper: a multiply instead of a power)",
+            "(pow ?x ?t)",
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?t")?, 2.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Binary(BinaryOp::Mul), &[x, x])
+            },
+        ),
+        any_rule(
+            "mul-neg-one",
+            Algebra,
+            "x * -1 => -x (cheaper: a unary op, no constant read)",
+            ["(mul ?x ?m)", "(mul ?m ?x)"],
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?m")?, -1.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Neg), &[x])
+            },
+        ),
+        rule(
+            "zero-sub",
+            Algebra,
+            "0 - x => -x (cheaper: a unary op; signed and float types only, -0 for x = 0)",
+            "(sub ?z ?x)",
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?z")?, 0.0) {
+                    return None;
+                }
+                if matches!(ty(eg, s, "?x")?.elem, ElemType::U8 | ElemType::Bool) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Neg), &[x])
+            },
+        ),
+        any_rule(
+            "relu-max-zero",
+            Algebra,
+            "max(x, 0) => relu(x) (cheaper: a unary op, no constant read; NaN stays NaN)",
+            ["(max ?x ?z)", "(max ?z ?x)"],
+            |eg, _, s| {
+                if !all_equal(value(eg, s, "?z")?, 0.0) {
+                    return None;
+                }
+                let x = var(s, "?x")?;
+                add_op(eg, Op::Unary(UnaryOp::Relu), &[x])
+            },
+        ),
+        // Negations absorbed.
+        pattern_rule(
+            "sub-neg",
+            Algebra,
+            "x - (-y) => x + y (cheaper: the negation goes)",
+            "(sub ?x (neg ?y))",
+            "(add ?x ?y)",
+        ),
+        pattern_rule(
+            "add-neg",
+            Algebra,
+            "x + (-y) => x - y (cheaper: the negation goes)",
+            "(add ?x (neg ?y))",
+            "(sub ?x ?y)",
+        ),
+        pattern_rule(
+            "neg-sub",
+            Algebra,
+            "-(x - y) => y - x (cheaper: the negation goes; x = y gives +0 where -0 was)",
+            "(neg (sub ?x ?y))",
+            "(sub ?y ?x)",
+        ),
+        pattern_rule(
+            "neg-mul",
+            Algebra,
+            "(-x) * y => -(x * y) (mirror, same cost when x and y have one shape: moves the \
+             negation out to where neg-neg, add-neg and sub-neg remove it)",
+            "(mul (neg ?x) ?y)",
+            "(neg (mul ?x ?y))",
+        ),
+        // Unary cancellations.
+        pattern_rule(
+            "reciprocal-reciprocal",
+            Algebra,
+            "1/(1/x) => x (cheaper; equal within rounding, except where 1/x overflows)",
+            "(reciprocal (reciprocal ?x))",
+            "?x",
+        ),
+        pattern_rule(
+            "log-exp",
+            Algebra,
+            "log(exp(x)) => x (cheaper, and exact where exp(x) does not overflow; the reverse, \
+             exp(log(x)), is wrong for x <= 0 and is not a rule)",
+            "(log (exp ?x))",
+            "?x",
+        ),
+        pattern_rule(
+            "abs-abs",
+            Algebra,
+            "|(|x|)| => |x|",
+            "(abs (abs ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule(
+            "abs-neg",
+            Algebra,
+            "|-x| => |x|",
+            "(abs (neg ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule(
+            "relu-abs",
+            Algebra,
+            "relu(|x|) => |x| (|x| is never negative)",
+            "(relu (abs ?x))",
+            "(abs ?x)",
+        ),
+        pattern_rule("max-self", Algebra, "max(x, x) => x", "(max ?x ?x)", "?x"),
+        pattern_rule("min-self", Algebra, "min(x, x) => x", "(min ?x ?x)", "?x"),
+        // Bounded associativity: two known constants fold into one, so each application
+        // removes an op and nothing can grow without limit.
+        rule(
+            "add-const-assoc",
+            Algebra,
+            "(x + c1) + c2 => x + (c1 + c2) for known c1, c2: one add, the constants fold \
+             (equal within rounding)",
+            "(add (add ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Add, false),
+        ),
+        rule(
+            "mul-const-assoc",
+            Algebra,
+            "(x * c1) * c2 => x * (c1 * c2) for known c1, c2: one multiply, the constants fold \
+             (equal within rounding)",
+            "(mul (mul ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Mul, BinaryOp::Mul, false),
+        ),
+        rule(
+            "add-sub-const",
+            Algebra,
+            "(x + c1) - c2 => x + (c1 - c2) for known c1, c2: one add, the constants fold",
+            "(sub (add ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, false),
+        ),
+        rule(
+            "sub-add-const",
+            Algebra,
+            "(x - c1) + c2 => x + (c2 - c1) for known c1, c2: one add, the constants fold",
+            "(add (sub ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, true),
+        ),
+        rule(
+            "sub-sub-const",
+            Algebra,
+            "(x - c1) - c2 => x - (c1 + c2) for known c1, c2: one subtract, the constants fold",
+            "(sub (sub ?x ?c1) ?c2)",
+            |eg, _, s| fold_pair(eg, s, BinaryOp::Sub, BinaryOp::Add, false),
+        ),
+        rule(
+            "div-const-to-mul",
+            Algebra,
+            "x / c => x * (1/c) for a known float c whose reciprocal is finite and non-zero \
+             (cheaper: a multiply instead of a divide; exact for powers of two, else within \
+             one rounding)",
+            "(div ?x ?c)",
+            |eg, _, s| {
+                if !ty(eg, s, "?c")?.elem.is_float() {
+                    return None;
+                }
+                if value(eg, s, "?x").is_some() {
+                    return None; // a constant: folded by the analysis
+                }
+                let c = var(s, "?c")?;
+                let depth = fold_depth(eg, c)? + 1;
+                if depth > MAX_FOLD_DEPTH {
+                    return None;
+                }
+                let r = eval(&Op::Unary(UnaryOp::Reciprocal), &[value(eg, s, "?c")?])?;
+                let rv = r.to_f64_vec();
+                if rv.is_empty() || !rv.iter().all(|v| v.is_finite() && *v != 0.0) {
+                    return None;
+                }
+                let stem = format!("{}.reciprocal", const_name(eg, c).unwrap_or_default());
+                let r = intern_folded(eg, &stem, depth, &r)?;
+                add_op(eg, Op::Binary(BinaryOp::Mul), &[var(s, "?x")?, r])
+            },
+        ),
+        // A scalar factor moved across a matmul, to the smaller of the two tensors.
+        any_rule(
+            "matmul-scale-out",
+            Algebra,
+            "(a * s) @ b => (a @ b) * s for a one-element s, when the product has no more \
+             elements than a (the scaling runs on the smaller tensor; 2-D, it can then fold \
+             into a gemm's alpha)",
+            ["(matmul (mul ?a ?s) ?b)", "(matmul (mul ?s ?a) ?b)"],
+            |eg, c, s| scale_out(eg, c, s, "?a"),
+        ),
+        any_rule(
+            "matmul-scale-out-right",
+            Algebra,
+            "a @ (b * s) => (a @ b) * s for a one-element s, when the product has no more \
+             elements than b",
+            ["(matmul ?a (mul ?b ?s))", "(matmul ?a (mul ?s ?b))"],
+            |eg, c, s| scale_out(eg, c, s, "?b"),
+        ),
     ]
+}
+
+/// `(x inner c1) outer c2` rebuilt as `x op (c1 fold c2)` where both constants are known:
+/// `outer_op` is the op between x and the folded constant, `fold` combines the constants
+/// (`swap`: `c2 fold c1`). The folded constant is computed here and interned (equal values
+/// share one class), at most [`MAX_FOLD_DEPTH`] folds deep (see [`fold_depth`]: around a
+/// cycle of classes, reassociation would otherwise fold new constants without end).
+fn fold_pair(
+    eg: &mut TEGraph,
+    s: &Subst,
+    outer_op: BinaryOp,
+    fold: BinaryOp,
+    swap: bool,
+) -> Option<Id> {
+    // A known x makes the whole term a constant, which the analysis folds. Reassociating
+    // it would only make new constants: with commutativity, every product (or sum) of the
+    // constants in reach, without end.
+    if value(eg, s, "?x").is_some() {
+        return None;
+    }
+    let (v1, v2) = (value(eg, s, "?c1")?, value(eg, s, "?c2")?);
+    let (c1, c2) = (var(s, "?c1")?, var(s, "?c2")?);
+    let depth = fold_depth(eg, c1)? + fold_depth(eg, c2)? + 1;
+    if depth > MAX_FOLD_DEPTH {
+        return None;
+    }
+    let pair = if swap { [v2, v1] } else { [v1, v2] };
+    let folded = eval(&Op::Binary(fold), &pair)?;
+    if folded.len() > eg.analysis.fold_limit {
+        return None;
+    }
+    let stem = const_name(eg, c1).unwrap_or_else(|| "c".into());
+    let folded = intern_folded(eg, &stem, depth, &folded)?;
+    add_op(eg, Op::Binary(outer_op), &[var(s, "?x")?, folded])
+}
+
+/// `Some` when `?a` and `?b` have the same matrix extents: the same rank class (1-D, or at
+/// least 2-D) and equal last one or two extents. Only their batch axes may broadcast: a
+/// matmul distributes over an add batch by batch, but not over a broadcast inside the
+/// matrices (`x @ (a + row)` is not `x @ a + x @ row` for a 1-D `row`).
+fn same_matrices(eg: &TEGraph, s: &Subst) -> Option<()> {
+    let (a, b) = (ty(eg, s, "?a")?, ty(eg, s, "?b")?);
+    let tail = |t: &crate::ir::TensorType| t.shape[t.rank().saturating_sub(2)..].to_vec();
+    let ok = a.rank() >= 1
+        && b.rank() >= 1
+        && (a.rank() >= 2) == (b.rank() >= 2)
+        && tail(&a) == tail(&b);
+    ok.then_some(())
+}
+
+/// `matmul` with a one-element factor on operand `scaled` (`?a` or `?b`) rebuilt as the
+/// product scaled, when the product is no larger than the scaled operand.
+fn scale_out(eg: &mut TEGraph, class: Id, s: &Subst, scaled: &str) -> Option<Id> {
+    if !is_scalar(&ty(eg, s, "?s")?) {
+        return None;
+    }
+    let out = eg[class].data.ty()?.clone();
+    if numel(&out)? > numel(&ty(eg, s, scaled)?)? {
+        return None;
+    }
+    let (a, b, k) = (var(s, "?a")?, var(s, "?b")?, var(s, "?s")?);
+    let product = add_op(eg, Op::MatMul, &[a, b])?;
+    add_op(eg, Op::Binary(BinaryOp::Mul), &[product, k])
 }

@@ -10,13 +10,13 @@
 use std::sync::Arc;
 
 use egg::{
-    Applier, Id, Language, MultiPattern, Pattern, PatternAst, Rewrite, SearchMatches, Subst,
-    Symbol, Var,
+    Applier, Id, Language, MultiPattern, Pattern, PatternAst, Rewrite, SearchMatches, Searcher,
+    Subst, Symbol, Var,
 };
 
-use crate::analysis::{TEGraph, TypeAnalysis, node_types};
-use crate::ir::{Op, Tensor, TensorType};
-use crate::lang::{Attr, TNode, op_node};
+use crate::analysis::{TEGraph, TypeAnalysis, node_op, node_types};
+use crate::ir::{Dim, ElemType, Op, Tensor, TensorType};
+use crate::lang::{Attr, TNode, is_plain, op_node};
 
 pub mod algebra;
 pub mod fusion;
@@ -316,9 +316,267 @@ pub fn const_tensor(egraph: &TEGraph, id: Id) -> Option<Tensor> {
     Tensor::from_typed_le_bytes(&c.ty, &c.data).ok()
 }
 
+/// The value of class `id`: the analysis's when known, else that of its constant leaf,
+/// whatever its size.
+pub fn known(egraph: &TEGraph, id: Id) -> Option<Tensor> {
+    egraph[id]
+        .data
+        .value
+        .clone()
+        .or_else(|| const_tensor(egraph, id))
+}
+
 /// Whether every element of `t` equals `x`.
 pub fn all_equal(t: &Tensor, x: f64) -> bool {
     !t.is_empty() && t.to_f64_vec().iter().all(|&v| v == x)
+}
+
+/// A searcher over alternatives: every match of every searcher in the list. One rule can
+/// thus cover several op kinds, operand orders or arities; its builder reads which one
+/// matched from the e-graph (see [`find_op`], [`lookup_op`]) or from the optional variables.
+struct AnyOf(Vec<Box<dyn Searcher<TNode, TypeAnalysis> + Send + Sync>>);
+
+impl Searcher<TNode, TypeAnalysis> for AnyOf {
+    fn search_eclass_with_limit(
+        &self,
+        egraph: &TEGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, TNode>> {
+        let mut substs = Vec::new();
+        for s in &self.0 {
+            if substs.len() >= limit {
+                break;
+            }
+            if let Some(m) = s.search_eclass_with_limit(egraph, eclass, limit - substs.len()) {
+                substs.extend(m.substs);
+            }
+        }
+        (!substs.is_empty()).then_some(SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn search_with_limit(&self, egraph: &TEGraph, limit: usize) -> Vec<SearchMatches<'_, TNode>> {
+        let mut out = Vec::new();
+        let mut left = limit;
+        for s in &self.0 {
+            if left == 0 {
+                break;
+            }
+            for m in s.search_with_limit(egraph, left) {
+                left = left.saturating_sub(m.substs.len());
+                out.push(SearchMatches {
+                    eclass: m.eclass,
+                    substs: m.substs,
+                    ast: None,
+                });
+            }
+        }
+        out
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        let mut vars: Vec<Var> = self.0.iter().flat_map(|s| s.vars()).collect();
+        vars.sort();
+        vars.dedup();
+        vars
+    }
+}
+
+/// A rule whose searcher is any of several patterns (variables a pattern does not bind are
+/// absent from its substitutions: [`var`] returns `None` for them).
+pub fn any_rule(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    lhs: impl IntoIterator<Item = impl AsRef<str>>,
+    build: impl Fn(&mut TEGraph, Id, &Subst) -> Option<Id> + Send + Sync + 'static,
+) -> Rule {
+    let searcher = AnyOf(
+        lhs.into_iter()
+            .map(|p| {
+                Box::new(pattern(p.as_ref()))
+                    as Box<dyn Searcher<TNode, TypeAnalysis> + Send + Sync>
+            })
+            .collect(),
+    );
+    let rewrite = Rewrite::new(
+        name,
+        searcher,
+        Guarded {
+            build: Arc::new(build),
+        },
+    )
+    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
+    Rule {
+        name,
+        kind,
+        doc,
+        rewrite,
+    }
+}
+
+/// A multi-pattern rule whose searcher is any of several multi-patterns.
+pub fn any_multi_rule(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    patterns: &[&str],
+    build: impl Fn(&mut TEGraph, &Subst) -> Vec<(Id, Id)> + Send + Sync + 'static,
+) -> Rule {
+    let searcher = AnyOf(
+        patterns
+            .iter()
+            .map(|p| {
+                let m: MultiPattern<TNode> = p
+                    .parse()
+                    .unwrap_or_else(|e| panic!("rule {name}: multi-pattern does not parse: {e}"));
+                Box::new(m) as Box<dyn Searcher<TNode, TypeAnalysis> + Send + Sync>
+            })
+            .collect(),
+    );
+    let rewrite = Rewrite::new(
+        name,
+        searcher,
+        GuardedMany {
+            build: Arc::new(build),
+        },
+    )
+    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
+    Rule {
+        name,
+        kind,
+        doc,
+        rewrite,
+    }
+}
+
+/// The class of the existing node applying `op` to `operands`, without adding anything.
+pub fn lookup_op(egraph: &TEGraph, op: &Op, operands: &[Id]) -> Option<Id> {
+    let attr = if is_plain(op) {
+        None
+    } else {
+        Some(egraph.lookup(TNode::Attr(Box::new(Attr::new(op.clone()))))?)
+    };
+    egraph.lookup(op_node(op, attr, operands))
+}
+
+/// The first op node of class `class` for which `pred` holds (given the op and its operand
+/// classes, canonical), with its operands.
+pub fn find_op(
+    egraph: &TEGraph,
+    class: Id,
+    pred: impl Fn(&Op, &[Id]) -> bool,
+) -> Option<(Op, Vec<Id>)> {
+    egraph[class].nodes.iter().find_map(|n| {
+        let (op, operands) = node_op(egraph, n)?;
+        let operands: Vec<Id> = operands.iter().map(|&o| egraph.find(o)).collect();
+        pred(&op, &operands).then_some((op, operands))
+    })
+}
+
+/// Adds a constant holding `value` unless an equal one (same type and bytes) is already in
+/// the table, in which case that one is reused. Rules that compute constants use this, so
+/// that applying a rule again to the same match adds nothing (egg re-applies every match in
+/// every iteration): with [`add_const`] each application would add a fresh leaf and the
+/// e-graph would grow by one node per iteration and never saturate.
+pub fn intern_const(egraph: &mut TEGraph, base: &str, value: &Tensor) -> Option<Id> {
+    let ty = value.ty();
+    let data = value.to_le_bytes();
+    let found = egraph
+        .analysis
+        .consts
+        .iter()
+        .position(|c| c.ty == ty && c.data.as_ref() == data.as_slice());
+    match found {
+        Some(c) => add(egraph, TNode::Const(c as u32)),
+        None => add_const(egraph, base, value),
+    }
+}
+
+/// The most folds behind one constant that rules compute from other constants (see
+/// [`fold_depth`]).
+pub const MAX_FOLD_DEPTH: u32 = 3;
+
+/// How many folds made a constant of class `id`, the least over its constant leaves: 0 for a
+/// constant of the graph, `d` for one a rule added with [`intern_folded`] at depth `d`.
+/// `None` when the class has neither (its value is unknown, or only the analysis folded it).
+///
+/// Rules that compute a constant from constants (reassociation, conv folding) give the new
+/// one the depth of its deepest source plus one and refuse to go past [`MAX_FOLD_DEPTH`].
+/// That bounds them: the e-graph can hold cycles of classes (`x * 0 = (x * 0) * k`, or
+/// `x * c * (1/c)` where the product rounds to 1), and folding around a cycle again and
+/// again would otherwise make a new constant (`k^2`, `k^3`, ...) in every iteration.
+pub fn fold_depth(egraph: &TEGraph, id: Id) -> Option<u32> {
+    let a = &egraph.analysis;
+    egraph[id]
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            TNode::Const(c) if (*c as usize) < a.original_consts => Some(0),
+            TNode::Const(c) => {
+                let name = &a.consts.get(*c as usize)?.name;
+                let (rest, _) = name.rsplit_once(".eq")?;
+                rest.rsplit_once(".fold")?.1.parse().ok()
+            }
+            _ => None,
+        })
+        .min()
+}
+
+/// [`intern_const`] for a constant folded at `depth` (see [`fold_depth`]), named
+/// `{stem}.fold{depth}` made unique; `stem` loses any `.fold<d>.eq<n>` suffix first, so
+/// that names do not grow with each fold.
+pub fn intern_folded(egraph: &mut TEGraph, stem: &str, depth: u32, value: &Tensor) -> Option<Id> {
+    let stem = match stem.rsplit_once(".fold") {
+        Some((head, tail))
+            if tail
+                .split_once(".eq")
+                .is_some_and(|(d, n)| d.parse::<u32>().is_ok() && n.parse::<u64>().is_ok()) =>
+        {
+            head
+        }
+        _ => stem,
+    };
+    intern_const(egraph, &format!("{stem}.fold{depth}"), value)
+}
+
+/// The name of the constant in class `id` (its first constant leaf).
+pub fn const_name(egraph: &TEGraph, id: Id) -> Option<String> {
+    let c = const_index(egraph, id)?;
+    Some(egraph.analysis.consts.get(c as usize)?.name.clone())
+}
+
+/// The result of evaluating `op` on `operands` with the reference interpreter (its first
+/// result), for rules that compute new constants.
+pub fn eval(op: &Op, operands: &[&Tensor]) -> Option<Tensor> {
+    crate::ir::interp::eval_op(op, operands)
+        .ok()?
+        .into_iter()
+        .next()
+}
+
+/// A tensor of element type `elem` and shape `dims` from `values` (row-major), converted
+/// with the IR's cast semantics.
+pub fn f64_tensor(elem: ElemType, dims: &[usize], values: &[f64]) -> Option<Tensor> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = Tensor::from_le_bytes(ElemType::F64, dims, &bytes).ok()?;
+    eval(&Op::Cast { to: elem }, &[&t])
+}
+
+/// The number of elements of `ty`, when every extent is static.
+pub fn numel(ty: &TensorType) -> Option<u64> {
+    ty.static_dims()?
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+}
+
+/// Whether `ty` holds exactly one element (every extent is a static 1, or rank 0).
+pub fn is_scalar(ty: &TensorType) -> bool {
+    ty.shape.iter().all(|d| *d == Dim::Static(1))
 }
 
 /// Every rule, in a stable order (algebra, layout, fusion; each file's order).
