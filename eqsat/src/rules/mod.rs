@@ -616,3 +616,19 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod readme_tests {
+    #[test]
+    fn readme_lists_every_rule() {
+        let readme = include_str!("README.md");
+        for r in super::all_rules() {
+            assert!(
+                readme.contains(&format!("| `{}` | {} |", r.name, r.kind.name())),
+                "rules/README.md does not list {} ({})",
+                r.name,
+                r.kind.name()
+            );
+        }
+    }
+}
