@@ -260,3 +260,314 @@ fn bad_input_is_a_clear_error() {
         "{err}"
     );
 }
+
+// Review tests: odd targets (a device without links), huge shapes, bad calibration files,
+// odd graphs, nothing written on error, and the driver's registration checks.
+
+const DUO: &str = r#"host = "a"
+[[device]]
+name = "a"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "b"
+kind = "acc"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 2e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "a"
+b = "b"
+bandwidth = 4e6
+latency = 1e-4
+"#;
+
+#[test]
+fn a_device_without_links_is_skipped_by_placement() {
+    // `island` has no link: it cannot receive the inputs, so placement must pass it over
+    // and put the ops on the host, not fail the whole compile.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(
+        dir.path(),
+        "isl.toml",
+        r#"host = "a"
+[[device]]
+name = "a"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "island"
+kind = "acc"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 2e6 }
+lowering = "cpu"
+"#,
+    );
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000]\n  return %0\n}\n",
+    );
+    let out = ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .arg("--target")
+        .arg(&board));
+    assert!(out.contains("1 ops on a "), "{out}");
+}
+
+#[test]
+fn huge_shapes_are_errors_not_panics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(dir.path(), "duo.toml", DUO);
+    // Each value is 2^62 bytes, which the verifier accepts; four of them live at once on
+    // the host overflow a u64 byte count.
+    let t = "f32[1152921504606846976]";
+    let model = write(
+        dir.path(),
+        "huge.tir",
+        &format!(
+            "graph @g(%x: {t}, %y: {t}, %z: {t}, %w: {t}) {{\n  %0 = add %x, %y : {t}\n  %1 = add %z, %w : {t}\n  return %0, %1\n}}\n"
+        ),
+    );
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&board),
+    );
+    assert!(err.contains("too large"), "{err}");
+}
+
+#[test]
+fn bad_calibration_files_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(dir.path(), "duo.toml", DUO);
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000]\n  return %0\n}\n",
+    );
+    for (text, expect) in [
+        (
+            "[[measurement]]\ndevice = \"a\"\nop = \"relu\"\nseconds = nan\n",
+            "cal.toml:4",
+        ),
+        (
+            "[[measurement]]\ndevice = \"a\"\nop = \"relu\"\nseconds = -1\n",
+            "cal.toml:4",
+        ),
+        (
+            "[[measurement]]\ndevice = \"a\"\nop = \"relux\"\nseconds = 1\n",
+            "cal.toml:3",
+        ),
+        (
+            "[[measurement]]\ndevice = \"a\"\nop = \"relu\"\noperands = [\"f32[N]\"]\nseconds = 1\n",
+            "cal.toml:4",
+        ),
+        ("[[measurement]\n", "cal.toml:1"),
+        ("measurement = 3\n", "cal.toml:1"),
+    ] {
+        let cal = write(dir.path(), "cal.toml", text);
+        let err = fails(
+            tessera()
+                .arg("compile")
+                .arg(&model)
+                .arg("--target")
+                .arg(&board)
+                .arg("--calibration")
+                .arg(&cal),
+        );
+        assert!(err.contains(expect), "{text}: {err}");
+    }
+    // A missing file.
+    fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&board)
+            .arg("--calibration")
+            .arg(dir.path().join("missing.toml")),
+    );
+}
+
+#[test]
+fn calibration_for_a_scalar_operand_matches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(dir.path(), "duo.toml", DUO);
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[]) {\n  %0 = relu %x : f32[] device(\"a\")\n  return %0\n}\n",
+    );
+    let cal = write(
+        dir.path(),
+        "cal.toml",
+        "[[measurement]]\ndevice = \"a\"\nop = \"relu\"\noperands = [\"f32[]\"]\nseconds = 7e-3\n",
+    );
+    let out = ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .arg("--target")
+        .arg(&board)
+        .arg("--calibration")
+        .arg(&cal));
+    assert!(out.contains("latency      7.000 ms\n"), "{out}");
+}
+
+#[test]
+fn odd_graphs_compile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(dir.path(), "duo.toml", DUO);
+    for (name, text) in [
+        ("ident.tir", "graph @g(%x: f32[4]) {\n  return %x, %x\n}\n"),
+        (
+            "consts.tir",
+            "const @c : f32[2] = [1.0, 2.0]\ngraph @g() {\n  %c = const @c : f32[2]\n  return %c\n}\n",
+        ),
+    ] {
+        let model = write(dir.path(), name, text);
+        let out = ok(tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&board)
+            .arg("-o")
+            .arg(dir.path().join(format!("out-{name}"))));
+        assert!(out.contains("latency      0.000 s\n"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn nothing_is_written_when_simulation_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let board = write(dir.path(), "duo.toml", DUO);
+    // relu is pinned on `b`, which a target with supported_ops refuses.
+    let strict = write(
+        dir.path(),
+        "strict.toml",
+        &DUO.replace(
+            "compute = { f32 = 2e6 }",
+            "compute = { f32 = 2e6 }\nsupported_ops = [\"add\"]",
+        ),
+    );
+    let model = write(
+        dir.path(),
+        "m.tir",
+        "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000] device(\"b\")\n  return %0\n}\n",
+    );
+    ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .arg("--target")
+        .arg(&board));
+    let out = dir.path().join("out");
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&strict)
+            .arg("-o")
+            .arg(&out),
+    );
+    assert!(err.contains("cannot run on b"), "{err}");
+    assert!(!out.exists());
+}
+
+fn no_pass(
+    _: &tessera_passes::Options,
+) -> Result<Box<dyn tessera_passes::Pass>, tessera_passes::PassError> {
+    Err(tessera_passes::PassError::new("unused"))
+}
+
+#[test]
+fn driver_refuses_clashing_and_repeated_names() {
+    use std::sync::Arc;
+    use tessera::driver::Driver;
+    let info = |name: &'static str| tessera_passes::PassInfo {
+        name,
+        summary: "",
+        options: &[],
+        create: no_pass,
+    };
+    // A built-in pass name.
+    let err = Driver::new("t")
+        .pass(info("cse"))
+        .register()
+        .expect_err("clash");
+    assert!(err.contains("`cse` is already registered"), "{err}");
+    // The same pass twice.
+    let err = Driver::new("t")
+        .pass(info("review-twice"))
+        .pass(info("review-twice"))
+        .register()
+        .expect_err("twice");
+    assert!(
+        err.contains("`review-twice` is already registered"),
+        "{err}"
+    );
+    // Not kebab-case.
+    let err = Driver::new("t")
+        .pass(info("Bad_Name"))
+        .register()
+        .expect_err("bad");
+    assert!(err.contains("not kebab-case"), "{err}");
+    // A built-in target's name.
+    let cpu = tessera_targets::builtin_target("cpu")
+        .expect("cpu")
+        .expect("valid");
+    let err = Driver::new("t")
+        .target(Arc::new(cpu.clone()))
+        .register()
+        .expect_err("clash");
+    assert!(err.contains("cpu"), "{err}");
+    // The same target twice.
+    let mut mine = cpu;
+    mine.name = "review-board".to_string();
+    let err = Driver::new("t")
+        .target(Arc::new(mine.clone()))
+        .target(Arc::new(mine))
+        .register()
+        .expect_err("twice");
+    assert!(err.contains("review-board"), "{err}");
+}
+
+#[test]
+fn recompiling_placed_ir_counts_the_same_ops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--target",
+            "mcm-2x2",
+            "--input-shape",
+            "x=4x16",
+            "--passes",
+            "canonicalize,cse,dce",
+            "-o",
+        ])
+        .arg(dir.path()));
+    assert!(out.contains("): 6 ops\n"), "{out}");
+    let again = ok(tessera()
+        .arg("compile")
+        .arg(dir.path().join("placed.tir"))
+        .args(["--target", "mcm-2x2"]));
+    // Constants are not ops in the header's count, nor in placement's.
+    assert!(again.contains("): 6 ops\n"), "{again}");
+    assert!(
+        again.contains("placement    all 6 ops were already placed\n"),
+        "{again}"
+    );
+}
