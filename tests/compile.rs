@@ -571,3 +571,27 @@ fn recompiling_placed_ir_counts_the_same_ops() {
         "{again}"
     );
 }
+
+#[test]
+fn annotations_that_overflow_a_device_are_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 16 Mi f32 elements in and out: 128 MiB live on a chiplet of 32 MiB.
+    let model = write(
+        dir.path(),
+        "big.tir",
+        "graph @g(%x: f32[16777216]) {\n  %0 = relu %x : f32[16777216] device(\"chip1\")\n  return %0\n}\n",
+    );
+    let out = dir.path().join("out");
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .args(["--target", "mcm-2x2", "-o"])
+            .arg(&out),
+    );
+    assert!(
+        err.contains("the placed graph does not fit on chip1: it needs 134217728 bytes at its peak, 100663296 more than the device's 33554432 bytes"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -94,6 +94,17 @@ pub fn compile(
     let placement = place_unplaced(&mut graph, &cost)?;
     let devices = placement_from_graph(&graph, target.spec(), None)?;
     let report = simulate(&graph, &cost, &devices, &SimOptions { samples })?;
+    // Placement never overflows a device; annotations written by hand or by a pass can.
+    if let Some(d) = report.devices.iter().find(|d| d.peak_memory > d.capacity) {
+        bail!(
+            "the placed graph does not fit on {}: it needs {} bytes at its peak, {} more than \
+             the device's {} bytes",
+            d.name,
+            d.peak_memory,
+            d.peak_memory - d.capacity,
+            d.capacity
+        );
+    }
     Ok(Compiled {
         graph,
         placement,

@@ -163,6 +163,14 @@ impl<'a> CostModel<'a> {
         }
         let work = op_work(graph, op)?;
         if let Some(seconds) = self.target.op_time(graph, op, d, &work) {
+            if !seconds.is_finite() || seconds < 0.0 {
+                return Ok(OpTime::Unsupported(format!(
+                    "target `{}` gave {seconds} s for `{name}` on {}; times must be finite and \
+                     not negative",
+                    self.spec().name,
+                    d.name
+                )));
+            }
             return Ok(OpTime::Time {
                 seconds,
                 source: TimeSource::Target,
@@ -176,7 +184,10 @@ impl<'a> CostModel<'a> {
         if from == to {
             return Ok(0.0);
         }
-        if let Some(t) = self.target.transfer_time(from, to, bytes) {
+        if let Some(t) = self.target.transfer_time(from, to, bytes)
+            && t.is_finite()
+            && t >= 0.0
+        {
             return Ok(t);
         }
         let r = self.route(from, to)?;
@@ -218,7 +229,10 @@ impl<'a> CostModel<'a> {
             if from == to {
                 continue;
             }
-            if let Some(t) = self.target.transfer_time(from, to, chunk) {
+            if let Some(t) = self.target.transfer_time(from, to, chunk)
+                && t.is_finite()
+                && t >= 0.0
+            {
                 latency = latency.max(t);
                 continue;
             }

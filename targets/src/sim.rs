@@ -70,6 +70,14 @@ pub enum SimError {
         /// Why.
         reason: String,
     },
+    /// The stream has more task instances (tasks times samples) than the simulator numbers.
+    #[error("{tasks} tasks times {samples} samples is too long a stream; simulate fewer samples")]
+    StreamTooLong {
+        /// Tasks per sample (ops and transfers).
+        tasks: usize,
+        /// Samples asked for.
+        samples: usize,
+    },
     /// A value's size is not static.
     #[error("value {value} has a symbolic shape {ty}; bind it with --input-shape")]
     Symbolic {
@@ -243,8 +251,20 @@ pub fn simulate(
     options: &SimOptions,
 ) -> Result<SimReport, SimError> {
     let plan = build(graph, cost, placement)?;
-    let single = run(&plan, 1, true);
     let samples = options.samples.max(1);
+    // Task instances are numbered in 32 bits across the stream.
+    if plan
+        .tasks
+        .len()
+        .checked_mul(samples)
+        .is_none_or(|n| n > u32::MAX as usize)
+    {
+        return Err(SimError::StreamTooLong {
+            tasks: plan.tasks.len(),
+            samples,
+        });
+    }
+    let single = run(&plan, 1, true);
     let stream = if samples == 1 {
         single.clone()
     } else {

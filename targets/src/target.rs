@@ -19,7 +19,8 @@ pub trait Target: Send + Sync {
 
     /// Seconds that `op` (whose device-independent work is `work`) takes on `device`, in
     /// place of the roofline; `None` keeps the roofline. A calibration file still wins over
-    /// this hook, since it holds measurements.
+    /// this hook, since it holds measurements. A time that is not finite or is negative makes
+    /// the op unsupported there, with the reason.
     fn op_time(&self, graph: &Graph, op: OpId, device: &Device, work: &Work) -> Option<f64> {
         let _ = (graph, op, device, work);
         None
@@ -33,7 +34,8 @@ pub trait Target: Send + Sync {
     }
 
     /// Seconds to move `bytes` from device `from` to device `to` (indices into
-    /// `spec().devices`), in place of the link model along the route; `None` keeps it.
+    /// `spec().devices`), in place of the link model along the route; `None` keeps it. A
+    /// time that is not finite or is negative is ignored (the link model answers).
     fn transfer_time(&self, from: usize, to: usize, bytes: f64) -> Option<f64> {
         let _ = (from, to, bytes);
         None

@@ -1114,3 +1114,34 @@ latency = 0
     );
     assert_eq!(spec.route("s", "d").expect("route"), vec![2, 3, 4]);
 }
+
+/// A plugin whose hooks answer nonsense: NaN for ops, a negative transfer time.
+struct Broken(TargetSpec);
+
+impl Target for Broken {
+    fn spec(&self) -> &TargetSpec {
+        &self.0
+    }
+    fn op_time(&self, _: &Graph, _: OpId, _: &Device, _: &Work) -> Option<f64> {
+        Some(f64::NAN)
+    }
+    fn transfer_time(&self, _: usize, _: usize, _: f64) -> Option<f64> {
+        Some(-1.0)
+    }
+}
+
+#[test]
+fn nonsense_from_plugin_hooks_is_not_used() {
+    let plugin = Broken(target(PAIR));
+    let g = graph("graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000]\n  return %0\n}");
+    let cost = CostModel::new(&plugin, None);
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work"),
+        OpTime::Unsupported(
+            "target `pair` gave NaN s for `relu` on a; times must be finite and not negative"
+                .into()
+        )
+    );
+    // The link model answers instead: 0.1 ms + 4000 B / 4 MB/s.
+    assert_close(cost.transfer_time(0, 1, 4000.0).expect("route"), 1.1e-3);
+}
