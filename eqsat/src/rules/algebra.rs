@@ -6,7 +6,8 @@ use egg::{Id, Subst};
 
 use super::{
     MAX_FOLD_DEPTH, Rule, RuleKind::Algebra, add_op, all_equal, any_rule, const_name, eval,
-    fold_depth, intern_const, intern_folded, is_scalar, numel, pattern_rule, rule, ty, value, var,
+    fold_depth, intern_const, intern_folded, is_known, is_scalar, lookup_op, numel, pattern_rule,
+    rule, ty, value, var,
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, ElemType, Op, UnaryOp};
@@ -17,50 +18,56 @@ pub fn rules() -> Vec<Rule> {
         pattern_rule(
             "add-commute",
             Algebra,
-            "x + y => y + x",
+            "x + y => y + x (mirror, same cost: lets every other rule match either operand order)",
             "(add ?x ?y)",
             "(add ?y ?x)",
         ),
         pattern_rule(
             "mul-commute",
             Algebra,
-            "x * y => y * x",
+            "x * y => y * x (mirror, same cost: lets every other rule match either operand order)",
             "(mul ?x ?y)",
             "(mul ?y ?x)",
         ),
         rule(
             "add-zero",
             Algebra,
-            "x + 0 => x (when the zero does not broadcast x to a larger shape)",
+            "x + 0 => x (cheaper: no op; when the zero does not broadcast x to a larger shape)",
             "(add ?x ?z)",
             |eg, _, s| all_equal(value(eg, s, "?z")?, 0.0).then(|| var(s, "?x"))?,
         ),
         rule(
             "mul-one",
             Algebra,
-            "x * 1 => x (when the one does not broadcast x to a larger shape)",
+            "x * 1 => x (cheaper: no op; when the one does not broadcast x to a larger shape)",
             "(mul ?x ?o)",
             |eg, _, s| all_equal(value(eg, s, "?o")?, 1.0).then(|| var(s, "?x"))?,
         ),
         rule(
             "sub-zero",
             Algebra,
-            "x - 0 => x",
+            "x - 0 => x (cheaper: no op)",
             "(sub ?x ?z)",
             |eg, _, s| all_equal(value(eg, s, "?z")?, 0.0).then(|| var(s, "?x"))?,
         ),
         rule(
             "div-one",
             Algebra,
-            "x / 1 => x",
+            "x / 1 => x (cheaper: no op)",
             "(div ?x ?o)",
             |eg, _, s| all_equal(value(eg, s, "?o")?, 1.0).then(|| var(s, "?x"))?,
         ),
-        pattern_rule("neg-neg", Algebra, "-(-x) => x", "(neg (neg ?x))", "?x"),
+        pattern_rule(
+            "neg-neg",
+            Algebra,
+            "-(-x) => x (cheaper: no op)",
+            "(neg (neg ?x))",
+            "?x",
+        ),
         rule(
             "sub-self",
             Algebra,
-            "x - x => 0 for integer x (floats keep it: inf - inf is NaN)",
+            "x - x => 0 for integer x (cheaper: a constant; floats keep it: inf - inf is NaN)",
             "(sub ?x ?x)",
             |eg, _, s| {
                 let t = ty(eg, s, "?x")?;
@@ -82,39 +89,42 @@ pub fn rules() -> Vec<Rule> {
             "x@a + x@b => x@(a + b): one matmul instead of two (a and b with the same matrix \
              extents: a broadcast inside the matrix axes does not distribute)",
             "(add (matmul ?x ?a) (matmul ?x ?b))",
-            |eg, _, s| {
+            |eg, class, s| {
                 same_matrices(eg, s)?;
-                let sum = add_op(
-                    eg,
-                    Op::Binary(BinaryOp::Add),
-                    &[var(s, "?a")?, var(s, "?b")?],
-                )?;
+                if is_known(eg, class) {
+                    return None;
+                }
+                let sum = sum_or_fold(eg, var(s, "?a")?, var(s, "?b")?)?;
                 add_op(eg, Op::MatMul, &[var(s, "?x")?, sum])
             },
         ),
         rule(
             "matmul-factor-right",
             Algebra,
-            "a@x + b@x => (a + b)@x (a and b with the same matrix extents)",
+            "a@x + b@x => (a + b)@x: one matmul instead of two (a and b with the same matrix \
+             extents)",
             "(add (matmul ?a ?x) (matmul ?b ?x))",
-            |eg, _, s| {
+            |eg, class, s| {
                 same_matrices(eg, s)?;
-                let sum = add_op(
-                    eg,
-                    Op::Binary(BinaryOp::Add),
-                    &[var(s, "?a")?, var(s, "?b")?],
-                )?;
+                if is_known(eg, class) {
+                    return None;
+                }
+                let sum = sum_or_fold(eg, var(s, "?a")?, var(s, "?b")?)?;
                 add_op(eg, Op::MatMul, &[sum, var(s, "?x")?])
             },
         ),
         rule(
             "matmul-distribute-left",
             Algebra,
-            "x@(a + b) => x@a + x@b (the reverse of matmul-factor-left; a and b with the same \
-             matrix extents)",
+            "x@(a + b) => x@a + x@b (mirror of matmul-factor-left: two matmuls, which pays off \
+             where x@a or x@b exists already or merges with another product; a and b with the \
+             same matrix extents)",
             "(matmul ?x (add ?a ?b))",
-            |eg, _, s| {
+            |eg, class, s| {
                 same_matrices(eg, s)?;
+                if is_known(eg, class) {
+                    return None;
+                }
                 let x = var(s, "?x")?;
                 let xa = add_op(eg, Op::MatMul, &[x, var(s, "?a")?])?;
                 let xb = add_op(eg, Op::MatMul, &[x, var(s, "?b")?])?;
@@ -124,7 +134,7 @@ pub fn rules() -> Vec<Rule> {
         pattern_rule(
             "relu-relu",
             Algebra,
-            "relu(relu(x)) => relu(x)",
+            "relu(relu(x)) => relu(x) (cheaper: one op)",
             "(relu (relu ?x))",
             "(relu ?x)",
         ),
@@ -166,13 +176,18 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "zero-sub",
             Algebra,
-            "0 - x => -x (cheaper: a unary op; signed and float types only, -0 for x = 0)",
+            "0 - x => -x (cheaper: a unary op; integers, or floats when the zero is -0: +0 - x \
+             is +0, not -0, for x = +0; signed types only)",
             "(sub ?z ?x)",
             |eg, _, s| {
-                if !all_equal(value(eg, s, "?z")?, 0.0) {
+                let z = value(eg, s, "?z")?;
+                if !all_equal(z, 0.0) {
                     return None;
                 }
-                if matches!(ty(eg, s, "?x")?.elem, ElemType::U8 | ElemType::Bool) {
+                let elem = ty(eg, s, "?x")?.elem;
+                if matches!(elem, ElemType::U8 | ElemType::Bool)
+                    || (elem.is_float() && !z.to_f64_vec().iter().all(|v| v.is_sign_negative()))
+                {
                     return None;
                 }
                 let x = var(s, "?x")?;
@@ -182,13 +197,19 @@ pub fn rules() -> Vec<Rule> {
         any_rule(
             "relu-max-zero",
             Algebra,
-            "max(x, 0) => relu(x) (cheaper: a unary op, no constant read; NaN stays NaN)",
+            "max(x, 0) => relu(x) (cheaper: a unary op, no constant read; NaN stays NaN); \
+             max(0, x) only for integers (for x = -0 it is +0, relu gives -0)",
             ["(max ?x ?z)", "(max ?z ?x)"],
-            |eg, _, s| {
+            |eg, class, s| {
                 if !all_equal(value(eg, s, "?z")?, 0.0) {
                     return None;
                 }
-                let x = var(s, "?x")?;
+                let (x, z) = (var(s, "?x")?, var(s, "?z")?);
+                let x_first = lookup_op(eg, &Op::Binary(BinaryOp::Max), &[x, z])
+                    .is_some_and(|c| c == eg.find(class));
+                if !x_first && ty(eg, s, "?x")?.elem.is_float() {
+                    return None;
+                }
                 add_op(eg, Op::Unary(UnaryOp::Relu), &[x])
             },
         ),
@@ -207,20 +228,40 @@ pub fn rules() -> Vec<Rule> {
             "(add ?x (neg ?y))",
             "(sub ?x ?y)",
         ),
-        pattern_rule(
+        rule(
             "neg-sub",
             Algebra,
-            "-(x - y) => y - x (cheaper: the negation goes; x = y gives +0 where -0 was)",
+            "-(x - y) => y - x for integers (cheaper: the negation goes; not for floats: for x = \
+             y it gives +0 where -0 was, and 1/(-0) is -inf)",
             "(neg (sub ?x ?y))",
-            "(sub ?y ?x)",
+            |eg, _, s| {
+                if ty(eg, s, "?x")?.elem.is_float() {
+                    return None;
+                }
+                add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Sub),
+                    &[var(s, "?y")?, var(s, "?x")?],
+                )
+            },
         ),
-        pattern_rule(
+        rule(
             "neg-mul",
             Algebra,
             "(-x) * y => -(x * y) (mirror, same cost when x and y have one shape: moves the \
              negation out to where neg-neg, add-neg and sub-neg remove it)",
             "(mul (neg ?x) ?y)",
-            "(neg (mul ?x ?y))",
+            |eg, class, s| {
+                if is_known(eg, class) {
+                    return None;
+                }
+                let product = add_op(
+                    eg,
+                    Op::Binary(BinaryOp::Mul),
+                    &[var(s, "?x")?, var(s, "?y")?],
+                )?;
+                add_op(eg, Op::Unary(UnaryOp::Neg), &[product])
+            },
         ),
         // Unary cancellations.
         pattern_rule(
@@ -241,62 +282,75 @@ pub fn rules() -> Vec<Rule> {
         pattern_rule(
             "abs-abs",
             Algebra,
-            "|(|x|)| => |x|",
+            "|(|x|)| => |x| (cheaper: one op)",
             "(abs (abs ?x))",
             "(abs ?x)",
         ),
         pattern_rule(
             "abs-neg",
             Algebra,
-            "|-x| => |x|",
+            "|-x| => |x| (cheaper: one op)",
             "(abs (neg ?x))",
             "(abs ?x)",
         ),
         pattern_rule(
             "relu-abs",
             Algebra,
-            "relu(|x|) => |x| (|x| is never negative)",
+            "relu(|x|) => |x| (cheaper: one op; |x| is never negative)",
             "(relu (abs ?x))",
             "(abs ?x)",
         ),
-        pattern_rule("max-self", Algebra, "max(x, x) => x", "(max ?x ?x)", "?x"),
-        pattern_rule("min-self", Algebra, "min(x, x) => x", "(min ?x ?x)", "?x"),
+        pattern_rule(
+            "max-self",
+            Algebra,
+            "max(x, x) => x (cheaper: no op)",
+            "(max ?x ?x)",
+            "?x",
+        ),
+        pattern_rule(
+            "min-self",
+            Algebra,
+            "min(x, x) => x (cheaper: no op)",
+            "(min ?x ?x)",
+            "?x",
+        ),
         // Bounded associativity: two known constants fold into one, so each application
         // removes an op and nothing can grow without limit.
         rule(
             "add-const-assoc",
             Algebra,
-            "(x + c1) + c2 => x + (c1 + c2) for known c1, c2: one add, the constants fold \
-             (equal within rounding)",
+            "(x + c1) + c2 => x + (c1 + c2) for known c1, c2 (cheaper: one add, the constants \
+             fold; equal within rounding)",
             "(add (add ?x ?c1) ?c2)",
             |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Add, false),
         ),
         rule(
             "mul-const-assoc",
             Algebra,
-            "(x * c1) * c2 => x * (c1 * c2) for known c1, c2: one multiply, the constants fold \
-             (equal within rounding)",
+            "(x * c1) * c2 => x * (c1 * c2) for known c1, c2 (cheaper: one multiply, the \
+             constants fold; equal within rounding)",
             "(mul (mul ?x ?c1) ?c2)",
             |eg, _, s| fold_pair(eg, s, BinaryOp::Mul, BinaryOp::Mul, false),
         ),
         rule(
             "add-sub-const",
             Algebra,
-            "(x + c1) - c2 => x + (c1 - c2) for known c1, c2: one add, the constants fold",
+            "(x + c1) - c2 => x + (c1 - c2) for known c1, c2 (cheaper: one add, the constants fold)",
             "(sub (add ?x ?c1) ?c2)",
             |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, false),
         ),
         rule(
             "sub-add-const",
             Algebra,
-            "(x - c1) + c2 => x + (c2 - c1) for known c1, c2: one add, the constants fold",
+            "(x - c1) + c2 => x + (c2 - c1) for known c1, c2 (cheaper: one add, the constants fold)",
             "(add (sub ?x ?c1) ?c2)",
             |eg, _, s| fold_pair(eg, s, BinaryOp::Add, BinaryOp::Sub, true),
         ),
         rule(
             "sub-sub-const",
             Algebra,
-            "(x - c1) - c2 => x - (c1 + c2) for known c1, c2: one subtract, the constants fold",
+            "(x - c1) - c2 => x - (c1 + c2) for known c1, c2 (cheaper: one subtract, the constants \
+             fold)",
             "(sub (sub ?x ?c1) ?c2)",
             |eg, _, s| fold_pair(eg, s, BinaryOp::Sub, BinaryOp::Add, false),
         ),
@@ -334,8 +388,8 @@ pub fn rules() -> Vec<Rule> {
             "matmul-scale-out",
             Algebra,
             "(a * s) @ b => (a @ b) * s for a one-element s, when the product has no more \
-             elements than a (the scaling runs on the smaller tensor; 2-D, it can then fold \
-             into a gemm's alpha)",
+             elements than a (cheaper or equal: the scaling runs on the smaller tensor; 2-D, \
+             matmul-scale-gemm then folds it into a gemm's alpha)",
             ["(matmul (mul ?a ?s) ?b)", "(matmul (mul ?s ?a) ?b)"],
             |eg, c, s| scale_out(eg, c, s, "?a"),
         ),
@@ -343,7 +397,7 @@ pub fn rules() -> Vec<Rule> {
             "matmul-scale-out-right",
             Algebra,
             "a @ (b * s) => (a @ b) * s for a one-element s, when the product has no more \
-             elements than b",
+             elements than b (cheaper or equal: the scaling runs on the smaller tensor)",
             ["(matmul ?a (mul ?b ?s))", "(matmul ?a (mul ?s ?b))"],
             |eg, c, s| scale_out(eg, c, s, "?b"),
         ),
@@ -384,6 +438,26 @@ fn fold_pair(
     add_op(eg, Op::Binary(outer_op), &[var(s, "?x")?, folded])
 }
 
+/// The class of `a + b`: a constant interned at the next fold depth when both values are
+/// known (the analysis would give a new class of its own to every such sum, see
+/// [`is_known`]), else an add node.
+fn sum_or_fold(eg: &mut TEGraph, a: Id, b: Id) -> Option<Id> {
+    if !(is_known(eg, a) && is_known(eg, b)) {
+        return add_op(eg, Op::Binary(BinaryOp::Add), &[a, b]);
+    }
+    let depth = fold_depth(eg, a)? + fold_depth(eg, b)? + 1;
+    if depth > MAX_FOLD_DEPTH {
+        return None;
+    }
+    let (va, vb) = (eg[a].data.value.as_ref()?, eg[b].data.value.as_ref()?);
+    let sum = eval(&Op::Binary(BinaryOp::Add), &[va, vb])?;
+    if sum.len() > eg.analysis.fold_limit {
+        return None;
+    }
+    let stem = const_name(eg, a).unwrap_or_else(|| "c".into());
+    intern_folded(eg, &stem, depth, &sum)
+}
+
 /// `Some` when `?a` and `?b` have the same matrix extents: the same rank class (1-D, or at
 /// least 2-D) and equal last one or two extents. Only their batch axes may broadcast: a
 /// matmul distributes over an add batch by batch, but not over a broadcast inside the
@@ -401,6 +475,9 @@ fn same_matrices(eg: &TEGraph, s: &Subst) -> Option<()> {
 /// `matmul` with a one-element factor on operand `scaled` (`?a` or `?b`) rebuilt as the
 /// product scaled, when the product is no larger than the scaled operand.
 fn scale_out(eg: &mut TEGraph, class: Id, s: &Subst, scaled: &str) -> Option<Id> {
+    if is_known(eg, class) {
+        return None;
+    }
     if !is_scalar(&ty(eg, s, "?s")?) {
         return None;
     }

@@ -12,7 +12,7 @@ use egg::{Id, Subst};
 use super::{
     MAX_FOLD_DEPTH, Rule, RuleKind::Fusion, add, add_op, any_multi_rule, any_rule, attr,
     const_index, const_name, eval, f64_tensor, find_op, fold_depth, intern_const, intern_folded,
-    is_scalar, known, multi_rule, rule, ty, var,
+    is_known, is_scalar, known, multi_rule, rule, ty, var,
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, ConvAttrs, Dim, Op, Tensor, TensorType};
@@ -27,7 +27,8 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "matmul-bias-to-gemm",
             Fusion,
-            "add(matmul(a, b), c) => gemm(a, b, c) for 2-D a and b",
+            "add(matmul(a, b), c) => gemm(a, b, c) for 2-D a and b (cheaper: the add runs in the \
+             gemm's epilogue)",
             "(add (matmul ?a ?b) ?c)",
             |eg, _, s| {
                 let (a, b) = (ty(eg, s, "?a")?, ty(eg, s, "?b")?);
@@ -46,8 +47,9 @@ pub fn rules() -> Vec<Rule> {
         multi_rule(
             "merge-matmuls-shared-input",
             Fusion,
-            "x@W1 and x@W2 with constant 2-D W1, W2 => split(x@[W1 W2]): one wider matmul \
-             (weights merged in constant order, at most 4, so each set is built once)",
+            "x@W1 and x@W2 with constant 2-D W1, W2 => split(x@[W1 W2]) (cheaper: one wider \
+             matmul reading x once; weights merged in constant order, at most 4, so each set \
+             is built once)",
             "?m1 = (matmul ?x ?w1), ?m2 = (matmul ?x ?w2)",
             |eg, s| {
                 let (Some(m1), Some(m2), Some(x)) = (var(s, "?m1"), var(s, "?m2"), var(s, "?x"))
@@ -233,8 +235,8 @@ pub fn rules() -> Vec<Rule> {
              (mirror of matmul-bias-to-gemm: lets the matmul rules, factoring and merging, see \
              the product of an imported gemm)",
             "(gemm ?g ?a ?b ?c)",
-            |eg, _, s| {
-                if attr(eg, s, "?g")? != plain_gemm() {
+            |eg, class, s| {
+                if attr(eg, s, "?g")? != plain_gemm() || is_known(eg, class) {
                     return None;
                 }
                 let product = add_op(eg, Op::MatMul, &[var(s, "?a")?, var(s, "?b")?])?;

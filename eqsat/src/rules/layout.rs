@@ -4,7 +4,8 @@
 use egg::Id;
 
 use super::{
-    Rule, RuleKind::Layout, add_op, any_multi_rule, any_rule, attr, find_op, rule, ty, var,
+    Rule, RuleKind::Layout, add_op, any_multi_rule, any_rule, attr, find_op, is_known, rule, ty,
+    var,
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, Dim, Op};
@@ -80,7 +81,8 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "transpose-transpose",
             Layout,
-            "transpose(transpose(x, q), p) => transpose(x, q[p]), or x when that is the identity",
+            "transpose(transpose(x, q), p) => transpose(x, q[p]), or x when that is the identity \
+             (cheaper: one transpose or none)",
             "(transpose ?p (transpose ?q ?x))",
             |eg, _, s| {
                 let (Op::Transpose { perm: p }, Op::Transpose { perm: q }) =
@@ -103,7 +105,8 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "reshape-reshape",
             Layout,
-            "reshape(reshape(x)) => reshape(x), or x when the shape comes back",
+            "reshape(reshape(x)) => reshape(x), or x when the shape comes back (cheaper: one view \
+             or none)",
             "(reshape ?p (reshape ?q ?x))",
             |eg, _, s| {
                 let Op::Reshape { shape } = attr(eg, s, "?p")? else {
@@ -120,7 +123,7 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "reshape-identity",
             Layout,
-            "reshape(x) to x's own shape => x",
+            "reshape(x) to x's own shape => x (cheaper: no op)",
             "(reshape ?p ?x)",
             |eg, _, s| {
                 let Op::Reshape { shape } = attr(eg, s, "?p")? else {
@@ -133,7 +136,7 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "transpose-identity",
             Layout,
-            "transpose(x) by the identity permutation => x",
+            "transpose(x) by the identity permutation => x (cheaper: no op)",
             "(transpose ?p ?x)",
             |eg, _, s| is_identity(&perm(eg, s, "?p")?).then(|| var(s, "?x"))?,
         ),
@@ -169,6 +172,9 @@ pub fn rules() -> Vec<Rule> {
              matmul)",
             unary_patterns("(transpose ?p ?x)", str::to_string),
             |eg, class, s| {
+                if is_known(eg, class) {
+                    return None;
+                }
                 let (p, x) = (var(s, "?p")?, var(s, "?x")?);
                 let perm = perm(eg, s, "?p")?;
                 let t = eg.lookup(TNode::Op("transpose", vec![p, x]))?;
@@ -184,6 +190,9 @@ pub fn rules() -> Vec<Rule> {
              unary-transpose, same cost: hoists transposes toward their producers)",
             unary_patterns("?x", |u| format!("(transpose ?p {u})")),
             |eg, class, s| {
+                if is_known(eg, class) {
+                    return None;
+                }
                 let perm = perm(eg, s, "?p")?;
                 let x = eg.find(var(s, "?x")?);
                 let transpose = Op::Transpose { perm: perm.clone() };
@@ -210,6 +219,9 @@ pub fn rules() -> Vec<Rule> {
                 .iter()
                 .map(|b| format!("({} (transpose ?p ?x) (transpose ?p ?y))", b.name())),
             |eg, class, s| {
+                if is_known(eg, class) {
+                    return None;
+                }
                 let (p, x, y) = (var(s, "?p")?, var(s, "?x")?, var(s, "?y")?);
                 let perm = perm(eg, s, "?p")?;
                 let tx = eg.lookup(TNode::Op("transpose", vec![p, x]))?;
@@ -277,6 +289,9 @@ pub fn rules() -> Vec<Rule> {
              into a gemm)",
             "(transpose ?p (matmul ?a ?b))",
             |eg, class, s| {
+                if is_known(eg, class) {
+                    return None;
+                }
                 let (ra, rb) = (ty(eg, s, "?a")?.rank(), ty(eg, s, "?b")?.rank());
                 let out = eg[class].data.ty()?.rank();
                 if perm(eg, s, "?p")? != swap_last(out)? {
