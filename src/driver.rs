@@ -8,7 +8,11 @@
 //! #     name: "my-pass", summary: "", options: &[],
 //! #     create: |_| Err(tessera_passes::PassError::new("unused")),
 //! # };
-//! # fn my_target() -> tessera_targets::TargetSpec { unimplemented!() }
+//! # fn my_target() -> tessera_targets::TargetSpec {
+//! #     let file = "host = \"h\"\n[[device]]\nname = \"h\"\nkind = \"cpu\"\nmemory = 1e9\n\
+//! #                 memory_bandwidth = 1e9\nlowering = \"cpu\"\n";
+//! #     tessera_targets::parse_target(file, "my-board.toml").expect("valid target file")
+//! # }
 //! fn main() -> ExitCode {
 //!     tessera::driver::Driver::new("my-tessera")
 //!         .pass(MY_PASS)

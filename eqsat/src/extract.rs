@@ -331,11 +331,9 @@ pub fn exact_ilp(
     }
     let solution = problem.solve().ok()?;
     let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
-    let mut total = 0.0;
-    for (j, &(ci, ni, k)) in nodes.iter().enumerate() {
+    for (j, &(ci, ni, _)) in nodes.iter().enumerate() {
         if solution.value(x[j]) > 0.5 {
             choice.insert(classes[ci], egraph[classes[ci]].nodes[ni].clone());
-            total += k;
         }
     }
     // Keep only what the roots reach under the choice (the solver may pick spare nodes at
@@ -354,7 +352,6 @@ pub fn exact_ilp(
         }
         reached.insert(c, node);
     }
-    let _ = total;
     Some(Extraction {
         choice: reached,
         cost: cost_reached,

@@ -169,6 +169,24 @@ fn pattern(text: &str) -> Pattern<TNode> {
         .unwrap_or_else(|e| panic!("rule pattern `{text}` does not parse: {e}"))
 }
 
+/// A rule from its searcher and applier (names are checked unique by a test).
+fn finish(
+    name: &'static str,
+    kind: RuleKind,
+    doc: &'static str,
+    searcher: impl egg::Searcher<TNode, TypeAnalysis> + Send + Sync + 'static,
+    applier: impl Applier<TNode, TypeAnalysis> + Send + Sync + 'static,
+) -> Rule {
+    let rewrite =
+        Rewrite::new(name, searcher, applier).unwrap_or_else(|e| panic!("rule {name}: {e}"));
+    Rule {
+        name,
+        kind,
+        doc,
+        rewrite,
+    }
+}
+
 /// A rule from a searcher pattern and a builder.
 pub fn rule(
     name: &'static str,
@@ -177,20 +195,15 @@ pub fn rule(
     lhs: &str,
     build: impl Fn(&mut TEGraph, Id, &Subst) -> Option<Id> + Send + Sync + 'static,
 ) -> Rule {
-    let rewrite = Rewrite::new(
+    finish(
         name,
+        kind,
+        doc,
         pattern(lhs),
         Guarded {
             build: Arc::new(build),
         },
     )
-    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
-    Rule {
-        name,
-        kind,
-        doc,
-        rewrite,
-    }
 }
 
 /// A rule whose replacement is a pattern over the left-hand side's variables.
@@ -218,20 +231,15 @@ pub fn multi_rule(
     let searcher: MultiPattern<TNode> = patterns
         .parse()
         .unwrap_or_else(|e| panic!("rule {name}: multi-pattern does not parse: {e}"));
-    let rewrite = Rewrite::new(
+    finish(
         name,
+        kind,
+        doc,
         searcher,
         GuardedMany {
             build: Arc::new(build),
         },
     )
-    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
-    Rule {
-        name,
-        kind,
-        doc,
-        rewrite,
-    }
 }
 
 /// Adds `node` if it type-checks; its class otherwise `None`.
@@ -414,20 +422,15 @@ pub fn any_rule(
             })
             .collect(),
     );
-    let rewrite = Rewrite::new(
+    finish(
         name,
+        kind,
+        doc,
         searcher,
         Guarded {
             build: Arc::new(build),
         },
     )
-    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
-    Rule {
-        name,
-        kind,
-        doc,
-        rewrite,
-    }
 }
 
 /// A multi-pattern rule whose searcher is any of several multi-patterns.
@@ -449,20 +452,15 @@ pub fn any_multi_rule(
             })
             .collect(),
     );
-    let rewrite = Rewrite::new(
+    finish(
         name,
+        kind,
+        doc,
         searcher,
         GuardedMany {
             build: Arc::new(build),
         },
     )
-    .unwrap_or_else(|e| panic!("rule {name}: {e}"));
-    Rule {
-        name,
-        kind,
-        doc,
-        rewrite,
-    }
 }
 
 /// The class of the existing node applying `op` to `operands`, without adding anything.
@@ -596,11 +594,6 @@ pub fn all_rules() -> Vec<Rule> {
     rules.extend(layout::rules());
     rules.extend(fusion::rules());
     rules
-}
-
-/// Checks that a searcher's variables are bound (used by tests of the rule tables).
-pub fn searcher_vars(rule: &Rule) -> Vec<Var> {
-    rule.rewrite.searcher.vars()
 }
 
 #[cfg(test)]
