@@ -64,12 +64,93 @@ pub enum ValueDef {
     Result(OpId, usize),
 }
 
-/// How a value is split over a device grid: for every tensor axis, the grid axes it is
-/// split over (empty: replicated along that axis). Used by the sharding passes.
+/// How a value is split over the graph's [`Mesh`]: for every tensor axis, the mesh axes it
+/// is split over (empty: replicated along that axis), major to minor. A tensor axis split
+/// over mesh axes of sizes `a` and `b` is cut into `a * b` equal blocks. Used by the
+/// sharding passes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sharding {
     /// Grid axes per tensor axis.
     pub axes: Vec<Vec<u32>>,
+}
+
+impl Sharding {
+    /// A sharding that replicates a value of rank `rank`.
+    pub fn replicated(rank: usize) -> Sharding {
+        Sharding {
+            axes: vec![Vec::new(); rank],
+        }
+    }
+
+    /// Whether no tensor axis is split.
+    pub fn is_replicated(&self) -> bool {
+        self.axes.iter().all(Vec::is_empty)
+    }
+
+    /// Every mesh axis used, in tensor-axis order.
+    pub fn mesh_axes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.axes.iter().flatten().copied()
+    }
+}
+
+/// The device mesh of SPMD sharding: named devices laid out in an n-dimensional grid.
+/// A graph declares at most one; shardings refer to its axes, and an op placed on
+/// `device("@name")` runs on all of its devices at once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mesh {
+    /// The mesh's name, printed `@name`; ops on the whole mesh have `device("@name")`.
+    pub name: String,
+    /// Extent of each mesh axis.
+    pub shape: Vec<u32>,
+    /// Device names in row-major order (the last axis varies fastest); as many as the
+    /// product of `shape`.
+    pub devices: Vec<String>,
+}
+
+impl Mesh {
+    /// The `device(...)` string of an op placed on the whole mesh: `@name`.
+    pub fn device_name(&self) -> String {
+        format!("@{}", self.name)
+    }
+
+    /// The size of mesh axis `axis` (1 for an axis the mesh does not have).
+    pub fn axis_size(&self, axis: u32) -> u64 {
+        self.shape.get(axis as usize).map_or(1, |&s| u64::from(s))
+    }
+
+    /// The product of the sizes of `axes`.
+    pub fn size_of(&self, axes: impl IntoIterator<Item = u32>) -> u64 {
+        axes.into_iter().map(|a| self.axis_size(a)).product()
+    }
+
+    /// How many pieces a value with sharding `s` is cut into (1 for replicated).
+    pub fn shard_count(&self, s: &Sharding) -> u64 {
+        self.size_of(s.mesh_axes())
+    }
+
+    /// The groups of devices (indices into [`Mesh::devices`]) that communicate in a
+    /// collective over `axes`: one group per position on the other axes, in row-major order,
+    /// each listing its devices in row-major order. Axes outside the mesh are ignored.
+    pub fn groups(&self, axes: &[u32]) -> Vec<Vec<usize>> {
+        let mut groups: std::collections::BTreeMap<Vec<u32>, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        let n: usize = self.shape.iter().map(|&s| s as usize).product();
+        for i in 0..n {
+            let mut rest = i;
+            let mut coords = vec![0u32; self.shape.len()];
+            for (k, &s) in self.shape.iter().enumerate().rev() {
+                coords[k] = (rest % s.max(1) as usize) as u32;
+                rest /= s.max(1) as usize;
+            }
+            let key: Vec<u32> = coords
+                .iter()
+                .enumerate()
+                .map(|(k, &c)| if axes.contains(&(k as u32)) { 0 } else { c })
+                .collect();
+            groups.entry(key).or_default().push(i);
+        }
+        groups.into_values().collect()
+    }
 }
 
 /// A value's data.
@@ -120,6 +201,9 @@ pub struct Constant {
 pub struct Graph {
     /// The graph's name, printed as `graph @name`.
     pub name: String,
+    /// The device mesh shardings refer to, if the graph is sharded (printed as a `mesh` line
+    /// before the graph).
+    pub mesh: Option<Mesh>,
     values: Vec<ValueData>,
     ops: Vec<OpData>,
     order: Vec<OpId>,

@@ -853,6 +853,26 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             }
             one(TensorType::new(operands[0].elem, vec![size.clone()]))
         }
+        Op::Transfer { from, to } => {
+            arity(operands, 1, 1)?;
+            if from.is_empty() || to.is_empty() {
+                return err("`from` and `to` must name devices");
+            }
+            one(operands[0].clone())
+        }
+        Op::AllReduce { axes } | Op::AllGather { axes } => {
+            arity(operands, 1, 1)?;
+            if axes.is_empty() {
+                return err("`axes` must list at least one mesh axis");
+            }
+            if !axes.windows(2).all(|w| w[0] < w[1]) {
+                return err(format!("mesh axes {axes:?} must be strictly increasing"));
+            }
+            if matches!(op, Op::AllReduce { .. }) {
+                require_numeric(operands[0], 0)?;
+            }
+            one(operands[0].clone())
+        }
     }
 }
 

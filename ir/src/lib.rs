@@ -21,7 +21,7 @@ mod types;
 pub mod verify;
 
 pub use graph::{
-    ConstId, Constant, Entity, Graph, OpData, OpId, Sharding, ValueData, ValueDef, ValueId,
+    ConstId, Constant, Entity, Graph, Mesh, OpData, OpId, Sharding, ValueData, ValueDef, ValueId,
 };
 pub use op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,

@@ -14,6 +14,13 @@
 //!   1 to 3 spatial axes.
 //! - Elementwise ops keep the element type of their inputs unless stated otherwise.
 //!
+//! - **Global view** (the collectives `all-reduce`, `all-gather`, and `transfer`): a value is
+//!   always the logical full tensor, as in GSPMD and Shardy before partitioning; its
+//!   [`Sharding`](crate::Sharding) says how it is laid out over the graph's
+//!   [`Mesh`](crate::Mesh). Collectives change only the layout, so on the logical tensor
+//!   they are the identity; an `all-reduce`'s operand *is* the logical sum, its per-device
+//!   partial sums are never materialized by the IR.
+//!
 //! Every op has a kebab-case text name ([`Op::name`]); attributes print as `{key = value}`.
 
 use crate::graph::ConstId;
@@ -312,6 +319,29 @@ pub enum Op {
     Range {
         /// The number of elements (symbolic when it depends on runtime values).
         size: Dim,
+    },
+    /// Moves its one operand from device `from` to device `to`; the result has the operand's
+    /// type and value (identity). The op runs on the destination: when it has a device, that
+    /// device is `to`. It computes nothing; the time is the link transfer into it.
+    Transfer {
+        /// The source device's name.
+        from: String,
+        /// The destination device's name.
+        to: String,
+    },
+    /// Sum over the mesh axes `axes` (*global view*, see below): the operand is, on every
+    /// device, a partial sum of the logical tensor along those mesh axes; the result is the
+    /// full sum, replicated along them. Result type equals the operand type.
+    AllReduce {
+        /// Mesh axes reduced over, strictly increasing, non-empty.
+        axes: Vec<u32>,
+    },
+    /// Gathers the shards of its operand along the mesh axes `axes` (*global view*): the
+    /// result is the same logical tensor, no longer split over those mesh axes. Result type
+    /// equals the operand type; only the shardings differ.
+    AllGather {
+        /// Mesh axes gathered over, strictly increasing, non-empty.
+        axes: Vec<u32>,
     },
 }
 
@@ -667,6 +697,9 @@ impl Op {
             Op::Size => "size",
             Op::Fill { .. } => "fill",
             Op::Range { .. } => "range",
+            Op::Transfer { .. } => "transfer",
+            Op::AllReduce { .. } => "all-reduce",
+            Op::AllGather { .. } => "all-gather",
         }
     }
 
@@ -676,6 +709,14 @@ impl Op {
             Op::Split { sizes, .. } => sizes.len(),
             Op::TopK { .. } => 2,
             _ => 1,
+        }
+    }
+
+    /// The mesh axes of a collective (`all-reduce`, `all-gather`); `None` for other ops.
+    pub fn collective_axes(&self) -> Option<&[u32]> {
+        match self {
+            Op::AllReduce { axes } | Op::AllGather { axes } => Some(axes),
+            _ => None,
         }
     }
 }

@@ -29,14 +29,27 @@
 //! 7. **Constants**: names are unique and non-empty; shapes are static; the data is exactly
 //!    `size_bytes` long; `const` ops name an existing constant.
 //! 8. **Names**: live values with names have unique names.
-//! 9. **Annotations**: a sharding lists grid axes for exactly the value's rank, each grid axis
+//! 9. **Annotations**: a sharding lists mesh axes for exactly the value's rank, each mesh axis
 //!    at most once; a device name is non-empty.
+//! 10. **Mesh**: the graph's mesh (if any) has a non-empty name, at least one axis, every
+//!     axis size at least 1, and exactly as many devices as the product of the sizes; device
+//!     names are non-empty, unique and do not start with `@`. A value has a sharding only if
+//!     the graph has a mesh; its mesh axes exist in the mesh, and each static tensor extent is
+//!     divisible by the product of the sizes of the mesh axes it is split over. A device name
+//!     starting with `@` names the mesh: it is `@` followed by the mesh's name.
+//! 11. **Transfers and collectives**: a `transfer` goes between two different devices, and
+//!     when it has a device, that device is its `to`. A collective (`all-reduce`,
+//!     `all-gather`) needs a mesh, names only mesh axes, and when it has a device, runs on
+//!     the mesh (`@name`). An `all-gather`'s operand is split over each of its axes and its
+//!     result over none of them; an `all-reduce`'s operand and result are split over none of
+//!     its axes (the operand holds partial sums along them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::graph::{Entity, Graph, OpId, ValueDef, ValueId};
 use crate::infer::infer;
+use crate::op::Op;
 use crate::tensor::checked_byte_size;
 use crate::types::TensorType;
 
@@ -129,6 +142,7 @@ impl Verifier<'_> {
         }
 
         self.check_consts();
+        self.check_mesh();
 
         let mut seen_ops: BTreeSet<OpId> = BTreeSet::new();
         for &o in g.ops() {
@@ -202,6 +216,132 @@ impl Verifier<'_> {
                 ),
                 Some(Ok(_)) => {}
             }
+        }
+    }
+
+    fn check_mesh(&mut self) {
+        let Some(m) = &self.graph.mesh else {
+            return;
+        };
+        let e = Entity::Graph;
+        if m.name.is_empty() {
+            self.error(e, "the mesh has an empty name".into());
+        }
+        if m.shape.is_empty() {
+            self.error(e, format!("mesh @{} has no axes", m.name));
+        }
+        if m.shape.contains(&0) {
+            self.error(e, format!("mesh @{} has an axis of size 0", m.name));
+        }
+        let want: u64 = m.shape.iter().map(|&s| u64::from(s)).product();
+        if want != m.devices.len() as u64 {
+            self.error(
+                e,
+                format!(
+                    "mesh @{} of shape {:?} needs {want} devices, has {}",
+                    m.name,
+                    m.shape,
+                    m.devices.len()
+                ),
+            );
+        }
+        let mut seen = BTreeSet::new();
+        for d in &m.devices {
+            if d.is_empty() || d.starts_with('@') {
+                self.error(e, format!("mesh @{}: bad device name {d:?}", m.name));
+            } else if !seen.insert(d.as_str()) {
+                self.error(e, format!("mesh @{}: device {d:?} is listed twice", m.name));
+            }
+        }
+    }
+
+    /// Invariants 10 (mesh devices) and 11 for one op.
+    fn check_placement(&mut self, o: OpId) {
+        let g = self.graph;
+        let data = g.op(o);
+        let e = Entity::Op(o);
+        let desc = self.op_desc(o);
+        let mesh = g.mesh.as_ref();
+        if let Some(d) = data.device.as_deref()
+            && let Some(name) = d.strip_prefix('@')
+            && mesh.is_none_or(|m| m.name != name)
+        {
+            let msg = match mesh {
+                Some(m) => format!("{desc}: device {d:?} is not the mesh @{}", m.name),
+                None => format!("{desc}: device {d:?} names a mesh, but the graph has none"),
+            };
+            self.error(e, msg);
+        }
+        match &data.op {
+            Op::Transfer { from, to } => {
+                if from == to {
+                    self.error(e, format!("{desc}: transfers from {from:?} to itself"));
+                }
+                if let Some(d) = &data.device
+                    && d != to
+                {
+                    self.error(
+                        e,
+                        format!("{desc}: is placed on {d:?}, but transfers to {to:?}"),
+                    );
+                }
+            }
+            Op::AllReduce { axes } | Op::AllGather { axes } => {
+                let Some(m) = mesh else {
+                    self.error(e, format!("{desc}: a collective needs a mesh"));
+                    return;
+                };
+                if let Some(a) = axes.iter().find(|&&a| a as usize >= m.shape.len()) {
+                    self.error(
+                        e,
+                        format!(
+                            "{desc}: mesh axis {a} does not exist (mesh @{} has {} axes)",
+                            m.name,
+                            m.shape.len()
+                        ),
+                    );
+                }
+                if let Some(d) = &data.device
+                    && *d != m.device_name()
+                {
+                    self.error(
+                        e,
+                        format!(
+                            "{desc}: a collective runs on the mesh @{}, not on {d:?}",
+                            m.name
+                        ),
+                    );
+                }
+                let split = |v: Option<&ValueId>| -> BTreeSet<u32> {
+                    v.filter(|&&v| g.is_valid_value(v))
+                        .and_then(|&v| g.value(v).sharding.as_ref())
+                        .map(|s| s.mesh_axes().collect())
+                        .unwrap_or_default()
+                };
+                let (operand, result) = (split(data.operands.first()), split(data.results.first()));
+                let gather = matches!(data.op, Op::AllGather { .. });
+                for &a in axes {
+                    if gather && !operand.contains(&a) {
+                        self.error(
+                            e,
+                            format!("{desc}: gathers over mesh axis {a}, but its operand is not split over it"),
+                        );
+                    }
+                    if !gather && operand.contains(&a) {
+                        self.error(
+                            e,
+                            format!("{desc}: reduces over mesh axis {a}, but its operand is split over it"),
+                        );
+                    }
+                    if result.contains(&a) {
+                        self.error(
+                            e,
+                            format!("{desc}: its result is still split over mesh axis {a}"),
+                        );
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -286,6 +426,7 @@ impl Verifier<'_> {
         if data.device.as_deref() == Some("") {
             self.error(e, format!("{}: empty device name", self.op_desc(o)));
         }
+        self.check_placement(o);
 
         // Declared types match inference.
         if operands_ok && results_ok && data.results.len() == want {
@@ -352,8 +493,46 @@ impl Verifier<'_> {
             if s.axes.iter().flatten().any(|a| !grid_axes.insert(*a)) {
                 self.error(
                     e,
-                    format!("{}: sharding uses a grid axis twice", self.value_desc(v)),
+                    format!("{}: sharding uses a mesh axis twice", self.value_desc(v)),
                 );
+            }
+            match &g.mesh {
+                None => self.error(
+                    e,
+                    format!(
+                        "{} is sharded, but the graph declares no mesh",
+                        self.value_desc(v)
+                    ),
+                ),
+                Some(m) => {
+                    if let Some(a) = grid_axes.iter().find(|&&a| a as usize >= m.shape.len()) {
+                        self.error(
+                            e,
+                            format!(
+                                "{}: mesh axis {a} does not exist (mesh @{} has {} axes)",
+                                self.value_desc(v),
+                                m.name,
+                                m.shape.len()
+                            ),
+                        );
+                    }
+                    for (i, (axes, d)) in s.axes.iter().zip(&data.ty.shape).enumerate() {
+                        let parts = m.size_of(axes.iter().copied());
+                        if let Some(n) = d.as_static()
+                            && parts > 0
+                            && n % parts != 0
+                        {
+                            self.error(
+                                e,
+                                format!(
+                                    "{}: axis {i} of extent {n} cannot be split into {parts} \
+                                     equal parts",
+                                    self.value_desc(v)
+                                ),
+                            );
+                        }
+                    }
+                }
             }
         }
     }

@@ -2210,3 +2210,25 @@ fn resize_errors() {
         "sizes has 2 entries, expected 1",
     );
 }
+
+// ---------------------------------------------------------------- communication
+
+/// Global view: transfers and collectives pass the logical tensor on unchanged, for any
+/// element type (an all-reduce's operand already is the logical sum).
+#[test]
+fn communication_is_identity_on_the_logical_tensor() {
+    let x = f32t(&[2, 2], &[1.0, -2.0, 3.5, 0.0]);
+    let ops = [
+        Op::Transfer {
+            from: "chip0".into(),
+            to: "chip1".into(),
+        },
+        Op::AllReduce { axes: vec![0, 1] },
+        Op::AllGather { axes: vec![1] },
+    ];
+    for op in ops {
+        check(op.clone(), &[x.clone()], x.clone());
+        let b = boolt(&[2], &[true, false]);
+        check(op, &[b.clone()], b);
+    }
+}

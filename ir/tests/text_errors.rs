@@ -176,7 +176,7 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "graph @g(%x: f32[2] sharded[[x]]) {\n  return %x\n}",
-        "1:30: expected a grid axis (non-negative integer), found `x`",
+        "1:30: expected a mesh axis (non-negative integer), found `x`",
     ),
     // Syntax.
     (
@@ -189,7 +189,28 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "func @g() {}",
-        "1:1: expected `const` or `graph`, found `func`",
+        "1:1: expected `const`, `mesh` or `graph`, found `func`",
+    ),
+    // Meshes.
+    (
+        "mesh @m = [2] devices(\"a\", \"b\")\nmesh @n = [1] devices(\"c\")\ngraph @g() {\n  return\n}",
+        "2:1: expected `graph`, found `mesh`",
+    ),
+    (
+        "mesh @m = [2, x] devices(\"a\", \"b\")\ngraph @g() {\n  return\n}",
+        "1:15: expected a mesh axis size (positive integer), found `x`",
+    ),
+    (
+        "mesh @m = [2] (\"a\", \"b\")\ngraph @g() {\n  return\n}",
+        "1:15: expected `devices(...)`, found `(`",
+    ),
+    (
+        "mesh @m = [2] devices(a, b)\ngraph @g() {\n  return\n}",
+        "1:23: expected a string, found `a`",
+    ),
+    (
+        "graph @g(%x: f32[2]) {\n  %y = transfer %x {from = \"a\"} : f32[2]\n  return %y\n}",
+        "2:8: `transfer` needs attribute `to`",
     ),
     (
         "graph @g() {\n  %y = fill {elem = f32, shape = [], value = 1.0} : f32[] loc(\"a\n",

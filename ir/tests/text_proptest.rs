@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 use tessera_ir::text;
 use tessera_ir::{
-    BinaryOp, Bytes, Constant, Dim, ElemType, Graph, Op, ReduceKind, Scalar, Sharding, TensorType,
-    UnaryOp, ValueId,
+    BinaryOp, Bytes, Constant, Dim, ElemType, Graph, Mesh, Op, ReduceKind, Scalar, Sharding,
+    TensorType, UnaryOp, ValueId,
 };
 
 /// SplitMix64: each build step draws its choices from its own seed, so proptest can shrink
@@ -433,6 +433,17 @@ fn build(graph_seed: u64, inputs: &[u64], steps: &[u64]) -> Graph {
         g: Graph::new(gname),
         values: Vec::new(),
     };
+    if rng.chance(50) {
+        let shape: Vec<u32> = (0..1 + rng.below(3))
+            .map(|_| 1 + rng.below(3) as u32)
+            .collect();
+        let n: u32 = shape.iter().product();
+        b.g.mesh = Some(Mesh {
+            name: name(rng).unwrap_or_else(|| "mesh".into()),
+            shape,
+            devices: (0..n).map(|i| format!("dev \"{i}\"")).collect(),
+        });
+    }
     for &s in inputs {
         let r = &mut Rng(s);
         let ty = TensorType::new(elem(r), shape(r));
@@ -457,7 +468,7 @@ fn summary(g: &Graph) -> Vec<String> {
             .map(|v| names[v.index()].clone())
             .collect::<Vec<_>>()
     };
-    let mut out = vec![format!("graph {:?}", g.name)];
+    let mut out = vec![format!("graph {:?} {:?}", g.name, g.mesh)];
     for ((_, c), cname) in g.consts().zip(text::const_names(g)) {
         out.push(format!("const {cname:?} {:?} {:?}", c.ty, &c.data[..]));
     }

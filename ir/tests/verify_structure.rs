@@ -3,7 +3,7 @@
 
 use tessera_ir::verify::verify;
 use tessera_ir::{
-    BinaryOp, Bytes, Constant, ElemType, Entity, Graph, Op, Sharding, TensorType, UnaryOp,
+    BinaryOp, Bytes, Constant, ElemType, Entity, Graph, Mesh, Op, Sharding, TensorType, UnaryOp,
 };
 
 fn f32t(dims: &[u64]) -> TensorType {
@@ -132,10 +132,67 @@ fn annotations_are_checked() {
         errors(&g),
         vec![
             format!("{x}: %x: sharding lists 2 axes for rank 1"),
-            format!("{y}: %y: sharding uses a grid axis twice"),
+            format!("{x}: %x is sharded, but the graph declares no mesh"),
+            format!("{y}: %y: sharding uses a mesh axis twice"),
+            format!("{y}: %y is sharded, but the graph declares no mesh"),
             format!("{relu}: `relu` defining %y: empty device name"),
         ]
     );
+}
+
+#[test]
+fn meshes_are_checked() {
+    let (mut g, x, relu) = base();
+    g.mesh = Some(Mesh {
+        name: String::new(),
+        shape: vec![2, 0],
+        devices: vec!["a".into(), "@b".into(), "a".into()],
+    });
+    g.op_mut(relu).device = Some("@".into());
+    assert_eq!(
+        errors(&g),
+        vec![
+            "graph: the mesh has an empty name".to_string(),
+            "graph: mesh @ has an axis of size 0".to_string(),
+            "graph: mesh @ of shape [2, 0] needs 0 devices, has 3".to_string(),
+            "graph: mesh @: bad device name \"@b\"".to_string(),
+            "graph: mesh @: device \"a\" is listed twice".to_string(),
+        ]
+    );
+    let _ = x;
+    // A well-formed mesh, and an op on it.
+    g.mesh = Some(Mesh {
+        name: "grid".into(),
+        shape: vec![2],
+        devices: vec!["a".into(), "b".into()],
+    });
+    g.op_mut(relu).device = Some("@grid".into());
+    assert_eq!(errors(&g), Vec::<String>::new());
+    g.op_mut(relu).device = Some("@other".into());
+    assert_eq!(
+        errors(&g),
+        vec![format!(
+            "{relu}: `relu` defining %y: device \"@other\" is not the mesh @grid"
+        )]
+    );
+}
+
+#[test]
+fn mesh_groups_follow_row_major_order() {
+    let m = Mesh {
+        name: "grid".into(),
+        shape: vec![2, 3],
+        devices: (0..6).map(|i| format!("d{i}")).collect(),
+    };
+    assert_eq!(m.groups(&[0]), vec![vec![0, 3], vec![1, 4], vec![2, 5]]);
+    assert_eq!(m.groups(&[1]), vec![vec![0, 1, 2], vec![3, 4, 5]]);
+    assert_eq!(m.groups(&[0, 1]), vec![vec![0, 1, 2, 3, 4, 5]]);
+    assert_eq!(m.groups(&[]), (0..6).map(|i| vec![i]).collect::<Vec<_>>());
+    let s = Sharding {
+        axes: vec![vec![1], vec![], vec![0]],
+    };
+    assert_eq!(m.shard_count(&s), 6);
+    assert_eq!(m.device_name(), "@grid");
 }
 
 #[test]

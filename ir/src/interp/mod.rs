@@ -402,6 +402,9 @@ fn computes(op: &Op) -> bool {
             | Op::Shape { .. }
             | Op::Size
             | Op::Fill { .. }
+            | Op::Transfer { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
     )
 }
 
@@ -616,6 +619,13 @@ fn compute(op: &Op, xs: &[&Tensor], b: &Bindings) -> R<Vec<Tensor>> {
         Op::Range { size } => {
             let [s, l, d] = exact(xs)?;
             one(shape::range(s, l, d, size, b))
+        }
+        // Global view (see `crate::op`): a value is the logical tensor wherever it lives and
+        // however it is laid out, and an all-reduce's operand already is the logical sum (the
+        // per-device partial sums are not materialized), so these only pass it on.
+        Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } => {
+            let [x] = exact(xs)?;
+            Ok(vec![x.clone()])
         }
         Op::Gather { axis } => {
             let [x, i] = exact(xs)?;

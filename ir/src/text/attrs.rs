@@ -28,7 +28,8 @@ pub const OP_NAMES: &[&str] = &[
     "log-softmax", "cumsum", "layer-norm", "batch-norm", "instance-norm", "lrn", "reshape",
     "transpose", "expand", "concat", "split", "slice", "pad", "tile", "gather", "gather-elements",
     "gather-nd", "scatter-elements", "scatter-nd", "top-k", "trilu", "depth-to-space",
-    "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range",
+    "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "transfer",
+    "all-reduce", "all-gather",
 ];
 
 const PAD_MODES: &[(&str, PadMode)] = &[
@@ -248,6 +249,11 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
             put("value", scalar(*value));
         }
         Op::Range { size } => put("size", dim(size)),
+        Op::Transfer { from, to } => {
+            put("from", quote(from));
+            put("to", quote(to));
+        }
+        Op::AllReduce { axes } | Op::AllGather { axes } => put("axes", list(axes)),
     }
     a.sort_by_key(|&(k, _)| k);
     a
@@ -487,6 +493,16 @@ pub(crate) fn build_op(name: &str, a: &mut Attrs) -> Option<Op> {
         "range" => Op::Range {
             size: a.dim("size"),
         },
+        "transfer" => Op::Transfer {
+            from: a.string("from"),
+            to: a.string("to"),
+        },
+        "all-reduce" => Op::AllReduce {
+            axes: a.list("axes"),
+        },
+        "all-gather" => Op::AllGather {
+            axes: a.list("axes"),
+        },
         _ => return None,
     })
 }
@@ -599,6 +615,9 @@ impl IntAttr for u64 {
 }
 impl IntAttr for usize {
     const WHAT: &'static str = "a non-negative integer";
+}
+impl IntAttr for u32 {
+    const WHAT: &'static str = "a non-negative 32-bit integer";
 }
 impl IntAttr for i64 {
     const WHAT: &'static str = "a 64-bit integer";

@@ -11,6 +11,7 @@
 //! const @fc1.weight : f32[16, 8] = external
 //! const @fc1.bias : f32[4] = [0.5, 1.0, 2.0, 3.0]
 //! const @k : i64[] = [3]
+//! mesh @grid = [2, 2] devices("chip0", "chip1", "chip2", "chip3")
 //!
 //! graph @mlp(%x: f32[N, 8] sharded[[0], []], %mask: bool[N]) {
 //!   %w = const @fc1.weight : f32[16, 8]
@@ -36,8 +37,10 @@
 //! # Grammar
 //!
 //! ```text
-//! file      := const* graph
+//! file      := const* [ mesh ] graph
 //! const     := "const" @name ":" type "=" ( "external" | "[" elements "]" )
+//! mesh      := "mesh" @name "=" "[" [ integer { "," integer } ] "]"
+//!                  "devices(" [ string { "," string } ] ")"
 //! graph     := "graph" @name "(" [ %name ":" vtype { "," %name ":" vtype } ] ")" "{"
 //!                  op* "return" [ %name { "," %name } ] "}"
 //! op        := [ %name { "," %name } "=" ] op-name [ "const" @name ]
@@ -49,8 +52,9 @@
 //! vtype     := type [ "sharded" "[" [ "[" axes "]" { "," "[" axes "]" } ] "]" ]
 //! ```
 //!
-//! - **Layout.** Constants come first, in [`ConstId`](crate::ConstId) order, then a blank
-//!   line, then the graph. Ops are indented by two spaces, one per line, in body order. The
+//! - **Layout.** Constants come first, in [`ConstId`](crate::ConstId) order, then the mesh
+//!   line if the graph has a [`Mesh`](crate::Mesh), then (when either came) a blank line,
+//!   then the graph. Ops are indented by two spaces, one per line, in body order. The
 //!   text ends with a newline. Whitespace and `//` comments are otherwise free (the printer
 //!   writes none).
 //! - **Names.** `%name` (values) and `@name` (constants, the graph) are bare when made of
@@ -64,7 +68,12 @@
 //! - **Types.** An element type (`f16 bf16 f32 f64 i8 i16 i32 i64 u8 bool`) and a list of
 //!   dims, each an integer or a symbol (an identifier, quoted when it is not one). A value
 //!   with a sharding (graph inputs and op results) has ` sharded[[0], [], [1, 2]]` after its
-//!   type: the device-grid axes of each tensor axis ([`Sharding::axes`](crate::Sharding)).
+//!   type: the mesh axes of each tensor axis ([`Sharding::axes`](crate::Sharding)).
+//! - **Mesh.** `mesh @grid = [2, 2] devices("chip0", "chip1", "chip2", "chip3")`: the
+//!   mesh's name, the size of each mesh axis, and the device names in row-major order
+//!   ([`Mesh`](crate::Mesh)). An op that runs on the whole mesh prints `device("@grid")`.
+//!   Collectives name mesh axes: `all-reduce %p {axes = [0, 1]}`; a transfer names its
+//!   devices: `transfer %x {from = "chip0", to = "chip1"}`.
 //! - **Ops.** The results, `=`, the op's name ([`Op::name`](crate::Op::name)), the operands,
 //!   the attributes, `:` and one type per result, then ` device("...")` and ` loc("...")`
 //!   when set. An op with no results (a `split` with no pieces) omits `... =` and `: ...`.

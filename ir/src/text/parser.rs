@@ -160,8 +160,15 @@ impl Parser {
         while self.is_keyword("const") {
             self.const_decl()?;
         }
+        if self.is_keyword("mesh") {
+            self.mesh_decl()?;
+        }
         if !self.is_keyword("graph") {
-            return self.unexpected("`const` or `graph`");
+            return self.unexpected(if self.graph.mesh.is_some() {
+                "`graph`"
+            } else {
+                "`const`, `mesh` or `graph`"
+            });
         }
         self.next();
         let (name, _) = self.global()?;
@@ -204,6 +211,53 @@ impl Parser {
         if *self.peek() != Tok::Eof {
             return self.unexpected("end of file after the graph");
         }
+        Ok(())
+    }
+
+    /// `mesh @name = [2, 2] devices("a", "b", "c", "d")`. The device count is the
+    /// verifier's to check, so that a wrong one is shown inline.
+    fn mesh_decl(&mut self) -> PResult<()> {
+        self.next();
+        let (name, _) = self.global()?;
+        self.expect_punct('=')?;
+        self.expect_punct('[')?;
+        let mut shape = Vec::new();
+        if !self.is_punct(']') {
+            loop {
+                let (tok, pos) = self.next();
+                let Tok::Int(s) = tok else {
+                    self.i -= 1;
+                    return self.unexpected("a mesh axis size (positive integer)");
+                };
+                shape.push(s.parse::<u32>().map_err(|_| {
+                    pos.error(format!("bad mesh axis size `{s}` (expected a u32)"))
+                })?);
+                if !self.eat_punct(',') {
+                    break;
+                }
+            }
+        }
+        self.expect_punct(']')?;
+        if !self.is_keyword("devices") {
+            return self.unexpected("`devices(...)`");
+        }
+        self.next();
+        self.expect_punct('(')?;
+        let mut devices = Vec::new();
+        if !self.is_punct(')') {
+            loop {
+                devices.push(self.string()?);
+                if !self.eat_punct(',') {
+                    break;
+                }
+            }
+        }
+        self.expect_punct(')')?;
+        self.graph.mesh = Some(crate::graph::Mesh {
+            name,
+            shape,
+            devices,
+        });
         Ok(())
     }
 
@@ -331,10 +385,10 @@ impl Parser {
                         let (tok, pos) = self.next();
                         let Tok::Int(s) = tok else {
                             self.i -= 1;
-                            return self.unexpected("a grid axis (non-negative integer)");
+                            return self.unexpected("a mesh axis (non-negative integer)");
                         };
                         grid.push(s.parse::<u32>().map_err(|_| {
-                            pos.error(format!("bad grid axis `{s}` (expected a u32)"))
+                            pos.error(format!("bad mesh axis `{s}` (expected a u32)"))
                         })?);
                         if !self.eat_punct(',') {
                             break;

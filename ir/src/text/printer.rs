@@ -132,7 +132,18 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         out.push('\n');
         note(&mut out, Line::Const(id.index()), "");
     }
-    if graph.num_consts() > 0 {
+    if let Some(m) = &graph.mesh {
+        let shape: Vec<String> = m.shape.iter().map(u32::to_string).collect();
+        let devices: Vec<String> = m.devices.iter().map(|d| quote(d)).collect();
+        let _ = writeln!(
+            out,
+            "mesh @{} = [{}] devices({})",
+            name_text(&m.name),
+            shape.join(", "),
+            devices.join(", ")
+        );
+    }
+    if graph.num_consts() > 0 || graph.mesh.is_some() {
         out.push('\n');
     }
 
