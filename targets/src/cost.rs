@@ -8,7 +8,9 @@
 //!   the device's peak for the op's element type (falling back to its `f32` rate, as a device
 //!   without a 16-bit unit upcasts), `efficiency` the device's factor for the op name (1 when
 //!   absent) and `overhead` its per-op `op_overhead`. `const` ops cost nothing: weights are
-//!   resident where they are used. A device cannot run an op that is outside its
+//!   resident where they are used. Nor do communication ops as ops: a `transfer`'s time is
+//!   the link transfer into it (charged by the simulator on the edge from `from` to `to`),
+//!   and a collective's is [`CostModel::collective_time`]; on one device they are free. A device cannot run an op that is outside its
 //!   `supported_ops`, whose element type it has no rate for (nor `f32`), or that the target's
 //!   [`Target::unsupported`] refuses; such answers carry the reason.
 //! - **Transfers** take the route of [`TargetSpec::route`] (fewest hops, then widest) and are
@@ -21,10 +23,18 @@
 //!   whose routes share a link direction share its bandwidth: `max route latency + max over
 //!   link directions (bytes crossing it / its bandwidth)`. The reduction arithmetic itself is
 //!   not counted.
+//! - **Sharded ops** ([`CostModel::op_time_sharded`]): an op split into `parts` equal pieces
+//!   does `1/parts` of the work on each device: the roofline with FLOPs and bytes divided
+//!   (the per-op overhead is paid in full), or a measured or target-given time divided.
+//! - **Mesh collectives** ([`CostModel::collective_time`]): an `all-reduce` or `all-gather`
+//!   over mesh axes runs one ring per group of devices along those axes ([`Mesh::groups`]),
+//!   all groups at once; their transfers share links as in one ring step. The bytes are what
+//!   one device holds: the all-reduce's operand, the all-gather's result, each divided by
+//!   the number of pieces its sharding cuts it into.
 
 use std::collections::BTreeMap;
 
-use crate::ir::{Graph, Op, OpId};
+use crate::ir::{Graph, Mesh, Op, OpId};
 use crate::{Calibration, Device, Target, TargetError, TargetSpec, WorkError, op_work};
 
 /// Where an op's modelled time came from.
@@ -135,7 +145,10 @@ impl<'a> CostModel<'a> {
     pub fn op_time(&self, graph: &Graph, op: OpId, device: usize) -> Result<OpTime, WorkError> {
         let d = &self.spec().devices[device];
         let data = graph.op(op);
-        if matches!(data.op, Op::Const(_)) {
+        if matches!(
+            data.op,
+            Op::Const(_) | Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. }
+        ) {
             return Ok(OpTime::Time {
                 seconds: 0.0,
                 source: TimeSource::Free,
@@ -177,6 +190,99 @@ impl<'a> CostModel<'a> {
             });
         }
         Ok(roofline(d, name, work.flops, work.bytes, work.elem.name()))
+    }
+
+    /// The time of `op` on `device` when it is split into `parts` equal pieces, one per
+    /// device: the work divided by `parts` (see the module doc). `parts <= 1` is
+    /// [`CostModel::op_time`].
+    pub fn op_time_sharded(
+        &self,
+        graph: &Graph,
+        op: OpId,
+        device: usize,
+        parts: u64,
+    ) -> Result<OpTime, WorkError> {
+        let whole = self.op_time(graph, op, device)?;
+        if parts <= 1 {
+            return Ok(whole);
+        }
+        let p = parts as f64;
+        Ok(match whole {
+            OpTime::Time {
+                source: TimeSource::ComputeBound | TimeSource::MemoryBound,
+                ..
+            } => {
+                let work = op_work(graph, op)?;
+                roofline(
+                    &self.spec().devices[device],
+                    graph.op(op).op.name(),
+                    work.flops / p,
+                    work.bytes / p,
+                    work.elem.name(),
+                )
+            }
+            OpTime::Time { seconds, source } => OpTime::Time {
+                seconds: seconds / p,
+                source,
+            },
+            unsupported @ OpTime::Unsupported(_) => unsupported,
+        })
+    }
+
+    /// Seconds for the collective `op` (`all-reduce` or `all-gather`; 0 for any other op)
+    /// over `mesh`, whose devices are `devices` (target device indices, in the mesh's
+    /// row-major order), with `bytes` held per device (see the module doc).
+    pub fn collective_time(
+        &self,
+        op: &Op,
+        mesh: &Mesh,
+        devices: &[usize],
+        bytes: f64,
+    ) -> Result<f64, TargetError> {
+        let (axes, steps_per_hop) = match op {
+            Op::AllReduce { axes } => (axes, 2.0),
+            Op::AllGather { axes } => (axes, 1.0),
+            _ => return Ok(0.0),
+        };
+        let rings: Vec<Vec<usize>> = mesh
+            .groups(axes)
+            .into_iter()
+            .map(|g| {
+                g.into_iter()
+                    .filter_map(|i| devices.get(i).copied())
+                    .collect()
+            })
+            .collect();
+        let p = rings.iter().map(Vec::len).max().unwrap_or(0);
+        if p < 2 {
+            return Ok(0.0);
+        }
+        let step = self.rings_step(&rings, bytes / p as f64)?;
+        Ok(steps_per_hop * (p - 1) as f64 * step)
+    }
+
+    /// The directed channels the rings of a collective over `axes` use (every hop of every
+    /// group's ring), sorted and without repeats.
+    pub fn collective_channels(
+        &self,
+        mesh: &Mesh,
+        devices: &[usize],
+        axes: &[u32],
+    ) -> Result<Vec<usize>, TargetError> {
+        let mut out = std::collections::BTreeSet::new();
+        for g in mesh.groups(axes) {
+            let ring: Vec<usize> = g
+                .into_iter()
+                .filter_map(|i| devices.get(i).copied())
+                .collect();
+            if ring.len() < 2 {
+                continue;
+            }
+            for i in 0..ring.len() {
+                out.extend(self.channels(ring[i], ring[(i + 1) % ring.len()])?);
+            }
+        }
+        Ok(out.into_iter().collect())
     }
 
     /// Seconds to move `bytes` from device `from` to device `to` (0 when they are the same).
@@ -221,25 +327,32 @@ impl<'a> CostModel<'a> {
     /// One ring step: device `ring[i]` sends `chunk` bytes to `ring[i + 1]` (cyclically), all
     /// at once; transfers sharing a link direction share its bandwidth.
     fn ring_step(&self, ring: &[usize], chunk: f64) -> Result<f64, TargetError> {
-        let p = ring.len();
+        self.rings_step(&[ring.to_vec()], chunk)
+    }
+
+    /// One step of several rings at once; all their transfers share the links.
+    fn rings_step(&self, rings: &[Vec<usize>], chunk: f64) -> Result<f64, TargetError> {
         let mut latency: f64 = 0.0;
         let mut load: BTreeMap<usize, f64> = BTreeMap::new();
-        for i in 0..p {
-            let (from, to) = (ring[i], ring[(i + 1) % p]);
-            if from == to {
-                continue;
-            }
-            if let Some(t) = self.target.transfer_time(from, to, chunk)
-                && t.is_finite()
-                && t >= 0.0
-            {
-                latency = latency.max(t);
-                continue;
-            }
-            let r = self.route(from, to)?;
-            latency = latency.max(r.latency);
-            for &c in &r.channels {
-                *load.entry(c).or_insert(0.0) += chunk;
+        for ring in rings {
+            let p = ring.len();
+            for i in 0..p {
+                let (from, to) = (ring[i], ring[(i + 1) % p]);
+                if from == to {
+                    continue;
+                }
+                if let Some(t) = self.target.transfer_time(from, to, chunk)
+                    && t.is_finite()
+                    && t >= 0.0
+                {
+                    latency = latency.max(t);
+                    continue;
+                }
+                let r = self.route(from, to)?;
+                latency = latency.max(r.latency);
+                for &c in &r.channels {
+                    *load.entry(c).or_insert(0.0) += chunk;
+                }
             }
         }
         let links = &self.spec().links;

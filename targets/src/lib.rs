@@ -11,7 +11,8 @@
 //!   times, transfers along routes, ring collectives, and [`Calibration`] files of measured op
 //!   times.
 //! - [`simulate`]: a discrete-event simulation of a placed graph (latency, pipelined
-//!   throughput, busy time per device and link direction, peak memory per device).
+//!   throughput, busy time per device and link direction, peak memory per device), with ops
+//!   on a device mesh run SPMD on all its devices and collectives on its links.
 //!
 //! Only this crate will ever link MLIR (through melior); it does not yet.
 
@@ -34,7 +35,7 @@ pub use registry::{
     BUILTIN_NAMES, TargetEntry, TargetSource, builtin_target, builtin_targets, env_search_path,
     list_targets, lookup,
 };
-pub use sim::{SimError, SimOptions, SimReport, placement_from_graph, simulate};
+pub use sim::{ON_MESH, SimError, SimOptions, SimReport, placement_from_graph, simulate};
 pub use target::{Target, register_target, registered_targets, resolve};
 pub use tessera_ir as ir;
 pub use work::{Work, WorkError, op_work};

@@ -9,6 +9,23 @@
 //! outputs end on the host, and constants (weights) are resident on every device that uses
 //! them, loaded before the run.
 //!
+//! **Meshes (SPMD).** An op placed on the graph's mesh (`device("@grid")`, [`ON_MESH`] in a
+//! placement) runs on every mesh device: one task per device, each for
+//! [`CostModel::op_time_sharded`] with `parts` the shard factor of the op, the largest number
+//! of pieces any of its operands or results is cut into by its sharding (a column-parallel
+//! matmul whose weight and result are split 4 ways does a quarter of the work on each
+//! device; an op on replicated values repeats the whole work on each). A value made on the
+//! mesh has a copy on every mesh device of `bytes / pieces` of its own sharding. A
+//! collective (`all-reduce`, `all-gather`) on the mesh waits for its operand on every mesh
+//! device (a barrier), then occupies every mesh device and every link direction of its rings
+//! for [`CostModel::collective_time`]; its result is usable when both are done. Between the
+//! mesh and single devices: a value moved onto the mesh is sent to every mesh device, each
+//! receiving its piece (`bytes / pieces` of the value's sharding, the whole value when it
+//! has none); a mesh value used off the mesh (or as a graph output) is moved from the mesh's
+//! first device with the size of the copy there. That is exact for replicated values, which
+//! is what a sharding pass hands off the mesh (it all-gathers first); for a value still
+//! sharded it undercounts the gather.
+//!
 //! **Order.** Each device runs the ops placed on it in graph body order (a scheduling pass
 //! decides that order). In a stream of samples each sample keeps that order, and an idle
 //! device starts the ready op of the earliest sample.
@@ -32,7 +49,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 use std::fmt;
 
 use crate::cost::{CostModel, OpTime};
-use crate::ir::{Graph, Op, OpId, ValueDef, ValueId};
+use crate::ir::{Graph, Mesh, Op, OpId, ValueDef, ValueId};
 use crate::{TargetError, WorkError};
 
 /// Why a graph cannot be simulated.
@@ -103,17 +120,23 @@ pub fn describe_op(graph: &Graph, op: OpId) -> String {
     }
 }
 
+/// The placement of an op that runs on the graph's whole mesh (`device("@name")`).
+pub const ON_MESH: usize = usize::MAX - 1;
+
 /// The device of every op (indexed by [`OpId::index`]), from the graph's `device(...)`
-/// annotations; ops without one go to `default` (a device index) or are an error.
+/// annotations; ops without one go to `default` (a device index) or are an error. An op on
+/// the graph's mesh (`device("@name")`) gets [`ON_MESH`].
 pub fn placement_from_graph(
     graph: &Graph,
     spec: &crate::TargetSpec,
     default: Option<usize>,
 ) -> Result<Vec<usize>, SimError> {
     let mut placement = vec![usize::MAX; graph.num_op_handles()];
+    let mesh_device = graph.mesh.as_ref().map(|m| m.device_name());
     for &op in graph.ops() {
         let data = graph.op(op);
         placement[op.index()] = match &data.device {
+            Some(name) if Some(name) == mesh_device.as_ref() => ON_MESH,
             Some(name) => spec
                 .device_index(name)
                 .ok_or_else(|| SimError::UnknownDevice {
@@ -128,6 +151,39 @@ pub fn placement_from_graph(
         };
     }
     Ok(placement)
+}
+
+/// The target device index of each device of `mesh`, in the mesh's order.
+pub fn mesh_devices(mesh: &Mesh, spec: &crate::TargetSpec) -> Result<Vec<usize>, TargetError> {
+    mesh.devices
+        .iter()
+        .map(|d| {
+            spec.device_index(d)
+                .ok_or_else(|| TargetError::UnknownDevice {
+                    target: spec.name.clone(),
+                    device: d.clone(),
+                })
+        })
+        .collect()
+}
+
+/// The number of pieces `v`'s sharding cuts it into (1 without a sharding or a mesh).
+pub fn pieces(graph: &Graph, v: ValueId) -> u64 {
+    match (&graph.mesh, &graph.value(v).sharding) {
+        (Some(m), Some(s)) => m.shard_count(s).max(1),
+        _ => 1,
+    }
+}
+
+/// The shard factor of an op on the mesh: the most pieces any operand or result is cut into.
+pub fn shard_factor(graph: &Graph, op: OpId) -> u64 {
+    let data = graph.op(op);
+    data.operands
+        .iter()
+        .chain(&data.results)
+        .map(|&v| pieces(graph, v))
+        .max()
+        .unwrap_or(1)
 }
 
 /// Simulation settings.
@@ -339,7 +395,8 @@ pub fn simulate(
     let transfers = plan
         .tasks
         .iter()
-        .filter(|t| matches!(t.kind, Kind::Transfer { .. }))
+        // A collective's link task moves no copy of a value; it is not a transfer.
+        .filter(|t| matches!(t.kind, Kind::Transfer { .. }) && t.alloc_start < t.alloc_end)
         .count();
     Ok(SimReport {
         latency: single.latency(),
@@ -394,6 +451,8 @@ struct Builder {
     channels: Vec<u32>,
     /// Where each value is available, by value index; the first entry is the original.
     avail: Vec<Vec<Avail>>,
+    /// A task that must also finish before a value is usable (a collective's link task).
+    also: Vec<Option<u32>>,
 }
 
 impl Builder {
@@ -424,13 +483,20 @@ impl Builder {
         (self.copies.len() - 1) as u32
     }
 
-    /// The copy of `v` on device `d`, adding a transfer from the original if there is none.
-    fn fetch(&mut self, v: ValueId, d: usize, cost: &CostModel<'_>) -> Result<Avail, SimError> {
+    /// The copy of `v` on device `d`, adding a transfer from the original if there is none;
+    /// the transfer carries `bytes`, or the original's size when `None`.
+    fn fetch(
+        &mut self,
+        v: ValueId,
+        d: usize,
+        bytes: Option<u64>,
+        cost: &CostModel<'_>,
+    ) -> Result<Avail, SimError> {
         if let Some(a) = self.avail[v.index()].iter().find(|a| a.device == d) {
             return Ok(*a);
         }
         let src = self.avail[v.index()][0];
-        let bytes = self.copies[src.copy as usize].bytes;
+        let bytes = bytes.unwrap_or(self.copies[src.copy as usize].bytes);
         let seconds = cost.transfer_time(src.device, d, bytes as f64)?;
         let chan_start = self.channels.len() as u32;
         self.channels
@@ -441,6 +507,9 @@ impl Builder {
         };
         let t = self.task(kind, seconds);
         if let Some(p) = src.task {
+            self.preds[t as usize].push(p);
+        }
+        if let Some(p) = self.also[v.index()] {
             self.preds[t as usize].push(p);
         }
         let copy = self.copy(d, bytes);
@@ -486,6 +555,15 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             copy,
         });
     }
+    let on_mesh = graph
+        .ops()
+        .iter()
+        .any(|&o| placement.get(o.index()) == Some(&ON_MESH));
+    let mesh: Option<(&Mesh, Vec<usize>)> = match &graph.mesh {
+        Some(m) if on_mesh => Some((m, mesh_devices(m, spec)?)),
+        _ => None,
+    };
+    b.also = vec![None; graph.num_values()];
     for &op in graph.ops() {
         let data = graph.op(op);
         if matches!(data.op, Op::Const(_)) {
@@ -495,63 +573,150 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             continue;
         }
         let d = placement.get(op.index()).copied().unwrap_or(usize::MAX);
-        if d >= n_dev {
-            return Err(SimError::Unplaced {
-                op: describe_op(graph, op),
-            });
-        }
-        let seconds = match cost.op_time(graph, op, d)? {
-            OpTime::Time { seconds, .. } => seconds,
-            OpTime::Unsupported(reason) => {
-                return Err(SimError::Unsupported {
+        let unsupported = |reason: String, d: usize| SimError::Unsupported {
+            op: describe_op(graph, op),
+            device: spec.devices[d].name.clone(),
+            reason,
+        };
+        // (device, seconds) of each task the op becomes.
+        let mut runs: Vec<(usize, f64)> = Vec::new();
+        // The link task of a collective: its channels and seconds.
+        let mut link_task: Option<(Vec<usize>, f64)> = None;
+        if d == ON_MESH {
+            let Some((m, devs)) = &mesh else {
+                return Err(SimError::UnknownDevice {
                     op: describe_op(graph, op),
-                    device: spec.devices[d].name.clone(),
-                    reason,
+                    device: data.device.clone().unwrap_or_default(),
+                    target: spec.name.clone(),
+                });
+            };
+            if let Some(axes) = data.op.collective_axes() {
+                let v = if matches!(data.op, Op::AllGather { .. }) {
+                    data.results.first()
+                } else {
+                    data.operands.first()
+                };
+                let bytes = match v {
+                    Some(&v) => value_bytes(graph, v)? as f64 / pieces(graph, v) as f64,
+                    None => 0.0,
+                };
+                let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
+                runs.extend(devs.iter().map(|&dev| (dev, seconds)));
+                link_task = Some((cost.collective_channels(m, devs, axes)?, seconds));
+            } else {
+                let parts = shard_factor(graph, op);
+                for &dev in devs {
+                    match cost.op_time_sharded(graph, op, dev, parts)? {
+                        OpTime::Time { seconds, .. } => runs.push((dev, seconds)),
+                        OpTime::Unsupported(reason) => return Err(unsupported(reason, dev)),
+                    }
+                }
+            }
+        } else {
+            if d >= n_dev {
+                return Err(SimError::Unplaced {
+                    op: describe_op(graph, op),
                 });
             }
-        };
-        let t = b.task(
-            Kind::Op {
-                device: d as u32,
-                pos: pos[d],
-            },
-            seconds,
-        );
-        pos[d] += 1;
-        if let Some(prev) = last_on_device[d] {
-            b.preds[t as usize].push(prev);
-        }
-        last_on_device[d] = Some(t);
-        let mut seen: Vec<ValueId> = Vec::with_capacity(data.operands.len());
-        for &v in &data.operands {
-            if seen.contains(&v) {
-                continue;
+            match cost.op_time(graph, op, d)? {
+                OpTime::Time { seconds, .. } => runs.push((d, seconds)),
+                OpTime::Unsupported(reason) => return Err(unsupported(reason, d)),
             }
-            seen.push(v);
-            if is_const[v.index()] {
-                if let ValueDef::Result(cop, _) = graph.value(v).def
-                    && let Op::Const(c) = graph.op(cop).op
-                    && resident.insert((d, c.index()))
-                {
-                    weights[d] += graph.constant(c).ty.size_bytes().unwrap_or(0);
+        }
+        // A collective waits for its operand on every device (and its link task with it).
+        let mut barrier: Vec<u32> = Vec::new();
+        if link_task.is_some() {
+            for &v in &data.operands {
+                if is_const[v.index()] {
+                    continue;
                 }
-                continue;
+                for &(dev, _) in &runs {
+                    let a = b.fetch(
+                        v,
+                        dev,
+                        Some(value_bytes(graph, v)? / pieces(graph, v)),
+                        cost,
+                    )?;
+                    barrier.extend(a.task);
+                }
+                barrier.extend(b.also[v.index()]);
             }
-            let a = b.fetch(v, d, cost)?;
-            if let Some(p) = a.task {
-                b.preds[t as usize].push(p);
-            }
-            b.frees[t as usize].push(a.copy);
-            b.copies[a.copy as usize].uses += 1;
         }
-        for &r in &data.results {
-            let copy = b.copy(d, value_bytes(graph, r)?);
-            b.allocs[t as usize].push(copy);
-            b.avail[r.index()].push(Avail {
-                device: d,
-                task: Some(t),
-                copy,
-            });
+        let link = match link_task {
+            Some((chans, seconds)) => {
+                let chan_start = b.channels.len() as u32;
+                b.channels.extend(chans.iter().map(|&c| c as u32));
+                let kind = Kind::Transfer {
+                    chan_start,
+                    chan_end: b.channels.len() as u32,
+                };
+                let t = b.task(kind, seconds);
+                b.preds[t as usize].extend(&barrier);
+                Some(t)
+            }
+            None => None,
+        };
+        for &(dev, seconds) in &runs {
+            let t = b.task(
+                Kind::Op {
+                    device: dev as u32,
+                    pos: pos[dev],
+                },
+                seconds,
+            );
+            pos[dev] += 1;
+            if let Some(prev) = last_on_device[dev] {
+                b.preds[t as usize].push(prev);
+            }
+            last_on_device[dev] = Some(t);
+            b.preds[t as usize].extend(&barrier);
+            let mut seen: Vec<ValueId> = Vec::with_capacity(data.operands.len());
+            for &v in &data.operands {
+                if seen.contains(&v) {
+                    continue;
+                }
+                seen.push(v);
+                if is_const[v.index()] {
+                    if let ValueDef::Result(cop, _) = graph.value(v).def
+                        && let Op::Const(c) = graph.op(cop).op
+                        && resident.insert((dev, c.index()))
+                    {
+                        weights[dev] += graph.constant(c).ty.size_bytes().unwrap_or(0);
+                    }
+                    continue;
+                }
+                let piece = if d == ON_MESH {
+                    Some(value_bytes(graph, v)? / pieces(graph, v))
+                } else {
+                    None
+                };
+                let a = b.fetch(v, dev, piece, cost)?;
+                if let Some(p) = a.task {
+                    b.preds[t as usize].push(p);
+                }
+                if let Some(p) = b.also[v.index()] {
+                    b.preds[t as usize].push(p);
+                }
+                b.frees[t as usize].push(a.copy);
+                b.copies[a.copy as usize].uses += 1;
+            }
+            for &r in &data.results {
+                let bytes = if d == ON_MESH {
+                    value_bytes(graph, r)? / pieces(graph, r)
+                } else {
+                    value_bytes(graph, r)?
+                };
+                let copy = b.copy(dev, bytes);
+                b.allocs[t as usize].push(copy);
+                b.avail[r.index()].push(Avail {
+                    device: dev,
+                    task: Some(t),
+                    copy,
+                });
+                if link.is_some() {
+                    b.also[r.index()] = link;
+                }
+            }
         }
     }
     for &out in graph.outputs() {
@@ -565,7 +730,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             }
             continue;
         }
-        let a = b.fetch(out, host, cost)?;
+        let a = b.fetch(out, host, None, cost)?;
         b.copies[a.copy as usize].uses = u32::MAX;
     }
 

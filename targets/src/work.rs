@@ -57,6 +57,7 @@
 //! | `shape`, `size` | 0 | 0 (metadata) |
 //! | `fill` | 0 | result |
 //! | `range` | `n` | result |
+//! | `transfer`, `all-reduce`, `all-gather` | 0 | 0 (communication: timed on links by the cost model) |
 //!
 //! Where the symbols come from:
 //!
@@ -559,6 +560,9 @@ impl Cx<'_> {
                 Ok((2.0 * points, self.io_bytes()?))
             }
             Op::Shape { .. } | Op::Size => Ok((0.0, 0.0)),
+            // Communication, not compute: the cost model times them on links
+            // (`CostModel::transfer_time`, `CostModel::collective_time`).
+            Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } => Ok((0.0, 0.0)),
             Op::Fill { .. } => Ok((0.0, self.result(0)?.bytes())),
             Op::Range { .. } => {
                 let r = self.result(0)?;
@@ -964,7 +968,13 @@ graph @g(%x: f32[N, 4]) {
     fn every_op_kind_with_bound_symbols() {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/ir");
         let mut costed = std::collections::BTreeSet::new();
-        for file in ["elementwise.tir", "shapes.tir", "nn.tir", "constants.tir"] {
+        for file in [
+            "elementwise.tir",
+            "shapes.tir",
+            "nn.tir",
+            "constants.tir",
+            "sharding.tir",
+        ] {
             let src = std::fs::read_to_string(root.join(file)).expect("catalogue file");
             let src = src
                 .replace("[N, ", "[3, ")

@@ -5,8 +5,8 @@
 
 use tessera_ir::{Graph, OpId};
 use tessera_targets::{
-    Calibration, CostModel, Device, OpTime, SimError, SimOptions, SimReport, Target, TargetError,
-    TargetSpec, TimeSource, Work, parse_target, placement_from_graph, simulate,
+    Calibration, CostModel, Device, ON_MESH, OpTime, SimError, SimOptions, SimReport, Target,
+    TargetError, TargetSpec, TimeSource, Work, parse_target, placement_from_graph, simulate,
 };
 
 fn target(src: &str) -> TargetSpec {
@@ -1144,4 +1144,194 @@ fn nonsense_from_plugin_hooks_is_not_used() {
     );
     // The link model answers instead: 0.1 ms + 4000 B / 4 MB/s.
     assert_close(cost.transfer_time(0, 1, 4000.0).expect("route"), 1.1e-3);
+}
+
+/// A host `h` and two chips `c0`, `c1`, each pair joined by a 1 MB/s link without latency;
+/// 1 MFLOP/s everywhere and memory so fast that elementwise ops are compute-bound.
+const TRIANGLE: &str = r#"
+name = "triangle"
+host = "h"
+[[device]]
+name = "h"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "c"
+count = 2
+kind = "chip"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "h"
+b = "c0"
+bandwidth = 1e6
+latency = 0
+[[interconnect.link]]
+a = "h"
+b = "c1"
+bandwidth = 1e6
+latency = 0
+[[interconnect.link]]
+a = "c0"
+b = "c1"
+bandwidth = 1e6
+latency = 0
+"#;
+
+#[test]
+fn a_transfer_op_is_free_and_its_edge_is_charged_once() {
+    let spec = target(TRIANGLE);
+    let g = graph(
+        r#"graph @g(%x: f32[250]) {
+  %y = relu %x : f32[250] device("c0")
+  %t = transfer %y {from = "c0", to = "c1"} : f32[250] device("c1")
+  %z = relu %t : f32[250] device("c1")
+  return %z
+}"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    // No op overhead either: exactly zero, from no rule but "free".
+    assert_eq!(
+        cost.op_time(&g, nth_op(&g, 1), 2).expect("work"),
+        OpTime::Time {
+            seconds: 0.0,
+            source: TimeSource::Free
+        }
+    );
+    let r = sim(&spec, &g, 1).expect("sim");
+    // h -> c0: 1000 B / 1 MB/s = 1 ms; relu 250 / 1e6 = 0.25 ms; c0 -> c1 (the edge into the
+    // transfer) 1 ms; transfer 0; relu 0.25 ms; c1 -> h 1 ms.
+    assert_close(r.latency, 3.5e-3);
+    assert_eq!(r.transfers, 3);
+    assert_eq!((r.devices[1].ops, r.devices[2].ops), (1, 2));
+    assert_close(r.devices[2].busy, 0.25e-3);
+    assert_close(r.links[2].busy[0], 1e-3);
+    assert_close(r.links[2].busy[1], 0.0);
+}
+
+#[test]
+fn mesh_ops_run_on_every_mesh_device_and_collectives_on_the_links() {
+    let spec = target(TRIANGLE);
+    let g = graph(
+        r#"mesh @m = [2] devices("c0", "c1")
+
+graph @g(%x: f32[4, 250] sharded[[0], []]) {
+  %y = relu %x : f32[4, 250] sharded[[0], []] device("@m")
+  %a = all-gather %y {axes = [0]} : f32[4, 250] device("@m")
+  return %a
+}"#,
+    );
+    tessera_ir::verify::verify(&g).expect("verifies");
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    assert_eq!(placement[nth_op(&g, 0).index()], ON_MESH);
+    let r = sim(&spec, &g, 1).expect("sim");
+    // Each chip receives its half of x (2000 B) over its own link: 2 ms. relu does half of
+    // 1000 flops on each: 0.5 ms. The all-gather of 4000 B over 2 devices is one ring step
+    // of 2000 B each way on c0 - c1: 2 ms. The replicated result goes c0 -> h: 4 ms.
+    assert_close(r.latency, 8.5e-3);
+    assert_eq!(r.transfers, 3);
+    for chip in [1, 2] {
+        assert_eq!(r.devices[chip].ops, 2);
+        assert_close(r.devices[chip].busy, 0.5e-3 + 2e-3);
+    }
+    assert_close(r.links[0].busy[0], 2e-3 + 0.0);
+    assert_close(r.links[0].busy[1], 4e-3);
+    assert_close(r.links[1].busy[0], 2e-3);
+    assert_close(r.links[2].busy[0], 2e-3);
+    assert_close(r.links[2].busy[1], 2e-3);
+    // Memory on c0: its half of x and of y (2000 B each), then the gathered 4000 B.
+    assert_eq!(r.devices[1].peak_memory, 2000 + 4000);
+}
+
+#[test]
+fn sharded_op_times_and_mesh_collectives() {
+    // The roofline device of `roofline_compute_and_memory_bound`: a matmul of 20000 flops
+    // and 8400 B split two ways does 10000 flops (20 us at half efficiency) and 4200 B
+    // (4.2 us) per device, plus the full 1 us overhead.
+    let spec = target(
+        r#"
+host = "d"
+[[device]]
+name = "d"
+kind = "x"
+memory = 1000
+memory_bandwidth = 1e9
+compute = { f32 = 1e9 }
+lowering = "cpu"
+efficiency = { matmul = 0.5 }
+op_overhead = 1e-6
+"#,
+    );
+    let g = graph(
+        "graph @g(%x: f32[10, 100], %w: f32[100, 10]) {
+  %0 = matmul %x, %w : f32[10, 10]
+  return %0
+}",
+    );
+    let cost = CostModel::new(&spec, None);
+    let half = cost.op_time_sharded(&g, nth_op(&g, 0), 0, 2).expect("work");
+    assert_close(half.seconds().expect("time"), 21e-6);
+    assert_eq!(
+        cost.op_time_sharded(&g, nth_op(&g, 0), 0, 1).expect("work"),
+        cost.op_time(&g, nth_op(&g, 0), 0).expect("work")
+    );
+
+    // A 2x2 mesh on the 2x2 mesh2d target (rows c0-c1, c2-c3; columns c0-c2, c1-c3).
+    let spec = target(&RING4.replace(
+        "topology = \"ring\"",
+        "topology = \"mesh2d\"\nrows = 2\ncols = 2",
+    ));
+    let cost = CostModel::new(&spec, None);
+    let mesh = tessera_ir::Mesh {
+        name: "grid".into(),
+        shape: vec![2, 2],
+        devices: vec!["c0".into(), "c1".into(), "c2".into(), "c3".into()],
+    };
+    let devs = [0, 1, 2, 3];
+    // Over mesh axis 1: two rings (c0 c1) and (c2 c3) at once on different links; 4 MB per
+    // device, chunks of 2 MB: 2 steps of 1 us + 2 ms.
+    let row = tessera_ir::Op::AllReduce { axes: vec![1] };
+    assert_close(
+        cost.collective_time(&row, &mesh, &devs, 4e6).expect("mesh"),
+        2.0 * (1e-6 + 2e-3),
+    );
+    assert_eq!(
+        cost.collective_channels(&mesh, &devs, &[1])
+            .expect("mesh")
+            .len(),
+        4
+    );
+    // Over both axes: the ring c0 c1 c2 c3 of `ring_collectives_share_links_on_a_mesh`.
+    let all = tessera_ir::Op::AllReduce { axes: vec![0, 1] };
+    assert_close(
+        cost.collective_time(&all, &mesh, &devs, 4e6).expect("mesh"),
+        6.0 * (2e-6 + 2.0 * 1e6 / 1e9),
+    );
+    // An all-gather of 4 MB over mesh axis 0: rings (c0 c2) and (c1 c3), one step of 2 MB.
+    let gather = tessera_ir::Op::AllGather { axes: vec![0] };
+    assert_close(
+        cost.collective_time(&gather, &mesh, &devs, 4e6)
+            .expect("mesh"),
+        1e-6 + 2e-3,
+    );
+}
+
+#[test]
+fn an_unknown_mesh_device_is_an_error() {
+    let spec = target(TRIANGLE);
+    let g = graph(
+        r#"mesh @m = [2] devices("c0", "c9")
+
+graph @g(%x: f32[2]) {
+  %y = relu %x : f32[2] device("@m")
+  return %y
+}"#,
+    );
+    let err = sim(&spec, &g, 1).expect_err("no c9");
+    assert_eq!(err.to_string(), "target `triangle` has no device `c9`");
 }
