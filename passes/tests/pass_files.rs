@@ -14,6 +14,10 @@ fn test_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in std::fs::read_dir(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display())) {
         let dir = dir.expect("dir entry").path();
+        // Passes registered by other crates (`shard`) run their folders in their own tests.
+        if dir.file_name().is_some_and(|n| n == "shard") {
+            continue;
+        }
         for f in std::fs::read_dir(&dir).expect("pass folder") {
             let f = f.expect("dir entry").path();
             if f.extension().is_some_and(|e| e == "tir") {

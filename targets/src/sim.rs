@@ -20,8 +20,9 @@
 //! device (a barrier), then occupies every mesh device and every link direction of its rings
 //! for [`CostModel::collective_time`]; its result is usable when both are done. Between the
 //! mesh and single devices: a value moved onto the mesh is sent to every mesh device, each
-//! receiving its piece (`bytes / pieces` of the value's sharding, the whole value when it
-//! has none); a mesh value used off the mesh (or as a graph output) is moved from the mesh's
+//! receiving its piece (`bytes / pieces` of the value's sharding) from where the value is;
+//! a whole (unsplit) value goes to the mesh's first device, and from there to the others
+//! (a broadcast over the mesh's links rather than over the source's). A mesh value used off the mesh (or as a graph output) is moved from the mesh's
 //! first device with the size of the copy there. That is exact for replicated values, which
 //! is what a sharding pass hands off the mesh (it all-gathers first); for a value still
 //! sharded it undercounts the gather.
@@ -492,10 +493,22 @@ impl Builder {
         bytes: Option<u64>,
         cost: &CostModel<'_>,
     ) -> Result<Avail, SimError> {
+        self.fetch_from(v, d, bytes, None, cost)
+    }
+
+    /// As [`Builder::fetch`], moving the copy `from` (default: the original).
+    fn fetch_from(
+        &mut self,
+        v: ValueId,
+        d: usize,
+        bytes: Option<u64>,
+        from: Option<Avail>,
+        cost: &CostModel<'_>,
+    ) -> Result<Avail, SimError> {
         if let Some(a) = self.avail[v.index()].iter().find(|a| a.device == d) {
             return Ok(*a);
         }
-        let src = self.avail[v.index()][0];
+        let src = from.unwrap_or(self.avail[v.index()][0]);
         let bytes = bytes.unwrap_or(self.copies[src.copy as usize].bytes);
         let seconds = cost.transfer_time(src.device, d, bytes as f64)?;
         let chan_start = self.channels.len() as u32;
@@ -685,12 +698,26 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                     }
                     continue;
                 }
-                let piece = if d == ON_MESH {
-                    Some(value_bytes(graph, v)? / pieces(graph, v))
-                } else {
-                    None
+                let a = match &mesh {
+                    Some((_, devs)) if d == ON_MESH => {
+                        let piece = Some(value_bytes(graph, v)? / pieces(graph, v));
+                        let on_mesh = b.avail[v.index()].iter().any(|a| devs.contains(&a.device));
+                        if pieces(graph, v) == 1 && !on_mesh && dev != devs[0] {
+                            // A whole value enters the mesh at its first device.
+                            let first = b.fetch(v, devs[0], piece, cost)?;
+                            b.fetch_from(v, dev, piece, Some(first), cost)?
+                        } else if pieces(graph, v) == 1 && dev != devs[0] {
+                            let first = b.avail[v.index()]
+                                .iter()
+                                .copied()
+                                .find(|a| a.device == devs[0]);
+                            b.fetch_from(v, dev, piece, first, cost)?
+                        } else {
+                            b.fetch(v, dev, piece, cost)?
+                        }
+                    }
+                    _ => b.fetch(v, dev, None, cost)?,
                 };
-                let a = b.fetch(v, dev, piece, cost)?;
                 if let Some(p) = a.task {
                     b.preds[t as usize].push(p);
                 }
