@@ -409,8 +409,9 @@ fn rule(
                             return Err("its C operand cannot move after the all-reduce".into());
                         }
                     }
+                    // B is [K, N], or [N, K] when transposed: split along K.
                     Ok(Outcome::Close {
-                        consts: vec![(1, usize::from(!trans_b))],
+                        consts: vec![(1, usize::from(*trans_b))],
                     })
                 }
                 Some(0) => {
