@@ -307,7 +307,7 @@ pub fn main() -> ExitCode {
 
 /// [`main`] for a binary called `name` (a plugin's own `tessera`, see [`crate::driver`]).
 pub fn main_named(name: &str) -> ExitCode {
-    if let Err(e) = tessera_eqsat::register() {
+    if let Err(e) = tessera_eqsat::register().and_then(|()| tessera_shard::register()) {
         let _ = writeln!(std::io::stderr(), "error: {e}");
         return ExitCode::FAILURE;
     }

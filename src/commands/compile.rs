@@ -67,6 +67,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     };
     let graph = super::load_model(req.model, req.shapes)?;
     tessera_eqsat::set_default_target(Some(target.clone()));
+    tessera_shard::set_default_target(Some(target.clone()));
     let pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
     let graph = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;

@@ -21,8 +21,9 @@
 //! for [`CostModel::collective_time`]; its result is usable when both are done. Between the
 //! mesh and single devices: a value moved onto the mesh is sent to every mesh device, each
 //! receiving its piece (`bytes / pieces` of the value's sharding) from where the value is;
-//! a whole (unsplit) value goes to the mesh's first device, and from there to the others
-//! (a broadcast over the mesh's links rather than over the source's). A mesh value used off the mesh (or as a graph output) is moved from the mesh's
+//! a whole (unsplit) value goes to the mesh's first device, and to each other one from
+//! there when that transfer is faster than the one from the source (a broadcast over the
+//! mesh's links when the source's are slower). A mesh value used off the mesh (or as a graph output) is moved from the mesh's
 //! first device with the size of the copy there. That is exact for replicated values, which
 //! is what a sharding pass hands off the mesh (it all-gathers first); for a value still
 //! sharded it undercounts the gather.
@@ -701,17 +702,15 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 let a = match &mesh {
                     Some((_, devs)) if d == ON_MESH => {
                         let piece = Some(value_bytes(graph, v)? / pieces(graph, v));
-                        let on_mesh = b.avail[v.index()].iter().any(|a| devs.contains(&a.device));
-                        if pieces(graph, v) == 1 && !on_mesh && dev != devs[0] {
-                            // A whole value enters the mesh at its first device.
+                        if pieces(graph, v) == 1 && dev != devs[0] {
+                            // A whole value: through the mesh's first device when faster.
                             let first = b.fetch(v, devs[0], piece, cost)?;
-                            b.fetch_from(v, dev, piece, Some(first), cost)?
-                        } else if pieces(graph, v) == 1 && dev != devs[0] {
-                            let first = b.avail[v.index()]
-                                .iter()
-                                .copied()
-                                .find(|a| a.device == devs[0]);
-                            b.fetch_from(v, dev, piece, first, cost)?
+                            let src = b.avail[v.index()][0].device;
+                            let bytes = piece.unwrap_or(0) as f64;
+                            let relay = cost.transfer_time(first.device, dev, bytes)?;
+                            let direct = cost.transfer_time(src, dev, bytes)?;
+                            let via = (relay < direct).then_some(first);
+                            b.fetch_from(v, dev, piece, via, cost)?
                         } else {
                             b.fetch(v, dev, piece, cost)?
                         }

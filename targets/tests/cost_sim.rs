@@ -1335,3 +1335,38 @@ graph @g(%x: f32[2]) {
     let err = sim(&spec, &g, 1).expect_err("no c9");
     assert_eq!(err.to_string(), "target `triangle` has no device `c9`");
 }
+
+#[test]
+fn a_whole_value_enters_the_mesh_directly_or_through_its_first_device() {
+    let g = graph(
+        r#"mesh @m = [2] devices("c0", "c1")
+
+graph @g(%x: f32[250]) {
+  %y = relu %x : f32[250] device("@m")
+  return %y
+}"#,
+    );
+    // Equal links: x goes h -> c0 and h -> c1 at once (1 ms each); relu repeats the whole
+    // 0.25 ms on each chip; y leaves from c0 (1 ms).
+    let spec = target(TRIANGLE);
+    let r = sim(&spec, &g, 1).expect("sim");
+    assert_close(r.latency, 2.25e-3);
+    assert_eq!(r.transfers, 3);
+    assert_close(r.links[1].busy[0], 1e-3);
+    assert_close(r.links[2].busy[0], 0.0);
+    for chip in [1, 2] {
+        assert_close(r.devices[chip].busy, 0.25e-3);
+    }
+    // A slow link to c1 (4 ms for x): x reaches c1 through c0 instead (1 ms + 1 ms); relu
+    // on c1 ends at 2.25 ms, as does y's trip from c0 to the host.
+    let slow = TRIANGLE.replacen(
+        "b = \"c1\"\nbandwidth = 1e6",
+        "b = \"c1\"\nbandwidth = 0.25e6",
+        1,
+    );
+    let spec = target(&slow);
+    let r = sim(&spec, &g, 1).expect("sim");
+    assert_close(r.latency, 2.25e-3);
+    assert_close(r.links[1].busy[0], 0.0);
+    assert_close(r.links[2].busy[0], 1e-3);
+}

@@ -96,7 +96,8 @@ pub fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
         .collect()
 }
 
-/// Runs the shard pass with `options` (`key=value` pairs) on `g` for `target`.
+/// Runs the shard pass on `g` for `target` with a mesh shape (empty: the default) and a
+/// strategy.
 pub fn shard(
     g: &mut Graph,
     target: &dyn Target,
