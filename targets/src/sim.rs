@@ -701,18 +701,17 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 }
                 let a = match &mesh {
                     Some((_, devs)) if d == ON_MESH => {
-                        let piece = Some(value_bytes(graph, v)? / pieces(graph, v));
+                        let piece = value_bytes(graph, v)? / pieces(graph, v);
                         if pieces(graph, v) == 1 && dev != devs[0] {
                             // A whole value: through the mesh's first device when faster.
-                            let first = b.fetch(v, devs[0], piece, cost)?;
+                            let first = b.fetch(v, devs[0], Some(piece), cost)?;
                             let src = b.avail[v.index()][0].device;
-                            let bytes = piece.unwrap_or(0) as f64;
-                            let relay = cost.transfer_time(first.device, dev, bytes)?;
-                            let direct = cost.transfer_time(src, dev, bytes)?;
+                            let relay = cost.transfer_time(first.device, dev, piece as f64)?;
+                            let direct = cost.transfer_time(src, dev, piece as f64)?;
                             let via = (relay < direct).then_some(first);
-                            b.fetch_from(v, dev, piece, via, cost)?
+                            b.fetch_from(v, dev, Some(piece), via, cost)?
                         } else {
-                            b.fetch(v, dev, piece, cost)?
+                            b.fetch(v, dev, Some(piece), cost)?
                         }
                     }
                     _ => b.fetch(v, dev, None, cost)?,
