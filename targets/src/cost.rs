@@ -261,15 +261,15 @@ impl<'a> CostModel<'a> {
         Ok(steps_per_hop * (p - 1) as f64 * step)
     }
 
-    /// The directed channels the rings of a collective over `axes` use (every hop of every
-    /// group's ring), sorted and without repeats.
+    /// The directed channels the rings of a collective over `axes` use, sorted, each with
+    /// the number of ring hops (over every group's ring) that cross it.
     pub fn collective_channels(
         &self,
         mesh: &Mesh,
         devices: &[usize],
         axes: &[u32],
-    ) -> Result<Vec<usize>, TargetError> {
-        let mut out = std::collections::BTreeSet::new();
+    ) -> Result<Vec<(usize, usize)>, TargetError> {
+        let mut out: BTreeMap<usize, usize> = BTreeMap::new();
         for g in mesh.groups(axes) {
             let ring: Vec<usize> = g
                 .into_iter()
@@ -279,7 +279,9 @@ impl<'a> CostModel<'a> {
                 continue;
             }
             for i in 0..ring.len() {
-                out.extend(self.channels(ring[i], ring[(i + 1) % ring.len()])?);
+                for &c in self.channels(ring[i], ring[(i + 1) % ring.len()])? {
+                    *out.entry(c).or_insert(0) += 1;
+                }
             }
         }
         Ok(out.into_iter().collect())

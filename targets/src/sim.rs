@@ -290,6 +290,8 @@ struct Plan {
     tasks: Vec<Task>,
     succs: Vec<u32>,
     channels: Vec<u32>,
+    /// Bytes each entry of `channels` carries for its task.
+    chan_bytes: Vec<f64>,
     copies: Vec<Copy>,
     allocs: Vec<u32>,
     frees: Vec<u32>,
@@ -451,6 +453,7 @@ struct Builder {
     frees: Vec<Vec<u32>>,
     copies: Vec<Copy>,
     channels: Vec<u32>,
+    chan_bytes: Vec<f64>,
     /// Where each value is available, by value index; the first entry is the original.
     avail: Vec<Vec<Avail>>,
     /// A task that must also finish before a value is usable (a collective's link task).
@@ -515,6 +518,7 @@ impl Builder {
         let chan_start = self.channels.len() as u32;
         self.channels
             .extend(cost.channels(src.device, d)?.iter().map(|&c| c as u32));
+        self.chan_bytes.resize(self.channels.len(), bytes as f64);
         let kind = Kind::Transfer {
             chan_start,
             chan_end: self.channels.len() as u32,
@@ -595,7 +599,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         // (device, seconds) of each task the op becomes.
         let mut runs: Vec<(usize, f64)> = Vec::new();
         // The link task of a collective: its channels and seconds.
-        let mut link_task: Option<(Vec<usize>, f64)> = None;
+        let mut link_task: Option<(Vec<(usize, f64)>, f64)> = None;
         if d == ON_MESH {
             let Some((m, devs)) = &mesh else {
                 return Err(SimError::UnknownDevice {
@@ -616,7 +620,26 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 };
                 let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
                 runs.extend(devs.iter().map(|&dev| (dev, seconds)));
-                link_task = Some((cost.collective_channels(m, devs, axes)?, seconds));
+                // Each ring step sends a 1/p chunk over every hop: 2(p - 1) steps for an
+                // all-reduce, p - 1 for an all-gather.
+                let p = m
+                    .groups(axes)
+                    .iter()
+                    .map(Vec::len)
+                    .max()
+                    .unwrap_or(1)
+                    .max(1);
+                let steps = match data.op {
+                    Op::AllReduce { .. } => 2 * (p - 1),
+                    _ => p - 1,
+                };
+                let per_hop = steps as f64 * bytes / p as f64;
+                let chans: Vec<(usize, f64)> = cost
+                    .collective_channels(m, devs, axes)?
+                    .into_iter()
+                    .map(|(c, hops)| (c, hops as f64 * per_hop))
+                    .collect();
+                link_task = Some((chans, seconds));
             } else {
                 let parts = shard_factor(graph, op);
                 for &dev in devs {
@@ -659,7 +682,8 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         let link = match link_task {
             Some((chans, seconds)) => {
                 let chan_start = b.channels.len() as u32;
-                b.channels.extend(chans.iter().map(|&c| c as u32));
+                b.channels.extend(chans.iter().map(|&(c, _)| c as u32));
+                b.chan_bytes.extend(chans.iter().map(|&(_, bytes)| bytes));
                 let kind = Kind::Transfer {
                     chan_start,
                     chan_end: b.channels.len() as u32,
@@ -779,6 +803,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         frees,
         copies,
         channels,
+        chan_bytes,
         ..
     } = b;
     let mut succ_lists: Vec<Vec<u32>> = vec![Vec::new(); tasks.len()];
@@ -808,6 +833,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         tasks,
         succs,
         channels,
+        chan_bytes,
         copies,
         allocs: flat_allocs,
         frees: flat_frees,
@@ -930,15 +956,11 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
                         .iter()
                         .map(|&c| chan_free[c as usize])
                         .fold(now, f64::max);
-                    let bytes = t
-                        .alloc_start
-                        .lt(&t.alloc_end)
-                        .then(|| plan.copies[plan.allocs[t.alloc_start as usize] as usize].bytes)
-                        .unwrap_or(0) as f64;
-                    for &c in chans {
+                    let bytes = &plan.chan_bytes[chan_start as usize..chan_end as usize];
+                    for (&c, &b) in chans.iter().zip(bytes) {
                         chan_free[c as usize] = begin + t.seconds;
                         channel_busy[c as usize] += t.seconds;
-                        channel_bytes[c as usize] += bytes;
+                        channel_bytes[c as usize] += b;
                     }
                     start!(inst, now, begin);
                 }

@@ -1244,6 +1244,9 @@ graph @g(%x: f32[4, 250] sharded[[0], []]) {
     assert_close(r.links[1].busy[0], 2e-3);
     assert_close(r.links[2].busy[0], 2e-3);
     assert_close(r.links[2].busy[1], 2e-3);
+    // One ring step: each chip sends its 2000 B half to the other.
+    assert_close(r.links[2].bytes[0], 2000.0);
+    assert_close(r.links[2].bytes[1], 2000.0);
     // Memory on c0: its half of x and of y (2000 B each), then the gathered 4000 B.
     assert_eq!(r.devices[1].peak_memory, 2000 + 4000);
 }
