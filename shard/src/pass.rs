@@ -16,8 +16,9 @@
 //! - *none*: the graph as it is.
 //!
 //! It simulates each candidate on the target ([`tessera_targets::simulate`], one sample,
-//! unplaced ops on the mesh's first device) and keeps the lowest latency, preferring none,
-//! then tensor, then data on ties. When a candidate cannot be simulated (a symbolic shape),
+//! unplaced ops on the mesh's first device) and keeps the lowest latency among those whose
+//! peak memory fits every device (among all when none fits), preferring none, then tensor,
+//! then data on ties. When a candidate cannot be simulated (a symbolic shape),
 //! the comparison uses the sum of modelled op and collective times instead.
 //! `strategy=tensor` and `strategy=data` apply that candidate with every region it finds,
 //! whatever the cost; `strategy=none` does nothing. Every decision is recorded as a note.
@@ -262,14 +263,20 @@ impl Coster<'_> {
         Ok(total)
     }
 
-    /// The simulated latency of `g`, unplaced ops on the mesh's first device.
-    fn simulated(&self, g: &Graph) -> Result<f64, String> {
+    /// The simulated latency of `g`, unplaced ops on the mesh's first device, and the first
+    /// device whose peak memory is over its capacity, if any.
+    fn simulated(&self, g: &Graph) -> Result<(f64, Option<String>), String> {
         let spec = self.cost.spec();
         let placement =
             placement_from_graph(g, spec, Some(self.devices[0])).map_err(|e| e.to_string())?;
-        simulate(g, &self.cost, &placement, &SimOptions { samples: 1 })
-            .map(|r| r.latency)
-            .map_err(|e| e.to_string())
+        let r = simulate(g, &self.cost, &placement, &SimOptions { samples: 1 })
+            .map_err(|e| e.to_string())?;
+        let over = r
+            .devices
+            .iter()
+            .find(|d| d.peak_memory > d.capacity)
+            .map(|d| d.name.clone());
+        Ok((r.latency, over))
     }
 }
 
@@ -359,12 +366,16 @@ fn pick(
     if candidates.len() < 2 {
         return candidates.into_iter().next();
     }
-    let simulated: Result<Vec<f64>, String> = candidates
+    let simulated: Result<Vec<(f64, Option<String>)>, String> = candidates
         .iter()
         .map(|c| coster.simulated(&c.graph))
         .collect();
+    let mut overflows: Vec<Option<String>> = vec![None; candidates.len()];
     let (how, times) = match simulated {
-        Ok(t) => ("simulated latency", t),
+        Ok(t) => {
+            overflows = t.iter().map(|(_, o)| o.clone()).collect();
+            ("simulated latency", t.into_iter().map(|(l, _)| l).collect())
+        }
         Err(why) => {
             let modelled: Result<Vec<f64>, String> = candidates
                 .iter()
@@ -386,16 +397,26 @@ fn pick(
             }
         }
     };
-    let mut best = 0;
+    // Candidates that fit in every device's memory come first; then the fastest.
+    let fits = overflows.iter().any(Option::is_none);
+    let mut best: Option<usize> = None;
     for (i, &t) in times.iter().enumerate() {
-        if t < times[best] {
-            best = i;
+        if fits && overflows[i].is_some() {
+            continue;
+        }
+        if best.is_none_or(|b| t < times[b]) {
+            best = Some(i);
         }
     }
+    let best = best.unwrap_or(0);
     let parts: Vec<String> = candidates
         .iter()
         .zip(&times)
-        .map(|(c, &t)| format!("{} {}", c.name, seconds(t)))
+        .zip(&overflows)
+        .map(|((c, &t), over)| match over {
+            Some(d) => format!("{} {} (over the memory of {d})", c.name, seconds(t)),
+            None => format!("{} {}", c.name, seconds(t)),
+        })
         .collect();
     stats.note(format!(
         "shard: {p}-way over @grid: {}; keeping {} ({how})",

@@ -15,7 +15,8 @@
 //! of pieces any of its operands or results is cut into by its sharding (a column-parallel
 //! matmul whose weight and result are split 4 ways does a quarter of the work on each
 //! device; an op on replicated values repeats the whole work on each). A value made on the
-//! mesh has a copy on every mesh device of `bytes / pieces` of its own sharding. A
+//! mesh has a copy on every mesh device of `bytes / pieces` of its own sharding, and so
+//! does a split weight (a constant with a sharding) used on the mesh. A
 //! collective (`all-reduce`, `all-gather`) on the mesh waits for its operand on every mesh
 //! device (a barrier), then occupies every mesh device and every link direction of its rings
 //! for [`CostModel::collective_time`]; its result is usable when both are done. Between the
@@ -719,7 +720,9 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                         && let Op::Const(c) = graph.op(cop).op
                         && resident.insert((dev, c.index()))
                     {
-                        weights[dev] += graph.constant(c).ty.size_bytes().unwrap_or(0);
+                        // On the mesh a split weight is resident as its piece only.
+                        let parts = if d == ON_MESH { pieces(graph, v) } else { 1 };
+                        weights[dev] += graph.constant(c).ty.size_bytes().unwrap_or(0) / parts;
                     }
                     continue;
                 }

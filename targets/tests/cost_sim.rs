@@ -1373,3 +1373,23 @@ graph @g(%x: f32[250]) {
     assert_close(r.links[1].busy[0], 0.0);
     assert_close(r.links[2].busy[0], 1e-3);
 }
+
+#[test]
+fn split_weights_are_resident_as_their_pieces() {
+    let spec = target(TRIANGLE);
+    let g = graph(
+        r#"const @w : f32[2, 4] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+mesh @m = [2] devices("c0", "c1")
+
+graph @g(%x: f32[3, 2]) {
+  %w = const @w : f32[2, 4] sharded[[], [0]]
+  %y = matmul %x, %w : f32[3, 4] sharded[[], [0]] device("@m")
+  %a = all-gather %y {axes = [0]} : f32[3, 4] device("@m")
+  return %a
+}"#,
+    );
+    tessera_ir::verify::verify(&g).expect("verifies");
+    let r = sim(&spec, &g, 1).expect("sim");
+    // 32 B of weights, 16 B on each chip.
+    assert_eq!((r.devices[1].weights, r.devices[2].weights), (16, 16));
+}
