@@ -346,10 +346,11 @@ pub fn run_shard(
         "all-reduce and all-gather ops inserted",
         c.collectives,
     );
+    let on_mesh = Some(mesh.device_name());
     let on_mesh = graph
         .ops()
         .iter()
-        .filter(|&&o| graph.op(o).device.as_deref() == Some("@grid"))
+        .filter(|&&o| graph.op(o).device == on_mesh)
         .count();
     stats.add("ops-on-mesh", "ops placed on the mesh", on_mesh as u64);
     Ok(true)
