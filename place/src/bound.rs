@@ -1,0 +1,150 @@
+//! Lower bounds on the best objective any plan can reach, so every plan reports how far from
+//! optimal it can at most be (its gap).
+//!
+//! Components (the bound is their maximum; each is valid on its own):
+//! - `work`: every op needs at least its fastest time somewhere, and the usable devices share
+//!   that work: the sum of fastest times over the number of devices that can run anything
+//!   (the period is at least the average device load, and so is the latency).
+//! - `largest-op`: the fastest time of the slowest colocation unit (an op or a group): it runs
+//!   whole on one device.
+//! - `lp` (problems up to [`LP_MAX_VARS`] unit-device pairs): the linear-programming
+//!   relaxation of assigning units to devices, with each device's load at most `T` and its
+//!   memory within capacity, minimizing `T`. It joins work, support and memory: when the fast
+//!   devices cannot hold everything, part of the work must run on slow ones. Solved with
+//!   good_lp and the pure-Rust microlp simplex; the result is shrunk by a relative 1e-9 so
+//!   round-off never lifts it above the optimum.
+//! - `critical-path` (latency only): the longest chain of ops at their fastest times, with
+//!   free communication.
+//!
+//! Memory: when the ops' own memory exceeds the capacity of all the devices together, no plan
+//! exists; that is reported as an error, not as a bound.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::eval::Objective;
+use crate::problem::{Instance, ProblemError};
+use crate::strategy::units;
+
+/// The largest number of (unit, device) variables the LP bound is computed for.
+pub const LP_MAX_VARS: usize = 20_000;
+
+/// A lower bound and what it is made of.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LowerBound {
+    /// The bound: the largest component.
+    pub value: f64,
+    /// Each component's value, by name.
+    pub components: BTreeMap<String, f64>,
+}
+
+impl LowerBound {
+    /// The component that gives the bound.
+    pub fn binding(&self) -> &str {
+        self.components
+            .iter()
+            .filter(|&(_, &v)| v == self.value)
+            .map(|(k, _)| k.as_str())
+            .next()
+            .unwrap_or("")
+    }
+}
+
+/// The lower bound of `inst` for `objective`; an error when memory makes it infeasible.
+pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, ProblemError> {
+    let mut components = BTreeMap::new();
+    let total_memory: u128 = inst.memory.iter().map(|&m| u128::from(m)).sum();
+    let total_capacity: u128 = inst.capacity.iter().map(|&c| u128::from(c)).sum();
+    if total_memory > total_capacity {
+        return Err(ProblemError::Infeasible(format!(
+            "the ops need {total_memory} bytes, {} more than all devices hold together \
+             ({total_capacity} bytes)",
+            total_memory - total_capacity
+        )));
+    }
+    let usable = (0..inst.d)
+        .filter(|&k| (0..inst.n).any(|o| inst.allowed(o, k)))
+        .count()
+        .max(1);
+    let work: f64 = (0..inst.n).map(|o| inst.min_time(o)).sum();
+    components.insert("work".to_string(), work / usable as f64);
+    let us = units(inst);
+    let largest = us
+        .iter()
+        .map(|u| {
+            (0..inst.d)
+                .filter(|&k| inst.allowed(u[0], k))
+                .map(|k| u.iter().map(|&o| inst.t(o, k)).sum::<f64>())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .fold(0.0, f64::max);
+    components.insert("largest-op".to_string(), largest);
+    if us.len() * inst.d <= LP_MAX_VARS
+        && let Some(lp) = lp_bound(inst, &us)?
+    {
+        components.insert("lp".to_string(), lp);
+    }
+    if objective == Objective::Latency {
+        let mut path = vec![0.0f64; inst.n];
+        let mut longest: f64 = 0.0;
+        for o in 0..inst.n {
+            let start = inst.in_edges[o]
+                .iter()
+                .map(|&e| path[inst.problem.edges[e].from])
+                .fold(0.0, f64::max);
+            path[o] = start + inst.min_time(o);
+            longest = longest.max(path[o]);
+        }
+        components.insert("critical-path".to_string(), longest);
+    }
+    let value = components.values().copied().fold(0.0, f64::max);
+    Ok(LowerBound { value, components })
+}
+
+/// The LP relaxation's optimum, `None` when the solver fails (the other components stand);
+/// an error when even the relaxation cannot fit the memory.
+fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemError> {
+    use good_lp::{
+        Expression, ProblemVariables, ResolutionError, Solution, SolverModel, constraint, microlp,
+        variable,
+    };
+    // Seconds are scaled to microseconds and bytes to megabytes for a well-scaled model.
+    let mut vars = ProblemVariables::new();
+    let t = vars.add(variable().min(0.0));
+    let mut x: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(us.len());
+    for u in us {
+        let row = (0..inst.d)
+            .filter(|&k| inst.allowed(u[0], k))
+            .map(|k| (k, vars.add(variable().min(0.0).max(1.0))))
+            .collect();
+        x.push(row);
+    }
+    let mut model = vars.minimise(t).using(microlp);
+    let mut load: Vec<Expression> = vec![Expression::from(0.0); inst.d];
+    let mut mem: Vec<Expression> = vec![Expression::from(0.0); inst.d];
+    for (u, row) in us.iter().zip(&x) {
+        let mut sum = Expression::from(0.0);
+        for &(k, v) in row {
+            let time: f64 = u.iter().map(|&o| inst.t(o, k)).sum::<f64>() * 1e6;
+            let bytes: f64 = u.iter().map(|&o| inst.memory[o] as f64).sum::<f64>() / 1e6;
+            load[k] += time * v;
+            mem[k] += bytes * v;
+            sum += v;
+        }
+        model = model.with(constraint!(sum == 1.0));
+    }
+    for (k, (l, m)) in load.into_iter().zip(mem).enumerate() {
+        model = model.with(constraint!(l - t <= 0.0));
+        model = model.with(constraint!(m <= inst.capacity[k] as f64 / 1e6));
+    }
+    match model.solve() {
+        Ok(s) => Ok(Some(s.value(t) / 1e6 * (1.0 - 1e-9))),
+        Err(ResolutionError::Infeasible) => Err(ProblemError::Infeasible(
+            "the ops' memory cannot be spread over the devices that can run them, even \
+             fractionally"
+                .into(),
+        )),
+        Err(_) => Ok(None),
+    }
+}
