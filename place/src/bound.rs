@@ -13,8 +13,13 @@
 //!   devices cannot hold everything, part of the work must run on slow ones. Solved with
 //!   good_lp and the pure-Rust microlp simplex; the result is shrunk by a relative 1e-9 so
 //!   round-off never lifts it above the optimum.
+//! - `io`: transfers no plan avoids. An edge whose ends have no device in common moves its
+//!   tensor at least as fast as the best pair of allowed devices allows; all such transfers
+//!   into ops pinned to one device share that device's incoming link directions, so the
+//!   period is at least their total over the number of its links (inputs and outputs pinned
+//!   to the host make this the host link's load).
 //! - `critical-path` (latency only): the longest chain of ops at their fastest times, with
-//!   free communication.
+//!   each edge's unavoidable transfer time.
 //!
 //! Memory: when the ops' own memory exceeds the capacity of all the devices together, no plan
 //! exists; that is reported as an error, not as a bound.
@@ -85,13 +90,38 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     {
         components.insert("lp".to_string(), lp);
     }
+    let unavoidable = unavoidable_transfers(inst);
+    let mut into_pinned: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut counted: std::collections::BTreeSet<(usize, u32, usize)> = Default::default();
+    for (e, edge) in inst.problem.edges.iter().enumerate() {
+        let allowed: Vec<usize> = (0..inst.d).filter(|&k| inst.allowed(edge.to, k)).collect();
+        if unavoidable[e] > 0.0
+            && let [p] = allowed[..]
+            && counted.insert((edge.from, edge.tensor, p))
+        {
+            *into_pinned.entry(p).or_insert(0.0) += unavoidable[e];
+        }
+    }
+    let mut io: f64 = unavoidable.iter().copied().fold(0.0, f64::max);
+    for (&p, &total) in &into_pinned {
+        let name = inst.device_name(p);
+        let links = inst
+            .problem
+            .links
+            .iter()
+            .filter(|l| l.a == name || l.b == name)
+            .count()
+            .max(1);
+        io = io.max(total / links as f64);
+    }
+    components.insert("io".to_string(), io);
     if objective == Objective::Latency {
         let mut path = vec![0.0f64; inst.n];
         let mut longest: f64 = 0.0;
         for o in 0..inst.n {
             let start = inst.in_edges[o]
                 .iter()
-                .map(|&e| path[inst.problem.edges[e].from])
+                .map(|&e| path[inst.problem.edges[e].from] + unavoidable[e])
                 .fold(0.0, f64::max);
             path[o] = start + inst.min_time(o);
             longest = longest.max(path[o]);
@@ -100,6 +130,31 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     }
     let value = components.values().copied().fold(0.0, f64::max);
     Ok(LowerBound { value, components })
+}
+
+/// For each edge, the least time its transfer takes in any plan: 0 when its ends can share a
+/// device, else the fastest transfer between devices they may run on.
+fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
+    inst.problem
+        .edges
+        .iter()
+        .map(|edge| {
+            let from: Vec<usize> = (0..inst.d)
+                .filter(|&k| inst.allowed(edge.from, k))
+                .collect();
+            let to: Vec<usize> = (0..inst.d).filter(|&k| inst.allowed(edge.to, k)).collect();
+            if from.iter().any(|k| to.contains(k)) {
+                return 0.0;
+            }
+            let mut best = f64::INFINITY;
+            for &a in &from {
+                for &b in &to {
+                    best = best.min(inst.transfer(a, b, edge.bytes));
+                }
+            }
+            if best.is_finite() { best } else { 0.0 }
+        })
+        .collect()
 }
 
 /// The LP relaxation's optimum, `None` when the solver fails (the other components stand);

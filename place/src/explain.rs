@@ -94,7 +94,12 @@ fn decide(
     let name = |j: usize| inst.device_name(j);
     let spec = &inst.problem.ops[o];
     if let Some(p) = &spec.pin {
-        return ("pin", format!("pinned to {p} by the input"));
+        return (
+            "pin",
+            format!(
+                "pinned to {p} (the problem's `pin`: a device annotation, or a graph input or output on the host)"
+            ),
+        );
     }
     let allowed: Vec<usize> = (0..inst.d).filter(|&j| inst.allowed(o, j)).collect();
     if allowed.len() == 1 {

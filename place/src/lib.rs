@@ -11,8 +11,10 @@
 //! - [`pass`]: the `place` and `schedule` passes over the IR.
 
 pub mod bound;
+pub mod build;
 pub mod eval;
 pub mod explain;
+pub mod pass;
 pub mod plan;
 pub mod problem;
 pub mod strategy;

@@ -11,11 +11,11 @@
 
 use crate::eval::{Objective, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::{Solution, SolveOptions, units};
+use crate::strategy::{Solution, SolveOptions, better, units};
 
 /// All ops on the best single device.
 pub fn single(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
-    let mut best: Option<(f64, Solution)> = None;
+    let mut best: Option<((f64, f64), Solution)> = None;
     let mut refusals = Vec::new();
     for k in 0..inst.d {
         let assign: Vec<usize> = (0..inst.n)
@@ -33,8 +33,8 @@ pub fn single(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemE
             continue;
         }
         let sol = Solution::in_problem_order(inst, assign);
-        let v = sol.value(inst, opts.objective);
-        if best.as_ref().is_none_or(|(b, _)| v < *b) {
+        let v = sol.score(inst, opts.objective);
+        if best.as_ref().is_none_or(|(b, _)| better(v, *b)) {
             best = Some((v, sol));
         }
     }

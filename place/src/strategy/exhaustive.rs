@@ -6,7 +6,7 @@
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::{Solution, SolveOptions, units};
+use crate::strategy::{Solution, SolveOptions, better, score, units};
 
 /// The largest number of assignments it enumerates.
 pub const MAX_SPACE: f64 = 2.0e5;
@@ -32,7 +32,7 @@ struct Search<'a> {
     assign: Vec<usize>,
     load: Vec<f64>,
     memory: Vec<u64>,
-    best: Option<(f64, Vec<usize>)>,
+    best: Option<((f64, f64), Vec<usize>)>,
 }
 
 impl Search<'_> {
@@ -42,8 +42,8 @@ impl Search<'_> {
             if violation(inst, &self.assign).is_some() {
                 return;
             }
-            let v = evaluate(inst, &self.assign, &self.order).value(self.objective);
-            if self.best.as_ref().is_none_or(|(b, _)| v < *b) {
+            let v = score(&evaluate(inst, &self.assign, &self.order), self.objective);
+            if self.best.as_ref().is_none_or(|(b, _)| better(v, *b)) {
                 self.best = Some((v, self.assign.clone()));
             }
             return;
@@ -58,9 +58,10 @@ impl Search<'_> {
             if self.memory[k].saturating_add(dm) > inst.capacity[k] {
                 continue;
             }
-            // Loads only grow, and both objectives are at least the busiest device's load.
+            // Loads only grow, and both objectives are at least the busiest device's load
+            // (equal loads may still win the tie-break).
             if let Some((b, _)) = &self.best
-                && self.load[k] + dt >= *b
+                && self.load[k] + dt > b.0
             {
                 continue;
             }

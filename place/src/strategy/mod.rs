@@ -61,6 +61,25 @@ impl Solution {
     pub fn value(&self, inst: &Instance, objective: Objective) -> f64 {
         evaluate(inst, &self.assign, &self.order).value(objective)
     }
+
+    /// The objective's value, then the other objective's as a tie-break: plans compare by
+    /// this, so among equally good plans the one better on the other measure wins.
+    pub fn score(&self, inst: &Instance, objective: Objective) -> (f64, f64) {
+        score(&evaluate(inst, &self.assign, &self.order), objective)
+    }
+}
+
+/// `(objective, other objective)` of an evaluation, compared lexicographically.
+pub fn score(ev: &crate::eval::Evaluation, objective: Objective) -> (f64, f64) {
+    match objective {
+        Objective::Throughput => (ev.period, ev.latency),
+        Objective::Latency => (ev.latency, ev.period),
+    }
+}
+
+/// Whether score `a` is better than `b`.
+pub fn better(a: (f64, f64), b: (f64, f64)) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
 }
 
 /// One strategy's result within `auto`.
@@ -124,7 +143,7 @@ fn auto(
     inst: &Instance,
     opts: &SolveOptions,
 ) -> Result<(Solution, String, Vec<Attempt>), ProblemError> {
-    let mut best: Option<(f64, Solution, String)> = None;
+    let mut best: Option<((f64, f64), Solution, String)> = None;
     let mut attempts = Vec::new();
     for name in auto_candidates(inst) {
         let outcome =
@@ -134,13 +153,13 @@ fn auto(
             });
         match outcome {
             Ok(sol) => {
-                let value = sol.value(inst, opts.objective);
+                let s = sol.score(inst, opts.objective);
                 attempts.push(Attempt {
                     strategy: name.to_string(),
-                    outcome: Ok(value),
+                    outcome: Ok(s.0),
                 });
-                if best.as_ref().is_none_or(|(b, _, _)| value < *b) {
-                    best = Some((value, sol, name.to_string()));
+                if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
+                    best = Some((s, sol, name.to_string()));
                 }
             }
             Err(e) => attempts.push(Attempt {
