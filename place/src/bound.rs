@@ -68,6 +68,43 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
             total_memory - total_capacity
         )));
     }
+    // Ops with one allowed device (pinned, or supported nowhere else) and the tensors they
+    // must receive from ops pinned elsewhere.
+    let only: Vec<Option<usize>> = (0..inst.n)
+        .map(|o| {
+            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k),
+                _ => None,
+            }
+        })
+        .collect();
+    let mut forced = vec![0u128; inst.d];
+    for o in 0..inst.n {
+        if let Some(k) = only[o] {
+            forced[k] += u128::from(inst.memory[o]);
+        }
+    }
+    let mut received: std::collections::BTreeSet<(usize, u32, usize)> = Default::default();
+    for edge in &inst.problem.edges {
+        if let (Some(a), Some(b)) = (only[edge.from], only[edge.to])
+            && a != b
+            && received.insert((edge.from, edge.tensor, b))
+        {
+            forced[b] += u128::from(edge.bytes);
+        }
+    }
+    for (k, &m) in forced.iter().enumerate() {
+        let cap = u128::from(inst.capacity[k]);
+        if m > cap {
+            return Err(ProblemError::Infeasible(format!(
+                "the ops that can only run on {} need {m} bytes there, {} more than its {cap} \
+                 bytes",
+                inst.device_name(k),
+                m - cap
+            )));
+        }
+    }
     let usable = (0..inst.d)
         .filter(|&k| (0..inst.n).any(|o| inst.allowed(o, k)))
         .count()
@@ -196,8 +233,9 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
     match model.solve() {
         Ok(s) => Ok(Some(s.value(t) / 1e6 * (1.0 - 1e-9))),
         Err(ResolutionError::Infeasible) => Err(ProblemError::Infeasible(
-            "the ops' memory cannot be spread over the devices that can run them, even \
-             fractionally"
+            "the ops' memory cannot be spread over the devices that can run them (the ops need \
+             more memory on the devices that support them than those devices hold, even split \
+             fractionally)"
                 .into(),
         )),
         Err(_) => Ok(None),

@@ -61,7 +61,8 @@ fn bytes_of(graph: &Graph, v: ValueId, op: &dyn Fn() -> String) -> Result<u64, B
     graph.ty(v).size_bytes().ok_or_else(|| BuildError::Op {
         op: op(),
         message: format!(
-            "the size of `{}` is not static ({}); bind the input shapes (--input-shape)",
+            "the size of `{}` depends on a symbolic shape ({}); bind the input shapes \
+             (--input-shape)",
             graph.value(v).name.clone().unwrap_or_else(|| v.to_string()),
             graph.ty(v)
         ),

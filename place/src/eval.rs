@@ -201,6 +201,20 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             ));
         }
     }
+    for edge in &inst.problem.edges {
+        let (a, b) = (assign[edge.from], assign[edge.to]);
+        if a != b && !inst.latency[a * inst.d + b].is_finite() {
+            return Some(format!(
+                "`{}` on `{}` feeds `{}` on `{}`, but no route leads from `{}` to `{}`",
+                inst.op_name(edge.from),
+                inst.device_name(a),
+                inst.op_name(edge.to),
+                inst.device_name(b),
+                inst.device_name(a),
+                inst.device_name(b)
+            ));
+        }
+    }
     let memory = memory_use(inst, assign);
     for (k, &m) in memory.iter().enumerate() {
         if m > inst.capacity[k] {

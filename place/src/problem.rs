@@ -320,8 +320,8 @@ impl Instance {
             if (0..d).all(|k| time[o * d + k].is_infinite()) {
                 let why = match pin {
                     Some(p) => format!(
-                        "it is pinned to `{}`, which cannot run it",
-                        problem.devices[p].name
+                        "`{}` cannot run on {} (where it is pinned)",
+                        op.kind, problem.devices[p].name
                     ),
                     None => "no device can run it (no listed kind, or unsupported)".to_string(),
                 };

@@ -138,7 +138,13 @@ pub fn compile(
     if let Some(path) = settings.emit_problem {
         super::write_atomically(path, built.problem.to_json().as_bytes())?;
     }
-    let pinned = built.problem.ops.iter().filter(|o| o.pin.is_some()).count();
+    let pinned = built
+        .problem
+        .ops
+        .iter()
+        .zip(&built.graph_ops)
+        .filter(|(o, g)| o.pin.is_some() && g.is_some())
+        .count();
     let Placed { plan, built } = place_graph(
         &mut graph,
         &cost,
@@ -169,7 +175,7 @@ pub fn compile(
         plan.lower_bound.binding(),
         plan.gap * 100.0,
         if pinned > 0 {
-            format!("; {pinned} ops pinned")
+            format!("; {pinned} ops pinned by device annotations")
         } else {
             String::new()
         }
