@@ -109,7 +109,10 @@ fn writes_placed_ir_that_computes_the_same_and_recompiles_identically() {
     ]));
     let tail = |s: &str| s.lines().skip(2).collect::<Vec<_>>().join("\n");
     assert_eq!(tail(&second), tail(&out));
-    assert!(second.contains("ops pinned by device annotations"), "{second}");
+    assert!(
+        second.contains("ops pinned by device annotations"),
+        "{second}"
+    );
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -162,7 +165,10 @@ latency = 1e-4
         out.contains("(period 1.100 ms, 8 samples; bound 1.100 ms on a -> b)"),
         "{out}"
     );
-    assert!(out.contains("; 2 ops pinned by device annotations\n"), "{out}");
+    assert!(
+        out.contains("; 2 ops pinned by device annotations\n"),
+        "{out}"
+    );
     // A measured relu on b of 5 ms makes b the bottleneck.
     let cal = write(
         dir.path(),
@@ -256,7 +262,9 @@ fn bad_input_is_a_clear_error() {
             .args(["--target", "mcm-2x2"]),
     );
     assert!(
-        err.contains("the ops need 80000000000 bytes, 15865782272 more than all devices hold together"),
+        err.contains(
+            "the ops need 80000000000 bytes, 15865782272 more than all devices hold together"
+        ),
         "{err}"
     );
 }
