@@ -80,8 +80,8 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         })
         .collect();
     let mut forced = vec![0u128; inst.d];
-    for o in 0..inst.n {
-        if let Some(k) = only[o] {
+    for (o, k) in only.iter().enumerate() {
+        if let Some(k) = *k {
             forced[k] += u128::from(inst.memory[o]);
         }
     }

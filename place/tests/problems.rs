@@ -199,7 +199,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
                     },
                     time,
                     memory: next() % 1500,
-                    colocate: (o >= 1 && o <= 2 && next() % 3 == 0).then(|| "g".into()),
+                    colocate: ((1..=2).contains(&o) && next() % 3 == 0).then(|| "g".into()),
                     pin: None,
                 }
             })
