@@ -354,7 +354,7 @@ fn huge_shapes_are_errors_not_panics() {
             .arg("--target")
             .arg(&board),
     );
-    assert!(err.contains("more than all devices hold together"), "{err}");
+    assert!(err.contains("more than its 1000000 bytes"), "{err}");
 }
 
 #[test]
@@ -599,7 +599,7 @@ fn annotations_that_overflow_a_device_are_an_error() {
             .arg(&out),
     );
     assert!(
-        err.contains("the ops that can only run on chip1 need 134217728 bytes there, 100663296 more than its 33554432 bytes"),
+        err.contains("it is pinned to chip1, but needs 67108864 bytes there, 33554432 more than its 33554432 bytes"),
         "{err}"
     );
     assert!(!out.exists());

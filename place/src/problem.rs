@@ -17,8 +17,8 @@
 //!   `latency + bytes / narrowest bandwidth` seconds (cut-through).
 //! - *Ops* are listed in a topological order (every edge goes forward). `time` maps device
 //!   kinds to seconds; an op may run only on devices whose kind it lists and that do not list
-//!   its `kind` as unsupported. `memory` is what the op keeps on its device (its weights and
-//!   its outputs). `pin` fixes its device; ops sharing a `colocate` group share a device.
+//!   its `kind` as unsupported, and whose capacity is at least the op's own `memory`. `memory`
+//!   is what the op keeps on its device (its weights and its outputs). `pin` fixes its device; ops sharing a `colocate` group share a device.
 //! - *Edges* carry `bytes` from producer to consumer; `tensor` says which of the producer's
 //!   results it is, so that two consumers of one tensor on one device receive it once.
 //!   Received tensors also take memory on the receiving device.
@@ -313,17 +313,38 @@ impl Instance {
                 if pin.is_some_and(|p| p != k) || dev.unsupported_ops.contains(&op.kind) {
                     continue;
                 }
-                if let Some(&t) = op.time.get(&dev.kind) {
+                // An op whose own memory exceeds a device cannot run there.
+                if let Some(&t) = op.time.get(&dev.kind)
+                    && op.memory <= dev.memory
+                {
                     time[o * d + k] = t;
                 }
             }
             if (0..d).all(|k| time[o * d + k].is_infinite()) {
                 let why = match pin {
-                    Some(p) => format!(
-                        "`{}` cannot run on {} (where it is pinned)",
-                        op.kind, problem.devices[p].name
+                    Some(p) => {
+                        let dev = &problem.devices[p];
+                        if op.memory > dev.memory {
+                            format!(
+                                "it is pinned to {}, but needs {} bytes there, {} more than its \
+                                 {} bytes",
+                                dev.name,
+                                op.memory,
+                                op.memory - dev.memory,
+                                dev.memory
+                            )
+                        } else {
+                            format!(
+                                "`{}` cannot run on {} (where it is pinned)",
+                                op.kind, dev.name
+                            )
+                        }
+                    }
+                    None => format!(
+                        "no device can run it (no time for its kind, unsupported, or its {} \
+                         bytes exceed the device's memory)",
+                        op.memory
                     ),
-                    None => "no device can run it (no listed kind, or unsupported)".to_string(),
                 };
                 return Err(ProblemError::Infeasible(format!("{at}: {why}")));
             }

@@ -108,10 +108,12 @@ fn schema_errors_name_the_file_or_field() {
 
 #[test]
 fn memory_overflow_names_the_device_and_the_amount() {
-    // fc1 pinned on chip0 with 4 MB: 1 MB more than chip0 holds (plus the 4096-byte input).
+    // fc1 and softmax pinned on chip0 with 2 MB each, which fit alone but not together (with
+    // the 4096-byte input fc1 receives from the host).
     let mut p = example();
     p.ops[1].pin = Some("chip0".into());
-    p.ops[1].memory = 4_000_000;
+    p.ops[4].pin = Some("chip0".into());
+    p.ops[4].memory = 2_000_000;
     let inst = Instance::new(p).expect("valid");
     let e = tessera_place::solve(&inst, "auto", Objective::Throughput, false)
         .expect_err("does not fit");
@@ -119,6 +121,15 @@ fn memory_overflow_names_the_device_and_the_amount() {
         e.to_string(),
         "infeasible: the ops that can only run on chip0 need 4004096 bytes there, 1004096 \
          more than its 3000000 bytes"
+    );
+    // One op alone too big for the device it is pinned to.
+    let mut p = example();
+    p.ops[1].pin = Some("chip0".into());
+    p.ops[1].memory = 4_000_000;
+    assert_eq!(
+        err(p),
+        "infeasible: ops[1] (fc1): it is pinned to chip0, but needs 4000000 bytes there, \
+         1000000 more than its 3000000 bytes"
     );
     // Nothing fits anywhere: the total is named.
     let mut p = example();
