@@ -10,7 +10,11 @@
 //! - `lp` (problems up to [`LP_MAX_VARS`] unit-device pairs): the linear-programming
 //!   relaxation of assigning units to devices, with each device's load at most `T` and its
 //!   memory within capacity, minimizing `T`. It joins work, support and memory: when the fast
-//!   devices cannot hold everything, part of the work must run on slow ones. Solved with
+//!   devices cannot hold everything, part of the work must run on slow ones. It also charges
+//!   the transfers to and from ops that can only run on one device `p` (graph inputs and
+//!   outputs on the host): unless the other end runs on `p` (a fraction `x`), the tensor
+//!   occupies one of `p`'s link directions for at least its fastest transfer, so `p`'s
+//!   incoming (and outgoing) transfers fractionally summed stay within `T` times its links. Solved with
 //!   good_lp and the pure-Rust microlp simplex; the result is shrunk by a relative 1e-9 so
 //!   round-off never lifts it above the optimum.
 //! - `io`: transfers no plan avoids. An edge whose ends have no device in common moves its
@@ -212,7 +216,107 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
             .collect();
         x.push(row);
     }
+    // Transfers to and from ops that can only run on one device `p` (inputs and outputs on the
+    // host): each occupies one of `p`'s incoming (outgoing) link directions for at least its
+    // fastest time, unless the other end runs on `p` too.
+    let mut unit_of = vec![0usize; inst.n];
+    for (i, u) in us.iter().enumerate() {
+        for &o in u {
+            unit_of[o] = i;
+        }
+    }
+    let var = |o: usize, k: usize| {
+        x[unit_of[o]]
+            .iter()
+            .find(|&&(kk, _)| kk == k)
+            .map(|&(_, v)| v)
+    };
+    let only: Vec<Option<usize>> = (0..inst.n)
+        .map(|o| {
+            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k),
+                _ => None,
+            }
+        })
+        .collect();
+    let fastest = |o: usize, p: usize, into: bool, bytes: u64| {
+        (0..inst.d)
+            .filter(|&k| k != p && inst.allowed(o, k))
+            .map(|k| {
+                if into {
+                    inst.transfer(k, p, bytes)
+                } else {
+                    inst.transfer(p, k, bytes)
+                }
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    // (p, producer, tensor) -> (seconds, consumers) for tensors leaving p; and for tensors
+    // arriving at p, (p, producer, tensor) -> seconds.
+    let mut leaving: BTreeMap<(usize, usize, u32), (f64, Vec<usize>)> = BTreeMap::new();
+    let mut arriving: BTreeMap<(usize, usize, u32), f64> = BTreeMap::new();
+    for e in &inst.problem.edges {
+        match (only[e.from], only[e.to]) {
+            (Some(p), q) if q != Some(p) => {
+                let c = fastest(e.to, p, false, e.bytes);
+                let entry = leaving
+                    .entry((p, e.from, e.tensor))
+                    .or_insert((f64::INFINITY, Vec::new()));
+                entry.0 = entry.0.min(c);
+                entry.1.push(e.to);
+            }
+            (q, Some(p)) if q != Some(p) => {
+                let c = fastest(e.from, p, true, e.bytes);
+                let entry = arriving
+                    .entry((p, e.from, e.tensor))
+                    .or_insert(f64::INFINITY);
+                *entry = entry.min(c);
+            }
+            _ => {}
+        }
+    }
+    let y: Vec<good_lp::Variable> = leaving
+        .iter()
+        .map(|_| vars.add(variable().min(0.0).max(1.0)))
+        .collect();
     let mut model = vars.minimise(t).using(microlp);
+    let mut into_p: BTreeMap<usize, Expression> = BTreeMap::new();
+    let mut out_of_p: BTreeMap<usize, Expression> = BTreeMap::new();
+    for (&(p, u, _), &c) in &arriving {
+        if !c.is_finite() {
+            continue;
+        }
+        let term = match var(u, p) {
+            Some(v) => c * 1e6 - c * 1e6 * v,
+            None => Expression::from(c * 1e6),
+        };
+        *into_p.entry(p).or_insert_with(|| Expression::from(0.0)) += term;
+    }
+    for ((&(p, _, _), (c, consumers)), &yv) in leaving.iter().zip(&y) {
+        if !c.is_finite() {
+            continue;
+        }
+        for &v in consumers {
+            model = match var(v, p) {
+                Some(xv) => model.with(constraint!(yv + xv >= 1.0)),
+                None => model.with(constraint!(yv >= 1.0)),
+            };
+        }
+        *out_of_p.entry(p).or_insert_with(|| Expression::from(0.0)) += *c * 1e6 * yv;
+    }
+    for (p, expr) in into_p.into_iter().chain(out_of_p) {
+        let name = inst.device_name(p);
+        let links = inst
+            .problem
+            .links
+            .iter()
+            .filter(|l| l.a == name || l.b == name)
+            .count();
+        if links > 0 {
+            model = model.with(constraint!(expr - (links as f64) * t <= 0.0));
+        }
+    }
     let mut load: Vec<Expression> = vec![Expression::from(0.0); inst.d];
     let mut mem: Vec<Expression> = vec![Expression::from(0.0); inst.d];
     for (u, row) in us.iter().zip(&x) {
