@@ -187,10 +187,10 @@ fn metis_assignment(inst: &Instance) -> Option<Vec<usize>> {
     let mut free: Vec<usize> = usable.clone();
     // Pinned ops pull their part to their device.
     let mut pulls: BTreeMap<(usize, usize), usize> = BTreeMap::new();
-    for o in 0..inst.n {
+    for (o, &part) in parts.iter().enumerate() {
         let allowed: Vec<usize> = (0..inst.d).filter(|&d| inst.allowed(o, d)).collect();
         if let [d] = allowed[..] {
-            *pulls.entry((parts[o], d)).or_insert(0) += 1;
+            *pulls.entry((part, d)).or_insert(0) += 1;
         }
     }
     let mut pulls: Vec<((usize, usize), usize)> = pulls.into_iter().collect();
