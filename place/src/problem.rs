@@ -378,6 +378,7 @@ impl Instance {
         }
         let mut out_edges = vec![Vec::new(); n];
         let mut in_edges = vec![Vec::new(); n];
+        let mut tensor_bytes: BTreeMap<(usize, u32), (usize, u64)> = BTreeMap::new();
         for (i, e) in problem.edges.iter().enumerate() {
             if e.from >= n || e.to >= n {
                 return Err(invalid(
@@ -395,6 +396,21 @@ impl Instance {
                     ),
                 ));
             }
+            if let Some(&(j, bytes)) = tensor_bytes.get(&(e.from, e.tensor))
+                && bytes != e.bytes
+            {
+                return Err(invalid(
+                    format!("edges[{i}]"),
+                    format!(
+                        "tensor {} of ops[{}] has {} bytes here but {bytes} in edges[{j}]; \
+                         one tensor has one size",
+                        e.tensor, e.from, e.bytes
+                    ),
+                ));
+            }
+            tensor_bytes
+                .entry((e.from, e.tensor))
+                .or_insert((i, e.bytes));
             out_edges[e.from].push(i);
             in_edges[e.to].push(i);
         }

@@ -84,6 +84,19 @@ fn schema_errors_name_the_file_or_field() {
     assert!(err(p).starts_with("edges[5]: goes from ops[4] to ops[2]"));
 
     let mut p = example();
+    p.edges.push(Edge {
+        from: 1,
+        to: 3,
+        bytes: 99,
+        tensor: 0,
+    });
+    assert_eq!(
+        err(p),
+        "edges[5]: tensor 0 of ops[1] has 99 bytes here but 16384 in edges[1]; one tensor has \
+         one size"
+    );
+
+    let mut p = example();
     p.ops[1].pin = Some("chip9".into());
     assert_eq!(err(p), "ops[1] (fc1).pin: `chip9` is not a device");
 
@@ -216,13 +229,14 @@ fn small_problem() -> impl Strategy<Value = Problem> {
             })
             .collect();
         let mut edges = Vec::new();
+        let bytes: Vec<u64> = (0..n).map(|_| next() % 50).collect();
         for to in 1..n {
             for from in 0..to {
                 if next() % 3 == 0 || from + 1 == to {
                     edges.push(Edge {
                         from,
                         to,
-                        bytes: next() % 50,
+                        bytes: bytes[from],
                         tensor: 0,
                     });
                 }
