@@ -231,12 +231,12 @@ fn small_problem() -> impl Strategy<Value = Problem> {
         let mut edges = Vec::new();
         let bytes: Vec<u64> = (0..n).map(|_| next() % 50).collect();
         for to in 1..n {
-            for from in 0..to {
+            for (from, &b) in bytes.iter().enumerate().take(to) {
                 if next() % 3 == 0 || from + 1 == to {
                     edges.push(Edge {
                         from,
                         to,
-                        bytes: bytes[from],
+                        bytes: b,
                         tensor: 0,
                     });
                 }
