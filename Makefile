@@ -12,9 +12,10 @@ PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # LLVM/MLIR 22 from Debian's packages (melior needs the static MLIR libraries and tblgen),
-# and MPICH for the multi-device path (see shared notes on MLIR 22).
+# MPICH for the multi-device path (see shared notes on MLIR 22), and METIS (gpmetis) for the
+# placement benchmark's baseline.
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 \
-	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev
+	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev metis
 # Python modules for the model and test-data scripts (import names = pip names). onnx is
 # pinned: the ONNX conformance manifest (testdata/onnx-conformance/) lists the node test
 # cases of that release.

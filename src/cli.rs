@@ -117,6 +117,30 @@ enum Command {
         tessera opt model.tir --passes canonicalize --print-ir-after-change --ir-dump-dir dumps/\n  \
         tessera opt --run-reproducer tessera-reproducer.tir")]
     Opt(OptArgs),
+    /// Solve a placement problem (JSON) and print the plan (JSON).
+    ///
+    /// The problem is what `tessera compile --emit-placement-problem` writes, or one written by
+    /// hand (the README documents the schema). The plan gives each op's device, the schedule,
+    /// the objective's value, a lower bound on the optimum and the gap to it, per-device load
+    /// and memory, per-link load, what `auto` tried, and why each op is where it is. Memory is
+    /// never exceeded: a problem with no plan that fits is an error naming the device and by
+    /// how much it overflows. The solve time is printed on standard error (the plan itself is
+    /// deterministic).
+    ///
+    /// Strategies: auto (runs what fits the problem's size and keeps the best), exhaustive,
+    /// ilp, dp (contiguous pipeline stages), multilevel, heft, local, greedy, single,
+    /// round-robin.
+    #[command(after_help = "Examples:\n  \
+        tessera compile model.onnx --target mcm-4x4 --emit-placement-problem p.json\n  \
+        tessera place p.json --objective latency --strategy heft -o plan.json\n  \
+        tessera explain plan.json --op fc1/MatMul")]
+    Place(PlaceArgs),
+    /// Explain where a plan put an op, and why.
+    ///
+    /// Prints the op's device, its modelled time on every device, and the constraint that
+    /// decided it: pin, support, fastest, colocation, memory, link, load, or search.
+    #[command(after_help = "Example:\n  tessera explain build/plan.json --op fc1/MatMul")]
+    Explain(ExplainArgs),
     /// List every pass with its summary and options.
     Passes,
     /// List the known targets, or show one resolved (`targets show NAME`).
@@ -206,13 +230,54 @@ struct CompileArgs {
     /// Samples in the simulated stream that measures throughput.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     samples: u64,
-    /// Write DIR/placed.tir and DIR/summary.txt (DIR is created if needed).
+    /// Write DIR/placed.tir, DIR/summary.txt and DIR/plan.json (DIR is created if needed).
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
+    /// The placement strategy (`tessera place --help` lists them).
+    #[arg(long, value_name = "NAME", default_value = "auto")]
+    strategy: String,
+    /// What placement minimizes: `throughput` (the period of a pipelined stream) or `latency`
+    /// (one sample).
+    #[arg(long, value_name = "OBJECTIVE", default_value = "throughput")]
+    objective: tessera_place::Objective,
+    /// Write the placement problem (JSON, see the README) to FILE before solving it.
+    #[arg(long, value_name = "FILE.json")]
+    emit_placement_problem: Option<PathBuf>,
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
     flags: crate::instrument::PassFlags,
+}
+
+/// Arguments of `tessera place`.
+#[derive(Debug, Args)]
+struct PlaceArgs {
+    /// The placement problem (JSON).
+    #[arg(value_name = "PROBLEM.json")]
+    problem: PathBuf,
+    /// What to minimize: `throughput` or `latency`.
+    #[arg(long, value_name = "OBJECTIVE", default_value = "throughput")]
+    objective: tessera_place::Objective,
+    /// The strategy.
+    #[arg(long, value_name = "NAME", default_value = "auto")]
+    strategy: String,
+    /// Write the plan to FILE (atomically) instead of standard output.
+    #[arg(short, long, value_name = "PLAN.json")]
+    output: Option<PathBuf>,
+    /// Leave the per-op explanations out of the plan.
+    #[arg(long)]
+    no_explain: bool,
+}
+
+/// Arguments of `tessera explain`.
+#[derive(Debug, Args)]
+struct ExplainArgs {
+    /// A plan (from `tessera place`, or `plan.json` of `tessera compile -o`).
+    #[arg(value_name = "PLAN.json")]
+    plan: PathBuf,
+    /// The op to explain (its name in the plan); repeatable. Without it, every op.
+    #[arg(long, value_name = "NAME")]
+    op: Vec<String>,
 }
 
 /// `--input-shape`, shared by every command that takes a model.
@@ -307,7 +372,10 @@ pub fn main() -> ExitCode {
 
 /// [`main`] for a binary called `name` (a plugin's own `tessera`, see [`crate::driver`]).
 pub fn main_named(name: &str) -> ExitCode {
-    if let Err(e) = tessera_eqsat::register().and_then(|()| tessera_shard::register()) {
+    if let Err(e) = tessera_eqsat::register()
+        .and_then(|()| tessera_place::pass::register())
+        .and_then(|()| tessera_shard::register())
+    {
         let _ = writeln!(std::io::stderr(), "error: {e}");
         return ExitCode::FAILURE;
     }
@@ -332,8 +400,19 @@ pub fn main_named(name: &str) -> ExitCode {
                 output: a.output.as_deref(),
                 shapes: &a.shapes.input_shapes,
                 flags: &a.flags,
+                strategy: &a.strategy,
+                objective: a.objective,
+                emit_problem: a.emit_placement_problem.as_deref(),
             })
         }
+        Command::Place(a) => crate::commands::place::run(
+            &a.problem,
+            a.objective,
+            &a.strategy,
+            a.output.as_deref(),
+            !a.no_explain,
+        ),
+        Command::Explain(a) => crate::commands::place::explain(&a.plan, &a.op),
         Command::Import(a) => {
             crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
         }

@@ -119,14 +119,11 @@ fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
     }))
 }
 
-/// The target `eqsat` uses when its `target` option is empty (`tessera compile` sets it to
-/// the compile target); `cpu` when none is set.
-static DEFAULT_TARGET: std::sync::RwLock<Option<std::sync::Arc<dyn Target>>> =
-    std::sync::RwLock::new(None);
-
-/// Sets the target `eqsat` costs with when its `target` option is empty.
+/// Sets the target `eqsat` costs with when its `target` option is empty (the process's
+/// compile target, shared with the other passes that cost: see
+/// [`tessera_targets::set_default_target`]).
 pub fn set_default_target(target: Option<std::sync::Arc<dyn Target>>) {
-    *DEFAULT_TARGET.write().unwrap_or_else(|e| e.into_inner()) = target;
+    tessera_targets::set_default_target(target);
 }
 
 /// The pass's settings (its options, resolved).
@@ -160,22 +157,8 @@ struct Eqsat {
 
 impl Pass for Eqsat {
     fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
-        let default = DEFAULT_TARGET
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let target = match (&self.settings.target, default) {
-            (name, Some(t)) if name.is_empty() => t,
-            (name, _) => {
-                let name = if name.is_empty() {
-                    "cpu"
-                } else {
-                    name.as_str()
-                };
-                tessera_targets::resolve(name, &tessera_targets::env_search_path())
-                    .map_err(|e| PassError::new(format!("target: {e}")))?
-            }
-        };
+        let target = tessera_targets::pass_target(&self.settings.target)
+            .map_err(|e| PassError::new(format!("target: {e}")))?;
         run_eqsat(graph, &*target, &self.settings, stats)
     }
 }

@@ -27,7 +27,7 @@
 //! along two tensor axes, resharding between regions, attention with a fused QKV weight
 //! (its split mixes the three projections).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tessera_ir::{Graph, Mesh, Op, OpId, ValueId};
 use tessera_passes::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
@@ -132,13 +132,11 @@ fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
     }))
 }
 
-/// The target `shard` uses when its `target` option is empty (`tessera compile` sets it to
-/// the compile target); `cpu` when none is set.
-static DEFAULT_TARGET: RwLock<Option<Arc<dyn Target>>> = RwLock::new(None);
-
-/// Sets the target `shard` uses when its `target` option is empty.
+/// Sets the target `shard` uses when its `target` option is empty (the process's compile
+/// target, shared with the other passes that cost: see
+/// [`tessera_targets::set_default_target`]).
 pub fn set_default_target(target: Option<Arc<dyn Target>>) {
-    *DEFAULT_TARGET.write().unwrap_or_else(|e| e.into_inner()) = target;
+    tessera_targets::set_default_target(target);
 }
 
 struct Shard {
@@ -147,18 +145,8 @@ struct Shard {
 
 impl Pass for Shard {
     fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
-        let default = DEFAULT_TARGET
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let target = match (&self.settings.target, default) {
-            (name, Some(t)) if name.is_empty() => t,
-            (name, _) => {
-                let name = if name.is_empty() { "cpu" } else { name };
-                tessera_targets::resolve(name, &tessera_targets::env_search_path())
-                    .map_err(|e| PassError::new(format!("target: {e}")))?
-            }
-        };
+        let target = tessera_targets::pass_target(&self.settings.target)
+            .map_err(|e| PassError::new(format!("target: {e}")))?;
         run_shard(graph, &*target, &self.settings, stats)
     }
 }

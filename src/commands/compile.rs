@@ -1,8 +1,9 @@
 //! `tessera compile`: load a model, run the pass pipeline, place it on a target, simulate it,
 //! and print (or write) the result.
 //!
-//! Placement today: ops that carry a `device("...")` annotation keep it; all others go to the
-//! one device that runs them with the lowest simulated latency while fitting in its memory.
+//! Placement: ops that carry a `device("...")` annotation are pinned there; the others are
+//! placed by `tessera_place` (the `--strategy` for the `--objective`), then each device's ops
+//! are ordered by the `schedule` pass's rule, and the result is simulated.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -10,9 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
+use tessera_place::pass::{Placed, apply_order, place_graph, rank_order};
+use tessera_place::{Instance, Objective, Plan};
 use tessera_targets::{
-    Calibration, CostModel, OpTime, SimError, SimOptions, SimReport, Target, TargetError,
-    placement_from_graph, simulate,
+    Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
 };
 
 use crate::instrument::PassFlags;
@@ -40,6 +42,12 @@ pub struct CompileRequest<'a> {
     pub shapes: &'a [super::InputShape],
     /// Instrumentation flags for the pipeline.
     pub flags: &'a PassFlags,
+    /// The placement strategy.
+    pub strategy: &'a str,
+    /// The placement objective.
+    pub objective: Objective,
+    /// Write the placement problem here (JSON) before solving it.
+    pub emit_problem: Option<&'a Path>,
 }
 
 /// A compiled model: the placed graph and its simulation.
@@ -48,6 +56,8 @@ pub struct Compiled {
     pub graph: Graph,
     /// What placement did, in words.
     pub placement: String,
+    /// The placement plan.
+    pub plan: Plan,
     /// The simulation of the placed graph.
     pub report: SimReport,
 }
@@ -66,13 +76,23 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
         None => None,
     };
     let graph = super::load_model(req.model, req.shapes)?;
-    tessera_eqsat::set_default_target(Some(target.clone()));
-    tessera_shard::set_default_target(Some(target.clone()));
+    tessera_targets::set_default_target(Some(target.clone()));
     let pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
     let graph = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;
-    let compiled = compile(graph, &*target, calibration.as_ref(), req.samples)
-        .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
+    let settings = PlaceSettings {
+        strategy: req.strategy,
+        objective: req.objective,
+        emit_problem: req.emit_problem,
+    };
+    let compiled = compile(
+        graph,
+        &*target,
+        calibration.as_ref(),
+        req.samples,
+        &settings,
+    )
+    .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
     let summary = summary(req.model, &*target, &compiled);
     if let Some(dir) = req.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -80,19 +100,86 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
         text::save(&compiled.graph, &placed)
             .with_context(|| format!("cannot write {}", placed.display()))?;
         super::write_atomically(&dir.join("summary.txt"), summary.as_bytes())?;
+        super::write_atomically(&dir.join("plan.json"), compiled.plan.to_json().as_bytes())?;
     }
     super::print_stdout(&summary)
 }
 
-/// Places every unplaced op and simulates the result.
+/// How `compile` places.
+pub struct PlaceSettings<'a> {
+    /// The strategy (`auto`, ...).
+    pub strategy: &'a str,
+    /// The objective.
+    pub objective: Objective,
+    /// Where to write the placement problem, if anywhere.
+    pub emit_problem: Option<&'a Path>,
+}
+
+impl Default for PlaceSettings<'_> {
+    fn default() -> Self {
+        PlaceSettings {
+            strategy: "auto",
+            objective: Objective::Throughput,
+            emit_problem: None,
+        }
+    }
+}
+
+/// Places every unplaced op, schedules each device's ops, and simulates the result.
 pub fn compile(
     mut graph: Graph,
     target: &dyn Target,
     calibration: Option<&Calibration>,
     samples: usize,
+    settings: &PlaceSettings<'_>,
 ) -> Result<Compiled> {
     let cost = CostModel::new(target, calibration);
-    let placement = place_unplaced(&mut graph, &cost)?;
+    let built = tessera_place::build::build(&graph, &cost)?;
+    if let Some(path) = settings.emit_problem {
+        super::write_atomically(path, built.problem.to_json().as_bytes())?;
+    }
+    let pinned = built
+        .problem
+        .ops
+        .iter()
+        .zip(&built.graph_ops)
+        .filter(|(o, g)| o.pin.is_some() && g.is_some())
+        .count();
+    let Placed { plan, built } = place_graph(
+        &mut graph,
+        &cost,
+        settings.strategy,
+        settings.objective,
+        true,
+    )?;
+    let inst = Instance::new(built.problem.clone())?;
+    let assign: Vec<usize> = plan
+        .assignment
+        .iter()
+        .map(|a| {
+            inst.problem
+                .devices
+                .iter()
+                .position(|d| d.name == a.device)
+                .unwrap_or(0)
+        })
+        .collect();
+    apply_order(&mut graph, &built, &rank_order(&inst, &assign));
+    let placement = format!(
+        "{} chose {}: {} {} per sample (lower bound {}, {}; gap {:.1}%){}",
+        plan.strategy,
+        plan.chosen,
+        plan.objective,
+        tessera_targets::sim::seconds(plan.value),
+        tessera_targets::sim::seconds(plan.lower_bound.value),
+        plan.lower_bound.binding(),
+        plan.gap * 100.0,
+        if pinned > 0 {
+            format!("; {pinned} ops pinned by device annotations")
+        } else {
+            String::new()
+        }
+    );
     let devices = placement_from_graph(&graph, target.spec(), None)?;
     let report = simulate(&graph, &cost, &devices, &SimOptions { samples })?;
     // Placement never overflows a device; annotations written by hand or by a pass can.
@@ -109,88 +196,9 @@ pub fn compile(
     Ok(Compiled {
         graph,
         placement,
+        plan,
         report,
     })
-}
-
-/// Puts every op without a device on the single device with the lowest simulated latency
-/// that can run them all and holds the peak memory; returns what it did, in words.
-fn place_unplaced(graph: &mut Graph, cost: &CostModel<'_>) -> Result<String> {
-    let spec = cost.spec();
-    let unplaced: Vec<_> = graph
-        .ops()
-        .iter()
-        .copied()
-        .filter(|&op| graph.op(op).device.is_none() && !matches!(graph.op(op).op, Op::Const(_)))
-        .collect();
-    // Constants are not counted as ops (as in the summary's header).
-    let placed = graph
-        .ops()
-        .iter()
-        .filter(|&&op| graph.op(op).device.is_some() && !matches!(graph.op(op).op, Op::Const(_)))
-        .count();
-    if unplaced.is_empty() {
-        return Ok(format!("all {placed} ops were already placed"));
-    }
-    let mut best: Option<(f64, usize)> = None;
-    let mut refusals: Vec<String> = Vec::new();
-    'devices: for (d, device) in spec.devices.iter().enumerate() {
-        for &op in &unplaced {
-            if let OpTime::Unsupported(why) = cost.op_time(graph, op, d)? {
-                refusals.push(format!(
-                    "{}: {} ({})",
-                    device.name,
-                    why,
-                    tessera_targets::sim::describe_op(graph, op)
-                ));
-                continue 'devices;
-            }
-        }
-        let devices = placement_from_graph(graph, spec, Some(d))?;
-        let r = match simulate(graph, cost, &devices, &SimOptions { samples: 1 }) {
-            Ok(r) => r,
-            // A device without a route to the host (or to a device an op is pinned on)
-            // cannot take the ops; another may.
-            Err(SimError::Target(e @ TargetError::Unreachable { .. })) => {
-                refusals.push(format!("{}: {e}", device.name));
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if let Some(over) = r.devices.iter().find(|x| x.peak_memory > x.capacity) {
-            refusals.push(format!(
-                "{}: needs {} bytes on {}, which holds {}",
-                device.name, over.peak_memory, over.name, over.capacity
-            ));
-            continue;
-        }
-        if best.is_none_or(|(t, _)| r.latency < t) {
-            best = Some((r.latency, d));
-        }
-    }
-    let Some((_, d)) = best else {
-        bail!(
-            "no single device of target `{}` can run the unplaced ops:\n  {}",
-            spec.name,
-            refusals.join("\n  ")
-        );
-    };
-    let name = spec.devices[d].name.clone();
-    for &op in graph.ops().to_vec().iter() {
-        if graph.op(op).device.is_none() {
-            graph.op_mut(op).device = Some(name.clone());
-        }
-    }
-    Ok(format!(
-        "{} ops on {name} (the single device with the lowest simulated latency that can run \
-         them and hold them){}",
-        unplaced.len(),
-        if placed > 0 {
-            format!("; {placed} ops kept their device")
-        } else {
-            String::new()
-        }
-    ))
 }
 
 /// The text `tessera compile` prints and writes to `summary.txt`.

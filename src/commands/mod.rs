@@ -6,6 +6,7 @@ pub mod fmt;
 pub mod import;
 pub mod opt;
 pub mod passes;
+pub mod place;
 pub mod run;
 pub mod targets;
 

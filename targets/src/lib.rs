@@ -36,6 +36,8 @@ pub use registry::{
     list_targets, lookup,
 };
 pub use sim::{ON_MESH, SimError, SimOptions, SimReport, placement_from_graph, simulate};
-pub use target::{Target, register_target, registered_targets, resolve};
+pub use target::{
+    Target, pass_target, register_target, registered_targets, resolve, set_default_target,
+};
 pub use tessera_ir as ir;
 pub use work::{Work, WorkError, op_work};

@@ -96,7 +96,7 @@ impl TargetSpec {
     /// The routes of [`route`](Self::route) from device `src` (an index) to every device, by
     /// device index; `None` where no route exists. One search serves every destination: the
     /// tie-breaks below never look at the destination.
-    pub(crate) fn routes_from(&self, src: usize) -> Vec<Option<Vec<usize>>> {
+    pub fn routes_from(&self, src: usize) -> Vec<Option<Vec<usize>>> {
         let n = self.devices.len();
         let mut index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, d) in self.devices.iter().enumerate() {

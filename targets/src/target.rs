@@ -80,3 +80,28 @@ pub fn resolve(name: &str, search_path: &[PathBuf]) -> Result<Arc<dyn Target>, T
     }
     Ok(Arc::new(crate::lookup(name, search_path)?))
 }
+
+/// The compile target of this process: the target passes cost with when their own `target`
+/// option is empty (`tessera compile --target T` sets it). Passes take their target through
+/// this because pipeline options are text.
+static DEFAULT_TARGET: RwLock<Option<Arc<dyn Target>>> = RwLock::new(None);
+
+/// Sets (or clears) the process's compile target; see [`default_target`].
+pub fn set_default_target(target: Option<Arc<dyn Target>>) {
+    *DEFAULT_TARGET.write().unwrap_or_else(|e| e.into_inner()) = target;
+}
+
+/// The target a pass uses: `name` when not empty (resolved as `--target` does, with the
+/// `TESSERA_TARGET_PATH` search path), else the compile target, else `cpu`.
+pub fn pass_target(name: &str) -> Result<Arc<dyn Target>, TargetError> {
+    if name.is_empty()
+        && let Some(t) = DEFAULT_TARGET
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    {
+        return Ok(t);
+    }
+    let name = if name.is_empty() { "cpu" } else { name };
+    resolve(name, &crate::env_search_path())
+}

@@ -1,0 +1,347 @@
+//! Lower bounds on the best objective any plan can reach, so every plan reports how far from
+//! optimal it can at most be (its gap).
+//!
+//! Components (the bound is their maximum; each is valid on its own):
+//! - `work`: every op needs at least its fastest time somewhere, and the usable devices share
+//!   that work: the sum of fastest times over the number of devices that can run anything
+//!   (the period is at least the average device load, and so is the latency).
+//! - `largest-op`: the fastest time of the slowest colocation unit (an op or a group): it runs
+//!   whole on one device.
+//! - `lp` (problems up to [`LP_MAX_VARS`] unit-device pairs): the linear-programming
+//!   relaxation of assigning units to devices, with each device's load at most `T` and its
+//!   memory within capacity, minimizing `T`. It joins work, support and memory: when the fast
+//!   devices cannot hold everything, part of the work must run on slow ones. It also charges
+//!   the transfers to and from ops that can only run on one device `p` (graph inputs and
+//!   outputs on the host): unless the other end runs on `p` (a fraction `x`), the tensor
+//!   occupies one of `p`'s link directions for at least its fastest transfer, so `p`'s
+//!   incoming (and outgoing) transfers fractionally summed stay within `T` times its links. Solved with
+//!   good_lp and the pure-Rust microlp simplex; the result is shrunk by a relative 1e-9 so
+//!   round-off never lifts it above the optimum.
+//! - `io`: transfers no plan avoids. An edge whose ends have no device in common moves its
+//!   tensor at least as fast as the best pair of allowed devices allows; all such transfers
+//!   into ops pinned to one device share that device's incoming link directions, so the
+//!   period is at least their total over the number of its links (inputs and outputs pinned
+//!   to the host make this the host link's load).
+//! - `critical-path` (latency only): the longest chain of ops at their fastest times, with
+//!   each edge's unavoidable transfer time.
+//!
+//! Memory: when the ops' own memory exceeds the capacity of all the devices together, no plan
+//! exists; that is reported as an error, not as a bound.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::eval::Objective;
+use crate::problem::{Instance, ProblemError};
+use crate::strategy::units;
+
+/// The largest number of (unit, device) variables the LP bound is computed for.
+pub const LP_MAX_VARS: usize = 20_000;
+
+/// A lower bound and what it is made of.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LowerBound {
+    /// The bound: the largest component.
+    pub value: f64,
+    /// Each component's value, by name.
+    pub components: BTreeMap<String, f64>,
+}
+
+impl LowerBound {
+    /// The component that gives the bound.
+    pub fn binding(&self) -> &str {
+        self.components
+            .iter()
+            .filter(|&(_, &v)| v == self.value)
+            .map(|(k, _)| k.as_str())
+            .next()
+            .unwrap_or("")
+    }
+}
+
+/// The lower bound of `inst` for `objective`; an error when memory makes it infeasible.
+pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, ProblemError> {
+    let mut components = BTreeMap::new();
+    let total_memory: u128 = inst.memory.iter().map(|&m| u128::from(m)).sum();
+    let total_capacity: u128 = inst.capacity.iter().map(|&c| u128::from(c)).sum();
+    if total_memory > total_capacity {
+        return Err(ProblemError::Infeasible(format!(
+            "the ops need {total_memory} bytes, {} more than all devices hold together \
+             ({total_capacity} bytes)",
+            total_memory - total_capacity
+        )));
+    }
+    // Ops with one allowed device (pinned, or supported nowhere else) and the tensors they
+    // must receive from ops pinned elsewhere.
+    let only: Vec<Option<usize>> = (0..inst.n)
+        .map(|o| {
+            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k),
+                _ => None,
+            }
+        })
+        .collect();
+    let mut forced = vec![0u128; inst.d];
+    for (o, k) in only.iter().enumerate() {
+        if let Some(k) = *k {
+            forced[k] += u128::from(inst.memory[o]);
+        }
+    }
+    let mut received: std::collections::BTreeSet<(usize, u32, usize)> = Default::default();
+    for edge in &inst.problem.edges {
+        if let (Some(a), Some(b)) = (only[edge.from], only[edge.to])
+            && a != b
+            && received.insert((edge.from, edge.tensor, b))
+        {
+            forced[b] += u128::from(edge.bytes);
+        }
+    }
+    for (k, &m) in forced.iter().enumerate() {
+        let cap = u128::from(inst.capacity[k]);
+        if m > cap {
+            return Err(ProblemError::Infeasible(format!(
+                "the ops that can only run on {} need {m} bytes there, {} more than its {cap} \
+                 bytes",
+                inst.device_name(k),
+                m - cap
+            )));
+        }
+    }
+    let usable = (0..inst.d)
+        .filter(|&k| (0..inst.n).any(|o| inst.allowed(o, k)))
+        .count()
+        .max(1);
+    let work: f64 = (0..inst.n).map(|o| inst.min_time(o)).sum();
+    components.insert("work".to_string(), work / usable as f64);
+    let us = units(inst);
+    let largest = us
+        .iter()
+        .map(|u| {
+            (0..inst.d)
+                .filter(|&k| inst.allowed(u[0], k))
+                .map(|k| u.iter().map(|&o| inst.t(o, k)).sum::<f64>())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .fold(0.0, f64::max);
+    components.insert("largest-op".to_string(), largest);
+    if us.len() * inst.d <= LP_MAX_VARS
+        && let Some(lp) = lp_bound(inst, &us)?
+    {
+        components.insert("lp".to_string(), lp);
+    }
+    let unavoidable = unavoidable_transfers(inst);
+    let mut into_pinned: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut counted: std::collections::BTreeSet<(usize, u32, usize)> = Default::default();
+    for (e, edge) in inst.problem.edges.iter().enumerate() {
+        let allowed: Vec<usize> = (0..inst.d).filter(|&k| inst.allowed(edge.to, k)).collect();
+        if unavoidable[e] > 0.0
+            && let [p] = allowed[..]
+            && counted.insert((edge.from, edge.tensor, p))
+        {
+            *into_pinned.entry(p).or_insert(0.0) += unavoidable[e];
+        }
+    }
+    let mut io: f64 = unavoidable.iter().copied().fold(0.0, f64::max);
+    for (&p, &total) in &into_pinned {
+        let name = inst.device_name(p);
+        let links = inst
+            .problem
+            .links
+            .iter()
+            .filter(|l| l.a == name || l.b == name)
+            .count()
+            .max(1);
+        io = io.max(total / links as f64);
+    }
+    components.insert("io".to_string(), io);
+    if objective == Objective::Latency {
+        let mut path = vec![0.0f64; inst.n];
+        let mut longest: f64 = 0.0;
+        for o in 0..inst.n {
+            let start = inst.in_edges[o]
+                .iter()
+                .map(|&e| path[inst.problem.edges[e].from] + unavoidable[e])
+                .fold(0.0, f64::max);
+            path[o] = start + inst.min_time(o);
+            longest = longest.max(path[o]);
+        }
+        components.insert("critical-path".to_string(), longest);
+    }
+    let value = components.values().copied().fold(0.0, f64::max);
+    Ok(LowerBound { value, components })
+}
+
+/// For each edge, the least time its transfer takes in any plan: 0 when its ends can share a
+/// device, else the fastest transfer between devices they may run on.
+fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
+    inst.problem
+        .edges
+        .iter()
+        .map(|edge| {
+            let from: Vec<usize> = (0..inst.d)
+                .filter(|&k| inst.allowed(edge.from, k))
+                .collect();
+            let to: Vec<usize> = (0..inst.d).filter(|&k| inst.allowed(edge.to, k)).collect();
+            if from.iter().any(|k| to.contains(k)) {
+                return 0.0;
+            }
+            let mut best = f64::INFINITY;
+            for &a in &from {
+                for &b in &to {
+                    best = best.min(inst.transfer(a, b, edge.bytes));
+                }
+            }
+            if best.is_finite() { best } else { 0.0 }
+        })
+        .collect()
+}
+
+/// The LP relaxation's optimum, `None` when the solver fails (the other components stand);
+/// an error when even the relaxation cannot fit the memory.
+fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemError> {
+    use good_lp::{
+        Expression, ProblemVariables, ResolutionError, Solution, SolverModel, constraint, microlp,
+        variable,
+    };
+    // Seconds are scaled to microseconds and bytes to megabytes for a well-scaled model.
+    let mut vars = ProblemVariables::new();
+    let t = vars.add(variable().min(0.0));
+    let mut x: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(us.len());
+    for u in us {
+        let row = (0..inst.d)
+            .filter(|&k| inst.allowed(u[0], k))
+            .map(|k| (k, vars.add(variable().min(0.0).max(1.0))))
+            .collect();
+        x.push(row);
+    }
+    // Transfers to and from ops that can only run on one device `p` (inputs and outputs on the
+    // host): each occupies one of `p`'s incoming (outgoing) link directions for at least its
+    // fastest time, unless the other end runs on `p` too.
+    let mut unit_of = vec![0usize; inst.n];
+    for (i, u) in us.iter().enumerate() {
+        for &o in u {
+            unit_of[o] = i;
+        }
+    }
+    let var = |o: usize, k: usize| {
+        x[unit_of[o]]
+            .iter()
+            .find(|&&(kk, _)| kk == k)
+            .map(|&(_, v)| v)
+    };
+    let only: Vec<Option<usize>> = (0..inst.n)
+        .map(|o| {
+            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k),
+                _ => None,
+            }
+        })
+        .collect();
+    let fastest = |o: usize, p: usize, into: bool, bytes: u64| {
+        (0..inst.d)
+            .filter(|&k| k != p && inst.allowed(o, k))
+            .map(|k| {
+                if into {
+                    inst.transfer(k, p, bytes)
+                } else {
+                    inst.transfer(p, k, bytes)
+                }
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    // (p, producer, tensor) -> (seconds, consumers) for tensors leaving p; and for tensors
+    // arriving at p, (p, producer, tensor) -> seconds.
+    let mut leaving: BTreeMap<(usize, usize, u32), (f64, Vec<usize>)> = BTreeMap::new();
+    let mut arriving: BTreeMap<(usize, usize, u32), f64> = BTreeMap::new();
+    for e in &inst.problem.edges {
+        match (only[e.from], only[e.to]) {
+            (Some(p), q) if q != Some(p) => {
+                let c = fastest(e.to, p, false, e.bytes);
+                let entry = leaving
+                    .entry((p, e.from, e.tensor))
+                    .or_insert((f64::INFINITY, Vec::new()));
+                entry.0 = entry.0.min(c);
+                entry.1.push(e.to);
+            }
+            (q, Some(p)) if q != Some(p) => {
+                let c = fastest(e.from, p, true, e.bytes);
+                let entry = arriving
+                    .entry((p, e.from, e.tensor))
+                    .or_insert(f64::INFINITY);
+                *entry = entry.min(c);
+            }
+            _ => {}
+        }
+    }
+    let y: Vec<good_lp::Variable> = leaving
+        .iter()
+        .map(|_| vars.add(variable().min(0.0).max(1.0)))
+        .collect();
+    let mut model = vars.minimise(t).using(microlp);
+    let mut into_p: BTreeMap<usize, Expression> = BTreeMap::new();
+    let mut out_of_p: BTreeMap<usize, Expression> = BTreeMap::new();
+    for (&(p, u, _), &c) in &arriving {
+        if !c.is_finite() {
+            continue;
+        }
+        let term = match var(u, p) {
+            Some(v) => c * 1e6 - c * 1e6 * v,
+            None => Expression::from(c * 1e6),
+        };
+        *into_p.entry(p).or_insert_with(|| Expression::from(0.0)) += term;
+    }
+    for ((&(p, _, _), (c, consumers)), &yv) in leaving.iter().zip(&y) {
+        if !c.is_finite() {
+            continue;
+        }
+        for &v in consumers {
+            model = match var(v, p) {
+                Some(xv) => model.with(constraint!(yv + xv >= 1.0)),
+                None => model.with(constraint!(yv >= 1.0)),
+            };
+        }
+        *out_of_p.entry(p).or_insert_with(|| Expression::from(0.0)) += *c * 1e6 * yv;
+    }
+    for (p, expr) in into_p.into_iter().chain(out_of_p) {
+        let name = inst.device_name(p);
+        let links = inst
+            .problem
+            .links
+            .iter()
+            .filter(|l| l.a == name || l.b == name)
+            .count();
+        if links > 0 {
+            model = model.with(constraint!(expr - (links as f64) * t <= 0.0));
+        }
+    }
+    let mut load: Vec<Expression> = vec![Expression::from(0.0); inst.d];
+    let mut mem: Vec<Expression> = vec![Expression::from(0.0); inst.d];
+    for (u, row) in us.iter().zip(&x) {
+        let mut sum = Expression::from(0.0);
+        for &(k, v) in row {
+            let time: f64 = u.iter().map(|&o| inst.t(o, k)).sum::<f64>() * 1e6;
+            let bytes: f64 = u.iter().map(|&o| inst.memory[o] as f64).sum::<f64>() / 1e6;
+            load[k] += time * v;
+            mem[k] += bytes * v;
+            sum += v;
+        }
+        model = model.with(constraint!(sum == 1.0));
+    }
+    for (k, (l, m)) in load.into_iter().zip(mem).enumerate() {
+        model = model.with(constraint!(l - t <= 0.0));
+        model = model.with(constraint!(m <= inst.capacity[k] as f64 / 1e6));
+    }
+    match model.solve() {
+        Ok(s) => Ok(Some(s.value(t) / 1e6 * (1.0 - 1e-9))),
+        Err(ResolutionError::Infeasible) => Err(ProblemError::Infeasible(
+            "the ops' memory cannot be spread over the devices that can run them (the ops need \
+             more memory on the devices that support them than those devices hold, even split \
+             fractionally)"
+                .into(),
+        )),
+        Err(_) => Ok(None),
+    }
+}

@@ -1,0 +1,307 @@
+//! The placement problem a graph and a target give (`tessera compile
+//! --emit-placement-problem`, and the `place` pass).
+//!
+//! - **Devices**: the target's devices that compute; devices with no compute and no memory
+//!   (switches) become routers. Devices with identical descriptions (apart from name and
+//!   capacity) share a kind, so op times are listed once per kind; the kind is the target's
+//!   `kind` when that is unambiguous, else `kind-N`. (A plugin whose cost hooks tell devices
+//!   of one description apart by name is costed by the first of them.)
+//! - **Ops**: every op except `const`, in body order, named by its model location (`loc`), else
+//!   its first result's name, else its handle, made unique with `#N`. Times come from the
+//!   [`CostModel`] (calibration and plugin hooks included); a kind the op is unsupported on is
+//!   left out. Memory is the op's constant operands (weights, counted for every op that uses
+//!   them) plus its results: an upper bound on what the simulator finds live, so a plan within
+//!   capacity is within capacity in the simulator too. An op with a `device(...)` is pinned.
+//! - **Graph inputs and outputs** are ops too (`input:NAME`, `output:NAME`), pinned to the host
+//!   with no time, as in the simulator: inputs start on the host and outputs end there.
+//! - **Edges**: one per (producer, consumer) pair of ops and operand, with the value's bytes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
+use tessera_targets::{CostModel, OpTime, sim::describe_op};
+
+use crate::problem::{self, Edge, OpSpec, Problem, VERSION};
+
+/// A problem built from a graph, with the graph op behind each problem op.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The problem.
+    pub problem: Problem,
+    /// For each problem op, the graph op (`None` for the `input:`/`output:` ops).
+    pub graph_ops: Vec<Option<OpId>>,
+    /// For each target device, its index among the problem's devices (`None` for routers).
+    pub device_index: Vec<Option<usize>>,
+}
+
+/// Why a graph gives no problem.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A shape is not static, or a value is too large.
+    #[error("{op}: {message}")]
+    Op {
+        /// The op, described.
+        op: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An annotation names no device of the target.
+    #[error("{op} is placed on `{device}`, which target `{target}` does not have")]
+    UnknownDevice {
+        /// The op.
+        op: String,
+        /// The device named.
+        device: String,
+        /// The target.
+        target: String,
+    },
+}
+
+fn bytes_of(graph: &Graph, v: ValueId, op: &dyn Fn() -> String) -> Result<u64, BuildError> {
+    graph.ty(v).size_bytes().ok_or_else(|| BuildError::Op {
+        op: op(),
+        message: format!(
+            "the size of `{}` depends on a symbolic shape ({}); bind the input shapes \
+             (--input-shape)",
+            graph.value(v).name.clone().unwrap_or_else(|| v.to_string()),
+            graph.ty(v)
+        ),
+    })
+}
+
+/// The problem of placing `graph` on `cost`'s target.
+pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
+    let spec = cost.spec();
+    // Devices and their kinds.
+    let mut device_index = vec![None; spec.devices.len()];
+    let mut devices = Vec::new();
+    let mut routers = Vec::new();
+    let mut class_keys: Vec<String> = Vec::new();
+    let mut class_of = Vec::new(); // per problem device: class index
+    let mut representative = Vec::new(); // per class: a target device index
+    for (i, d) in spec.devices.iter().enumerate() {
+        if d.compute.is_empty() && d.memory_bytes == 0 {
+            routers.push(d.name.clone());
+            continue;
+        }
+        let key = format!(
+            "{:?}",
+            (
+                &d.kind,
+                &d.compute,
+                d.memory_bandwidth.to_bits(),
+                &d.supported_ops,
+                &d.lowering,
+                &d.efficiency,
+                d.op_overhead.to_bits()
+            )
+        );
+        let c = match class_keys.iter().position(|k| *k == key) {
+            Some(c) => c,
+            None => {
+                class_keys.push(key);
+                representative.push(i);
+                class_keys.len() - 1
+            }
+        };
+        device_index[i] = Some(devices.len());
+        class_of.push(c);
+        devices.push(problem::Device {
+            name: d.name.clone(),
+            kind: String::new(),
+            memory: d.memory_bytes,
+            unsupported_ops: Vec::new(),
+        });
+    }
+    // Class names: the target kind, or kind-N when several classes share it.
+    let class_kind: Vec<&str> = representative
+        .iter()
+        .map(|&i| spec.devices[i].kind.as_str())
+        .collect();
+    let class_names: Vec<String> = (0..representative.len())
+        .map(|c| {
+            let kind = class_kind[c];
+            let same: Vec<usize> = (0..representative.len())
+                .filter(|&x| class_kind[x] == kind)
+                .collect();
+            if same.len() == 1 {
+                kind.to_string()
+            } else {
+                let n = same.iter().position(|&x| x == c).unwrap_or(0);
+                format!("{kind}-{n}")
+            }
+        })
+        .collect();
+    for (pd, dev) in devices.iter_mut().enumerate() {
+        dev.kind = class_names[class_of[pd]].clone();
+    }
+    let host = device_index
+        .get(spec.device_index(&spec.host).unwrap_or(0))
+        .copied()
+        .flatten()
+        .unwrap_or(0);
+    let host_name = devices
+        .get(host)
+        .map(|d| d.name.clone())
+        .unwrap_or_default();
+    let zero_time: BTreeMap<String, f64> = class_names.iter().map(|c| (c.clone(), 0.0)).collect();
+
+    let mut ops: Vec<OpSpec> = Vec::new();
+    let mut graph_ops: Vec<Option<OpId>> = Vec::new();
+    let mut edges: Vec<Edge> = Vec::new();
+    let mut used_names: BTreeSet<String> = BTreeSet::new();
+    let mut unique = |base: String| -> String {
+        let mut name = base.clone();
+        let mut k = 1;
+        while used_names.contains(&name) {
+            name = format!("{base}#{k}");
+            k += 1;
+        }
+        used_names.insert(name.clone());
+        name
+    };
+    // Where each value is produced: (problem op, result index).
+    let mut producer: BTreeMap<ValueId, (usize, u32)> = BTreeMap::new();
+    for (i, &v) in graph.inputs().iter().enumerate() {
+        let name = graph
+            .value(v)
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("input{i}"));
+        let memory = bytes_of(graph, v, &|| format!("graph input `{name}`"))?;
+        producer.insert(v, (ops.len(), 0));
+        ops.push(OpSpec {
+            name: unique(format!("input:{name}")),
+            kind: "input".into(),
+            time: zero_time.clone(),
+            memory,
+            colocate: None,
+            pin: Some(host_name.clone()),
+        });
+        graph_ops.push(None);
+    }
+    for &op in graph.ops() {
+        let data = graph.op(op);
+        if matches!(data.op, Op::Const(_)) {
+            continue;
+        }
+        let describe = || describe_op(graph, op);
+        let me = ops.len();
+        let mut memory = 0u64;
+        let mut seen_inputs: BTreeSet<ValueId> = BTreeSet::new();
+        for &v in &data.operands {
+            match graph.value(v).def {
+                ValueDef::Result(p, _) if matches!(graph.op(p).op, Op::Const(_)) => {
+                    if seen_inputs.insert(v) {
+                        memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+                    }
+                }
+                _ => {
+                    if let Some(&(from, tensor)) = producer.get(&v)
+                        && seen_inputs.insert(v)
+                    {
+                        edges.push(Edge {
+                            from,
+                            to: me,
+                            bytes: bytes_of(graph, v, &describe)?,
+                            tensor,
+                        });
+                    }
+                }
+            }
+        }
+        for (r, &v) in data.results.iter().enumerate() {
+            memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+            producer.insert(v, (me, r as u32));
+        }
+        let mut time = BTreeMap::new();
+        for (c, &rep) in representative.iter().enumerate() {
+            let t = cost.op_time(graph, op, rep).map_err(|e| BuildError::Op {
+                op: describe(),
+                message: e.to_string(),
+            })?;
+            if let OpTime::Time { seconds, .. } = t {
+                time.insert(class_names[c].clone(), seconds);
+            }
+        }
+        let pin = match &data.device {
+            Some(name) => match spec.device_index(name).and_then(|i| device_index[i]) {
+                Some(_) => Some(name.clone()),
+                None => {
+                    return Err(BuildError::UnknownDevice {
+                        op: describe(),
+                        device: name.clone(),
+                        target: spec.name.clone(),
+                    });
+                }
+            },
+            None => None,
+        };
+        let base = data
+            .loc
+            .clone()
+            .or_else(|| {
+                data.results
+                    .first()
+                    .and_then(|&v| graph.value(v).name.clone())
+            })
+            .unwrap_or_else(|| op.to_string());
+        ops.push(OpSpec {
+            name: unique(base),
+            kind: data.op.name().to_string(),
+            time,
+            memory,
+            colocate: None,
+            pin,
+        });
+        graph_ops.push(Some(op));
+    }
+    for (i, &v) in graph.outputs().iter().enumerate() {
+        let name = graph
+            .value(v)
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("output{i}"));
+        let me = ops.len();
+        if let Some(&(from, tensor)) = producer.get(&v) {
+            edges.push(Edge {
+                from,
+                to: me,
+                bytes: bytes_of(graph, v, &|| format!("graph output `{name}`"))?,
+                tensor,
+            });
+        }
+        ops.push(OpSpec {
+            name: unique(format!("output:{name}")),
+            kind: "output".into(),
+            time: zero_time.clone(),
+            memory: 0,
+            colocate: None,
+            pin: Some(host_name.clone()),
+        });
+        graph_ops.push(None);
+    }
+    let problem = Problem {
+        version: VERSION,
+        name: format!("{} on {}", graph.name, spec.name),
+        devices,
+        routers,
+        links: spec
+            .links
+            .iter()
+            .map(|l| problem::Link {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                bandwidth: l.bandwidth,
+                latency: l.latency,
+            })
+            .collect(),
+        ops,
+        edges,
+    };
+    Ok(Built {
+        problem,
+        graph_ops,
+        device_index,
+    })
+}

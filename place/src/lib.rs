@@ -1,0 +1,26 @@
+//! tessera's placement: where each op of a model runs on a multi-chip module or a
+//! heterogeneous machine, so that it runs fast, fits in memory, and says why.
+//!
+//! - [`problem`]: placement problems as data (the JSON schema) and their indexed form.
+//! - [`eval`]: the objectives (pipelined throughput, one-sample latency), memory and the
+//!   constraints of an assignment.
+//! - [`bound`]: lower bounds on the optimum, so every plan reports its gap.
+//! - [`strategy`]: the solvers, each documented with its source, and `auto`.
+//! - [`plan`]: the solved plan as JSON, with per-op explanations ([`explain`]).
+//! - [`build`]: the problem a graph and a target give.
+//! - [`pass`]: the `place` and `schedule` passes over the IR.
+
+pub mod bound;
+pub mod build;
+pub mod eval;
+pub mod explain;
+pub mod pass;
+pub mod plan;
+pub mod problem;
+pub mod strategy;
+
+pub use bound::{LowerBound, lower_bound};
+pub use eval::{Evaluation, Objective, evaluate, violation};
+pub use plan::{Plan, solve};
+pub use problem::{Instance, Problem, ProblemError};
+pub use strategy::{STRATEGIES, Solution, SolveOptions};

@@ -1,0 +1,324 @@
+//! The `place` and `schedule` passes.
+//!
+//! - `place{strategy=auto objective=throughput target=}` builds the placement problem of the
+//!   graph on the target ([`crate::build`]), solves it ([`crate::plan::solve`]) and writes a
+//!   `device("...")` on every op (ops already annotated are pinned and keep theirs).
+//! - `schedule{target=}` orders the body so each device runs its ops by decreasing upward
+//!   rank (the length of the costliest path from the op to the end, transfers included), the
+//!   priority of HEFT's list scheduling (Topcuoglu, Hariri and Wu, 2002); every op must be
+//!   placed. Constants move to just before their first use.
+//!
+//! Both cost with the pass's `target` option, else the compile target
+//! ([`tessera_targets::set_default_target`]), else `cpu`.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, BinaryHeap};
+
+use tessera_ir::{Graph, Op, OpId, ValueDef};
+use tessera_passes::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
+use tessera_targets::CostModel;
+
+use crate::build::{BuildError, Built, build};
+use crate::eval::Objective;
+use crate::plan::{Plan, solve};
+use crate::problem::{Instance, ProblemError};
+use crate::strategy::STRATEGIES;
+
+/// The `place` pass's registry record.
+pub const PLACE: PassInfo = PassInfo {
+    name: "place",
+    summary: "Place every op on a device of the target (memory-aware; see tessera place)",
+    options: &[
+        OptionInfo {
+            name: "strategy",
+            kind: OptionKind::Str,
+            default: "auto",
+            doc: "the solver: auto, exhaustive, ilp, dp, multilevel, heft, local, greedy, single, round-robin",
+        },
+        OptionInfo {
+            name: "objective",
+            kind: OptionKind::Str,
+            default: "throughput",
+            doc: "throughput (pipelined stream) or latency (one sample)",
+        },
+        OptionInfo {
+            name: "target",
+            kind: OptionKind::Str,
+            default: "",
+            doc: "target to place on (empty: the compile target, else cpu)",
+        },
+    ],
+    create: create_place,
+};
+
+/// The `schedule` pass's registry record.
+pub const SCHEDULE: PassInfo = PassInfo {
+    name: "schedule",
+    summary: "Order each device's ops by upward rank (HEFT's priority); every op must be placed",
+    options: &[OptionInfo {
+        name: "target",
+        kind: OptionKind::Str,
+        default: "",
+        doc: "target whose costs rank the ops (empty: the compile target, else cpu)",
+    }],
+    create: create_schedule,
+};
+
+/// Registers `place` and `schedule` (idempotent).
+pub fn register() -> Result<(), tessera_passes::RegisterError> {
+    for info in [PLACE, SCHEDULE] {
+        if tessera_passes::lookup(info.name).is_none() {
+            tessera_passes::register(info)?;
+        }
+    }
+    Ok(())
+}
+
+/// Why placement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceError {
+    /// The graph gives no problem.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The problem has no (valid) plan.
+    #[error(transparent)]
+    Problem(#[from] ProblemError),
+}
+
+/// A placed graph's plan and the problem behind it.
+#[derive(Debug)]
+pub struct Placed {
+    /// The plan.
+    pub plan: Plan,
+    /// The problem, with the graph op behind each problem op.
+    pub built: Built,
+}
+
+/// Places every op of `graph` on `cost`'s target with `strategy` for `objective`, writing
+/// `device(...)` annotations; returns the plan.
+pub fn place_graph(
+    graph: &mut Graph,
+    cost: &CostModel<'_>,
+    strategy: &str,
+    objective: Objective,
+    explain: bool,
+) -> Result<Placed, PlaceError> {
+    let built = build(graph, cost)?;
+    let inst = Instance::new(built.problem.clone())?;
+    let plan = solve(&inst, strategy, objective, explain)?;
+    for (o, a) in plan.assignment.iter().enumerate() {
+        if let Some(op) = built.graph_ops[o] {
+            graph.op_mut(op).device = Some(a.device.clone());
+        }
+    }
+    Ok(Placed { plan, built })
+}
+
+/// Upward ranks of a fixed assignment, and the order HEFT's list scheduling gives: the ready
+/// op of highest rank first (ties: the earlier op), so every edge goes forward.
+pub fn rank_order(inst: &Instance, assign: &[usize]) -> Vec<usize> {
+    let mut rank = vec![0.0f64; inst.n];
+    for o in (0..inst.n).rev() {
+        let mut tail: f64 = 0.0;
+        for &e in &inst.out_edges[o] {
+            let edge = &inst.problem.edges[e];
+            tail = tail.max(inst.transfer(assign[o], assign[edge.to], edge.bytes) + rank[edge.to]);
+        }
+        rank[o] = inst.t(o, assign[o]) + tail;
+    }
+    #[derive(PartialEq)]
+    struct Ready(f64, usize);
+    impl Eq for Ready {}
+    impl PartialOrd for Ready {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Ready {
+        fn cmp(&self, other: &Self) -> Ordering {
+            self.0
+                .total_cmp(&other.0)
+                .then_with(|| other.1.cmp(&self.1))
+        }
+    }
+    let mut missing: Vec<usize> = (0..inst.n).map(|o| inst.in_edges[o].len()).collect();
+    let mut heap: BinaryHeap<Ready> = (0..inst.n)
+        .filter(|&o| missing[o] == 0)
+        .map(|o| Ready(rank[o], o))
+        .collect();
+    let mut order = Vec::with_capacity(inst.n);
+    while let Some(Ready(_, o)) = heap.pop() {
+        order.push(o);
+        for &e in &inst.out_edges[o] {
+            let v = inst.problem.edges[e].to;
+            missing[v] -= 1;
+            if missing[v] == 0 {
+                heap.push(Ready(rank[v], v));
+            }
+        }
+    }
+    order
+}
+
+/// Reorders `graph`'s body to `order` (problem op indices of `built`); constants go just
+/// before their first use, unused ones first.
+pub fn apply_order(graph: &mut Graph, built: &Built, order: &[usize]) {
+    let mut placed: BTreeSet<OpId> = BTreeSet::new();
+    let mut body: Vec<OpId> = Vec::with_capacity(graph.ops().len());
+    let used: BTreeSet<OpId> = graph
+        .ops()
+        .iter()
+        .flat_map(|&op| graph.op(op).operands.clone())
+        .filter_map(|v| match graph.value(v).def {
+            ValueDef::Result(p, _) => Some(p),
+            ValueDef::Input(_) => None,
+        })
+        .collect();
+    for &op in graph.ops() {
+        if matches!(graph.op(op).op, Op::Const(_)) && !used.contains(&op) {
+            body.push(op);
+            placed.insert(op);
+        }
+    }
+    for &o in order {
+        let Some(op) = built.graph_ops[o] else {
+            continue;
+        };
+        for &v in &graph.op(op).operands {
+            if let ValueDef::Result(p, _) = graph.value(v).def
+                && matches!(graph.op(p).op, Op::Const(_))
+                && placed.insert(p)
+            {
+                body.push(p);
+            }
+        }
+        if placed.insert(op) {
+            body.push(op);
+        }
+    }
+    // Anything the problem did not list (none today) keeps its place at the end.
+    for &op in graph.ops() {
+        if placed.insert(op) {
+            body.push(op);
+        }
+    }
+    graph.set_ops(body);
+}
+
+fn create_place(options: &Options) -> Result<Box<dyn Pass>, PassError> {
+    let strategy = options.string("strategy").to_string();
+    if !STRATEGIES.iter().any(|s| s.0 == strategy) {
+        return Err(PassError::new(format!(
+            "unknown strategy `{strategy}` (expected one of: {})",
+            STRATEGIES
+                .iter()
+                .map(|s| s.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let objective: Objective = options
+        .string("objective")
+        .parse()
+        .map_err(PassError::new)?;
+    Ok(Box::new(PlacePass {
+        strategy,
+        objective,
+        target: options.string("target").to_string(),
+    }))
+}
+
+struct PlacePass {
+    strategy: String,
+    objective: Objective,
+    target: String,
+}
+
+impl Pass for PlacePass {
+    fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
+        let target = tessera_targets::pass_target(&self.target)
+            .map_err(|e| PassError::new(format!("target: {e}")))?;
+        let cost = CostModel::new(&*target, None);
+        let before: Vec<Option<String>> = graph
+            .ops()
+            .iter()
+            .map(|&op| graph.op(op).device.clone())
+            .collect();
+        let placed = place_graph(graph, &cost, &self.strategy, self.objective, false)
+            .map_err(|e| PassError::new(e.to_string()))?;
+        let p = &placed.plan;
+        stats.add(
+            "ops-placed",
+            "ops with a device after placement",
+            p.assignment.len() as u64,
+        );
+        stats.note(format!(
+            "{}: {} chose {}; {} {} (period {}, latency {}); lower bound {} ({}); gap {:.1}%",
+            target.spec().name,
+            p.strategy,
+            p.chosen,
+            p.objective,
+            tessera_targets::sim::seconds(p.value),
+            tessera_targets::sim::seconds(p.period),
+            tessera_targets::sim::seconds(p.latency),
+            tessera_targets::sim::seconds(p.lower_bound.value),
+            p.lower_bound.binding(),
+            p.gap * 100.0
+        ));
+        let after: Vec<Option<String>> = graph
+            .ops()
+            .iter()
+            .map(|&op| graph.op(op).device.clone())
+            .collect();
+        Ok(before != after)
+    }
+}
+
+fn create_schedule(options: &Options) -> Result<Box<dyn Pass>, PassError> {
+    Ok(Box::new(SchedulePass {
+        target: options.string("target").to_string(),
+    }))
+}
+
+struct SchedulePass {
+    target: String,
+}
+
+impl Pass for SchedulePass {
+    fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
+        let target = tessera_targets::pass_target(&self.target)
+            .map_err(|e| PassError::new(format!("target: {e}")))?;
+        let cost = CostModel::new(&*target, None);
+        if let Some(&op) = graph
+            .ops()
+            .iter()
+            .find(|&&op| graph.op(op).device.is_none() && !matches!(graph.op(op).op, Op::Const(_)))
+        {
+            return Err(PassError::new(format!(
+                "{} has no device; run `place` first",
+                tessera_targets::sim::describe_op(graph, op)
+            )));
+        }
+        let built = build(graph, &cost).map_err(|e| PassError::new(e.to_string()))?;
+        let inst =
+            Instance::new(built.problem.clone()).map_err(|e| PassError::new(e.to_string()))?;
+        // Every op is pinned: the assignment is each op's only allowed device.
+        let assign: Vec<usize> = (0..inst.n)
+            .map(|o| (0..inst.d).find(|&k| inst.allowed(o, k)).unwrap_or(0))
+            .collect();
+        let order = rank_order(&inst, &assign);
+        let before = graph.ops().to_vec();
+        apply_order(graph, &built, &order);
+        let moved = before
+            .iter()
+            .zip(graph.ops())
+            .filter(|(a, b)| a != b)
+            .count();
+        stats.add(
+            "ops-moved",
+            "ops whose position in the body changed",
+            moved as u64,
+        );
+        Ok(before != graph.ops())
+    }
+}

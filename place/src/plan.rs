@@ -1,0 +1,255 @@
+//! A solved plan: what `tessera place` prints and `tessera compile -o` writes as
+//! `plan.json`. It carries the assignment, the schedule, the objective's value, the lower
+//! bound and the gap, per-device and per-link loads, what `auto` tried, and an explanation
+//! per op ([`crate::explain`]).
+//!
+//! The JSON is deterministic (no timings inside; `tessera place` prints the solve time on
+//! stderr) so plans can be diffed and replayed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bound::{LowerBound, lower_bound};
+use crate::eval::{Objective, evaluate, is_topological, violation};
+use crate::explain::{Explanation, explain_all};
+use crate::problem::{Instance, ProblemError};
+use crate::strategy::{self, Solution, SolveOptions};
+
+/// A placement plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// The problem's name.
+    pub problem: String,
+    /// What was minimized.
+    pub objective: Objective,
+    /// The strategy asked for (`auto`, ...).
+    pub strategy: String,
+    /// The strategy whose plan this is.
+    pub chosen: String,
+    /// The objective's value: seconds per sample (throughput) or seconds (latency).
+    pub value: f64,
+    /// The steady-state period of a stream under this plan (seconds per sample).
+    pub period: f64,
+    /// Samples per second: 1 / period.
+    pub throughput: f64,
+    /// One sample's latency under this plan (list schedule, no link contention).
+    pub latency: f64,
+    /// The lower bound on `value` over all plans.
+    pub lower_bound: LowerBound,
+    /// `(value - lower_bound) / value`: the most this plan can be above the optimum, as a
+    /// fraction of its value (0 when proven optimal).
+    pub gap: f64,
+    /// Bytes moved between devices per sample.
+    pub traffic: u64,
+    /// Per device: ops, load, memory.
+    pub devices: Vec<DeviceUse>,
+    /// Per loaded link direction.
+    pub links: Vec<LinkUse>,
+    /// What `auto` tried, with each strategy's value or why it gave none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
+    /// The device of each op, in the problem's op order.
+    pub assignment: Vec<Assigned>,
+    /// The schedule, as op indices, when it differs from the problem's op order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<usize>>,
+    /// Why each op is where it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<Explanation>,
+}
+
+/// One device's share of a plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceUse {
+    /// The device.
+    pub name: String,
+    /// Ops placed on it.
+    pub ops: usize,
+    /// Busy seconds per sample.
+    pub load: f64,
+    /// Bytes held.
+    pub memory: u64,
+    /// Capacity in bytes.
+    pub capacity: u64,
+}
+
+/// One link direction's load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkUse {
+    /// Sending end.
+    pub from: String,
+    /// Receiving end.
+    pub to: String,
+    /// Busy seconds per sample.
+    pub load: f64,
+}
+
+/// One strategy tried by `auto`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptRecord {
+    /// The strategy.
+    pub strategy: String,
+    /// Its objective value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// Why it gave no plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An op's device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assigned {
+    /// The op.
+    pub op: String,
+    /// Its device.
+    pub device: String,
+}
+
+/// Solves `inst` with `strategy` for `objective` and builds the plan (with explanations when
+/// `explain`).
+pub fn solve(
+    inst: &Instance,
+    strategy_name: &str,
+    objective: Objective,
+    explain: bool,
+) -> Result<Plan, ProblemError> {
+    let bound = lower_bound(inst, objective)?;
+    let (sol, chosen, attempts) = strategy::run(strategy_name, inst, &SolveOptions { objective })?;
+    let mut plan = plan_of(
+        inst,
+        &sol,
+        objective,
+        strategy_name,
+        &chosen,
+        bound,
+        explain,
+    )?;
+    plan.attempts = attempts
+        .into_iter()
+        .map(|a| AttemptRecord {
+            strategy: a.strategy,
+            value: a.outcome.as_ref().ok().copied(),
+            error: a.outcome.err(),
+        })
+        .collect();
+    Ok(plan)
+}
+
+/// The plan of a given solution.
+pub fn plan_of(
+    inst: &Instance,
+    sol: &Solution,
+    objective: Objective,
+    strategy_name: &str,
+    chosen: &str,
+    bound: LowerBound,
+    explain: bool,
+) -> Result<Plan, ProblemError> {
+    if let Some(why) = violation(inst, &sol.assign) {
+        return Err(ProblemError::Infeasible(why));
+    }
+    if !is_topological(inst, &sol.order) {
+        return Err(ProblemError::Infeasible(format!(
+            "strategy `{chosen}` gave a schedule that is not a topological order"
+        )));
+    }
+    let ev = evaluate(inst, &sol.assign, &sol.order);
+    let value = ev.value(objective);
+    let gap = if value > 0.0 {
+        ((value - bound.value) / value).max(0.0)
+    } else {
+        0.0
+    };
+    let mut counts = vec![0; inst.d];
+    for &k in &sol.assign {
+        counts[k] += 1;
+    }
+    let devices = (0..inst.d)
+        .map(|k| DeviceUse {
+            name: inst.device_name(k).to_string(),
+            ops: counts[k],
+            load: ev.device_load[k],
+            memory: ev.memory[k],
+            capacity: inst.capacity[k],
+        })
+        .collect();
+    let links = ev
+        .channel_load
+        .iter()
+        .enumerate()
+        .filter(|&(_, &l)| l > 0.0)
+        .map(|(c, &load)| {
+            let l = &inst.problem.links[c / 2];
+            let (from, to) = if c % 2 == 0 {
+                (&l.a, &l.b)
+            } else {
+                (&l.b, &l.a)
+            };
+            LinkUse {
+                from: from.clone(),
+                to: to.clone(),
+                load,
+            }
+        })
+        .collect();
+    let identity = sol.order.iter().enumerate().all(|(i, &o)| i == o);
+    Ok(Plan {
+        problem: inst.problem.name.clone(),
+        objective,
+        strategy: strategy_name.to_string(),
+        chosen: chosen.to_string(),
+        value,
+        period: ev.period,
+        throughput: if ev.period > 0.0 {
+            1.0 / ev.period
+        } else {
+            0.0
+        },
+        latency: ev.latency,
+        lower_bound: bound,
+        gap,
+        traffic: ev.traffic,
+        devices,
+        links,
+        attempts: Vec::new(),
+        assignment: (0..inst.n)
+            .map(|o| Assigned {
+                op: inst.op_name(o).to_string(),
+                device: inst.device_name(sol.assign[o]).to_string(),
+            })
+            .collect(),
+        order: (!identity).then(|| sol.order.clone()),
+        explanations: if explain {
+            explain_all(inst, sol, objective, &ev)
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+impl Plan {
+    /// The plan as pretty JSON with a final newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// Parses a plan; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Plan, ProblemError> {
+        serde_json::from_str(text).map_err(|e| ProblemError::File {
+            file: file.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The explanation of the op named `op`.
+    pub fn explanation(&self, op: &str) -> Option<&Explanation> {
+        self.explanations.iter().find(|e| e.op == op)
+    }
+}

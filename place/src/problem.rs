@@ -1,0 +1,568 @@
+//! Placement problems as data: the JSON schema ([`Problem`]) and its checked, indexed form
+//! ([`Instance`]) that every solver works on.
+//!
+//! A problem is self-contained: it can be written by `tessera compile
+//! --emit-placement-problem`, edited by hand, replayed and solved by `tessera place` with no
+//! model or target at hand. The README's "Placement problems" section documents the schema
+//! with an example; this module's types are its definition.
+//!
+//! **Model.**
+//! - *Devices* run ops one at a time. A device's `kind` selects the op times that apply to it;
+//!   `memory` is its capacity in bytes; `unsupported_ops` names op kinds it cannot run.
+//! - *Routers* are nodes that only forward traffic (a switch).
+//! - *Links* are full-duplex: each direction is a channel of `bandwidth` bytes per second
+//!   after `latency` seconds. A transfer takes the route of fewest hops (then the widest, then
+//!   the fastest, then file order: the same routes as the simulator, from
+//!   [`tessera_targets::TargetSpec::route`]) and occupies every channel on it for
+//!   `latency + bytes / narrowest bandwidth` seconds (cut-through).
+//! - *Ops* are listed in a topological order (every edge goes forward). `time` maps device
+//!   kinds to seconds; an op may run only on devices whose kind it lists and that do not list
+//!   its `kind` as unsupported, and whose capacity is at least the op's own `memory`. `memory`
+//!   is what the op keeps on its device (its weights and its outputs). `pin` fixes its device; ops sharing a `colocate` group share a device.
+//! - *Edges* carry `bytes` from producer to consumer; `tensor` says which of the producer's
+//!   results it is, so that two consumers of one tensor on one device receive it once.
+//!   Received tensors also take memory on the receiving device.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tessera_targets::{Device as TargetDevice, Link as TargetLink, TargetSpec};
+
+/// The schema version this build reads and writes.
+pub const VERSION: u32 = 1;
+
+/// A placement problem, as written to and read from JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Problem {
+    /// The schema version ([`VERSION`]).
+    pub version: u32,
+    /// A name for reports (`model on target`).
+    #[serde(default)]
+    pub name: String,
+    /// The devices that run ops.
+    pub devices: Vec<Device>,
+    /// Nodes that only forward traffic (switches).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routers: Vec<String>,
+    /// Full-duplex links between devices and routers.
+    #[serde(default)]
+    pub links: Vec<Link>,
+    /// The ops, in a topological order.
+    pub ops: Vec<OpSpec>,
+    /// Data moving from one op to a later one.
+    #[serde(default)]
+    pub edges: Vec<Edge>,
+}
+
+/// A device of a placement problem.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    /// Unique name.
+    pub name: String,
+    /// The cost class: ops list their time per kind.
+    pub kind: String,
+    /// Memory capacity in bytes.
+    pub memory: u64,
+    /// Op kinds this device cannot run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported_ops: Vec<String>,
+}
+
+/// A full-duplex link.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// One end (a device or router name).
+    pub a: String,
+    /// The other end.
+    pub b: String,
+    /// Bytes per second, each way.
+    pub bandwidth: f64,
+    /// Seconds before the first byte arrives.
+    #[serde(default)]
+    pub latency: f64,
+}
+
+/// An operator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpSpec {
+    /// Unique name (the model's node name where it has one).
+    pub name: String,
+    /// The op kind (`matmul`, `conv`, ...), matched against devices' `unsupported_ops`.
+    #[serde(default)]
+    pub kind: String,
+    /// Seconds per device kind; a kind not listed cannot run the op.
+    pub time: BTreeMap<String, f64>,
+    /// Bytes the op keeps on its device (weights and outputs).
+    #[serde(default)]
+    pub memory: u64,
+    /// Ops with the same group share a device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colocate: Option<String>,
+    /// The device this op must run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
+}
+
+/// Data from one op to a later one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Edge {
+    /// The producer's index in `ops`.
+    pub from: usize,
+    /// The consumer's index in `ops` (greater than `from`).
+    pub to: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Which result of the producer (consumers of one tensor on one device share a copy).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tensor: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// Why a problem is not valid, or cannot be solved.
+#[derive(Debug, thiserror::Error)]
+pub enum ProblemError {
+    /// The file could not be read or parsed.
+    #[error("{file}: {message}")]
+    File {
+        /// The file.
+        file: String,
+        /// What went wrong (serde's message has line and column).
+        message: String,
+    },
+    /// A field has a bad value.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// The field (`ops[3] (fc1/MatMul).time.gpu`).
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No assignment respects the constraints.
+    #[error("infeasible: {0}")]
+    Infeasible(String),
+}
+
+fn invalid(at: impl Into<String>, message: impl Into<String>) -> ProblemError {
+    ProblemError::Invalid {
+        at: at.into(),
+        message: message.into(),
+    }
+}
+
+impl Problem {
+    /// Parses a problem from JSON text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Problem, ProblemError> {
+        serde_json::from_str(text).map_err(|e| ProblemError::File {
+            file: file.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads and parses a problem file.
+    pub fn load(path: &Path) -> Result<Problem, ProblemError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ProblemError::File {
+            file: file.clone(),
+            message: e.to_string(),
+        })?;
+        Problem::parse(&text, &file)
+    }
+
+    /// The problem as pretty JSON with a final newline (deterministic: maps are ordered).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// A validated problem with dense tables: what the solvers use.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    /// The problem it was built from.
+    pub problem: Problem,
+    /// Number of ops.
+    pub n: usize,
+    /// Number of devices.
+    pub d: usize,
+    /// `time[o * d + k]`: seconds of op `o` on device `k`; infinite where it cannot run (kind
+    /// not listed, unsupported, pinned elsewhere).
+    pub time: Vec<f64>,
+    /// Memory per op.
+    pub memory: Vec<u64>,
+    /// Capacity per device.
+    pub capacity: Vec<u64>,
+    /// The colocation group of each op (an index into `groups`), if any.
+    pub group_of: Vec<Option<usize>>,
+    /// The members of each colocation group, in op order.
+    pub groups: Vec<Vec<usize>>,
+    /// Edges out of each op: indices into `problem.edges`.
+    pub out_edges: Vec<Vec<usize>>,
+    /// Edges into each op: indices into `problem.edges`.
+    pub in_edges: Vec<Vec<usize>>,
+    /// `latency[a * d + b]`: route latency from device `a` to `b` (0 on the diagonal).
+    pub latency: Vec<f64>,
+    /// `inv_bandwidth[a * d + b]`: seconds per byte on the route's narrowest link.
+    pub inv_bandwidth: Vec<f64>,
+    /// `channels[a * d + b]`: the directed channels (`2 * link + direction`) of the route.
+    pub channels: Vec<Vec<usize>>,
+    /// Hops between devices.
+    pub hops: Vec<usize>,
+    /// Number of channels (two per link).
+    pub num_channels: usize,
+}
+
+impl Instance {
+    /// Checks `problem` and builds the tables. Errors name the field and the reason.
+    pub fn new(problem: Problem) -> Result<Instance, ProblemError> {
+        if problem.version != VERSION {
+            return Err(invalid(
+                "version",
+                format!(
+                    "this tessera reads version {VERSION}, not {}",
+                    problem.version
+                ),
+            ));
+        }
+        let d = problem.devices.len();
+        if d == 0 {
+            return Err(invalid("devices", "a problem needs at least one device"));
+        }
+        let mut nodes: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, dev) in problem.devices.iter().enumerate() {
+            if nodes.insert(dev.name.as_str(), i).is_some() {
+                return Err(invalid(
+                    format!("devices[{i}]"),
+                    format!("the name `{}` is used twice", dev.name),
+                ));
+            }
+        }
+        for (i, r) in problem.routers.iter().enumerate() {
+            if nodes.insert(r.as_str(), d + i).is_some() {
+                return Err(invalid(
+                    format!("routers[{i}]"),
+                    format!("the name `{r}` is used twice"),
+                ));
+            }
+        }
+        for (i, l) in problem.links.iter().enumerate() {
+            for end in [&l.a, &l.b] {
+                if !nodes.contains_key(end.as_str()) {
+                    return Err(invalid(
+                        format!("links[{i}]"),
+                        format!("`{end}` is neither a device nor a router"),
+                    ));
+                }
+            }
+            if l.a == l.b {
+                return Err(invalid(
+                    format!("links[{i}]"),
+                    "a link joins two different nodes",
+                ));
+            }
+            if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
+                return Err(invalid(
+                    format!("links[{i}].bandwidth"),
+                    format!("must be a positive number, not {}", l.bandwidth),
+                ));
+            }
+            if !(l.latency.is_finite() && l.latency >= 0.0) {
+                return Err(invalid(
+                    format!("links[{i}].latency"),
+                    format!("must be a number >= 0, not {}", l.latency),
+                ));
+            }
+        }
+        let n = problem.ops.len();
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut group_index: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of = vec![None; n];
+        let mut time = vec![f64::INFINITY; n * d];
+        let mut memory = Vec::with_capacity(n);
+        for (o, op) in problem.ops.iter().enumerate() {
+            let at = format!("ops[{o}] ({})", op.name);
+            if names.insert(op.name.as_str(), o).is_some() {
+                return Err(invalid(at, "the name is used twice"));
+            }
+            for (kind, &t) in &op.time {
+                if !(t.is_finite() && t >= 0.0) {
+                    return Err(invalid(
+                        format!("{at}.time.{kind}"),
+                        format!("must be a number >= 0, not {t}"),
+                    ));
+                }
+            }
+            let pin = match &op.pin {
+                Some(p) => Some(*nodes.get(p.as_str()).filter(|&&i| i < d).ok_or_else(|| {
+                    invalid(format!("{at}.pin"), format!("`{p}` is not a device"))
+                })?),
+                None => None,
+            };
+            for (k, dev) in problem.devices.iter().enumerate() {
+                if pin.is_some_and(|p| p != k) || dev.unsupported_ops.contains(&op.kind) {
+                    continue;
+                }
+                // An op whose own memory exceeds a device cannot run there.
+                if let Some(&t) = op.time.get(&dev.kind)
+                    && op.memory <= dev.memory
+                {
+                    time[o * d + k] = t;
+                }
+            }
+            if (0..d).all(|k| time[o * d + k].is_infinite()) {
+                let why = match pin {
+                    Some(p) => {
+                        let dev = &problem.devices[p];
+                        if op.memory > dev.memory {
+                            format!(
+                                "it is pinned to {}, but needs {} bytes there, {} more than its \
+                                 {} bytes",
+                                dev.name,
+                                op.memory,
+                                op.memory - dev.memory,
+                                dev.memory
+                            )
+                        } else {
+                            format!(
+                                "`{}` cannot run on {} (where it is pinned)",
+                                op.kind, dev.name
+                            )
+                        }
+                    }
+                    None => format!(
+                        "no device can run it (no time for its kind, unsupported, or its {} \
+                         bytes exceed the device's memory)",
+                        op.memory
+                    ),
+                };
+                return Err(ProblemError::Infeasible(format!("{at}: {why}")));
+            }
+            memory.push(op.memory);
+            if let Some(g) = &op.colocate {
+                let next = groups.len();
+                let gi = *group_index.entry(g.as_str()).or_insert(next);
+                if gi == next {
+                    groups.push(Vec::new());
+                }
+                groups[gi].push(o);
+                group_of[o] = Some(gi);
+            }
+        }
+        // A group can only go where all its members can.
+        for members in &groups {
+            for k in 0..d {
+                if members.iter().any(|&o| time[o * d + k].is_infinite()) {
+                    for &o in members {
+                        time[o * d + k] = f64::INFINITY;
+                    }
+                }
+            }
+            if (0..d).all(|k| time[members[0] * d + k].is_infinite()) {
+                let g = problem.ops[members[0]].colocate.clone().unwrap_or_default();
+                return Err(ProblemError::Infeasible(format!(
+                    "colocation group `{g}`: no device can run all of its {} ops",
+                    members.len()
+                )));
+            }
+        }
+        let mut out_edges = vec![Vec::new(); n];
+        let mut in_edges = vec![Vec::new(); n];
+        let mut tensor_bytes: BTreeMap<(usize, u32), (usize, u64)> = BTreeMap::new();
+        for (i, e) in problem.edges.iter().enumerate() {
+            if e.from >= n || e.to >= n {
+                return Err(invalid(
+                    format!("edges[{i}]"),
+                    format!("op index out of range (there are {n} ops)"),
+                ));
+            }
+            if e.from >= e.to {
+                return Err(invalid(
+                    format!("edges[{i}]"),
+                    format!(
+                        "goes from ops[{}] to ops[{}]; ops must be listed in a topological \
+                         order, so edges go forward",
+                        e.from, e.to
+                    ),
+                ));
+            }
+            if let Some(&(j, bytes)) = tensor_bytes.get(&(e.from, e.tensor))
+                && bytes != e.bytes
+            {
+                return Err(invalid(
+                    format!("edges[{i}]"),
+                    format!(
+                        "tensor {} of ops[{}] has {} bytes here but {bytes} in edges[{j}]; \
+                         one tensor has one size",
+                        e.tensor, e.from, e.bytes
+                    ),
+                ));
+            }
+            tensor_bytes
+                .entry((e.from, e.tensor))
+                .or_insert((i, e.bytes));
+            out_edges[e.from].push(i);
+            in_edges[e.to].push(i);
+        }
+        // Routes, from the targets crate so that they match the simulator's.
+        let spec = routing_spec(&problem);
+        let mut latency = vec![0.0; d * d];
+        let mut inv_bandwidth = vec![0.0; d * d];
+        let mut channels = vec![Vec::new(); d * d];
+        let mut hops = vec![0; d * d];
+        for a in 0..d {
+            let routes = spec.routes_from(a);
+            for b in 0..d {
+                if a == b {
+                    continue;
+                }
+                let Some(route) = &routes[b] else {
+                    // Unreachable pairs cost infinitely much: a plan using them is invalid.
+                    latency[a * d + b] = f64::INFINITY;
+                    inv_bandwidth[a * d + b] = f64::INFINITY;
+                    hops[a * d + b] = usize::MAX;
+                    continue;
+                };
+                let mut at = a;
+                let mut lat = 0.0;
+                let mut bw = f64::INFINITY;
+                let mut ch = Vec::with_capacity(route.len());
+                for &li in route {
+                    let l = &spec.links[li];
+                    let forward = spec.device_index(&l.a) == Some(at);
+                    ch.push(2 * li + usize::from(!forward));
+                    at = if forward {
+                        spec.device_index(&l.b).unwrap_or(at)
+                    } else {
+                        spec.device_index(&l.a).unwrap_or(at)
+                    };
+                    lat += l.latency;
+                    bw = bw.min(l.bandwidth);
+                }
+                latency[a * d + b] = lat;
+                inv_bandwidth[a * d + b] = 1.0 / bw;
+                hops[a * d + b] = route.len();
+                channels[a * d + b] = ch;
+            }
+        }
+        let capacity = problem.devices.iter().map(|x| x.memory).collect();
+        let num_channels = 2 * problem.links.len();
+        Ok(Instance {
+            problem,
+            n,
+            d,
+            time,
+            memory,
+            capacity,
+            group_of,
+            groups,
+            out_edges,
+            in_edges,
+            latency,
+            inv_bandwidth,
+            channels,
+            hops,
+            num_channels,
+        })
+    }
+
+    /// Seconds of op `o` on device `k` (infinite where not allowed).
+    #[inline]
+    pub fn t(&self, o: usize, k: usize) -> f64 {
+        self.time[o * self.d + k]
+    }
+
+    /// Whether op `o` may run on device `k` (kind, support, pin, group).
+    #[inline]
+    pub fn allowed(&self, o: usize, k: usize) -> bool {
+        self.time[o * self.d + k].is_finite()
+    }
+
+    /// Seconds to move `bytes` from device `a` to device `b` (0 when equal).
+    #[inline]
+    pub fn transfer(&self, a: usize, b: usize, bytes: u64) -> f64 {
+        if a == b {
+            0.0
+        } else {
+            self.latency[a * self.d + b] + bytes as f64 * self.inv_bandwidth[a * self.d + b]
+        }
+    }
+
+    /// The device names.
+    pub fn device_name(&self, k: usize) -> &str {
+        &self.problem.devices[k].name
+    }
+
+    /// The op names.
+    pub fn op_name(&self, o: usize) -> &str {
+        &self.problem.ops[o].name
+    }
+
+    /// The fastest allowed time of op `o`.
+    pub fn min_time(&self, o: usize) -> f64 {
+        (0..self.d)
+            .map(|k| self.t(o, k))
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// A [`TargetSpec`] with the problem's devices and routers as nodes and its links, used only
+/// for routing (so routes match the simulator's).
+fn routing_spec(p: &Problem) -> TargetSpec {
+    let node = |name: &str| TargetDevice {
+        name: name.to_string(),
+        kind: String::new(),
+        memory_bytes: 0,
+        memory_bandwidth: 0.0,
+        compute: BTreeMap::new(),
+        supported_ops: None,
+        lowering: String::new(),
+        efficiency: BTreeMap::new(),
+        op_overhead: 0.0,
+    };
+    TargetSpec {
+        name: p.name.clone(),
+        description: String::new(),
+        devices: p
+            .devices
+            .iter()
+            .map(|d| node(&d.name))
+            .chain(p.routers.iter().map(|r| node(r)))
+            .collect(),
+        links: p
+            .links
+            .iter()
+            .map(|l| TargetLink {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                bandwidth: l.bandwidth,
+                latency: l.latency,
+            })
+            .collect(),
+        host: p.devices[0].name.clone(),
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} ops, {} edges, {} devices, {} links",
+            self.name,
+            self.ops.len(),
+            self.edges.len(),
+            self.devices.len(),
+            self.links.len()
+        )
+    }
+}

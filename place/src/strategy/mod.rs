@@ -1,0 +1,214 @@
+//! The solvers. Every strategy takes an [`Instance`] and returns a feasible [`Solution`] (a
+//! device per op and the order devices run their ops in) or an error saying why it found
+//! none. None of them reads a clock: the same problem gives the same plan.
+//!
+//! - `exhaustive`: every assignment, with pruning; exact, for tiny problems only.
+//! - `single`, `round-robin`, `greedy`: the baselines every benchmark compares with.
+
+use crate::eval::{Objective, evaluate, memory_use, problem_order, violation};
+use crate::problem::{Instance, ProblemError};
+
+pub mod baseline;
+pub mod exhaustive;
+
+/// Every strategy name with a one-line description, in the order `auto` tries them.
+pub const STRATEGIES: &[(&str, &str)] = &[
+    (
+        "auto",
+        "runs every strategy that fits the problem's size and keeps the best plan",
+    ),
+    (
+        "exhaustive",
+        "every assignment, pruned by bounds (exact; tiny problems only)",
+    ),
+    (
+        "single",
+        "all ops on the one device that is best alone (baseline)",
+    ),
+    ("round-robin", "ops dealt to devices in turn (baseline)"),
+    (
+        "greedy",
+        "each op, in order, to the device that finishes it soonest (baseline)",
+    ),
+];
+
+/// What a solver is asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct SolveOptions {
+    /// What to minimize.
+    pub objective: Objective,
+}
+
+/// A solver's answer: a device per op and the order each device runs its ops in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Solution {
+    /// Device index per op.
+    pub assign: Vec<usize>,
+    /// A topological order of all ops (the schedule).
+    pub order: Vec<usize>,
+}
+
+impl Solution {
+    /// A solution with the problem's own order.
+    pub fn in_problem_order(inst: &Instance, assign: Vec<usize>) -> Solution {
+        Solution {
+            assign,
+            order: problem_order(inst),
+        }
+    }
+
+    /// The objective's value.
+    pub fn value(&self, inst: &Instance, objective: Objective) -> f64 {
+        evaluate(inst, &self.assign, &self.order).value(objective)
+    }
+
+    /// The objective's value, then the other objective's as a tie-break: plans compare by
+    /// this, so among equally good plans the one better on the other measure wins.
+    pub fn score(&self, inst: &Instance, objective: Objective) -> (f64, f64) {
+        score(&evaluate(inst, &self.assign, &self.order), objective)
+    }
+}
+
+/// `(objective, other objective)` of an evaluation, compared lexicographically.
+pub fn score(ev: &crate::eval::Evaluation, objective: Objective) -> (f64, f64) {
+    match objective {
+        Objective::Throughput => (ev.period, ev.latency),
+        Objective::Latency => (ev.latency, ev.period),
+    }
+}
+
+/// Whether score `a` is better than `b`.
+pub fn better(a: (f64, f64), b: (f64, f64)) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// One strategy's result within `auto`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    /// The strategy.
+    pub strategy: String,
+    /// Its objective value, or why it gave none.
+    pub outcome: Result<f64, String>,
+}
+
+/// Runs the strategy `name`. For `auto`, also returns every attempt and the strategy that won.
+pub fn run(
+    name: &str,
+    inst: &Instance,
+    opts: &SolveOptions,
+) -> Result<(Solution, String, Vec<Attempt>), ProblemError> {
+    if name == "auto" {
+        return auto(inst, opts);
+    }
+    let sol = run_one(name, inst, opts)?;
+    if let Some(why) = violation(inst, &sol.assign) {
+        return Err(ProblemError::Infeasible(format!(
+            "strategy `{name}` produced an invalid plan: {why}"
+        )));
+    }
+    Ok((sol, name.to_string(), Vec::new()))
+}
+
+fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    match name {
+        "exhaustive" => exhaustive::solve(inst, opts),
+        "single" => baseline::single(inst, opts),
+        "round-robin" => baseline::round_robin(inst),
+        "greedy" => baseline::greedy(inst, opts),
+        _ => Err(ProblemError::Invalid {
+            at: "--strategy".into(),
+            message: format!(
+                "unknown strategy `{name}` (expected one of: {})",
+                STRATEGIES
+                    .iter()
+                    .map(|s| s.0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }),
+    }
+}
+
+/// The strategies `auto` runs on `inst`, in order.
+pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if exhaustive::fits(inst) {
+        v.push("exhaustive");
+    }
+    v.extend(["greedy", "single", "round-robin"]);
+    v
+}
+
+fn auto(
+    inst: &Instance,
+    opts: &SolveOptions,
+) -> Result<(Solution, String, Vec<Attempt>), ProblemError> {
+    let mut best: Option<((f64, f64), Solution, String)> = None;
+    let mut attempts = Vec::new();
+    for name in auto_candidates(inst) {
+        let outcome =
+            run_one(name, inst, opts).and_then(|sol| match violation(inst, &sol.assign) {
+                Some(why) => Err(ProblemError::Infeasible(why)),
+                None => Ok(sol),
+            });
+        match outcome {
+            Ok(sol) => {
+                let s = sol.score(inst, opts.objective);
+                attempts.push(Attempt {
+                    strategy: name.to_string(),
+                    outcome: Ok(s.0),
+                });
+                if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
+                    best = Some((s, sol, name.to_string()));
+                }
+            }
+            Err(e) => attempts.push(Attempt {
+                strategy: name.to_string(),
+                outcome: Err(e.to_string()),
+            }),
+        }
+    }
+    match best {
+        Some((_, sol, name)) => Ok((sol, name, attempts)),
+        None => Err(ProblemError::Infeasible(format!(
+            "no strategy found a plan that fits: {}",
+            attempts
+                .iter()
+                .map(|a| format!(
+                    "{}: {}",
+                    a.strategy,
+                    a.outcome.as_ref().err().map_or("", |s| s.as_str())
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
+    }
+}
+
+/// The colocation units of a problem: each group is one unit, each other op its own; in
+/// order of their first op. Solvers that move ops move units.
+pub fn units(inst: &Instance) -> Vec<Vec<usize>> {
+    let mut seen = vec![false; inst.groups.len()];
+    let mut out = Vec::new();
+    for o in 0..inst.n {
+        match inst.group_of[o] {
+            Some(g) => {
+                if !seen[g] {
+                    seen[g] = true;
+                    out.push(inst.groups[g].clone());
+                }
+            }
+            None => out.push(vec![o]),
+        }
+    }
+    out
+}
+
+/// The memory an assignment would need on each device (its ops and received tensors); used
+/// by solvers to keep plans within capacity.
+pub fn fits(inst: &Instance, assign: &[usize]) -> bool {
+    memory_use(inst, assign)
+        .iter()
+        .zip(&inst.capacity)
+        .all(|(m, c)| m <= c)
+}

@@ -1,0 +1,334 @@
+//! The foundation of placement: the JSON schema's errors, the evaluation, the lower bound and
+//! the exact search, checked against a brute force written here from the definitions.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use tessera_place::eval::{evaluate, problem_order, violation};
+use tessera_place::problem::{Device, Edge, Link, OpSpec};
+use tessera_place::strategy::{self, SolveOptions};
+use tessera_place::{Instance, Objective, Problem, ProblemError, lower_bound};
+
+fn example() -> Problem {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/placement/two-chips.json"
+    );
+    Problem::load(std::path::Path::new(path)).expect("the README example parses")
+}
+
+fn err(p: Problem) -> String {
+    match Instance::new(p) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_readme_example_solves_to_its_proven_optimum() {
+    let inst = Instance::new(example()).expect("valid");
+    let plan = tessera_place::solve(&inst, "auto", Objective::Throughput, true).expect("plan");
+    // fc1 (4 us) and the mlp group (5 us) on the two chiplets; the period is the group's.
+    assert!((plan.value - 5e-6).abs() < 1e-15, "{}", plan.value);
+    assert_eq!(plan.gap, 0.0);
+    assert_eq!(plan.lower_bound.binding(), "largest-op");
+    let dev = |op: &str| {
+        plan.assignment
+            .iter()
+            .find(|a| a.op == op)
+            .map(|a| a.device.clone())
+            .unwrap_or_default()
+    };
+    assert_ne!(dev("fc1"), dev("fc2"));
+    assert_eq!(dev("gelu"), dev("fc2"));
+    // chip1 does not support softmax: its explanation says so in its costs.
+    let e = plan.explanation("softmax").expect("explained");
+    assert_eq!(e.costs["chip1"], None);
+    assert_eq!(
+        plan.explanation("input:x").expect("explained").constraint,
+        "pin"
+    );
+    // The plan round-trips through JSON.
+    let again = tessera_place::Plan::parse(&plan.to_json(), "plan.json").expect("parses");
+    assert_eq!(again, plan);
+}
+
+#[test]
+fn schema_errors_name_the_file_or_field() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/placement/two-chips.json"
+    ))
+    .expect("read");
+    let e = Problem::parse(
+        &text.replace("\"memory\": 3000000,", "\"memroy\": 3000000,"),
+        "p.json",
+    )
+    .expect_err("unknown field");
+    assert!(
+        e.to_string().starts_with("p.json: unknown field `memroy`"),
+        "{e}"
+    );
+
+    let mut p = example();
+    p.version = 2;
+    assert_eq!(err(p), "version: this tessera reads version 1, not 2");
+
+    let mut p = example();
+    p.edges.push(Edge {
+        from: 4,
+        to: 2,
+        bytes: 1,
+        tensor: 0,
+    });
+    assert!(err(p).starts_with("edges[5]: goes from ops[4] to ops[2]"));
+
+    let mut p = example();
+    p.edges.push(Edge {
+        from: 1,
+        to: 3,
+        bytes: 99,
+        tensor: 0,
+    });
+    assert_eq!(
+        err(p),
+        "edges[5]: tensor 0 of ops[1] has 99 bytes here but 16384 in edges[1]; one tensor has \
+         one size"
+    );
+
+    let mut p = example();
+    p.ops[1].pin = Some("chip9".into());
+    assert_eq!(err(p), "ops[1] (fc1).pin: `chip9` is not a device");
+
+    let mut p = example();
+    p.links[1].b = "nowhere".into();
+    assert_eq!(
+        err(p),
+        "links[1]: `nowhere` is neither a device nor a router"
+    );
+
+    let mut p = example();
+    p.ops[4].pin = Some("chip1".into());
+    assert_eq!(
+        err(p),
+        "infeasible: ops[4] (softmax): `softmax` cannot run on chip1 (where it is pinned)"
+    );
+
+    let mut p = example();
+    p.ops[1].time.insert("chiplet".into(), f64::NAN);
+    assert!(err(p).starts_with("ops[1] (fc1).time.chiplet: must be a number >= 0"));
+}
+
+#[test]
+fn memory_overflow_names_the_device_and_the_amount() {
+    // fc1 and softmax pinned on chip0 with 2 MB each, which fit alone but not together (with
+    // the 4096-byte input fc1 receives from the host).
+    let mut p = example();
+    p.ops[1].pin = Some("chip0".into());
+    p.ops[4].pin = Some("chip0".into());
+    p.ops[4].memory = 2_000_000;
+    let inst = Instance::new(p).expect("valid");
+    let e = tessera_place::solve(&inst, "auto", Objective::Throughput, false)
+        .expect_err("does not fit");
+    assert_eq!(
+        e.to_string(),
+        "infeasible: the ops that can only run on chip0 need 4004096 bytes there, 1004096 \
+         more than its 3000000 bytes"
+    );
+    // One op alone too big for the device it is pinned to.
+    let mut p = example();
+    p.ops[1].pin = Some("chip0".into());
+    p.ops[1].memory = 4_000_000;
+    assert_eq!(
+        err(p),
+        "infeasible: ops[1] (fc1): it is pinned to chip0, but needs 4000000 bytes there, \
+         1000000 more than its 3000000 bytes"
+    );
+    // Nothing fits anywhere: the total is named.
+    let mut p = example();
+    for op in &mut p.ops {
+        op.memory = 30_000_000_000;
+    }
+    let inst = Instance::new(p).expect("valid");
+    let e =
+        tessera_place::solve(&inst, "greedy", Objective::Latency, false).expect_err("does not fit");
+    assert!(
+        e.to_string()
+            .contains("more than all devices hold together"),
+        "{e}"
+    );
+}
+
+/// A random small problem: up to 3 devices of up to 2 kinds on a line, with a router
+/// sometimes; random times, support, memory, edges, a pin and a colocation group.
+fn small_problem() -> impl Strategy<Value = Problem> {
+    (2usize..=3, 2usize..=6, any::<u64>()).prop_map(|(d, n, seed)| {
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let kinds = ["fast", "slow"];
+        let devices: Vec<Device> = (0..d)
+            .map(|k| Device {
+                name: format!("d{k}"),
+                kind: kinds[(next() % 2) as usize].to_string(),
+                memory: 1000 + next() % 4000,
+                unsupported_ops: if next() % 4 == 0 {
+                    vec!["b".into()]
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        let with_router = next() % 3 == 0;
+        let mut links = Vec::new();
+        for k in 1..d {
+            let (a, b) = if with_router {
+                ("r".to_string(), format!("d{k}"))
+            } else {
+                (format!("d{}", k - 1), format!("d{k}"))
+            };
+            links.push(Link {
+                a,
+                b,
+                bandwidth: 1e3 * (1 + next() % 10) as f64,
+                latency: (next() % 3) as f64 * 1e-3,
+            });
+        }
+        if with_router {
+            links.push(Link {
+                a: "d0".into(),
+                b: "r".into(),
+                bandwidth: 5e3,
+                latency: 1e-3,
+            });
+        }
+        let ops: Vec<OpSpec> = (0..n)
+            .map(|o| {
+                let mut time = BTreeMap::new();
+                for kind in kinds {
+                    if next() % 5 != 0 || kind == "slow" {
+                        time.insert(kind.to_string(), (1 + next() % 20) as f64 * 1e-3);
+                    }
+                }
+                OpSpec {
+                    name: format!("op{o}"),
+                    kind: if next() % 3 == 0 {
+                        "b".into()
+                    } else {
+                        "a".into()
+                    },
+                    time,
+                    memory: next() % 1500,
+                    colocate: ((1..=2).contains(&o) && next() % 3 == 0).then(|| "g".into()),
+                    pin: None,
+                }
+            })
+            .collect();
+        let mut edges = Vec::new();
+        let bytes: Vec<u64> = (0..n).map(|_| next() % 50).collect();
+        for to in 1..n {
+            for (from, &b) in bytes.iter().enumerate().take(to) {
+                if next() % 3 == 0 || from + 1 == to {
+                    edges.push(Edge {
+                        from,
+                        to,
+                        bytes: b,
+                        tensor: 0,
+                    });
+                }
+            }
+        }
+        let mut p = Problem {
+            version: 1,
+            name: "random".into(),
+            devices,
+            routers: if with_router {
+                vec!["r".into()]
+            } else {
+                Vec::new()
+            },
+            links,
+            ops,
+            edges,
+        };
+        if next() % 3 == 0 {
+            let o = (next() % n as u64) as usize;
+            p.ops[o].pin = Some(format!("d{}", next() % d as u64));
+        }
+        p
+    })
+}
+
+/// The optimum by enumerating every assignment, from the definitions in `eval`.
+fn brute_force(inst: &Instance, objective: Objective) -> Option<f64> {
+    let order = problem_order(inst);
+    let mut assign = vec![0usize; inst.n];
+    let mut best: Option<f64> = None;
+    loop {
+        if violation(inst, &assign).is_none() {
+            let v = evaluate(inst, &assign, &order).value(objective);
+            best = Some(best.map_or(v, |b| b.min(v)));
+        }
+        // Next assignment in base d.
+        let mut i = 0;
+        loop {
+            if i == inst.n {
+                return best;
+            }
+            assign[i] += 1;
+            if assign[i] < inst.d {
+                break;
+            }
+            assign[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn exhaustive_finds_the_optimum_and_the_bound_is_below_it(p in small_problem()) {
+        let inst = match Instance::new(p) {
+            Ok(i) => i,
+            Err(ProblemError::Infeasible(_)) => return Ok(()),
+            Err(e) => panic!("generator made an invalid problem: {e}"),
+        };
+        for objective in [Objective::Throughput, Objective::Latency] {
+            let opts = SolveOptions { objective };
+            let optimum = brute_force(&inst, objective);
+            let exact = strategy::run("exhaustive", &inst, &opts);
+            match optimum {
+                None => {
+                    prop_assert!(exact.is_err());
+                    for name in ["greedy", "single", "round-robin", "auto"] {
+                        prop_assert!(strategy::run(name, &inst, &opts).is_err(), "{name}");
+                    }
+                }
+                Some(opt) => {
+                    let (sol, _, _) = exact.expect("exhaustive finds the plan brute force finds");
+                    prop_assert!((sol.value(&inst, objective) - opt).abs() <= opt * 1e-12);
+                    if let Ok(lb) = lower_bound(&inst, objective) {
+                        prop_assert!(lb.value <= opt * (1.0 + 1e-9), "bound {lb:?} above {opt}");
+                    } else {
+                        panic!("the bound calls a feasible problem infeasible");
+                    }
+                    for name in ["greedy", "single", "round-robin", "auto"] {
+                        if let Ok((sol, _, _)) = strategy::run(name, &inst, &opts) {
+                            prop_assert_eq!(violation(&inst, &sol.assign), None, "{}", name);
+                            prop_assert!(sol.value(&inst, objective) >= opt * (1.0 - 1e-12));
+                        }
+                    }
+                    // auto includes exhaustive here, so it is optimal too.
+                    let (sol, _, _) = strategy::run("auto", &inst, &opts).expect("auto");
+                    prop_assert!((sol.value(&inst, objective) - opt).abs() <= opt * 1e-12);
+                }
+            }
+        }
+    }
+}
