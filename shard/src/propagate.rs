@@ -526,7 +526,9 @@ fn matmul(
             let consts = batch_broadcast(g, operands[0], &operand_dims[0], 0, r, t, result[t])?;
             check(t, consts.into_iter().collect())
         }
-        _ => Err("its contracting axis is split".into()),
+        (Some(d), _) if d == ra - 1 => Err("its contracting axis is split".into()),
+        (_, Some(d)) if d == rb - 2 => Err("its contracting axis is split".into()),
+        _ => Err("its operands are split along axes that do not combine".into()),
     }
 }
 
