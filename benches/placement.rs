@@ -382,6 +382,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
             memory: 1000 + next() % 4000,
             colocate: None,
             pin: None,
+            spmd: Vec::new(),
         });
         if o > 0 {
             let preds = 1 + next() % 3;

@@ -19,7 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
-use tessera_targets::{CostModel, OpTime, sim::describe_op};
+use tessera_targets::sim::{describe_op, pieces, shard_factor};
+use tessera_targets::{CostModel, OpTime};
 
 use crate::problem::{self, Edge, OpSpec, Problem, VERSION};
 
@@ -45,6 +46,16 @@ pub enum BuildError {
         /// What is wrong.
         message: String,
     },
+    /// An op is pinned to a device that cannot run it.
+    #[error("{op} cannot run on {device}: {reason}")]
+    Unsupported {
+        /// The op.
+        op: String,
+        /// The device it is pinned to.
+        device: String,
+        /// Why it cannot run there.
+        reason: String,
+    },
     /// An annotation names no device of the target.
     #[error("{op} is placed on `{device}`, which target `{target}` does not have")]
     UnknownDevice {
@@ -66,6 +77,82 @@ fn bytes_of(graph: &Graph, v: ValueId, op: &dyn Fn() -> String) -> Result<u64, B
             graph.value(v).name.clone().unwrap_or_else(|| v.to_string()),
             graph.ty(v)
         ),
+    })
+}
+
+/// The problem op of an op on the graph's device mesh (`device("@mesh")`, from the `shard`
+/// pass): pinned to the mesh's first device and running on all of them at once (`spmd`),
+/// each for its share of the work (the simulator's rule: the op's shard factor), or for the
+/// collective's time; `memory` is left for the caller, which divides it by the shard factor.
+fn mesh_op(
+    graph: &Graph,
+    op: OpId,
+    cost: &CostModel<'_>,
+    class_names: &[String],
+    representative: &[usize],
+    index: &dyn Fn(&str) -> Option<usize>,
+) -> Result<OpSpec, BuildError> {
+    let data = graph.op(op);
+    let describe = || describe_op(graph, op);
+    let Some(mesh) = &graph.mesh else {
+        return Err(BuildError::Op {
+            op: describe(),
+            message: "placed on a mesh, but the graph declares none".into(),
+        });
+    };
+    let devs: Vec<usize> = mesh
+        .devices
+        .iter()
+        .map(|name| {
+            index(name).ok_or_else(|| BuildError::UnknownDevice {
+                op: describe(),
+                device: name.clone(),
+                target: cost.spec().name.clone(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut time = BTreeMap::new();
+    if data.op.collective_axes().is_some() {
+        let v = if matches!(data.op, Op::AllGather { .. }) {
+            data.results.first()
+        } else {
+            data.operands.first()
+        };
+        let bytes = match v {
+            Some(&v) => bytes_of(graph, v, &describe)? as f64 / pieces(graph, v) as f64,
+            None => 0.0,
+        };
+        let t = cost
+            .collective_time(&data.op, mesh, &devs, bytes)
+            .map_err(|e| BuildError::Op {
+                op: describe(),
+                message: e.to_string(),
+            })?;
+        for c in class_names {
+            time.insert(c.clone(), t);
+        }
+    } else {
+        let parts = shard_factor(graph, op);
+        for (c, &rep) in representative.iter().enumerate() {
+            let t = cost
+                .op_time_sharded(graph, op, rep, parts)
+                .map_err(|e| BuildError::Op {
+                    op: describe(),
+                    message: e.to_string(),
+                })?;
+            if let OpTime::Time { seconds, .. } = t {
+                time.insert(class_names[c].clone(), seconds);
+            }
+        }
+    }
+    Ok(OpSpec {
+        name: String::new(),
+        kind: data.op.name().to_string(),
+        time,
+        memory: 0,
+        colocate: None,
+        pin: mesh.devices.first().cloned(),
+        spmd: mesh.devices.iter().skip(1).cloned().collect(),
     })
 }
 
@@ -177,6 +264,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             memory,
             colocate: None,
             pin: Some(host_name.clone()),
+            spmd: Vec::new(),
         });
         graph_ops.push(None);
     }
@@ -214,19 +302,52 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
             producer.insert(v, (me, r as u32));
         }
+        let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
+        if data.device.is_some() && data.device == mesh_device {
+            let spec_op = mesh_op(graph, op, cost, &class_names, &representative, &|name| {
+                spec.device_index(name).and_then(|i| device_index[i].map(|_| i))
+            })?;
+            let base = data
+                .loc
+                .clone()
+                .or_else(|| data.results.first().and_then(|&v| graph.value(v).name.clone()))
+                .unwrap_or_else(|| op.to_string());
+            ops.push(OpSpec {
+                name: unique(base),
+                memory: memory.div_ceil(shard_factor(graph, op).max(1)),
+                ..spec_op
+            });
+            graph_ops.push(Some(op));
+            continue;
+        }
         let mut time = BTreeMap::new();
+        let mut refusals: BTreeMap<usize, String> = BTreeMap::new();
         for (c, &rep) in representative.iter().enumerate() {
             let t = cost.op_time(graph, op, rep).map_err(|e| BuildError::Op {
                 op: describe(),
                 message: e.to_string(),
             })?;
-            if let OpTime::Time { seconds, .. } = t {
-                time.insert(class_names[c].clone(), seconds);
+            match t {
+                OpTime::Time { seconds, .. } => {
+                    time.insert(class_names[c].clone(), seconds);
+                }
+                OpTime::Unsupported(why) => {
+                    refusals.insert(c, why);
+                }
             }
         }
         let pin = match &data.device {
             Some(name) => match spec.device_index(name).and_then(|i| device_index[i]) {
-                Some(_) => Some(name.clone()),
+                Some(pd) => {
+                    if let Some(why) = refusals.get(&class_of[pd]) {
+                        return Err(BuildError::Unsupported {
+                            op: describe(),
+                            device: name.clone(),
+                            reason: why.clone(),
+                        });
+                    }
+                    Some(name.clone())
+                }
                 None => {
                     return Err(BuildError::UnknownDevice {
                         op: describe(),
@@ -253,6 +374,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             memory,
             colocate: None,
             pin,
+            spmd: Vec::new(),
         });
         graph_ops.push(Some(op));
     }
@@ -278,6 +400,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             memory: 0,
             colocate: None,
             pin: Some(host_name.clone()),
+            spmd: Vec::new(),
         });
         graph_ops.push(None);
     }

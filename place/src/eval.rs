@@ -114,8 +114,8 @@ pub fn transfers(inst: &Instance, assign: &[usize]) -> Vec<(usize, usize, u64)> 
 /// order each device runs its ops in.
 pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluation {
     let d = inst.d;
-    let mut device_load = vec![0.0; d];
-    let mut memory = vec![0u64; d];
+    let mut device_load = inst.base_load.clone();
+    let mut memory = inst.base_memory.clone();
     for o in 0..inst.n {
         device_load[assign[o]] += inst.t(o, assign[o]);
         memory[assign[o]] = memory[assign[o]].saturating_add(inst.memory[o]);
@@ -154,7 +154,7 @@ pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f
     let mut end: f64 = 0.0;
     for &o in order {
         let k = assign[o];
-        let mut start = free[k];
+        let mut start = inst.spmd[o].iter().map(|&x| free[x]).fold(free[k], f64::max);
         for &e in &inst.in_edges[o] {
             let edge = &inst.problem.edges[e];
             let u = edge.from;
@@ -162,6 +162,9 @@ pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f
         }
         finish[o] = start + inst.t(o, k);
         free[k] = finish[o];
+        for &x in &inst.spmd[o] {
+            free[x] = finish[o];
+        }
         end = end.max(finish[o]);
     }
     end
@@ -231,7 +234,7 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
 
 /// Bytes held on each device: its ops' memory plus the tensors it receives.
 pub fn memory_use(inst: &Instance, assign: &[usize]) -> Vec<u64> {
-    let mut memory = vec![0u64; inst.d];
+    let mut memory = inst.base_memory.clone();
     for o in 0..inst.n {
         memory[assign[o]] = memory[assign[o]].saturating_add(inst.memory[o]);
     }

@@ -1,8 +1,10 @@
 //! The `place` and `schedule` passes.
 //!
 //! - `place{strategy=auto objective=throughput target=}` builds the placement problem of the
-//!   graph on the target ([`crate::build`]), solves it ([`crate::plan::solve`]) and writes a
-//!   `device("...")` on every op (ops already annotated are pinned and keep theirs).
+//!   graph on the target ([`crate::build`]), solves it ([`crate::plan::solve`]), writes a
+//!   `device("...")` on every op (ops already annotated are pinned and keep theirs; ops on a
+//!   mesh keep the mesh), and inserts a `transfer` op on every cut edge
+//!   ([`insert_transfers`]).
 //! - `schedule{target=}` orders the body so each device runs its ops by decreasing upward
 //!   rank (the length of the costliest path from the op to the end, transfers included), the
 //!   priority of HEFT's list scheduling (Topcuoglu, Hariri and Wu, 2002); every op must be
@@ -12,9 +14,9 @@
 //! ([`tessera_targets::set_default_target`]), else `cpu`.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use tessera_ir::{Graph, Op, OpId, ValueDef};
+use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
 use tessera_passes::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
 use tessera_targets::CostModel;
 
@@ -107,11 +109,107 @@ pub fn place_graph(
     let inst = Instance::new(built.problem.clone())?;
     let plan = solve(&inst, strategy, objective, explain)?;
     for (o, a) in plan.assignment.iter().enumerate() {
-        if let Some(op) = built.graph_ops[o] {
+        // SPMD ops keep their mesh.
+        if let Some(op) = built.graph_ops[o]
+            && built.problem.ops[o].spmd.is_empty()
+        {
             graph.op_mut(op).device = Some(a.device.clone());
         }
     }
     Ok(Placed { plan, built })
+}
+
+/// Inserts an explicit `transfer {from, to}` op for every value used on a device other than
+/// the one holding it: one per value and receiving device, placed on the receiver just before
+/// the first op there that uses it, which (with every later user there) then reads the
+/// transfer's result. Graph inputs start on `host` and move the same way. Not covered, as the
+/// simulator models them itself: constants (weights are resident where used), values entering
+/// or leaving a device mesh, and graph outputs (which end on the host). Returns the number of
+/// transfers inserted. Values an existing `transfer` already moves are left alone, so running
+/// it twice inserts nothing the second time.
+pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
+    let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
+    let single = |d: &Option<String>| -> Option<String> {
+        match d {
+            Some(x) if Some(x) != mesh_device.as_ref() => Some(x.clone()),
+            _ => None,
+        }
+    };
+    // Where each value lives.
+    let mut home: BTreeMap<ValueId, String> = BTreeMap::new();
+    for &v in graph.inputs() {
+        home.insert(v, host.to_string());
+    }
+    for &op in graph.ops() {
+        let data = graph.op(op);
+        if matches!(data.op, Op::Const(_)) {
+            continue;
+        }
+        if let Some(d) = single(&data.device) {
+            for &v in &data.results {
+                home.insert(v, d.clone());
+            }
+        }
+    }
+    // (value, receiving device) -> the first user's body position, in body order.
+    let mut needs: BTreeMap<(ValueId, String), usize> = BTreeMap::new();
+    for (pos, &op) in graph.ops().iter().enumerate() {
+        let data = graph.op(op);
+        if matches!(data.op, Op::Transfer { .. }) {
+            continue;
+        }
+        let Some(d) = single(&data.device) else {
+            continue;
+        };
+        for &v in &data.operands {
+            if let Some(h) = home.get(&v)
+                && *h != d
+            {
+                needs.entry((v, d.clone())).or_insert(pos);
+            }
+        }
+    }
+    let mut inserts: Vec<(usize, ValueId, String)> =
+        needs.into_iter().map(|((v, d), pos)| (pos, v, d)).collect();
+    // Insert from the back so positions stay valid; ties keep value order.
+    inserts.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let count = inserts.len();
+    for (pos, v, to) in inserts {
+        let from = home[&v].clone();
+        let ty = graph.ty(v).clone();
+        let sharding = graph.value(v).sharding.clone();
+        let t = graph.insert_op(
+            pos,
+            Op::Transfer {
+                from,
+                to: to.clone(),
+            },
+            vec![v],
+            vec![ty],
+        );
+        graph.op_mut(t).device = Some(to.clone());
+        let r = graph.op(t).results[0];
+        graph.value_mut(r).sharding = sharding;
+        if let Some(name) = &graph.value(v).name {
+            let name = format!("{name}.to.{to}");
+            graph.set_name(r, name);
+        }
+        // Users on `to` read the transfer's result.
+        let users: Vec<OpId> = graph.ops()[pos + 1..]
+            .iter()
+            .copied()
+            .filter(|&op| graph.op(op).device.as_deref() == Some(to.as_str()))
+            .filter(|&op| !matches!(graph.op(op).op, Op::Transfer { .. }))
+            .collect();
+        for op in users {
+            for operand in &mut graph.op_mut(op).operands {
+                if *operand == v {
+                    *operand = r;
+                }
+            }
+        }
+    }
+    count
 }
 
 /// Upward ranks of a fixed assignment, and the order HEFT's list scheduling gives: the ready
@@ -246,6 +344,8 @@ impl Pass for PlacePass {
             .collect();
         let placed = place_graph(graph, &cost, &self.strategy, self.objective, false)
             .map_err(|e| PassError::new(e.to_string()))?;
+        let transfers = insert_transfers(graph, &target.spec().host);
+        stats.add("transfers", "transfer ops inserted on cut edges", transfers as u64);
         let p = &placed.plan;
         stats.add(
             "ops-placed",
@@ -270,7 +370,7 @@ impl Pass for PlacePass {
             .iter()
             .map(|&op| graph.op(op).device.clone())
             .collect();
-        Ok(before != after)
+        Ok(before != after || transfers > 0)
     }
 }
 

@@ -107,6 +107,11 @@ pub struct OpSpec {
     /// The device this op must run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<String>,
+    /// More devices a pinned SPMD op (one sharded over a device mesh) runs on at the same
+    /// time as on `pin`, each for its kind's `time` and holding `memory`; its tensors enter
+    /// and leave through `pin`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spmd: Vec<String>,
 }
 
 /// Data from one op to a later one.
@@ -220,6 +225,12 @@ pub struct Instance {
     pub hops: Vec<usize>,
     /// Number of channels (two per link).
     pub num_channels: usize,
+    /// Load every plan has on each device: the `spmd` devices of pinned SPMD ops.
+    pub base_load: Vec<f64>,
+    /// Memory every plan has on each device (the same ops).
+    pub base_memory: Vec<u64>,
+    /// The `spmd` devices of each op (empty for most).
+    pub spmd: Vec<Vec<usize>>,
 }
 
 impl Instance {
@@ -290,6 +301,9 @@ impl Instance {
         let mut group_of = vec![None; n];
         let mut time = vec![f64::INFINITY; n * d];
         let mut memory = Vec::with_capacity(n);
+        let mut base_load = vec![0.0; d];
+        let mut base_memory = vec![0u64; d];
+        let mut spmd: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (o, op) in problem.ops.iter().enumerate() {
             let at = format!("ops[{o}] ({})", op.name);
             if names.insert(op.name.as_str(), o).is_some() {
@@ -347,6 +361,25 @@ impl Instance {
                     ),
                 };
                 return Err(ProblemError::Infeasible(format!("{at}: {why}")));
+            }
+            for (i, name) in op.spmd.iter().enumerate() {
+                let at = format!("{at}.spmd[{i}]");
+                if pin.is_none() {
+                    return Err(invalid(at, "an op with spmd devices must be pinned"));
+                }
+                let k = *nodes
+                    .get(name.as_str())
+                    .filter(|&&k| k < d)
+                    .ok_or_else(|| invalid(at.clone(), format!("`{name}` is not a device")))?;
+                let t = op.time.get(&problem.devices[k].kind).ok_or_else(|| {
+                    invalid(
+                        at.clone(),
+                        format!("no time for `{}`'s kind", problem.devices[k].name),
+                    )
+                })?;
+                base_load[k] += t;
+                base_memory[k] = base_memory[k].saturating_add(op.memory);
+                spmd[o].push(k);
             }
             memory.push(op.memory);
             if let Some(g) = &op.colocate {
@@ -473,6 +506,9 @@ impl Instance {
             channels,
             hops,
             num_channels,
+            base_load,
+            base_memory,
+            spmd,
         })
     }
 

@@ -225,6 +225,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
                     memory: next() % 1500,
                     colocate: ((1..=2).contains(&o) && next() % 3 == 0).then(|| "g".into()),
                     pin: None,
+                    spmd: Vec::new(),
                 }
             })
             .collect();

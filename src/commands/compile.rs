@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
-use tessera_place::pass::{Placed, apply_order, place_graph, rank_order};
+use tessera_place::pass::{Placed, apply_order, insert_transfers, place_graph, rank_order};
 use tessera_place::{Instance, Objective, Plan};
 use tessera_targets::{
     Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
@@ -165,8 +165,10 @@ pub fn compile(
         })
         .collect();
     apply_order(&mut graph, &built, &rank_order(&inst, &assign));
+    let transfers = insert_transfers(&mut graph, &target.spec().host);
     let placement = format!(
-        "{} chose {}: {} {} per sample (lower bound {}, {}; gap {:.1}%){}",
+        "{} chose {}: {} {} per sample (lower bound {}, {}; gap {:.1}%); {transfers} transfer \
+         ops{}",
         plan.strategy,
         plan.chosen,
         plan.objective,
