@@ -137,6 +137,7 @@ fn random_problem(seed: u64) -> Problem {
 const HEURISTICS: &[(&str, f64)] = &[
     ("greedy", 4.0),
     ("heft", 4.0),
+    ("multilevel", 4.0),
     ("local", 4.0),
     ("auto", 1.0),
 ];
@@ -148,6 +149,7 @@ fn direct(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, 
         "dp" => strategy::dp::solve(inst, opts),
         "heft" => strategy::heft::solve(inst, opts),
         "greedy" => strategy::baseline::greedy(inst, opts),
+        "multilevel" => strategy::multilevel::solve(inst, opts),
         _ => strategy::run(name, inst, opts).map(|(s, _, _)| s),
     }
 }
@@ -155,6 +157,7 @@ fn direct(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, 
 const ALL: &[&str] = &[
     "dp",
     "heft",
+    "multilevel",
     "greedy",
     "single",
     "round-robin",

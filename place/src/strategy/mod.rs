@@ -6,6 +6,7 @@
 //! - `single`, `round-robin`, `greedy`: the baselines every benchmark compares with.
 //! - `dp`: contiguous pipeline stages along a device chain, exact by dynamic programming.
 //! - `heft`: HEFT list scheduling (latency-driven, heterogeneous devices).
+//! - `multilevel`: METIS-style multilevel partitioning with topology-aware placement.
 //! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
 //!   on the best few plans of the other strategies.
 
@@ -17,6 +18,7 @@ pub mod dp;
 pub mod exhaustive;
 pub mod heft;
 pub mod local;
+pub mod multilevel;
 
 /// Every strategy name with a one-line description, in the order `auto` tries them.
 pub const STRATEGIES: &[(&str, &str)] = &[
@@ -44,6 +46,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "heft",
         "HEFT list scheduling: ops by upward rank, each to the device finishing it earliest",
+    ),
+    (
+        "multilevel",
+        "multilevel partitioning: heavy-edge coarsening, topology-aware initial placement, refinement at every level",
     ),
     (
         "local",
@@ -118,6 +124,7 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "local" => local_from_baseline(inst, opts),
         "dp" => dp::solve(inst, opts),
         "heft" => heft::solve(inst, opts),
+        "multilevel" => multilevel::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
             message: format!(
@@ -138,7 +145,14 @@ pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
     if exhaustive::fits(inst) {
         v.push("exhaustive");
     }
-    v.extend(["dp", "heft", "greedy", "single", "round-robin"]);
+    v.extend([
+        "dp",
+        "heft",
+        "multilevel",
+        "greedy",
+        "single",
+        "round-robin",
+    ]);
     v
 }
 
