@@ -157,8 +157,7 @@ fn coarsen(inst: &Instance, lv: &Level, node_of: &mut [usize], target: usize) ->
     let mut allowed = vec![true; next * d];
     let mut weight = vec![0.0; next];
     let mut memory = vec![0u64; next];
-    for v in 0..count {
-        let c = new_id[v];
+    for (v, &c) in new_id.iter().enumerate() {
         ops[c].extend_from_slice(&lv.ops[v]);
         for k in 0..d {
             allowed[c * d + k] &= lv.allowed[v * d + k];
@@ -166,8 +165,8 @@ fn coarsen(inst: &Instance, lv: &Level, node_of: &mut [usize], target: usize) ->
         weight[c] += lv.weight[v];
         memory[c] = memory[c].saturating_add(lv.memory[v]);
     }
-    for o in 0..inst.n {
-        node_of[o] = new_id[node_of[o]];
+    for x in node_of.iter_mut() {
+        *x = new_id[*x];
     }
     for list in &mut ops {
         list.sort_unstable();
