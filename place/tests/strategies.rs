@@ -150,11 +150,13 @@ fn direct(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, 
         "heft" => strategy::heft::solve(inst, opts),
         "greedy" => strategy::baseline::greedy(inst, opts),
         "multilevel" => strategy::multilevel::solve(inst, opts),
+        "ilp" => strategy::ilp::solve(inst, opts),
         _ => strategy::run(name, inst, opts).map(|(s, _, _)| s),
     }
 }
 
 const ALL: &[&str] = &[
+    "ilp",
     "dp",
     "heft",
     "multilevel",
@@ -209,6 +211,13 @@ fn check(seed: u64, objective: Objective) -> Vec<(String, f64)> {
         let v = evaluate(&inst, &sol.assign, &sol.order).value(objective);
         values.insert(*name, v);
         ratios.push((name.to_string(), if opt > 0.0 { v / opt } else { 1.0 }));
+    }
+    if objective == Objective::Throughput && strategy::ilp::fits(&inst) {
+        let v = values["ilp"];
+        assert!(
+            (v - opt).abs() <= 1e-9 * opt.max(f64::MIN_POSITIVE),
+            "seed {seed}: ilp {v}, exhaustive {opt}"
+        );
     }
     // Plans in the problem's order can never beat the optimum over that order.
     for name in ["dp", "greedy", "single", "round-robin"] {

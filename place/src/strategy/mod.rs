@@ -3,6 +3,7 @@
 //! none. None of them reads a clock: the same problem gives the same plan.
 //!
 //! - `exhaustive`: every assignment, with pruning; exact, for tiny problems only.
+//! - `ilp`: integer programming, exact for throughput, small problems only.
 //! - `single`, `round-robin`, `greedy`: the baselines every benchmark compares with.
 //! - `dp`: contiguous pipeline stages along a device chain, exact by dynamic programming.
 //! - `heft`: HEFT list scheduling (latency-driven, heterogeneous devices).
@@ -17,6 +18,7 @@ pub mod baseline;
 pub mod dp;
 pub mod exhaustive;
 pub mod heft;
+pub mod ilp;
 pub mod local;
 pub mod multilevel;
 
@@ -29,6 +31,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "exhaustive",
         "every assignment, pruned by bounds (exact; tiny problems only)",
+    ),
+    (
+        "ilp",
+        "integer programming over unit-device binaries (exact for throughput; small problems only)",
     ),
     (
         "single",
@@ -124,6 +130,7 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "local" => local_from_baseline(inst, opts),
         "dp" => dp::solve(inst, opts),
         "heft" => heft::solve(inst, opts),
+        "ilp" => ilp::solve(inst, opts),
         "multilevel" => multilevel::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
@@ -139,11 +146,15 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
     }
 }
 
-/// The strategies `auto` runs on `inst`, in order.
+/// The strategies `auto` runs on `inst`, in order: the exact ones only below their size caps
+/// (`auto` skips `ilp` for latency, which it does not model).
 pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
     let mut v = Vec::new();
     if exhaustive::fits(inst) {
         v.push("exhaustive");
+    }
+    if ilp::fits(inst) {
+        v.push("ilp");
     }
     v.extend([
         "dp",
@@ -187,6 +198,10 @@ fn auto(
     // The plans found, for local search afterwards: (value, plan, strategy).
     let mut found: Vec<(f64, Solution, String)> = Vec::new();
     for name in auto_candidates(inst) {
+        if name == "ilp" && opts.objective != Objective::Throughput {
+            // It models throughput only.
+            continue;
+        }
         let outcome =
             run_one(name, inst, opts).and_then(|sol| match violation(inst, &sol.assign) {
                 Some(why) => Err(ProblemError::Infeasible(why)),
