@@ -45,7 +45,7 @@ pub const MAX_PASSES: usize = 12;
 /// With at most this many devices, every allowed device is a candidate.
 pub const ALL_DEVICES: usize = 8;
 /// The work budget of throughput search (resource and edge visits).
-pub const THROUGHPUT_WORK: usize = 150_000_000;
+pub const THROUGHPUT_WORK: usize = 30_000_000;
 /// The work budget of latency search (op and edge visits of re-scheduling).
 pub const LATENCY_WORK: usize = 30_000_000;
 

@@ -5,7 +5,8 @@
 //!    in index order, and each unmatched node merges with the unmatched neighbour it exchanges
 //!    the most bytes with, provided some device can run both, their time (at the fastest
 //!    allowed device) stays under 1.5 times the average a node of the target size has, and
-//!    their memory under a quarter of the largest device's. Levels repeat until about
+//!    their memory under a quarter of the largest device's. A node left unmatched joins the
+//!    cluster of its heaviest neighbour under the same caps. Levels repeat until about
 //!    `max(8 · devices, 64)` nodes remain or a level shrinks the graph by less than 10 %.
 //! 2. **Initial placement** of the coarsest nodes, in order of their first op (a topological
 //!    order), each to the allowed device that keeps the bottleneck lowest, ties by the sum of
@@ -14,7 +15,7 @@
 //!    unless balance says otherwise. A node no device can hold is placed unit by unit.
 //! 3. **Uncoarsening with refinement**: the assignment is projected level by level; at each
 //!    level, two passes of gain moves (Fiduccia-Mattheyses style, one node at a time to the
-//!    devices of its neighbours, the devices one hop away, or the least loaded device), each
+//!    devices of its three heaviest neighbours or the least loaded device), each
 //!    kept when it lowers (bottleneck, sum of squares), memory checked exactly (received
 //!    tensors included) by [`crate::strategy::local`]'s incremental state. The finest level
 //!    is refined by [`crate::strategy::local::improve`] for the objective asked for (for
@@ -32,7 +33,7 @@
 
 use crate::eval::violation;
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::local::{self, NONE, State, better, candidates};
+use crate::strategy::local::{self, NONE, State, better};
 use crate::strategy::{Solution, SolveOptions, units};
 
 /// Refinement passes per level.
@@ -140,18 +141,76 @@ fn coarsen(inst: &Instance, lv: &Level, node_of: &mut [usize], target: usize) ->
             None => mate[v] = v,
         }
     }
+    // Nodes left unmatched (their neighbours were all taken) join the cluster of their
+    // heaviest neighbour when the caps allow (clusters of more than two, as in METIS's
+    // handling of unmatched vertices), so coarsening does not stall.
+    let mut root: Vec<usize> = (0..count).map(|v| v.min(mate[v])).collect();
+    let mut cw: Vec<f64> = (0..count)
+        .map(|v| {
+            if mate[v] == v {
+                lv.weight[v]
+            } else {
+                lv.weight[v] + lv.weight[mate[v]]
+            }
+        })
+        .collect();
+    let mut cm: Vec<u64> = (0..count)
+        .map(|v| {
+            if mate[v] == v {
+                lv.memory[v]
+            } else {
+                lv.memory[v].saturating_add(lv.memory[mate[v]])
+            }
+        })
+        .collect();
+    let mut callowed: Vec<bool> = (0..count * d)
+        .map(|i| {
+            let (v, k) = (i / d, i % d);
+            lv.allowed[v * d + k] && lv.allowed[mate[v] * d + k]
+        })
+        .collect();
+    for v in 0..count {
+        if mate[v] != v {
+            continue;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        for &(u, w) in &lv.adj[v] {
+            let r = root[u];
+            if r == v
+                || root[r] != r
+                || cw[r] + lv.weight[v] > wcap
+                || cm[r].saturating_add(lv.memory[v]) > mcap
+                || !(0..d).any(|k| callowed[r * d + k] && lv.allowed[v * d + k])
+            {
+                continue;
+            }
+            if best.is_none_or(|(bw, bu)| w > bw || (w == bw && r < bu)) {
+                best = Some((w, r));
+            }
+        }
+        if let Some((_, r)) = best {
+            root[v] = r;
+            cw[r] += lv.weight[v];
+            cm[r] = cm[r].saturating_add(lv.memory[v]);
+            for k in 0..d {
+                callowed[r * d + k] &= lv.allowed[v * d + k];
+            }
+            merged += 1;
+        }
+    }
     if merged * 10 < count {
         return None;
     }
-    // New node ids in order of the smaller member.
+    // New node ids in order of the cluster's first node.
     let mut new_id = vec![usize::MAX; count];
     let mut next = 0;
     for v in 0..count {
-        if new_id[v] == usize::MAX {
-            new_id[v] = next;
-            new_id[mate[v]] = next;
+        let r = root[v];
+        if new_id[r] == usize::MAX {
+            new_id[r] = next;
             next += 1;
         }
+        new_id[v] = new_id[r];
     }
     let mut ops = vec![Vec::new(); next];
     let mut allowed = vec![true; next * d];
@@ -234,14 +293,48 @@ fn initial(inst: &Instance, lv: &Level, st: &mut State) -> Result<(), ProblemErr
     Ok(())
 }
 
+/// The devices node `v` tries in refinement: the devices of the (at most) three neighbours
+/// it exchanges the most bytes with, and the least loaded device it may run on (all allowed
+/// devices when there are few).
+fn node_candidates(inst: &Instance, lv: &Level, st: &State, v: usize, out: &mut Vec<usize>) {
+    let d = inst.d;
+    out.clear();
+    let cur = st.assign[lv.ops[v][0]];
+    if d <= local::ALL_DEVICES {
+        out.extend((0..d).filter(|&k| k != cur && lv.allowed[v * d + k]));
+        return;
+    }
+    let mut top: [(u64, usize); 3] = [(0, NONE); 3];
+    for &(u, w) in &lv.adj[v] {
+        let k = st.assign[lv.ops[u][0]];
+        if k == cur || k == NONE || top.iter().any(|t| t.1 == k) {
+            continue;
+        }
+        if let Some(i) = (0..3).find(|&i| w > top[i].0 || top[i].1 == NONE) {
+            top[i..].rotate_right(1);
+            top[i] = (w, k);
+        }
+    }
+    out.extend(top.iter().map(|t| t.1).filter(|&k| k != NONE));
+    if let Some(k) = (0..d)
+        .filter(|&k| lv.allowed[v * d + k])
+        .min_by(|&a, &b| st.load[a].total_cmp(&st.load[b]))
+    {
+        out.push(k);
+    }
+    out.sort_unstable();
+    out.dedup();
+    out.retain(|&k| k != cur && lv.allowed[v * d + k]);
+}
+
 /// Gain moves of the nodes of one level (see the module doc).
 fn refine(inst: &Instance, lv: &Level, st: &mut State) {
     let mut cand = Vec::new();
     for _ in 0..REFINE_PASSES {
         let mut moved = false;
         let (mut m0, mut s0) = st.score();
-        for ops in &lv.ops {
-            candidates(inst, st, ops, &mut cand);
+        for (v, ops) in lv.ops.iter().enumerate() {
+            node_candidates(inst, lv, st, v, &mut cand);
             let mut best: Option<(f64, f64, usize)> = None;
             for &k in &cand {
                 if let Some((m, s)) = st.try_move(ops, k)
