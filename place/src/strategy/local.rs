@@ -18,7 +18,12 @@
 //!
 //! **Moves**: a unit alone; when that cannot improve, the unit together with one
 //! neighbouring unit on its device (a pair move: moving either end of an edge alone may make
-//! a device receive a tensor it cannot hold, or cost a transfer the pair does not).
+//! a device receive a tensor it cannot hold, or cost a transfer the pair does not), then the
+//! connected cluster of up to [`CLUSTER_UNITS`] units around it on its device (a chain).
+//!
+//! With at most [`SWAP_UNITS`] units, a unit that no such move improves also tries swapping
+//! devices with each unit on another device (both moves evaluated together, so a swap that
+//! only fits as a whole is found).
 //!
 //! **Candidates**: every allowed device when there are at most [`ALL_DEVICES`] devices;
 //! otherwise the devices of the unit's graph neighbours, the devices one hop from its own,
@@ -49,6 +54,13 @@ pub const THROUGHPUT_WORK: usize = 30_000_000;
 /// The work budget of latency search (op and edge visits of re-scheduling).
 pub const LATENCY_WORK: usize = 30_000_000;
 
+/// With at most this many units, a unit no move improves also tries swapping devices with
+/// every unit on another device.
+pub const SWAP_UNITS: usize = 128;
+
+/// The most units a cluster move carries.
+pub const CLUSTER_UNITS: usize = 8;
+
 /// Marks an op with no device yet (in [`State`]).
 pub(crate) const NONE: usize = usize::MAX;
 
@@ -73,6 +85,7 @@ pub(crate) struct State<'a> {
     in_keys: Vec<Vec<usize>>,
     // Scratch for one candidate move.
     in_s: Vec<bool>,
+    tgt: Vec<usize>,
     key_pos: Vec<usize>,
     akeys: Vec<usize>,
     newrecv: Vec<Vec<(usize, u32)>>,
@@ -120,6 +133,7 @@ impl<'a> State<'a> {
             out_keys,
             in_keys,
             in_s: vec![false; inst.n],
+            tgt: vec![NONE; inst.n],
             key_pos: vec![usize::MAX; nk],
             akeys: Vec::new(),
             newrecv: Vec::new(),
@@ -183,18 +197,22 @@ impl<'a> State<'a> {
         (max, sq)
     }
 
-    /// Fills the scratch deltas for moving every op of `ops` to `k`; false when it would
-    /// overflow a device's memory (or `k` is not allowed for one of them). Always call
-    /// [`State::clear`] (or [`State::commit`]) afterwards.
-    fn delta(&mut self, ops: &[usize], k: usize) -> bool {
+    /// Fills the scratch deltas for the moves (every op of a set to its device, the sets
+    /// disjoint); false when they would overflow a device's memory (or put an op where it
+    /// may not run). Always call [`State::clear`] (or [`State::commit`]) afterwards.
+    fn delta(&mut self, moves: &[(&[usize], usize)]) -> bool {
         let inst = self.inst;
         let d = inst.d;
         let mut ok = true;
-        for &o in ops {
+        for (o, k) in moves
+            .iter()
+            .flat_map(|&(ops, k)| ops.iter().map(move |&o| (o, k)))
+        {
             if !inst.allowed(o, k) {
                 ok = false;
             }
             self.in_s[o] = true;
+            self.tgt[o] = k;
             let cur = self.assign[o];
             if cur != NONE {
                 self.dload[cur] -= inst.t(o, cur);
@@ -207,7 +225,7 @@ impl<'a> State<'a> {
             return false;
         }
         // The tensors whose transfers change: made or used by a moved op.
-        for &o in ops {
+        for &o in moves.iter().flat_map(|m| m.0) {
             for i in 0..self.out_keys[o].len() + self.in_keys[o].len() {
                 let key = if i < self.out_keys[o].len() {
                     self.out_keys[o][i]
@@ -227,8 +245,9 @@ impl<'a> State<'a> {
                 }
             }
         }
-        for &o in ops {
+        for &o in moves.iter().flat_map(|m| m.0) {
             let cur = self.assign[o];
+            let k = self.tgt[o];
             for &key in &self.in_keys[o] {
                 let r = &mut self.newrecv[self.key_pos[key]];
                 if cur != NONE
@@ -247,7 +266,7 @@ impl<'a> State<'a> {
             let bytes = self.key_bytes[key];
             let s = self.key_src[key];
             let old_src = self.assign[s];
-            let new_src = if self.in_s[s] { k } else { old_src };
+            let new_src = if self.in_s[s] { self.tgt[s] } else { old_src };
             for (sign, src, list) in [
                 (-1.0, old_src, &self.recv[key]),
                 (1.0, new_src, &self.newrecv[p]),
@@ -295,8 +314,8 @@ impl<'a> State<'a> {
     }
 
     /// Forgets the scratch deltas.
-    fn clear(&mut self, ops: &[usize]) {
-        for &o in ops {
+    fn clear(&mut self, moves: &[(&[usize], usize)]) {
+        for &o in moves.iter().flat_map(|m| m.0) {
             self.in_s[o] = false;
         }
         for &key in &self.akeys {
@@ -308,8 +327,8 @@ impl<'a> State<'a> {
         self.dmem.iter_mut().for_each(|x| *x = 0);
     }
 
-    /// Applies the scratch deltas of moving `ops` to `k`.
-    fn commit(&mut self, ops: &[usize], k: usize) {
+    /// Applies the scratch deltas of the moves.
+    fn commit(&mut self, moves: &[(&[usize], usize)]) {
         for i in 0..self.inst.d {
             self.load[i] = (self.load[i] + self.dload[i]).max(0.0);
             self.mem[i] = (i128::from(self.mem[i]) + self.dmem[i]).max(0) as u64;
@@ -323,28 +342,38 @@ impl<'a> State<'a> {
             r.clear();
             r.extend(self.newrecv[p].iter().copied().filter(|x| x.1 > 0));
         }
-        for &o in ops {
-            self.assign[o] = k;
+        for &o in moves.iter().flat_map(|m| m.0) {
+            self.assign[o] = self.tgt[o];
         }
-        self.clear(ops);
+        self.clear(moves);
     }
 
     /// Evaluates moving `ops` to `k`: the new (bottleneck, sum of squares), or `None` when it
     /// breaks memory or support. The state is unchanged.
     pub fn try_move(&mut self, ops: &[usize], k: usize) -> Option<(f64, f64)> {
-        let ok = self.delta(ops, k);
+        self.try_moves(&[(ops, k)])
+    }
+
+    /// Evaluates several moves at once (disjoint sets, e.g. a swap).
+    pub fn try_moves(&mut self, moves: &[(&[usize], usize)]) -> Option<(f64, f64)> {
+        let ok = self.delta(moves);
         let r = ok.then(|| self.moved_score());
-        self.clear(ops);
+        self.clear(moves);
         r
     }
 
     /// Moves `ops` to `k` when memory and support allow; returns whether it moved.
     pub fn apply(&mut self, ops: &[usize], k: usize) -> bool {
-        if self.delta(ops, k) {
-            self.commit(ops, k);
+        self.apply_moves(&[(ops, k)])
+    }
+
+    /// Makes several moves at once when memory and support allow; returns whether it did.
+    pub fn apply_moves(&mut self, moves: &[(&[usize], usize)]) -> bool {
+        if self.delta(moves) {
+            self.commit(moves);
             true
         } else {
-            self.clear(ops);
+            self.clear(moves);
             false
         }
     }
@@ -439,7 +468,8 @@ fn unit_index(n: usize, us: &[Vec<usize>]) -> Vec<usize> {
 
 /// The moves tried for unit `i`: the unit alone, then the unit with each neighbouring unit
 /// on the same device (a pair move crosses barriers a single move cannot, e.g. when moving
-/// either end of an edge alone would make a device receive a tensor it cannot hold).
+/// either end of an edge alone would make a device receive a tensor it cannot hold), then
+/// its connected cluster on the device.
 fn move_sets(
     inst: &Instance,
     st: &State,
@@ -466,6 +496,36 @@ fn move_sets(
             }
         }
     }
+    // The connected group of up to CLUSTER_UNITS units on the device around the unit
+    // (breadth first), when larger than a pair: a chain of ops moves together.
+    let mut cluster = vec![i];
+    let mut at = 0;
+    while at < cluster.len() && cluster.len() < CLUSTER_UNITS {
+        let u = cluster[at];
+        at += 1;
+        for &o in &us[u] {
+            for &e in inst.in_edges[o].iter().chain(&inst.out_edges[o]) {
+                let edge = &inst.problem.edges[e];
+                for x in [edge.from, edge.to] {
+                    let j = unit_of[x];
+                    if st.assign[x] == home
+                        && !cluster.contains(&j)
+                        && cluster.len() < CLUSTER_UNITS
+                    {
+                        cluster.push(j);
+                    }
+                }
+            }
+        }
+    }
+    if cluster.len() > 2 {
+        out.push(
+            cluster
+                .iter()
+                .flat_map(|&j| us[j].iter().copied())
+                .collect(),
+        );
+    }
 }
 
 /// Bottleneck search with incremental evaluation.
@@ -484,6 +544,7 @@ pub(crate) fn improve_throughput(
         let (mut m0, mut s0) = st.score();
         for i in 0..us.len() {
             move_sets(inst, &st, us, &unit_of, i, &mut sets);
+            let mut moved_here = false;
             // Pair moves only when the unit alone cannot improve.
             for set in &sets {
                 candidates(inst, &st, set, &mut cand);
@@ -503,7 +564,32 @@ pub(crate) fn improve_throughput(
                     m0 = m;
                     s0 = s;
                     moved = true;
+                    moved_here = true;
                     break;
+                }
+            }
+            if !moved_here && us.len() <= SWAP_UNITS {
+                let a = st.assign[us[i][0]];
+                let mut best: Option<(f64, f64, usize)> = None;
+                for (j, uj) in us.iter().enumerate() {
+                    let b = st.assign[uj[0]];
+                    if b == a || !inst.allowed(us[i][0], b) || !inst.allowed(uj[0], a) {
+                        continue;
+                    }
+                    work += st.move_cost(&us[i]) + st.move_cost(uj);
+                    if let Some((m, s)) = st.try_moves(&[(&us[i], b), (uj, a)])
+                        && better(m, s, m0, s0)
+                        && best.is_none_or(|(bm, bs, _)| better(m, s, bm, bs))
+                    {
+                        best = Some((m, s, j));
+                    }
+                }
+                if let Some((m, s, j)) = best {
+                    let b = st.assign[us[j][0]];
+                    if st.apply_moves(&[(&us[i], b), (&us[j], a)]) {
+                        (m0, s0) = (m, s);
+                        moved = true;
+                    }
                 }
             }
             if work > THROUGHPUT_WORK {
@@ -536,6 +622,7 @@ fn improve_latency(
     'passes: for _ in 0..MAX_PASSES {
         let mut moved = false;
         for i in 0..us.len() {
+            let start = st.assign[us[i][0]];
             move_sets(inst, &st, us, &unit_of, i, &mut sets);
             for set in &sets {
                 let home = st.assign[set[0]];
@@ -558,6 +645,29 @@ fn improve_latency(
                 }
                 if st.assign[set[0]] != home {
                     break;
+                }
+            }
+            if us.len() <= SWAP_UNITS && st.assign[us[i][0]] == start {
+                let a = start;
+                for uj in us {
+                    let b = st.assign[uj[0]];
+                    if b == a || !inst.allowed(us[i][0], b) || !inst.allowed(uj[0], a) {
+                        continue;
+                    }
+                    if budget == 0 {
+                        break 'passes;
+                    }
+                    budget -= 1;
+                    if !st.apply_moves(&[(&us[i], b), (uj, a)]) {
+                        continue;
+                    }
+                    let v = schedule_latency(inst, &st.assign, order);
+                    if v < cur - 1e-12 * cur.abs() {
+                        cur = v;
+                        moved = true;
+                        break;
+                    }
+                    st.apply_moves(&[(&us[i], a), (uj, b)]);
                 }
             }
         }
