@@ -135,7 +135,7 @@ fn random_problem(seed: u64) -> Problem {
 /// checked against: heuristics have no worst-case guarantee, so these are measured. Over
 /// 20,000 random problems per objective (`heuristic_factors_measured` with 20,000 seeds, in
 /// release mode) the worst ratios were: greedy 4.74 (throughput) / 2.84 (latency), heft 3.69
-/// / 2.84, multilevel 2.62 / 2.37, local 2.46 / 2.46, dp 4.65 / 4.57 (dp is only checked to
+/// / 2.84, multilevel 2.62 / 1.93, local 2.46 / 2.46, dp 4.65 / 4.57 (dp is only checked to
 /// be no better than the optimum: it is restricted to contiguous splits), auto 1.00 (it runs
 /// exhaustive). The factors leave room above those; the proptest seed is fixed so the
 /// check is deterministic.
@@ -218,7 +218,8 @@ fn check(seed: u64, objective: Objective, factors: bool) -> Vec<(String, f64)> {
         ratios.push((name.to_string(), if opt > 0.0 { v / opt } else { 1.0 }));
     }
     if objective == Objective::Throughput && strategy::ilp::fits(&inst) {
-        let v = values["ilp"];
+        // Tiny problems: the ILP proves its optimum within its node limit.
+        let v = *values.get("ilp").expect("ilp solves tiny problems");
         assert!(
             (v - opt).abs() <= 1e-9 * opt.max(f64::MIN_POSITIVE),
             "seed {seed}: ilp {v}, exhaustive {opt}"

@@ -19,20 +19,20 @@
 //! **Latency is not modelled** (a schedule needs ordering variables and big-M rows); for it
 //! this strategy answers with an error, and exhaustive search covers tiny problems.
 //!
-//! **Size.** Only problems with at most [`MAX_VARS`] variables ([`fits`]); the solver
-//! (good_lp with the pure-Rust microlp, branch and bound over the simplex) runs with no time
-//! limit and is deterministic. Times and bytes are scaled by their largest values for a
-//! well-conditioned model.
+//! **Size.** Only problems with at most [`MAX_VARS`] variables ([`fits`]). The solver is the
+//! pure-Rust microlp (branch and bound over the simplex; the crate good_lp uses for
+//! [`crate::bound`], called directly here for its deterministic node limit): no time limit,
+//! at most [`NODE_LIMIT`] nodes. Branch and bound is exponential in the worst case
+//! (balancing is a partition problem), so when the limit is reached before optimality is
+//! proven the strategy reports that instead of a plan. Times and bytes are scaled by their
+//! largest values for a well-conditioned model.
 //!
 //! **Source.** The standard assignment ILP with a makespan variable and product
 //! linearization (e.g. the task-assignment formulations surveyed by Stone, "Multiprocessor
 //! scheduling with the aid of network flow algorithms", IEEE TSE 1977, and later mapping
 //! ILPs), solved by branch and bound (Land and Doig, 1960).
 
-use good_lp::{
-    Expression, ProblemVariables, ResolutionError, Solution as _, SolverModel, Variable,
-    constraint, microlp, variable,
-};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions as MipOptions, Variable};
 
 use crate::eval::{Objective, violation};
 use crate::problem::{Instance, ProblemError};
@@ -40,6 +40,10 @@ use crate::strategy::{Solution, SolveOptions, units};
 
 /// The largest number of variables (`x` and `z`) it solves.
 pub const MAX_VARS: usize = 400;
+/// The most branch-and-bound nodes it explores (a deterministic work limit); when the
+/// optimum is not proven within them, it answers with an error rather than a plan it cannot
+/// vouch for.
+pub const NODE_LIMIT: u64 = 20_000;
 
 /// A tensor that may cross devices: bytes, producer unit, consumer units.
 struct Tensor {
@@ -147,15 +151,12 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
     let cmax = inst.capacity.iter().copied().max().unwrap_or(0) as f64;
     let mscale = if cmax > 0.0 { 1.0 / cmax } else { 1.0 };
 
-    let mut vars = ProblemVariables::new();
-    let big_t = vars.add(variable().min(0.0));
+    let mut lp = Problem::new(OptimizationDirection::Minimize);
+    let big_t = lp.add_var(1.0, (0.0, f64::INFINITY));
     let x: Vec<Vec<Option<Variable>>> = (0..us.len())
         .map(|u| {
             (0..d)
-                .map(|k| {
-                    inst.allowed(us[u][0], k)
-                        .then(|| vars.add(variable().binary()))
-                })
+                .map(|k| inst.allowed(us[u][0], k).then(|| lp.add_binary_var(0.0)))
                 .collect()
         })
         .collect();
@@ -166,26 +167,24 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
             (0..d * d)
                 .map(|i| {
                     let (k1, k2) = (i / d, i % d);
-                    (k1 != k2 && x[t.from][k1].is_some())
-                        .then(|| vars.add(variable().min(0.0).max(1.0)))
+                    (k1 != k2 && x[t.from][k1].is_some()).then(|| lp.add_var(0.0, (0.0, 1.0)))
                 })
                 .collect()
         })
         .collect();
-    let mut model = vars.minimise(big_t).using(microlp);
-    let mut load: Vec<Expression> = vec![Expression::from(0.0); d];
-    let mut mem: Vec<Expression> = vec![Expression::from(0.0); d];
-    let mut chan: Vec<Expression> = vec![Expression::from(0.0); inst.num_channels];
+    let mut load: Vec<Vec<(Variable, f64)>> = vec![vec![(big_t, -1.0)]; d];
+    let mut mem: Vec<Vec<(Variable, f64)>> = vec![Vec::new(); d];
+    let mut chan: Vec<Vec<(Variable, f64)>> = vec![vec![(big_t, -1.0)]; inst.num_channels];
     for (u, row) in x.iter().enumerate() {
-        let mut one = Expression::from(0.0);
+        let mut one = Vec::new();
         for (k, v) in row.iter().enumerate() {
             if let Some(v) = *v {
-                load[k] += utime(u, k) * tscale * v;
-                mem[k] += umem(u) * mscale * v;
-                one += v;
+                load[k].push((v, utime(u, k) * tscale));
+                mem[k].push((v, umem(u) * mscale));
+                one.push((v, 1.0));
             }
         }
-        model = model.with(constraint!(one == 1.0));
+        lp.add_constraint(one, ComparisonOp::Eq, 1.0);
     }
     for (t, zt) in ts.iter().zip(&z) {
         for k1 in 0..d {
@@ -195,7 +194,11 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
                 let mut used = false;
                 for &c in &t.to {
                     if let Some(xc) = x[c][k2] {
-                        model = model.with(constraint!(zv - xp - xc >= -1.0));
+                        lp.add_constraint(
+                            [(zv, 1.0), (xp, -1.0), (xc, -1.0)],
+                            ComparisonOp::Ge,
+                            -1.0,
+                        );
                         used = true;
                     }
                 }
@@ -207,38 +210,50 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
                     // Unreachable: the pair cannot be used at all.
                     for &c in &t.to {
                         if let Some(xc) = x[c][k2] {
-                            model = model.with(constraint!(xp + xc <= 1.0));
+                            lp.add_constraint([(xp, 1.0), (xc, 1.0)], ComparisonOp::Le, 1.0);
                         }
                     }
                     continue;
                 }
                 for &ch in &inst.channels[k1 * d + k2] {
-                    chan[ch] += tt * tscale * zv;
+                    chan[ch].push((zv, tt * tscale));
                 }
-                mem[k2] += t.bytes as f64 * mscale * zv;
+                mem[k2].push((zv, t.bytes as f64 * mscale));
             }
         }
     }
     for (k, (l, m)) in load.into_iter().zip(mem).enumerate() {
-        model = model.with(constraint!(l - big_t <= 0.0));
-        model = model.with(constraint!(m <= inst.capacity[k] as f64 * mscale));
+        lp.add_constraint(l, ComparisonOp::Le, 0.0);
+        lp.add_constraint(m, ComparisonOp::Le, inst.capacity[k] as f64 * mscale);
     }
     for c in chan {
-        model = model.with(constraint!(c - big_t <= 0.0));
+        lp.add_constraint(c, ComparisonOp::Le, 0.0);
     }
-    let sol = match model.solve() {
-        Ok(s) => s,
-        Err(ResolutionError::Infeasible) => {
+    let mut options = MipOptions::default();
+    options.node_limit = Some(NODE_LIMIT);
+    let outcome = match lp.solve_with(options) {
+        Ok(o) => o,
+        Err(microlp::Error::Infeasible) => {
             return Err(ProblemError::Infeasible(
                 "ilp: no assignment fits the devices' memory (received tensors included)".into(),
             ));
         }
         Err(e) => return Err(ProblemError::Infeasible(format!("ilp: solver failed: {e}"))),
     };
+    if !outcome.is_optimal() {
+        return Err(ProblemError::Infeasible(format!(
+            "ilp: optimality not proven within {NODE_LIMIT} branch-and-bound nodes"
+        )));
+    }
+    let Some(sol) = outcome.solution() else {
+        return Err(ProblemError::Infeasible(
+            "ilp: the solver gave no solution".into(),
+        ));
+    };
     let mut assign = vec![0; inst.n];
     for (u, row) in x.iter().enumerate() {
         let k = (0..d)
-            .filter_map(|k| row[k].map(|v| (k, sol.value(v))))
+            .filter_map(|k| row[k].map(|v| (k, sol.var_value(v))))
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(0, |(k, _)| k);
         for &o in &us[u] {
