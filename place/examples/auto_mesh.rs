@@ -1,5 +1,6 @@
 //! Times `auto` on the synthetic layered DAG on a 4x4 mesh (the bench's case):
-//! `cargo run --release -p tessera-place --example auto_mesh -- [ops] [objective]`.
+//! `cargo run --release -p tessera-place --example auto_mesh -- [ops] [objective] [rows]
+//! [cols]` (defaults: 100000 throughput 4 4).
 
 #[path = "../tests/common/mesh.rs"]
 mod mesh;
@@ -15,7 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let objective: Objective = args
         .get(2)
         .map_or(Ok(Objective::Throughput), |s| s.parse())?;
-    let inst = Instance::new(mesh::layered_mesh(n, 4, 4, 7))?;
+    let rows: usize = args.get(3).map_or(Ok(4), |s| s.parse())?;
+    let cols: usize = args.get(4).map_or(Ok(4), |s| s.parse())?;
+    let inst = Instance::new(mesh::layered_mesh(n, rows, cols, 7))?;
     let opts = SolveOptions { objective };
     for name in strategy::auto_candidates(&inst) {
         let t = Instant::now();

@@ -4,7 +4,7 @@
 //! **Model.** The plan's own evaluation ([`crate::eval`]): for throughput the bottleneck (the
 //! largest device or channel load); for latency the list schedule in the plan's order.
 //!
-//! **Throughput** is evaluated incrementally by [`State`]: it keeps device loads, channel
+//! **Throughput** is evaluated incrementally by its `State`: it keeps device loads, channel
 //! loads, memory, and for every tensor (producer, result) the devices that receive it, so a
 //! move touches only the moved ops, their edges and the routes of their tensors. The
 //! objective is a maximum, which is flat under most moves, so moves are ranked
