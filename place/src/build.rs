@@ -305,12 +305,17 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
         if data.device.is_some() && data.device == mesh_device {
             let spec_op = mesh_op(graph, op, cost, &class_names, &representative, &|name| {
-                spec.device_index(name).and_then(|i| device_index[i].map(|_| i))
+                spec.device_index(name)
+                    .and_then(|i| device_index[i].map(|_| i))
             })?;
             let base = data
                 .loc
                 .clone()
-                .or_else(|| data.results.first().and_then(|&v| graph.value(v).name.clone()))
+                .or_else(|| {
+                    data.results
+                        .first()
+                        .and_then(|&v| graph.value(v).name.clone())
+                })
                 .unwrap_or_else(|| op.to_string());
             ops.push(OpSpec {
                 name: unique(base),

@@ -154,7 +154,10 @@ pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f
     let mut end: f64 = 0.0;
     for &o in order {
         let k = assign[o];
-        let mut start = inst.spmd[o].iter().map(|&x| free[x]).fold(free[k], f64::max);
+        let mut start = inst.spmd[o]
+            .iter()
+            .map(|&x| free[x])
+            .fold(free[k], f64::max);
         for &e in &inst.in_edges[o] {
             let edge = &inst.problem.edges[e];
             let u = edge.from;

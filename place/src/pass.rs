@@ -345,7 +345,11 @@ impl Pass for PlacePass {
         let placed = place_graph(graph, &cost, &self.strategy, self.objective, false)
             .map_err(|e| PassError::new(e.to_string()))?;
         let transfers = insert_transfers(graph, &target.spec().host);
-        stats.add("transfers", "transfer ops inserted on cut edges", transfers as u64);
+        stats.add(
+            "transfers",
+            "transfer ops inserted on cut edges",
+            transfers as u64,
+        );
         let p = &placed.plan;
         stats.add(
             "ops-placed",

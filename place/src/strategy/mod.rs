@@ -3,13 +3,24 @@
 //! none. None of them reads a clock: the same problem gives the same plan.
 //!
 //! - `exhaustive`: every assignment, with pruning; exact, for tiny problems only.
+//! - `ilp`: integer programming, exact for throughput, small problems only.
 //! - `single`, `round-robin`, `greedy`: the baselines every benchmark compares with.
+//! - `dp`: contiguous pipeline stages along a device chain, exact by dynamic programming.
+//! - `heft`: HEFT list scheduling (latency-driven, heterogeneous devices).
+//! - `multilevel`: METIS-style multilevel partitioning with topology-aware placement.
+//! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
+//!   on the best few plans of the other strategies.
 
 use crate::eval::{Objective, evaluate, memory_use, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
 
 pub mod baseline;
+pub mod dp;
 pub mod exhaustive;
+pub mod heft;
+pub mod ilp;
+pub mod local;
+pub mod multilevel;
 
 /// Every strategy name with a one-line description, in the order `auto` tries them.
 pub const STRATEGIES: &[(&str, &str)] = &[
@@ -22,6 +33,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
         "every assignment, pruned by bounds (exact; tiny problems only)",
     ),
     (
+        "ilp",
+        "integer programming over unit-device binaries (exact for throughput; small problems only)",
+    ),
+    (
         "single",
         "all ops on the one device that is best alone (baseline)",
     ),
@@ -29,6 +44,22 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "greedy",
         "each op, in order, to the device that finishes it soonest (baseline)",
+    ),
+    (
+        "dp",
+        "ops in order cut into pipeline stages along a chain of devices (exact dynamic programming over contiguous splits)",
+    ),
+    (
+        "heft",
+        "HEFT list scheduling: ops by upward rank, each to the device finishing it earliest",
+    ),
+    (
+        "multilevel",
+        "multilevel partitioning: heavy-edge coarsening, topology-aware initial placement, refinement at every level",
+    ),
+    (
+        "local",
+        "greedy, then moves of ops between devices while the plan improves (local search)",
     ),
 ];
 
@@ -115,6 +146,11 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "single" => baseline::single(inst, opts),
         "round-robin" => baseline::round_robin(inst),
         "greedy" => baseline::greedy(inst, opts),
+        "local" => local_from_baseline(inst, opts),
+        "dp" => dp::solve(inst, opts),
+        "heft" => heft::solve(inst, opts),
+        "ilp" => ilp::solve(inst, opts),
+        "multilevel" => multilevel::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
             message: format!(
@@ -129,14 +165,48 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
     }
 }
 
-/// The strategies `auto` runs on `inst`, in order.
+/// The strategies `auto` runs on `inst`, in order: the exact ones only below their size caps
+/// (`auto` skips `ilp` for latency, which it does not model).
 pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
     let mut v = Vec::new();
     if exhaustive::fits(inst) {
         v.push("exhaustive");
     }
-    v.extend(["greedy", "single", "round-robin"]);
+    if ilp::fits(inst) {
+        v.push("ilp");
+    }
+    v.extend([
+        "dp",
+        "heft",
+        "multilevel",
+        "local",
+        "greedy",
+        "single",
+        "round-robin",
+    ]);
     v
+}
+
+/// How many of the best plans `auto` improves with local search.
+pub const AUTO_IMPROVE: usize = 3;
+
+/// The `local` strategy: local search from greedy's plan, or, when greedy finds none, from
+/// the better of `single` and `round-robin`.
+fn local_from_baseline(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    let start = baseline::greedy(inst, opts).or_else(|e| {
+        let mut best: Option<(f64, Solution)> = None;
+        for s in [baseline::single(inst, opts), baseline::round_robin(inst)]
+            .into_iter()
+            .flatten()
+        {
+            let v = s.value(inst, opts.objective);
+            if best.as_ref().is_none_or(|(b, _)| v < *b) {
+                best = Some((v, s));
+            }
+        }
+        best.map(|(_, s)| s).ok_or(e)
+    })?;
+    Ok(local::improve(inst, start, opts))
 }
 
 fn auto(
@@ -145,7 +215,13 @@ fn auto(
 ) -> Result<(Solution, String, Vec<Attempt>), ProblemError> {
     let mut best: Option<((f64, f64), Solution, String)> = None;
     let mut attempts = Vec::new();
+    // The plans found, for local search afterwards: (value, plan, strategy).
+    let mut found: Vec<((f64, f64), Solution, String)> = Vec::new();
     for name in auto_candidates(inst) {
+        if name == "ilp" && opts.objective != Objective::Throughput {
+            // It models throughput only.
+            continue;
+        }
         let outcome =
             run_one(name, inst, opts).and_then(|sol| match violation(inst, &sol.assign) {
                 Some(why) => Err(ProblemError::Infeasible(why)),
@@ -159,13 +235,29 @@ fn auto(
                     outcome: Ok(s.0),
                 });
                 if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
-                    best = Some((s, sol, name.to_string()));
+                    best = Some((s, sol.clone(), name.to_string()));
                 }
+                found.push((s, sol, name.to_string()));
             }
             Err(e) => attempts.push(Attempt {
                 strategy: name.to_string(),
                 outcome: Err(e.to_string()),
             }),
+        }
+    }
+    // Local search on the best few distinct plans (stable sort: ties keep strategy order).
+    found.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
+    found.dedup_by(|a, b| a.1.assign == b.1.assign);
+    for (_, sol, name) in found.into_iter().take(AUTO_IMPROVE) {
+        let sol = local::improve(inst, sol, opts);
+        let s = sol.score(inst, opts.objective);
+        let name = format!("local({name})");
+        attempts.push(Attempt {
+            strategy: name.clone(),
+            outcome: Ok(s.0),
+        });
+        if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
+            best = Some((s, sol, name));
         }
     }
     match best {

@@ -81,7 +81,8 @@ fn compiles_a_model_with_the_plugin() {
         .find(|l| l.starts_with("npu1 "))
         .unwrap_or_else(|| panic!("no npu1 row: {out}"));
     let cols: Vec<&str> = npu1.split_whitespace().collect();
-    assert_eq!(cols[1], "6", "{out}");
+    // Six ops, plus the transfer that brings the input x from the host.
+    assert_eq!(cols[1], "7", "{out}");
     assert_eq!(&cols[2..4], ["2.868", "us"], "{out}");
     assert!(out.contains("2 ops pinned by device annotations"), "{out}");
     assert!(!out.contains("transfers    0 per sample"), "{out}");
