@@ -368,7 +368,9 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
     };
     let mut ops = Vec::with_capacity(n);
     let mut edges = Vec::new();
+    let mut out_bytes: Vec<u64> = Vec::with_capacity(n);
     for o in 0..n {
+        out_bytes.push(1024 * (1 + next() % 64));
         let base = (1 + next() % 100) as f64 * 1e-7;
         let time = kinds
             .iter()
@@ -392,7 +394,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
                 edges.push(Edge {
                     from,
                     to: o,
-                    bytes: 1024 * (1 + next() % 64),
+                    bytes: out_bytes[from],
                     tensor: 0,
                 });
             }
