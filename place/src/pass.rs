@@ -351,10 +351,11 @@ impl Pass for PlacePass {
             transfers as u64,
         );
         let p = &placed.plan;
+        let graph_ops = placed.built.graph_ops.iter().flatten().count();
         stats.add(
             "ops-placed",
             "ops with a device after placement",
-            p.assignment.len() as u64,
+            graph_ops as u64,
         );
         stats.note(format!(
             "{}: {} chose {}; {} {} (period {}, latency {}); lower bound {} ({}); gap {:.1}%",

@@ -1,10 +1,12 @@
-//! Runs the FileCheck-style test files of `testdata/passes/shard/` (the checker of
-//! `tessera-passes`' tests), and checks every output: it verifies, and the reference
-//! interpreter gives bit-identical outputs before and after on pseudo-random inputs.
+//! Runs the FileCheck-style test files of the passes other crates register (`shard`,
+//! `place`, `schedule`: `testdata/passes/<pass>/`, with the checker of `tessera-passes`'
+//! tests), and checks every output: it verifies, and the reference interpreter gives
+//! bit-identical outputs before and after on pseudo-random inputs.
 
-#[path = "../../passes/tests/filecheck/mod.rs"]
+#[path = "../passes/tests/filecheck/mod.rs"]
 mod filecheck;
 
+#[path = "../shard/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -42,16 +44,23 @@ fn run_case(pipeline: &Pipeline, input: &str) -> Result<(String, Vec<String>), S
 }
 
 #[test]
-fn shard_test_files() {
+fn registered_pass_test_files() {
     tessera_shard::register().expect("shard registers");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/passes/shard");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tir"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty());
+    tessera_place::pass::register().expect("place registers");
+    let mut files = Vec::new();
+    for pass in ["shard", "place", "schedule"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/passes")
+            .join(pass);
+        let mut in_dir: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "tir"))
+            .collect();
+        assert!(!in_dir.is_empty(), "{}", dir.display());
+        in_dir.sort();
+        files.extend(in_dir);
+    }
     let mut failures = Vec::new();
     for path in &files {
         let src = std::fs::read_to_string(path).expect("read test file");
