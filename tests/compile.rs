@@ -604,3 +604,104 @@ fn annotations_that_overflow_a_device_are_an_error() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn place_solves_a_problem_file_to_the_committed_plan_and_explains_it() {
+    let plan = ok(tessera().args(["place", "testdata/placement/two-chips.json"]));
+    let want = fs::read_to_string(repo().join("testdata/placement/two-chips.plan.json"))
+        .expect("committed plan");
+    assert_eq!(
+        plan, want,
+        "regenerate with: tessera place testdata/placement/two-chips.json > testdata/placement/two-chips.plan.json"
+    );
+    let text = ok(tessera().args([
+        "explain",
+        "testdata/placement/two-chips.plan.json",
+        "--op",
+        "softmax",
+    ]));
+    assert_eq!(
+        text,
+        "op softmax on chip0 (fastest)\n  modelled time per device:\n    chip0  500.000 ns  <- \
+         chosen\n    chip1  cannot run\n    host   2.000 us\n  why: chip0 runs it fastest \
+         (500.000 ns); no allowed device is faster\n"
+    );
+    let err = fails(tessera().args([
+        "explain",
+        "testdata/placement/two-chips.plan.json",
+        "--op",
+        "softmx",
+    ]));
+    assert!(
+        err.contains("no op named `softmx` in the plan; did you mean `softmax`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_emitted_problem_replays_to_the_plan_compile_wrote() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let problem = dir.path().join("p.json");
+    ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/onnx/gpt2_tiny/model.onnx",
+            "--input-shape",
+            "input_ids=1x16",
+            "--target",
+            "mcm-4x4",
+            "--passes",
+            "canonicalize,cse,dce",
+            "--emit-placement-problem",
+        ])
+        .arg(&problem)
+        .arg("-o")
+        .arg(dir.path().join("out")));
+    let replayed = ok(tessera().arg("place").arg(&problem));
+    let written = fs::read_to_string(dir.path().join("out/plan.json")).expect("plan.json");
+    assert_eq!(replayed, written);
+    // The same problem solved for latency by HEFT is another valid plan.
+    let latency = ok(tessera().arg("place").arg(&problem).args([
+        "--objective",
+        "latency",
+        "--strategy",
+        "heft",
+        "--no-explain",
+    ]));
+    assert!(latency.contains("\"objective\": \"latency\""), "{latency}");
+    assert!(latency.contains("\"chosen\": \"heft\""), "{latency}");
+    assert!(!latency.contains("\"explanations\""), "{latency}");
+}
+
+#[test]
+fn bad_placement_problems_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = fails(tessera().arg("place").arg(dir.path().join("missing.json")));
+    assert!(err.contains("missing.json: No such file"), "{err}");
+    let bad = write(dir.path(), "bad.json", "{\"version\": 1, \"devices\": [}");
+    let err = fails(tessera().arg("place").arg(&bad));
+    assert!(
+        err.contains("bad.json: ") && err.contains("line 1"),
+        "{err}"
+    );
+    let err = fails(tessera().args([
+        "place",
+        "testdata/placement/two-chips.json",
+        "--strategy",
+        "magic",
+    ]));
+    assert!(err.contains("unknown strategy `magic`"), "{err}");
+    // A bad objective is a usage error (exit code 2).
+    let out = tessera()
+        .args([
+            "place",
+            "testdata/placement/two-chips.json",
+            "--objective",
+            "speed",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown objective `speed`"), "{err}");
+}
