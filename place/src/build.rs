@@ -156,6 +156,20 @@ fn mesh_op(
     })
 }
 
+/// An op's name in the problem before deduplication: its model location, else its first
+/// result's name, else its handle.
+fn base_name(graph: &Graph, op: OpId) -> String {
+    let data = graph.op(op);
+    data.loc
+        .clone()
+        .or_else(|| {
+            data.results
+                .first()
+                .and_then(|&v| graph.value(v).name.clone())
+        })
+        .unwrap_or_else(|| op.to_string())
+}
+
 /// The problem of placing `graph` on `cost`'s target.
 pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     let spec = cost.spec();
@@ -308,17 +322,8 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
                 spec.device_index(name)
                     .and_then(|i| device_index[i].map(|_| i))
             })?;
-            let base = data
-                .loc
-                .clone()
-                .or_else(|| {
-                    data.results
-                        .first()
-                        .and_then(|&v| graph.value(v).name.clone())
-                })
-                .unwrap_or_else(|| op.to_string());
             ops.push(OpSpec {
-                name: unique(base),
+                name: unique(base_name(graph, op)),
                 memory: memory.div_ceil(shard_factor(graph, op).max(1)),
                 ..spec_op
             });
@@ -363,17 +368,8 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             },
             None => None,
         };
-        let base = data
-            .loc
-            .clone()
-            .or_else(|| {
-                data.results
-                    .first()
-                    .and_then(|&v| graph.value(v).name.clone())
-            })
-            .unwrap_or_else(|| op.to_string());
         ops.push(OpSpec {
-            name: unique(base),
+            name: unique(base_name(graph, op)),
             kind: data.op.name().to_string(),
             time,
             memory,
