@@ -74,15 +74,7 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     }
     // Ops with one allowed device (pinned, or supported nowhere else) and the tensors they
     // must receive from ops pinned elsewhere.
-    let only: Vec<Option<usize>> = (0..inst.n)
-        .map(|o| {
-            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
-            match (it.next(), it.next()) {
-                (Some(k), None) => Some(k),
-                _ => None,
-            }
-        })
-        .collect();
+    let only = only_device(inst);
     let mut forced = vec![0u128; inst.d];
     for (o, k) in only.iter().enumerate() {
         if let Some(k) = *k {
@@ -173,6 +165,19 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     Ok(LowerBound { value, components })
 }
 
+/// For each op, its device when only one may run it (pinned, or supported nowhere else).
+fn only_device(inst: &Instance) -> Vec<Option<usize>> {
+    (0..inst.n)
+        .map(|o| {
+            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// For each edge, the least time its transfer takes in any plan: 0 when its ends can share a
 /// device, else the fastest transfer between devices they may run on.
 fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
@@ -231,15 +236,7 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
             .find(|&&(kk, _)| kk == k)
             .map(|&(_, v)| v)
     };
-    let only: Vec<Option<usize>> = (0..inst.n)
-        .map(|o| {
-            let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
-            match (it.next(), it.next()) {
-                (Some(k), None) => Some(k),
-                _ => None,
-            }
-        })
-        .collect();
+    let only = only_device(inst);
     let fastest = |o: usize, p: usize, into: bool, bytes: u64| {
         (0..inst.d)
             .filter(|&k| k != p && inst.allowed(o, k))
