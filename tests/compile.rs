@@ -652,14 +652,38 @@ fn an_emitted_problem_replays_to_the_plan_compile_wrote() {
             "mcm-4x4",
             "--passes",
             "canonicalize,cse,dce",
+            "--strategy",
+            "multilevel",
             "--emit-placement-problem",
         ])
         .arg(&problem)
         .arg("-o")
         .arg(dir.path().join("out")));
-    let replayed = ok(tessera().arg("place").arg(&problem));
+    let replayed = ok(tessera()
+        .arg("place")
+        .arg(&problem)
+        .args(["--strategy", "multilevel"]));
     let written = fs::read_to_string(dir.path().join("out/plan.json")).expect("plan.json");
     assert_eq!(replayed, written);
+    // With `auto`, compile simulates the model's best plans and says which it kept.
+    ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/onnx/gpt2_tiny/model.onnx",
+            "--input-shape",
+            "input_ids=1x16",
+            "--target",
+            "mcm-4x4",
+            "-o",
+        ])
+        .arg(dir.path().join("auto")));
+    let auto = fs::read_to_string(dir.path().join("auto/plan.json")).expect("plan.json");
+    assert!(
+        auto.contains(
+            "\"selected_by\": \"simulation (8 samples) of the 4 best plans by the model;"
+        ),
+        "{auto}"
+    );
     // The same problem solved for latency by HEFT is another valid plan.
     let latency = ok(tessera().arg("place").arg(&problem).args([
         "--objective",

@@ -212,6 +212,18 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
     count
 }
 
+/// Writes the device of each op of `assign` (indices into `inst`'s devices) on the graph ops
+/// behind `built`'s problem ops; ops on a mesh (SPMD) keep it.
+pub fn write_devices(graph: &mut Graph, built: &Built, inst: &Instance, assign: &[usize]) {
+    for (o, &k) in assign.iter().enumerate() {
+        if let Some(op) = built.graph_ops[o]
+            && built.problem.ops[o].spmd.is_empty()
+        {
+            graph.op_mut(op).device = Some(inst.device_name(k).to_string());
+        }
+    }
+}
+
 /// Upward ranks of a fixed assignment, and the order HEFT's list scheduling gives: the ready
 /// op of highest rank first (ties: the earlier op), so every edge goes forward.
 pub fn rank_order(inst: &Instance, assign: &[usize]) -> Vec<usize> {

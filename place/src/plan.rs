@@ -45,6 +45,10 @@ pub struct Plan {
     pub devices: Vec<DeviceUse>,
     /// Per loaded link direction.
     pub links: Vec<LinkUse>,
+    /// How the plan was picked among `auto`'s, when not by the model alone (`tessera
+    /// compile` simulates the best few).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_by: Option<String>,
     /// What `auto` tried, with each strategy's value or why it gave none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
@@ -129,15 +133,20 @@ pub fn solve(
         bound,
         explain,
     )?;
-    plan.attempts = attempts
+    plan.attempts = records(attempts);
+    Ok(plan)
+}
+
+/// The plan's records of what `auto` tried.
+pub fn records(attempts: Vec<crate::strategy::Attempt>) -> Vec<AttemptRecord> {
+    attempts
         .into_iter()
         .map(|a| AttemptRecord {
             strategy: a.strategy,
             value: a.outcome.as_ref().ok().copied(),
             error: a.outcome.err(),
         })
-        .collect();
-    Ok(plan)
+        .collect()
 }
 
 /// The plan of a given solution.
@@ -216,6 +225,7 @@ pub fn plan_of(
         traffic: ev.traffic,
         devices,
         links,
+        selected_by: None,
         attempts: Vec::new(),
         assignment: (0..inst.n)
             .map(|o| Assigned {

@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
-use tessera_place::pass::{Placed, apply_order, insert_transfers, place_graph, rank_order};
-use tessera_place::{Instance, Objective, Plan};
+use tessera_place::pass::{apply_order, insert_transfers, rank_order, write_devices};
+use tessera_place::plan::{plan_of, records};
+use tessera_place::strategy::{SolveOptions, auto_ranked};
+use tessera_place::{Instance, Objective, Plan, lower_bound};
 use tessera_targets::{
     Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
 };
@@ -105,6 +107,9 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     super::print_stdout(&summary)
 }
 
+/// How many of `auto`'s best plans (by the placement model) `compile` simulates to choose.
+pub const SIMULATED_CANDIDATES: usize = 4;
+
 /// How `compile` places.
 pub struct PlaceSettings<'a> {
     /// The strategy (`auto`, ...).
@@ -127,7 +132,7 @@ impl Default for PlaceSettings<'_> {
 
 /// Places every unplaced op, schedules each device's ops, and simulates the result.
 pub fn compile(
-    mut graph: Graph,
+    graph: Graph,
     target: &dyn Target,
     calibration: Option<&Calibration>,
     samples: usize,
@@ -145,30 +150,69 @@ pub fn compile(
         .zip(&built.graph_ops)
         .filter(|(o, g)| o.pin.is_some() && g.is_some())
         .count();
-    let Placed { plan, built } = place_graph(
-        &mut graph,
-        &cost,
-        settings.strategy,
-        settings.objective,
-        true,
-    )?;
     let inst = Instance::new(built.problem.clone())?;
-    let assign: Vec<usize> = plan
-        .assignment
-        .iter()
-        .map(|a| {
-            inst.problem
-                .devices
-                .iter()
-                .position(|d| d.name == a.device)
-                .unwrap_or(0)
-        })
-        .collect();
-    apply_order(&mut graph, &built, &rank_order(&inst, &assign));
-    let transfers = insert_transfers(&mut graph, &target.spec().host);
+    let host = &target.spec().host;
+    // Places, schedules and inserts the transfers of an assignment, then simulates it.
+    let realize = |assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
+        let mut g = graph.clone();
+        write_devices(&mut g, &built, &inst, assign);
+        apply_order(&mut g, &built, &rank_order(&inst, assign));
+        let transfers = insert_transfers(&mut g, host);
+        let devices = placement_from_graph(&g, target.spec(), None)?;
+        let report = simulate(&g, &cost, &devices, &SimOptions { samples })?;
+        Ok((g, report, transfers))
+    };
+    let opts = SolveOptions {
+        objective: settings.objective,
+    };
+    let (plan, (graph, report, transfers)) = if settings.strategy == "auto" {
+        // The model's best few plans, each simulated; the simulator's best wins (it has link
+        // contention and the stream's start, which the model leaves out).
+        let bound = lower_bound(&inst, settings.objective)?;
+        let (ranked, attempts) = auto_ranked(&inst, &opts)?;
+        let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
+        for (i, (_, sol, _)) in ranked.iter().take(SIMULATED_CANDIDATES).enumerate() {
+            let done = realize(&sol.assign)?;
+            let measure = match settings.objective {
+                Objective::Throughput => done.1.period,
+                Objective::Latency => done.1.latency,
+            };
+            if best.as_ref().is_none_or(|b| measure < b.0) {
+                best = Some((measure, i, done));
+            }
+        }
+        let Some((_, i, done)) = best else {
+            bail!("placement found no plan");
+        };
+        let (name, sol, _) = &ranked[i];
+        let mut plan = plan_of(&inst, sol, settings.objective, "auto", name, bound, true)?;
+        plan.attempts = records(attempts);
+        plan.selected_by = Some(format!(
+            "simulation ({samples} samples) of the {} best plans by the model; the model's \
+             rank of this one: {}",
+            ranked.len().min(SIMULATED_CANDIDATES),
+            i + 1
+        ));
+        (plan, done)
+    } else {
+        let (sol, chosen, attempts) =
+            tessera_place::strategy::run(settings.strategy, &inst, &opts)?;
+        let bound = lower_bound(&inst, settings.objective)?;
+        let mut plan = plan_of(
+            &inst,
+            &sol,
+            settings.objective,
+            settings.strategy,
+            &chosen,
+            bound,
+            true,
+        )?;
+        plan.attempts = records(attempts);
+        (plan, realize(&sol.assign)?)
+    };
     let placement = format!(
         "{} chose {}: {} {} per sample (lower bound {}, {}; gap {:.1}%); {transfers} transfer \
-         ops{}",
+         ops{}{}",
         plan.strategy,
         plan.chosen,
         plan.objective,
@@ -180,10 +224,13 @@ pub fn compile(
             format!("; {pinned} ops pinned by device annotations")
         } else {
             String::new()
+        },
+        match plan.selected_by.as_deref() {
+            Some(why) if !why.ends_with(": 1") =>
+                "; the simulator preferred it to the model's best",
+            _ => "",
         }
     );
-    let devices = placement_from_graph(&graph, target.spec(), None)?;
-    let report = simulate(&graph, &cost, &devices, &SimOptions { samples })?;
     // Placement never overflows a device; annotations written by hand or by a pass can.
     if let Some(d) = report.devices.iter().find(|d| d.peak_memory > d.capacity) {
         bail!(

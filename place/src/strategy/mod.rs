@@ -209,13 +209,28 @@ fn local_from_baseline(inst: &Instance, opts: &SolveOptions) -> Result<Solution,
     Ok(local::improve(inst, start, opts))
 }
 
+/// One plan `auto` found: the strategy (`local(NAME)` after local search), the plan, and its
+/// score (objective, then the other objective).
+pub type Ranked = (String, Solution, (f64, f64));
+
 fn auto(
     inst: &Instance,
     opts: &SolveOptions,
 ) -> Result<(Solution, String, Vec<Attempt>), ProblemError> {
-    let mut best: Option<((f64, f64), Solution, String)> = None;
+    let (mut ranked, attempts) = auto_ranked(inst, opts)?;
+    let (name, sol, _) = ranked.swap_remove(0);
+    Ok((sol, name, attempts))
+}
+
+/// Every distinct plan `auto` finds, best first by score (ties: the order found), with what
+/// it tried. `auto` answers the first; `tessera compile` simulates the first few and keeps
+/// the one the simulator finds best. An error when no strategy found a plan.
+pub fn auto_ranked(
+    inst: &Instance,
+    opts: &SolveOptions,
+) -> Result<(Vec<Ranked>, Vec<Attempt>), ProblemError> {
     let mut attempts = Vec::new();
-    // The plans found, for local search afterwards: (value, plan, strategy).
+    // The plans found: (score, plan, strategy).
     let mut found: Vec<((f64, f64), Solution, String)> = Vec::new();
     for name in auto_candidates(inst) {
         if name == "ilp" && opts.objective != Objective::Throughput {
@@ -234,9 +249,6 @@ fn auto(
                     strategy: name.to_string(),
                     outcome: Ok(s.0),
                 });
-                if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
-                    best = Some((s, sol.clone(), name.to_string()));
-                }
                 found.push((s, sol, name.to_string()));
             }
             Err(e) => attempts.push(Attempt {
@@ -245,24 +257,8 @@ fn auto(
             }),
         }
     }
-    // Local search on the best few distinct plans (stable sort: ties keep strategy order).
-    found.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
-    found.dedup_by(|a, b| a.1.assign == b.1.assign);
-    for (_, sol, name) in found.into_iter().take(AUTO_IMPROVE) {
-        let sol = local::improve(inst, sol, opts);
-        let s = sol.score(inst, opts.objective);
-        let name = format!("local({name})");
-        attempts.push(Attempt {
-            strategy: name.clone(),
-            outcome: Ok(s.0),
-        });
-        if best.as_ref().is_none_or(|(b, _, _)| better(s, *b)) {
-            best = Some((s, sol, name));
-        }
-    }
-    match best {
-        Some((_, sol, name)) => Ok((sol, name, attempts)),
-        None => Err(ProblemError::Infeasible(format!(
+    if found.is_empty() {
+        return Err(ProblemError::Infeasible(format!(
             "no strategy found a plan that fits: {}",
             attempts
                 .iter()
@@ -273,8 +269,42 @@ fn auto(
                 ))
                 .collect::<Vec<_>>()
                 .join("; ")
-        ))),
+        )));
     }
+    let by_score = |a: &((f64, f64), Solution, String), b: &((f64, f64), Solution, String)| {
+        a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1))
+    };
+    // Local search on the best few distinct plans (stable sort: ties keep strategy order).
+    found.sort_by(by_score);
+    let mut seeds = found.clone();
+    seeds.dedup_by(|a, b| a.1.assign == b.1.assign);
+    for (_, sol, name) in seeds.into_iter().take(AUTO_IMPROVE) {
+        let sol = local::improve(inst, sol, opts);
+        let s = sol.score(inst, opts.objective);
+        let name = format!("local({name})");
+        attempts.push(Attempt {
+            strategy: name.clone(),
+            outcome: Ok(s.0),
+        });
+        found.push((s, sol, name));
+    }
+    found.sort_by(by_score);
+    // Keep the first of each assignment (the better score, or the earlier strategy).
+    let mut seen: Vec<&[usize]> = Vec::new();
+    let mut keep = vec![false; found.len()];
+    for (i, f) in found.iter().enumerate() {
+        if !seen.contains(&f.1.assign.as_slice()) {
+            seen.push(&f.1.assign);
+            keep[i] = true;
+        }
+    }
+    let ranked = found
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|((s, sol, name), _)| (name, sol, s))
+        .collect();
+    Ok((ranked, attempts))
 }
 
 /// The colocation units of a problem: each group is one unit, each other op its own; in
