@@ -299,13 +299,7 @@ fn model_table(targets: &[TargetSpec]) -> String {
             let start = Instant::now();
             // tessera's plan as `tessera compile` makes it: `auto`, then the model's best few
             // plans simulated, the simulator's best kept.
-            let compiled = compile(
-                graph.clone(),
-                target,
-                None,
-                8,
-                &PlaceSettings::default(),
-            );
+            let compiled = compile(graph.clone(), target, None, 8, &PlaceSettings::default());
             let solve = start.elapsed().as_secs_f64();
             let (ours, chosen, gap) = match &compiled {
                 Ok(c) => (

@@ -45,7 +45,8 @@
 //!   moment. A value is allocated on its device when the op producing it (or the transfer
 //!   bringing it) starts, and freed when the last op or transfer using it there finishes;
 //!   graph outputs stay on the host (a constant output is a weight there). Views (a
-//!   `reshape`) count as copies. A sample whose byte counts do not fit in 64 bits is an error.
+//!   `reshape`) count as copies; a `transfer` op's result is the copy its transfer brought,
+//!   not another one. A sample whose byte counts do not fit in 64 bits is an error.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -710,6 +711,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             last_on_device[dev] = Some(t);
             b.preds[t as usize].extend(&barrier);
             let mut seen: Vec<ValueId> = Vec::with_capacity(data.operands.len());
+            let mut received: Option<u32> = None;
             for &v in &data.operands {
                 if seen.contains(&v) {
                     continue;
@@ -749,8 +751,22 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 if let Some(p) = b.also[v.index()] {
                     b.preds[t as usize].push(p);
                 }
+                if matches!(data.op, Op::Transfer { .. }) {
+                    // A `transfer` op is the arrival of its operand: its result is that copy,
+                    // freed after the result's last use, not a second buffer.
+                    received = Some(a.copy);
+                    continue;
+                }
                 b.frees[t as usize].push(a.copy);
                 b.copies[a.copy as usize].uses += 1;
+            }
+            if let (Some(copy), [r]) = (received, data.results.as_slice()) {
+                b.avail[r.index()].push(Avail {
+                    device: dev,
+                    task: Some(t),
+                    copy,
+                });
+                continue;
             }
             for &r in &data.results {
                 let bytes = if d == ON_MESH {

@@ -1393,3 +1393,30 @@ graph @g(%x: f32[3, 2]) {
     // 32 B of weights, 16 B on each chip.
     assert_eq!((r.devices[1].weights, r.devices[2].weights), (16, 16));
 }
+
+#[test]
+fn an_explicit_transfer_op_costs_what_the_implicit_transfer_costs() {
+    // The same placement with and without an explicit `transfer` op: the op is the arrival of
+    // the value, so latency, busy times and peak memory are all equal.
+    let spec = tessera_targets::builtin_target("mcm-2x2")
+        .expect("built in")
+        .expect("valid");
+    let cost = CostModel::new(&spec, None);
+    let implicit = graph(
+        "graph @g(%x: f32[1000]) {\n  %y = relu %x : f32[1000] device(\"chip0\")\n  %z = tanh %y : f32[1000] device(\"chip0\")\n  return %z\n}\n",
+    );
+    let explicit = graph(
+        "graph @g(%x: f32[1000]) {\n  %t = transfer %x {from = \"cpu0\", to = \"chip0\"} : f32[1000] device(\"chip0\")\n  %y = relu %t : f32[1000] device(\"chip0\")\n  %z = tanh %y : f32[1000] device(\"chip0\")\n  return %z\n}\n",
+    );
+    let run = |g: &Graph| {
+        let p = placement_from_graph(g, &spec, None).expect("placed");
+        simulate(g, &cost, &p, &SimOptions { samples: 4 }).expect("simulates")
+    };
+    let (a, b) = (run(&implicit), run(&explicit));
+    assert_eq!(a.latency, b.latency);
+    assert_eq!(a.period, b.period);
+    for (da, db) in a.devices.iter().zip(&b.devices) {
+        assert_eq!(da.busy, db.busy, "{}", da.name);
+        assert_eq!(da.peak_memory, db.peak_memory, "{}", da.name);
+    }
+}
