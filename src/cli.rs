@@ -19,8 +19,9 @@ Examples:
 
 /// tessera: an ahead-of-time ML compiler.
 ///
-/// tessera reads models into its own graph IR, and will rewrite, place and shard them across
-/// the devices of a machine and lower them to MLIR. Today it imports ONNX models, and loads,
+/// tessera reads models into its own graph IR, rewrites them (equality saturation), shards
+/// and places them across the devices of a machine with a lower bound and an explanation for
+/// every plan, and simulates the result; the lowering to MLIR is yet to come. It also loads,
 /// verifies, prints and interprets graphs. Wherever a model is expected, a file ending in
 /// .onnx is imported from ONNX and any other file is read as text IR (.tir).
 #[derive(Debug, Parser)]
@@ -93,16 +94,22 @@ enum Command {
     /// simulated latency of one sample, the steady-state throughput of a pipelined stream,
     /// busy time and peak memory per device, and the busy link directions.
     ///
-    /// Ops that carry a `device("...")` annotation keep it; the others all go to the one
-    /// device with the lowest simulated latency that can run them and hold their memory.
-    /// Every shape must be static: bind symbolic input dimensions with `--input-shape`.
+    /// Ops that carry a `device("...")` annotation are pinned there; the others are placed by
+    /// `--strategy` (default `auto`) for `--objective` (throughput or latency), never beyond a
+    /// device's memory. With `auto`, the placement model's four best plans are simulated and
+    /// the simulator's best is kept. Each device's ops are then ordered by upward rank, and a
+    /// `transfer` op is inserted on every cut edge. Every shape must be static: bind symbolic
+    /// input dimensions with `--input-shape`.
     ///
-    /// With `-o DIR`, the placed IR is written to DIR/placed.tir (with its sidecar) and the
-    /// summary to DIR/summary.txt.
+    /// With `-o DIR`, the placed IR is written to DIR/placed.tir (with its sidecar), the
+    /// summary to DIR/summary.txt and the plan (with a lower bound, the gap and per-op
+    /// explanations) to DIR/plan.json. `--emit-placement-problem FILE` writes the placement
+    /// problem, which `tessera place` solves standalone.
     #[command(after_help = "Examples:\n  \
         tessera compile testdata/models/mlp.tir --target mcm-2x2 --input-shape x=8x16\n  \
         tessera compile model.onnx --target boards/my-board.toml -o build/\n  \
-        tessera compile model.tir --target gpu-8 --calibration measured.toml --samples 16")]
+        tessera compile model.tir --target gpu-8 --calibration measured.toml --samples 16\n  \
+        tessera compile model.onnx --target mcm-4x4 --objective latency --emit-placement-problem p.json")]
     Compile(CompileArgs),
     /// Run a pass pipeline on a model, like mlir-opt.
     ///
