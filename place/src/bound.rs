@@ -137,15 +137,7 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     }
     let mut io: f64 = unavoidable.iter().copied().fold(0.0, f64::max);
     for (&p, &total) in &into_pinned {
-        let name = inst.device_name(p);
-        let links = inst
-            .problem
-            .links
-            .iter()
-            .filter(|l| l.a == name || l.b == name)
-            .count()
-            .max(1);
-        io = io.max(total / links as f64);
+        io = io.max(total / links_at(inst, p).max(1) as f64);
     }
     components.insert("io".to_string(), io);
     if objective == Objective::Latency {
@@ -163,6 +155,16 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
     }
     let value = components.values().copied().fold(0.0, f64::max);
     Ok(LowerBound { value, components })
+}
+
+/// The number of links at device `k` (each gives it one incoming and one outgoing direction).
+fn links_at(inst: &Instance, k: usize) -> usize {
+    let name = inst.device_name(k);
+    inst.problem
+        .links
+        .iter()
+        .filter(|l| l.a == name || l.b == name)
+        .count()
 }
 
 /// For each op, its device when only one may run it (pinned, or supported nowhere else).
@@ -303,13 +305,7 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
         *out_of_p.entry(p).or_insert_with(|| Expression::from(0.0)) += *c * 1e6 * yv;
     }
     for (p, expr) in into_p.into_iter().chain(out_of_p) {
-        let name = inst.device_name(p);
-        let links = inst
-            .problem
-            .links
-            .iter()
-            .filter(|l| l.a == name || l.b == name)
-            .count();
+        let links = links_at(inst, p);
         if links > 0 {
             model = model.with(constraint!(expr - (links as f64) * t <= 0.0));
         }

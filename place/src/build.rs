@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
-use tessera_targets::sim::{describe_op, pieces, shard_factor};
+use tessera_targets::sim::{collective_piece_bytes, describe_op, shard_factor};
 use tessera_targets::{CostModel, OpTime};
 
 use crate::problem::{self, Edge, OpSpec, Problem, VERSION};
@@ -113,15 +113,10 @@ fn mesh_op(
         .collect::<Result<_, _>>()?;
     let mut time = BTreeMap::new();
     if data.op.collective_axes().is_some() {
-        let v = if matches!(data.op, Op::AllGather { .. }) {
-            data.results.first()
-        } else {
-            data.operands.first()
-        };
-        let bytes = match v {
-            Some(&v) => bytes_of(graph, v, &describe)? as f64 / pieces(graph, v) as f64,
-            None => 0.0,
-        };
+        let bytes = collective_piece_bytes(graph, op).map_err(|e| BuildError::Op {
+            op: describe(),
+            message: e.to_string(),
+        })?;
         let t = cost
             .collective_time(&data.op, mesh, &devs, bytes)
             .map_err(|e| BuildError::Op {

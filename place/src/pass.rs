@@ -22,7 +22,7 @@ use tessera_targets::CostModel;
 
 use crate::build::{BuildError, Built, build};
 use crate::eval::Objective;
-use crate::plan::{Plan, solve};
+use crate::plan::{Plan, solve_with_solution};
 use crate::problem::{Instance, ProblemError};
 use crate::strategy::STRATEGIES;
 
@@ -107,15 +107,8 @@ pub fn place_graph(
 ) -> Result<Placed, PlaceError> {
     let built = build(graph, cost)?;
     let inst = Instance::new(built.problem.clone())?;
-    let plan = solve(&inst, strategy, objective, explain)?;
-    for (o, a) in plan.assignment.iter().enumerate() {
-        // SPMD ops keep their mesh.
-        if let Some(op) = built.graph_ops[o]
-            && built.problem.ops[o].spmd.is_empty()
-        {
-            graph.op_mut(op).device = Some(a.device.clone());
-        }
-    }
+    let (plan, sol) = solve_with_solution(&inst, strategy, objective, explain)?;
+    write_devices(graph, &built, &inst, &sol.assign);
     Ok(Placed { plan, built })
 }
 
@@ -151,8 +144,8 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
             }
         }
     }
-    // (value, receiving device) -> the first user's body position, in body order.
-    let mut needs: BTreeMap<(ValueId, String), usize> = BTreeMap::new();
+    // (value, receiving device) -> the first user's body position, and every user there.
+    let mut needs: BTreeMap<(ValueId, String), (usize, Vec<OpId>)> = BTreeMap::new();
     for (pos, &op) in graph.ops().iter().enumerate() {
         let data = graph.op(op);
         if matches!(data.op, Op::Transfer { .. }) {
@@ -165,16 +158,21 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
             if let Some(h) = home.get(&v)
                 && *h != d
             {
-                needs.entry((v, d.clone())).or_insert(pos);
+                let users = &mut needs.entry((v, d.clone())).or_insert((pos, Vec::new())).1;
+                if users.last() != Some(&op) {
+                    users.push(op);
+                }
             }
         }
     }
-    let mut inserts: Vec<(usize, ValueId, String)> =
-        needs.into_iter().map(|((v, d), pos)| (pos, v, d)).collect();
+    let mut inserts: Vec<(usize, ValueId, String, Vec<OpId>)> = needs
+        .into_iter()
+        .map(|((v, d), (pos, users))| (pos, v, d, users))
+        .collect();
     // Insert from the back so positions stay valid; ties keep value order.
     inserts.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     let count = inserts.len();
-    for (pos, v, to) in inserts {
+    for (pos, v, to, users) in inserts {
         let from = home[&v].clone();
         let ty = graph.ty(v).clone();
         let sharding = graph.value(v).sharding.clone();
@@ -195,12 +193,6 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
             graph.set_name(r, name);
         }
         // Users on `to` read the transfer's result.
-        let users: Vec<OpId> = graph.ops()[pos + 1..]
-            .iter()
-            .copied()
-            .filter(|&op| graph.op(op).device.as_deref() == Some(to.as_str()))
-            .filter(|&op| !matches!(graph.op(op).op, Op::Transfer { .. }))
-            .collect();
         for op in users {
             for operand in &mut graph.op_mut(op).operands {
                 if *operand == v {

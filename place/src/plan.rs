@@ -122,6 +122,16 @@ pub fn solve(
     objective: Objective,
     explain: bool,
 ) -> Result<Plan, ProblemError> {
+    Ok(solve_with_solution(inst, strategy_name, objective, explain)?.0)
+}
+
+/// [`solve`], also returning the solution behind the plan (device indices and the order).
+pub fn solve_with_solution(
+    inst: &Instance,
+    strategy_name: &str,
+    objective: Objective,
+    explain: bool,
+) -> Result<(Plan, Solution), ProblemError> {
     let bound = lower_bound(inst, objective)?;
     let (sol, chosen, attempts) = strategy::run(strategy_name, inst, &SolveOptions { objective })?;
     let mut plan = plan_of(
@@ -134,7 +144,7 @@ pub fn solve(
         explain,
     )?;
     plan.attempts = records(attempts);
-    Ok(plan)
+    Ok((plan, sol))
 }
 
 /// The plan's records of what `auto` tried.

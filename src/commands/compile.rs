@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
 use tessera_passes::Pipeline;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order, write_devices};
-use tessera_place::plan::{plan_of, records};
+use tessera_place::plan::{plan_of, records, solve_with_solution};
 use tessera_place::strategy::{SolveOptions, auto_ranked};
 use tessera_place::{Instance, Objective, Plan, lower_bound};
 use tessera_targets::{
@@ -195,19 +195,7 @@ pub fn compile(
         ));
         (plan, done)
     } else {
-        let (sol, chosen, attempts) =
-            tessera_place::strategy::run(settings.strategy, &inst, &opts)?;
-        let bound = lower_bound(&inst, settings.objective)?;
-        let mut plan = plan_of(
-            &inst,
-            &sol,
-            settings.objective,
-            settings.strategy,
-            &chosen,
-            bound,
-            true,
-        )?;
-        plan.attempts = records(attempts);
+        let (plan, sol) = solve_with_solution(&inst, settings.strategy, settings.objective, true)?;
         (plan, realize(&sol.assign)?)
     };
     let placement = format!(

@@ -421,6 +421,21 @@ pub fn simulate(
     })
 }
 
+/// The bytes of one device's piece of the tensor a collective moves: an `all-gather`'s result,
+/// any other collective's operand (0 for an op with neither).
+pub fn collective_piece_bytes(graph: &Graph, op: OpId) -> Result<f64, SimError> {
+    let data = graph.op(op);
+    let v = if matches!(data.op, Op::AllGather { .. }) {
+        data.results.first()
+    } else {
+        data.operands.first()
+    };
+    Ok(match v {
+        Some(&v) => value_bytes(graph, v)? as f64 / pieces(graph, v) as f64,
+        None => 0.0,
+    })
+}
+
 fn value_bytes(graph: &Graph, v: ValueId) -> Result<u64, SimError> {
     let ty = graph.ty(v);
     ty.size_bytes().ok_or_else(|| {
@@ -611,15 +626,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 });
             };
             if let Some(axes) = data.op.collective_axes() {
-                let v = if matches!(data.op, Op::AllGather { .. }) {
-                    data.results.first()
-                } else {
-                    data.operands.first()
-                };
-                let bytes = match v {
-                    Some(&v) => value_bytes(graph, v)? as f64 / pieces(graph, v) as f64,
-                    None => 0.0,
-                };
+                let bytes = collective_piece_bytes(graph, op)?;
                 let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
                 runs.extend(devs.iter().map(|&dev| (dev, seconds)));
                 // Each ring step sends a 1/p chunk over every hop: 2(p - 1) steps for an

@@ -11,7 +11,7 @@
 //! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
 //!   on the best few plans of the other strategies.
 
-use crate::eval::{Objective, evaluate, memory_use, problem_order, violation};
+use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
 
 pub mod baseline;
@@ -324,13 +324,4 @@ pub fn units(inst: &Instance) -> Vec<Vec<usize>> {
         }
     }
     out
-}
-
-/// The memory an assignment would need on each device (its ops and received tensors); used
-/// by solvers to keep plans within capacity.
-pub fn fits(inst: &Instance, assign: &[usize]) -> bool {
-    memory_use(inst, assign)
-        .iter()
-        .zip(&inst.capacity)
-        .all(|(m, c)| m <= c)
 }
