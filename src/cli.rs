@@ -250,6 +250,11 @@ struct CompileArgs {
     /// Write the placement problem (JSON, see the README) to FILE before solving it.
     #[arg(long, value_name = "FILE.json")]
     emit_placement_problem: Option<PathBuf>,
+    /// Further outputs in DIR (needs -o): `lowered` (each module after its device's MLIR
+    /// pipeline), `llvm` (LLVM IR, CPU devices), `object` (object files, CPU devices), `ptx`
+    /// (NVIDIA GPU devices), `mpi` (one executable for `mpirun`); comma-separated.
+    #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
+    emit: Vec<crate::commands::emit::Emit>,
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
@@ -334,6 +339,16 @@ struct RunArgs {
     /// printing a summary.
     #[arg(short, long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    /// Compile for this target and run the compiled program (per-device MLIR, JIT-compiled on
+    /// this CPU) instead of interpreting the graph.
+    #[arg(short, long, value_name = "TARGET")]
+    target: Option<String>,
+    /// A directory holding `<name>.toml` target files; repeatable.
+    #[arg(long = "target-path", value_name = "DIR")]
+    target_path: Vec<PathBuf>,
+    /// Run the compiled program N times and print the median time on standard error.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: usize,
     #[command(flatten)]
     shapes: ShapeArgs,
 }
@@ -410,6 +425,7 @@ pub fn main_named(name: &str) -> ExitCode {
                 strategy: &a.strategy,
                 objective: a.objective,
                 emit_problem: a.emit_placement_problem.as_deref(),
+                emits: &a.emit,
             })
         }
         Command::Place(a) => crate::commands::place::run(
@@ -429,6 +445,11 @@ pub fn main_named(name: &str) -> ExitCode {
             &a.inputs,
             a.output_dir.as_deref(),
             &a.shapes.input_shapes,
+            &crate::commands::run::Execution {
+                target: a.target.as_deref(),
+                target_path: &a.target_path,
+                repeat: a.repeat,
+            },
         ),
         Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {
             input: a.file.as_deref(),

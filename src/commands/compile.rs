@@ -50,6 +50,8 @@ pub struct CompileRequest<'a> {
     pub objective: Objective,
     /// Write the placement problem here (JSON) before solving it.
     pub emit_problem: Option<&'a Path>,
+    /// Further outputs (with `output`).
+    pub emits: &'a [super::emit::Emit],
 }
 
 /// A compiled model: the placed graph and its simulation.
@@ -96,8 +98,19 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     )
     .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
     let summary = summary(req.model, &*target, &compiled);
+    if req.output.is_none() && !req.emits.is_empty() {
+        bail!("--emit writes files into the output directory: give -o DIR");
+    }
     if let Some(dir) = req.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        super::emit::write(
+            dir,
+            &compiled.graph,
+            target.spec(),
+            req.model,
+            req.emits,
+            req.flags,
+        )?;
         let placed = dir.join("placed.tir");
         text::save(&compiled.graph, &placed)
             .with_context(|| format!("cannot write {}", placed.display()))?;

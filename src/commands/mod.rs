@@ -2,6 +2,7 @@
 //! ONNX), `--input-shape`, and writing to standard output.
 
 pub mod compile;
+pub mod emit;
 pub mod fmt;
 pub mod import;
 pub mod opt;

@@ -1,5 +1,7 @@
 //! `tessera run FILE.tir --input NAME=FILE.npy ... [--output-dir DIR]`: run a graph on `.npy`
-//! inputs with the reference interpreter.
+//! inputs with the reference interpreter; `tessera run DIR` runs what `tessera compile -o DIR`
+//! wrote, and `tessera run MODEL --target T` compiles for `T` first: both JIT-compile the
+//! per-device MLIR modules on this CPU and run their steps in the manifest's order.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,13 +22,33 @@ pub struct Binding {
     pub file: PathBuf,
 }
 
+/// How `tessera run` executes.
+pub struct Execution<'a> {
+    /// Compile for this target and run the compiled program (JIT) instead of interpreting.
+    pub target: Option<&'a str>,
+    /// `--target-path` directories.
+    pub target_path: &'a [PathBuf],
+    /// Run this many times and report the median time.
+    pub repeat: usize,
+}
+
 /// Runs `tessera run`.
 pub fn run(
     path: &Path,
     bindings: &[Binding],
     output_dir: Option<&Path>,
     shapes: &[InputShape],
+    exec: &Execution<'_>,
 ) -> Result<()> {
+    if path.is_dir() {
+        if exec.target.is_some() {
+            bail!(
+                "{}: a compiled directory was compiled for its own target; drop --target",
+                path.display()
+            );
+        }
+        return run_compiled(path, bindings, output_dir, exec);
+    }
     let (graph, inputs) = if tessera_onnx::is_onnx_path(path) {
         prepare_onnx(path, bindings, shapes)?
     } else {
@@ -39,6 +61,9 @@ pub fn run(
         // Fail before running, not after, when the outputs cannot be written.
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    }
+    if let Some(target) = exec.target {
+        return run_model_jit(path, graph, &inputs, target, output_dir, exec);
     }
 
     let outputs = interp::run(&graph, &inputs).map_err(|e| {
@@ -75,17 +100,119 @@ pub fn run(
         .enumerate()
         .map(|(i, &v)| output_label(&graph, v, i))
         .collect();
+    show_outputs(output_dir, &labels, &outputs)
+}
+
+fn show_outputs(output_dir: Option<&Path>, labels: &[String], outputs: &[Tensor]) -> Result<()> {
     match output_dir {
-        Some(dir) => write_outputs(dir, &labels, &outputs),
+        Some(dir) => write_outputs(dir, labels, outputs),
         None => {
             let mut text = String::new();
-            for (label, t) in labels.iter().zip(&outputs) {
+            for (label, t) in labels.iter().zip(outputs) {
                 let _ = writeln!(text, "%{label}: {}", t.ty());
                 text.push_str(&summary::summarize(t));
             }
             super::print_stdout(&text)
         }
     }
+}
+
+/// Runs a JIT runner `exec.repeat` times; prints the timing on stderr.
+fn time_runs(
+    runner: &tessera_mlir::Runner,
+    inputs: &[Tensor],
+    exec: &Execution<'_>,
+) -> Result<Vec<Tensor>> {
+    let mut times = Vec::new();
+    let mut outputs = Vec::new();
+    for _ in 0..exec.repeat.max(1) {
+        let t = std::time::Instant::now();
+        outputs = runner.run(inputs)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "run: JIT compile {:.1} ms; median {:.3} ms over {} run{}",
+        runner.compile_time.as_secs_f64() * 1e3,
+        times[times.len() / 2],
+        times.len(),
+        if times.len() == 1 { "" } else { "s" }
+    );
+    Ok(outputs)
+}
+
+/// `tessera run DIR`: the compiled program in DIR, JIT-compiled on this CPU.
+fn run_compiled(
+    dir: &Path,
+    bindings: &[Binding],
+    output_dir: Option<&Path>,
+    exec: &Execution<'_>,
+) -> Result<()> {
+    let mlir = tessera_mlir::Mlir::new();
+    let runner = tessera_mlir::Runner::load(&mlir, dir, 2)
+        .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
+    let m = runner.manifest();
+    // The inputs, matched by name against the manifest.
+    let mut stub = Graph::new(m.graph.clone());
+    for i in &m.inputs {
+        stub.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
+    }
+    let files = match_inputs(&stub, bindings)?;
+    let inputs = read_inputs(&stub, &files)?;
+    if let Some(d) = output_dir {
+        std::fs::create_dir_all(d)
+            .with_context(|| format!("cannot create output directory {}", d.display()))?;
+    }
+    let outputs =
+        time_runs(&runner, &inputs, exec).with_context(|| format!("{}: running", dir.display()))?;
+    let labels: Vec<String> = m.outputs.iter().map(|o| o.name.clone()).collect();
+    show_outputs(output_dir, &labels, &outputs)
+}
+
+/// `tessera run MODEL --target T`: compile (default pipeline, placement) and run the
+/// lowered program with the JIT.
+fn run_model_jit(
+    path: &Path,
+    graph: Graph,
+    inputs: &[Tensor],
+    target: &str,
+    output_dir: Option<&Path>,
+    exec: &Execution<'_>,
+) -> Result<()> {
+    let target = tessera_targets::resolve(target, &super::targets::search_path(exec.target_path))
+        .context("--target")?;
+    tessera_targets::set_default_target(Some(target.clone()));
+    let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
+    let flags = crate::instrument::PassFlags::default();
+    let graph = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
+    let compiled = super::compile::compile(
+        graph,
+        &*target,
+        None,
+        8,
+        &super::compile::PlaceSettings::default(),
+    )
+    .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;
+    let program = super::emit::lower_graph(&compiled.graph, target.spec(), path)?;
+    let mlir = tessera_mlir::Mlir::new();
+    let runner = tessera_mlir::Runner::new(
+        &mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        program
+            .weight_tensors(&compiled.graph)
+            .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
+        2,
+    )?;
+    let outputs =
+        time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
+    let labels: Vec<String> = program
+        .manifest
+        .outputs
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    show_outputs(output_dir, &labels, &outputs)
 }
 
 /// Reads one `.npy` file per graph input, checked against the input's type, and checks

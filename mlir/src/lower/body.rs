@@ -1,0 +1,381 @@
+//! The text builder every op lowering writes through: SSA names, MLIR types, scalar
+//! constants and the `linalg.generic` shapes tessera uses (elementwise with numpy
+//! broadcasting, reductions, and "index" generics whose body computes each output element
+//! from its coordinates, reading operands with `tensor.extract`).
+//!
+//! Names are `%v<N>` from one counter per function, so a nested region never shadows a
+//! name of its parent. Float constants print as their bit pattern in hex (`0x3F800000 : f32`),
+//! which MLIR reads back exactly.
+
+use std::fmt::Write as _;
+
+use tessera_ir::{ElemType, TensorType};
+
+/// A lowering error: what is unsupported or inconsistent, about the op being lowered.
+#[derive(Debug)]
+pub struct LowerError(pub String);
+
+/// Shorthand for lowering results.
+pub type LResult<T> = Result<T, LowerError>;
+
+/// Builds an error.
+pub fn err<T>(msg: impl Into<String>) -> LResult<T> {
+    Err(LowerError(msg.into()))
+}
+
+/// An SSA tensor value and its type.
+#[derive(Clone, Debug)]
+pub struct Val {
+    /// The SSA name (`%v3`, `%arg0`).
+    pub name: String,
+    /// Its tensor type (static shape).
+    pub ty: TensorType,
+}
+
+/// The MLIR element type of an IR element type (`bool` is `i1`; `u8` is the signless `i8`,
+/// its unsignedness lives in the ops chosen for it).
+pub fn elem(e: ElemType) -> &'static str {
+    match e {
+        ElemType::F16 => "f16",
+        ElemType::BF16 => "bf16",
+        ElemType::F32 => "f32",
+        ElemType::F64 => "f64",
+        ElemType::I8 | ElemType::U8 => "i8",
+        ElemType::I16 => "i16",
+        ElemType::I32 => "i32",
+        ElemType::I64 => "i64",
+        ElemType::Bool => "i1",
+    }
+}
+
+/// The static extents of a type; an error names a symbolic one.
+pub fn dims(t: &TensorType) -> LResult<Vec<u64>> {
+    t.static_dims().ok_or_else(|| {
+        LowerError(format!(
+            "type {t} has a symbolic extent; lowering needs static shapes (give --input-shape)"
+        ))
+    })
+}
+
+/// `tensor<2x3xf32>` (rank 0: `tensor<f32>`).
+pub fn tensor_ty(t: &TensorType) -> LResult<String> {
+    Ok(shaped("tensor", &dims(t)?, t.elem))
+}
+
+/// `<kind><2x3xf32>` for tensor or memref.
+pub fn shaped(kind: &str, d: &[u64], e: ElemType) -> String {
+    let mut s = format!("{kind}<");
+    for x in d {
+        let _ = write!(s, "{x}x");
+    }
+    s.push_str(elem(e));
+    s.push('>');
+    s
+}
+
+/// `affine_map<(d0, d1) -> (exprs)>` over `rank` dimensions.
+pub fn affine_map(rank: usize, exprs: &[String]) -> String {
+    let ds: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+    format!("affine_map<({}) -> ({})>", ds.join(", "), exprs.join(", "))
+}
+
+/// The identity map of a rank.
+pub fn identity_map(rank: usize) -> String {
+    let e: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+    affine_map(rank, &e)
+}
+
+/// The map reading an operand of shape `from` broadcast (numpy rules) to a result of shape
+/// `to`: trailing axes align; an operand extent of 1 against a larger one reads index 0.
+pub fn broadcast_map(from: &[u64], to: &[u64]) -> String {
+    let off = to.len() - from.len();
+    let e: Vec<String> = from
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            if d == 1 && to[off + k] != 1 {
+                "0".to_string()
+            } else {
+                format!("d{}", off + k)
+            }
+        })
+        .collect();
+    affine_map(to.len(), &e)
+}
+
+/// One operand of a `linalg.generic`: value, indexing map.
+pub struct In<'a> {
+    /// The tensor.
+    pub val: &'a Val,
+    /// Its indexing map.
+    pub map: String,
+}
+
+/// The function body being written.
+#[derive(Default)]
+pub struct Body {
+    lines: Vec<String>,
+    next: usize,
+    indent: usize,
+}
+
+impl Body {
+    /// A fresh SSA name.
+    pub fn fresh(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        format!("%v{n}")
+    }
+
+    /// Appends a line at the current nesting.
+    pub fn line(&mut self, s: impl AsRef<str>) {
+        let pad = "  ".repeat(self.indent + 1);
+        self.lines.push(format!("{pad}{}", s.as_ref()));
+    }
+
+    /// Appends `%vN = rhs` and returns `%vN`.
+    pub fn assign(&mut self, rhs: impl AsRef<str>) -> String {
+        let v = self.fresh();
+        self.line(format!("{v} = {}", rhs.as_ref()));
+        v
+    }
+
+    /// The written lines.
+    pub fn into_lines(self) -> Vec<String> {
+        self.lines
+    }
+
+    /// A scalar constant of element type `e` with value `x` (floats exactly, by bit
+    /// pattern; integers wrap to the type; bool is `x != 0`).
+    pub fn scalar(&mut self, e: ElemType, x: f64) -> String {
+        let lit = scalar_literal(e, x);
+        self.assign(format!("arith.constant {lit} : {}", elem(e)))
+    }
+
+    /// An `index` constant.
+    pub fn index(&mut self, x: i64) -> String {
+        self.assign(format!("arith.constant {x} : index"))
+    }
+
+    /// An integer constant of a given MLIR integer type (`i64`, `i32`, ...).
+    pub fn int(&mut self, ty: &str, x: i64) -> String {
+        self.assign(format!("arith.constant {x} : {ty}"))
+    }
+
+    /// `tensor.empty() : T`.
+    pub fn empty(&mut self, t: &TensorType) -> LResult<String> {
+        let ty = tensor_ty(t)?;
+        Ok(self.assign(format!("tensor.empty() : {ty}")))
+    }
+
+    /// A tensor of type `t` filled with `x`.
+    pub fn filled(&mut self, t: &TensorType, x: f64) -> LResult<String> {
+        let e = self.empty(t)?;
+        let c = self.scalar(t.elem, x);
+        let ty = tensor_ty(t)?;
+        Ok(self.assign(format!(
+            "linalg.fill ins({c} : {}) outs({e} : {ty}) -> {ty}",
+            elem(t.elem)
+        )))
+    }
+
+    /// A `linalg.generic`: `ins` with their maps, results of types `outs` with maps
+    /// `out_maps` and initial values `inits` (`None`: `tensor.empty`), `iterators` (`parallel`
+    /// or `reduction` per loop). `body` gets the block arguments (one scalar per input, then
+    /// one per output) and returns the scalars to yield. Returns the result names.
+    pub fn generic(
+        &mut self,
+        ins: &[In<'_>],
+        outs: &[(TensorType, String, Option<String>)],
+        iterators: &[&str],
+        body: impl FnOnce(&mut Body, &[String]) -> LResult<Vec<String>>,
+    ) -> LResult<Vec<String>> {
+        let mut maps: Vec<String> = ins.iter().map(|i| i.map.clone()).collect();
+        let mut inits = Vec::new();
+        for (t, map, init) in outs {
+            maps.push(map.clone());
+            inits.push(match init {
+                Some(v) => v.clone(),
+                None => self.empty(t)?,
+            });
+        }
+        let res = self.fresh();
+        let its: Vec<String> = iterators.iter().map(|i| format!("\"{i}\"")).collect();
+        let in_names: Vec<&str> = ins.iter().map(|i| i.val.name.as_str()).collect();
+        let in_tys: Vec<String> = ins
+            .iter()
+            .map(|i| tensor_ty(&i.val.ty))
+            .collect::<LResult<_>>()?;
+        let out_tys: Vec<String> = outs
+            .iter()
+            .map(|(t, _, _)| tensor_ty(t))
+            .collect::<LResult<_>>()?;
+        let mut head = String::new();
+        if outs.len() > 1 {
+            let _ = write!(head, "{res}:{} = ", outs.len());
+        } else {
+            let _ = write!(head, "{res} = ");
+        }
+        let _ = write!(
+            head,
+            "linalg.generic {{indexing_maps = [{}], iterator_types = [{}]}}",
+            maps.join(", "),
+            its.join(", ")
+        );
+        if !ins.is_empty() {
+            let _ = write!(
+                head,
+                " ins({} : {})",
+                in_names.join(", "),
+                in_tys.join(", ")
+            );
+        }
+        let _ = write!(
+            head,
+            " outs({} : {}) {{",
+            inits.join(", "),
+            out_tys.join(", ")
+        );
+        self.line(head);
+        let mut args = Vec::new();
+        let mut decl = Vec::new();
+        for i in ins {
+            let a = self.fresh();
+            decl.push(format!("{a}: {}", elem(i.val.ty.elem)));
+            args.push(a);
+        }
+        for (t, _, _) in outs {
+            let a = self.fresh();
+            decl.push(format!("{a}: {}", elem(t.elem)));
+            args.push(a);
+        }
+        self.line(format!("^bb0({}):", decl.join(", ")));
+        self.indent += 1;
+        let ys = body(self, &args)?;
+        let ytys: Vec<&str> = outs.iter().map(|(t, _, _)| elem(t.elem)).collect();
+        self.line(format!(
+            "linalg.yield {} : {}",
+            ys.join(", "),
+            ytys.join(", ")
+        ));
+        self.indent -= 1;
+        if outs.len() > 1 {
+            self.line(format!("}} -> ({})", out_tys.join(", ")));
+            Ok((0..outs.len()).map(|k| format!("{res}#{k}")).collect())
+        } else {
+            self.line(format!("}} -> {}", out_tys[0]));
+            Ok(vec![res])
+        }
+    }
+
+    /// An elementwise generic over `ins` broadcast to the result type `out`; `f` maps the
+    /// operands' scalars to the result scalar.
+    pub fn elementwise(
+        &mut self,
+        ins: &[&Val],
+        out: &TensorType,
+        f: impl FnOnce(&mut Body, &[String]) -> LResult<String>,
+    ) -> LResult<String> {
+        let od = dims(out)?;
+        let mut specs = Vec::new();
+        for v in ins {
+            let d = dims(&v.ty)?;
+            specs.push(In {
+                val: v,
+                map: broadcast_map(&d, &od),
+            });
+        }
+        let its = vec!["parallel"; od.len()];
+        let r = self.generic(
+            &specs,
+            &[(out.clone(), identity_map(od.len()), None)],
+            &its,
+            |b, args| Ok(vec![f(b, &args[..ins.len()])?]),
+        )?;
+        Ok(r.into_iter().next().unwrap_or_default())
+    }
+
+    /// An "index" generic: a result of type `out` whose element at coordinates `idx`
+    /// (`index` values, from `linalg.index`) is `f(idx)`; `f` may read any tensor with
+    /// [`Body::extract`].
+    pub fn index_generic(
+        &mut self,
+        out: &TensorType,
+        f: impl FnOnce(&mut Body, &[String]) -> LResult<String>,
+    ) -> LResult<String> {
+        let od = dims(out)?;
+        let its = vec!["parallel"; od.len()];
+        let r = self.generic(
+            &[],
+            &[(out.clone(), identity_map(od.len()), None)],
+            &its,
+            |b, _| {
+                let idx: Vec<String> = (0..od.len())
+                    .map(|k| b.assign(format!("linalg.index {k} : index")))
+                    .collect();
+                Ok(vec![f(b, &idx)?])
+            },
+        )?;
+        Ok(r.into_iter().next().unwrap_or_default())
+    }
+
+    /// `tensor.extract %t[idx...]`.
+    pub fn extract(&mut self, t: &Val, idx: &[String]) -> LResult<String> {
+        let ty = tensor_ty(&t.ty)?;
+        Ok(self.assign(format!(
+            "tensor.extract {}[{}] : {ty}",
+            t.name,
+            idx.join(", ")
+        )))
+    }
+
+    /// An `index` from an integer scalar of element type `e` (sign- or zero-extended).
+    pub fn index_of(&mut self, v: &str, e: ElemType) -> String {
+        let op = if matches!(e, ElemType::U8 | ElemType::Bool) {
+            "arith.index_castui"
+        } else {
+            "arith.index_cast"
+        };
+        self.assign(format!("{op} {v} : {} to index", elem(e)))
+    }
+
+    /// `a + b` on indices (`b` a constant).
+    pub fn add_index(&mut self, a: &str, b: i64) -> String {
+        if b == 0 {
+            return a.to_string();
+        }
+        let c = self.index(b);
+        self.assign(format!("arith.addi {a}, {c} : index"))
+    }
+
+    /// `a * b` on indices (`b` a constant).
+    pub fn mul_index(&mut self, a: &str, b: i64) -> String {
+        if b == 1 {
+            return a.to_string();
+        }
+        let c = self.index(b);
+        self.assign(format!("arith.muli {a}, {c} : index"))
+    }
+}
+
+/// The literal of a scalar constant of element type `e` (without the type).
+pub fn scalar_literal(e: ElemType, x: f64) -> String {
+    match e {
+        ElemType::F32 => format!("0x{:08X}", (x as f32).to_bits()),
+        ElemType::F64 => format!("0x{:016X}", x.to_bits()),
+        ElemType::F16 => format!("0x{:04X}", half::f16::from_f64(x).to_bits()),
+        ElemType::BF16 => format!("0x{:04X}", half::bf16::from_f64(x).to_bits()),
+        ElemType::Bool => (if x != 0.0 { "true" } else { "false" }).to_string(),
+        ElemType::U8 => format!("{}", (x as i64 as u8) as i8),
+        ElemType::I8 => format!("{}", x as i64 as i8),
+        ElemType::I16 => format!("{}", x as i64 as i16),
+        ElemType::I32 => format!("{}", x as i64 as i32),
+        ElemType::I64 => {
+            if x >= i64::MAX as f64 {
+                format!("{}", i64::MAX)
+            } else {
+                format!("{}", x as i64)
+            }
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! Elementwise ops: unary and binary functions (numpy broadcasting through the generic's
+//! maps), `select`, `cast` and `clip`, with the interpreter's semantics: integer division
+//! truncates, `mod` takes the divisor's sign, `max`/`min` propagate NaN, float-to-integer
+//! casts truncate and saturate (NaN gives 0), and 16-bit floats compute transcendental
+//! functions in f32.
+
+use tessera_ir::{BinaryOp, ElemType, UnaryOp};
+
+use super::body::{Body, LResult, elem, err};
+
+fn is_unsigned(e: ElemType) -> bool {
+    matches!(e, ElemType::U8 | ElemType::Bool)
+}
+
+/// `x != x`, for floats.
+fn is_nan(b: &mut Body, e: ElemType, x: &str) -> String {
+    b.assign(format!("arith.cmpf uno, {x}, {x} : {}", elem(e)))
+}
+
+fn select(b: &mut Body, c: &str, x: &str, y: &str, e: ElemType) -> String {
+    b.assign(format!("arith.select {c}, {x}, {y} : {}", elem(e)))
+}
+
+/// Binary arithmetic by name on floats (`addf`) or integers (`addi`).
+fn arith(b: &mut Body, e: ElemType, float: &str, int: &str, x: &str, y: &str) -> String {
+    let op = if e.is_float() { float } else { int };
+    b.assign(format!("arith.{op} {x}, {y} : {}", elem(e)))
+}
+
+fn cmp(b: &mut Body, e: ElemType, pred: &str, x: &str, y: &str) -> String {
+    if e.is_float() {
+        // Ordered comparisons: false when either side is NaN, as in the interpreter.
+        let p = match pred {
+            "eq" => "oeq",
+            "lt" => "olt",
+            "le" => "ole",
+            "gt" => "ogt",
+            "ge" => "oge",
+            _ => "one",
+        };
+        b.assign(format!("arith.cmpf {p}, {x}, {y} : {}", elem(e)))
+    } else {
+        let p = match (pred, is_unsigned(e)) {
+            ("eq", _) => "eq",
+            ("lt", false) => "slt",
+            ("le", false) => "sle",
+            ("gt", false) => "sgt",
+            ("ge", false) => "sge",
+            ("lt", true) => "ult",
+            ("le", true) => "ule",
+            ("gt", true) => "ugt",
+            ("ge", true) => "uge",
+            _ => "ne",
+        };
+        b.assign(format!("arith.cmpi {p}, {x}, {y} : {}", elem(e)))
+    }
+}
+
+/// Runs `f` in f32 for 16-bit floats (extend, compute, truncate), directly otherwise.
+fn in_f32(
+    b: &mut Body,
+    e: ElemType,
+    x: &str,
+    f: impl FnOnce(&mut Body, ElemType, &str) -> LResult<String>,
+) -> LResult<String> {
+    if matches!(e, ElemType::F16 | ElemType::BF16) {
+        let w = b.assign(format!("arith.extf {x} : {} to f32", elem(e)));
+        let r = f(b, ElemType::F32, &w)?;
+        Ok(b.assign(format!("arith.truncf {r} : f32 to {}", elem(e))))
+    } else {
+        f(b, e, x)
+    }
+}
+
+fn math(b: &mut Body, e: ElemType, f: &str, x: &str) -> String {
+    b.assign(format!("math.{f} {x} : {}", elem(e)))
+}
+
+/// The scalar result of a unary op on `x` of element type `e`.
+pub fn unary(b: &mut Body, op: &UnaryOp, e: ElemType, x: &str) -> LResult<String> {
+    use UnaryOp as U;
+    let ty = elem(e);
+    match op {
+        U::Not => {
+            let t = b.int("i1", 1);
+            return Ok(b.assign(format!("arith.xori {x}, {t} : i1")));
+        }
+        U::IsNan => {
+            return Ok(if e.is_float() {
+                is_nan(b, e, x)
+            } else {
+                b.int("i1", 0)
+            });
+        }
+        U::Abs if !e.is_float() => {
+            if is_unsigned(e) {
+                return Ok(x.to_string());
+            }
+            return Ok(b.assign(format!("math.absi {x} : {ty}")));
+        }
+        U::Neg if !e.is_float() => {
+            let z = b.scalar(e, 0.0);
+            return Ok(b.assign(format!("arith.subi {z}, {x} : {ty}")));
+        }
+        U::Sign if !e.is_float() => {
+            let z = b.scalar(e, 0.0);
+            let one = b.scalar(e, 1.0);
+            let gt = cmp(b, e, "gt", x, &z);
+            let pos = select(b, &gt, &one, &z, e);
+            if is_unsigned(e) {
+                return Ok(pos);
+            }
+            let m = b.scalar(e, -1.0);
+            let lt = cmp(b, e, "lt", x, &z);
+            return Ok(select(b, &lt, &m, &pos, e));
+        }
+        U::Relu if !e.is_float() => {
+            let z = b.scalar(e, 0.0);
+            let lt = cmp(b, e, "lt", x, &z);
+            return Ok(select(b, &lt, &z, x, e));
+        }
+        _ if !e.is_float() => {
+            return err(format!("{} needs a float operand, not {ty}", op_name(op)));
+        }
+        _ => {}
+    }
+    match op {
+        U::Abs => return Ok(math(b, e, "absf", x)),
+        U::Neg => return Ok(b.assign(format!("arith.negf {x} : {ty}"))),
+        U::Relu => {
+            let z = b.scalar(e, 0.0);
+            let lt = cmp(b, e, "lt", x, &z);
+            return Ok(select(b, &lt, &z, x, e));
+        }
+        U::Sign => {
+            let z = b.scalar(e, 0.0);
+            let one = b.scalar(e, 1.0);
+            let m = b.scalar(e, -1.0);
+            let gt = cmp(b, e, "gt", x, &z);
+            let lt = cmp(b, e, "lt", x, &z);
+            // zero (and NaN) times 0 keeps the interpreter's `x * 0`.
+            let keep = b.assign(format!("arith.mulf {x}, {z} : {ty}"));
+            let r = select(b, &lt, &m, &keep, e);
+            return Ok(select(b, &gt, &one, &r, e));
+        }
+        _ => {}
+    }
+    in_f32(b, e, x, |b, e, x| {
+        let ty = elem(e);
+        let c = |b: &mut Body, v: f64| b.scalar(e, v);
+        Ok(match op {
+            U::Exp => math(b, e, "exp", x),
+            U::Log => math(b, e, "log", x),
+            U::Sqrt => math(b, e, "sqrt", x),
+            U::Reciprocal => {
+                let one = c(b, 1.0);
+                b.assign(format!("arith.divf {one}, {x} : {ty}"))
+            }
+            U::Sin => math(b, e, "sin", x),
+            U::Cos => math(b, e, "cos", x),
+            U::Tan => math(b, e, "tan", x),
+            U::Asin => math(b, e, "asin", x),
+            U::Acos => math(b, e, "acos", x),
+            U::Atan => math(b, e, "atan", x),
+            U::Tanh => math(b, e, "tanh", x),
+            U::Erf => math(b, e, "erf", x),
+            U::Ceil => math(b, e, "ceil", x),
+            U::Floor => math(b, e, "floor", x),
+            U::Round => math(b, e, "roundeven", x),
+            U::Sigmoid => {
+                // 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) otherwise (no overflow).
+                let one = c(b, 1.0);
+                let z = c(b, 0.0);
+                let n = b.assign(format!("arith.negf {x} : {ty}"));
+                let en = math(b, e, "exp", &n);
+                let d1 = b.assign(format!("arith.addf {one}, {en} : {ty}"));
+                let p = b.assign(format!("arith.divf {one}, {d1} : {ty}"));
+                let ex = math(b, e, "exp", x);
+                let d2 = b.assign(format!("arith.addf {one}, {ex} : {ty}"));
+                let q = b.assign(format!("arith.divf {ex}, {d2} : {ty}"));
+                let ge = cmp(b, e, "ge", x, &z);
+                select(b, &ge, &p, &q, e)
+            }
+            U::Softplus => softplus(b, e, x),
+            U::Softsign => {
+                let one = c(b, 1.0);
+                let a = math(b, e, "absf", x);
+                let d = b.assign(format!("arith.addf {one}, {a} : {ty}"));
+                b.assign(format!("arith.divf {x}, {d} : {ty}"))
+            }
+            U::Mish => {
+                let sp = softplus(b, e, x);
+                let t = math(b, e, "tanh", &sp);
+                b.assign(format!("arith.mulf {x}, {t} : {ty}"))
+            }
+            U::HardSwish => {
+                let three = c(b, 3.0);
+                let six = c(b, 6.0);
+                let z = c(b, 0.0);
+                let r = b.assign(format!("arith.addf {x}, {three} : {ty}"));
+                let lt = cmp(b, e, "lt", &r, &z);
+                let r = select(b, &lt, &z, &r, e);
+                let gt = cmp(b, e, "gt", &r, &six);
+                let r = select(b, &gt, &six, &r, e);
+                let m = b.assign(format!("arith.mulf {x}, {r} : {ty}"));
+                b.assign(format!("arith.divf {m}, {six} : {ty}"))
+            }
+            U::Gelu { tanh: false } => {
+                let half = c(b, 0.5);
+                let one = c(b, 1.0);
+                let k = c(b, std::f64::consts::FRAC_1_SQRT_2);
+                let s = b.assign(format!("arith.mulf {x}, {k} : {ty}"));
+                let er = math(b, e, "erf", &s);
+                let p = b.assign(format!("arith.addf {one}, {er} : {ty}"));
+                let h = b.assign(format!("arith.mulf {half}, {x} : {ty}"));
+                b.assign(format!("arith.mulf {h}, {p} : {ty}"))
+            }
+            U::Gelu { tanh: true } => {
+                let half = c(b, 0.5);
+                let one = c(b, 1.0);
+                let k = c(b, (2.0 / std::f64::consts::PI).sqrt());
+                let c3 = c(b, 0.044715);
+                let x2 = b.assign(format!("arith.mulf {x}, {x} : {ty}"));
+                let x3 = b.assign(format!("arith.mulf {x2}, {x} : {ty}"));
+                let cx3 = b.assign(format!("arith.mulf {c3}, {x3} : {ty}"));
+                let inner = b.assign(format!("arith.addf {x}, {cx3} : {ty}"));
+                let ki = b.assign(format!("arith.mulf {k}, {inner} : {ty}"));
+                let t = math(b, e, "tanh", &ki);
+                let p = b.assign(format!("arith.addf {one}, {t} : {ty}"));
+                let h = b.assign(format!("arith.mulf {half}, {x} : {ty}"));
+                b.assign(format!("arith.mulf {h}, {p} : {ty}"))
+            }
+            U::Elu { alpha } | U::Selu { alpha, .. } => {
+                let a = c(b, *alpha);
+                let one = c(b, 1.0);
+                let z = c(b, 0.0);
+                let ex = math(b, e, "exp", x);
+                let em = b.assign(format!("arith.subf {ex}, {one} : {ty}"));
+                let neg = b.assign(format!("arith.mulf {a}, {em} : {ty}"));
+                let gt = cmp(b, e, "gt", x, &z);
+                let r = select(b, &gt, x, &neg, e);
+                if let U::Selu { gamma, .. } = op {
+                    let g = c(b, *gamma);
+                    b.assign(format!("arith.mulf {g}, {r} : {ty}"))
+                } else {
+                    r
+                }
+            }
+            U::LeakyRelu { alpha } => {
+                let a = c(b, *alpha);
+                let z = c(b, 0.0);
+                let neg = b.assign(format!("arith.mulf {a}, {x} : {ty}"));
+                let ge = cmp(b, e, "ge", x, &z);
+                select(b, &ge, x, &neg, e)
+            }
+            U::HardSigmoid { alpha, beta } => {
+                let a = c(b, *alpha);
+                let bt = c(b, *beta);
+                let z = c(b, 0.0);
+                let one = c(b, 1.0);
+                let m = b.assign(format!("arith.mulf {a}, {x} : {ty}"));
+                let r = b.assign(format!("arith.addf {m}, {bt} : {ty}"));
+                let lt = cmp(b, e, "lt", &r, &z);
+                let r = select(b, &lt, &z, &r, e);
+                let gt = cmp(b, e, "gt", &r, &one);
+                select(b, &gt, &one, &r, e)
+            }
+            other => return err(format!("no lowering for {}", op_name(other))),
+        })
+    })
+}
+
+/// `ln(1 + exp(x))` computed without overflow: `max(x, 0) + log1p(exp(-|x|))`.
+fn softplus(b: &mut Body, e: ElemType, x: &str) -> String {
+    let ty = elem(e);
+    let z = b.scalar(e, 0.0);
+    let a = math(b, e, "absf", x);
+    let na = b.assign(format!("arith.negf {a} : {ty}"));
+    let ex = math(b, e, "exp", &na);
+    let l = math(b, e, "log1p", &ex);
+    let m = b.assign(format!("arith.maximumf {x}, {z} : {ty}"));
+    b.assign(format!("arith.addf {m}, {l} : {ty}"))
+}
+
+fn op_name(op: &UnaryOp) -> String {
+    tessera_ir::Op::Unary(*op).name().to_string()
+}
+
+/// The scalar result of a binary op; `e` is the operands' element type.
+pub fn binary(b: &mut Body, op: &BinaryOp, e: ElemType, x: &str, y: &str) -> LResult<String> {
+    use BinaryOp as B;
+    let ty = elem(e);
+    let uns = is_unsigned(e);
+    Ok(match op {
+        B::Add => arith(b, e, "addf", "addi", x, y),
+        B::Sub => arith(b, e, "subf", "subi", x, y),
+        B::Mul => arith(b, e, "mulf", "muli", x, y),
+        B::Div => arith(b, e, "divf", if uns { "divui" } else { "divsi" }, x, y),
+        B::Fmod => arith(b, e, "remf", if uns { "remui" } else { "remsi" }, x, y),
+        B::Mod => {
+            if uns {
+                arith(b, e, "remf", "remui", x, y)
+            } else {
+                // r = x rem y; if r != 0 and sign(r) != sign(y): r + y.
+                let r = arith(b, e, "remf", "remsi", x, y);
+                let z = b.scalar(e, 0.0);
+                let rz = cmp(b, e, "ne", &r, &z);
+                let rn = cmp(b, e, "lt", &r, &z);
+                let yn = cmp(b, e, "lt", y, &z);
+                let differ = b.assign(format!("arith.xori {rn}, {yn} : i1"));
+                let fix = b.assign(format!("arith.andi {rz}, {differ} : i1"));
+                let ry = arith(b, e, "addf", "addi", &r, y);
+                let fixed = select(b, &fix, &ry, &r, e);
+                if e.is_float() {
+                    // A zero remainder takes the divisor's sign.
+                    let zs = b.assign(format!("math.copysign {z}, {y} : {ty}"));
+                    let iz = cmp(b, e, "eq", &r, &z);
+                    select(b, &iz, &zs, &fixed, e)
+                } else {
+                    fixed
+                }
+            }
+        }
+        B::Pow => {
+            if e.is_float() {
+                in_f32_2(b, e, x, y, |b, e, x, y| {
+                    Ok(b.assign(format!("math.powf {x}, {y} : {}", elem(e))))
+                })?
+            } else {
+                b.assign(format!("math.ipowi {x}, {y} : {ty}"))
+            }
+        }
+        B::Max | B::Min => {
+            let is_max = matches!(op, B::Max);
+            if e.is_float() {
+                b.assign(format!(
+                    "arith.{} {x}, {y} : {ty}",
+                    if is_max { "maximumf" } else { "minimumf" }
+                ))
+            } else {
+                let f = match (is_max, uns) {
+                    (true, false) => "maxsi",
+                    (true, true) => "maxui",
+                    (false, false) => "minsi",
+                    (false, true) => "minui",
+                };
+                b.assign(format!("arith.{f} {x}, {y} : {ty}"))
+            }
+        }
+        B::Prelu => {
+            let z = b.scalar(e, 0.0);
+            let ge = cmp(b, e, "ge", x, &z);
+            let m = arith(b, e, "mulf", "muli", y, x);
+            select(b, &ge, x, &m, e)
+        }
+        B::And => b.assign(format!("arith.andi {x}, {y} : i1")),
+        B::Or => b.assign(format!("arith.ori {x}, {y} : i1")),
+        B::Xor => b.assign(format!("arith.xori {x}, {y} : i1")),
+        B::Equal => cmp(b, e, "eq", x, y),
+        B::Less => cmp(b, e, "lt", x, y),
+        B::LessEqual => cmp(b, e, "le", x, y),
+        B::Greater => cmp(b, e, "gt", x, y),
+        B::GreaterEqual => cmp(b, e, "ge", x, y),
+    })
+}
+
+fn in_f32_2(
+    b: &mut Body,
+    e: ElemType,
+    x: &str,
+    y: &str,
+    f: impl FnOnce(&mut Body, ElemType, &str, &str) -> LResult<String>,
+) -> LResult<String> {
+    if matches!(e, ElemType::F16 | ElemType::BF16) {
+        let wx = b.assign(format!("arith.extf {x} : {} to f32", elem(e)));
+        let wy = b.assign(format!("arith.extf {y} : {} to f32", elem(e)));
+        let r = f(b, ElemType::F32, &wx, &wy)?;
+        Ok(b.assign(format!("arith.truncf {r} : f32 to {}", elem(e))))
+    } else {
+        f(b, e, x, y)
+    }
+}
+
+/// Converts a scalar between element types with the interpreter's rules.
+pub fn cast(b: &mut Body, from: ElemType, to: ElemType, x: &str) -> String {
+    if from == to {
+        return x.to_string();
+    }
+    let (f, t) = (elem(from), elem(to));
+    if to == ElemType::Bool {
+        let z = b.scalar(from, 0.0);
+        return if from.is_float() {
+            b.assign(format!("arith.cmpf une, {x}, {z} : {f}"))
+        } else {
+            b.assign(format!("arith.cmpi ne, {x}, {z} : {f}"))
+        };
+    }
+    match (from.is_float(), to.is_float()) {
+        (true, true) => {
+            let (wf, wt) = (float_width(from), float_width(to));
+            if wf == wt {
+                // f16 <-> bf16: through f32.
+                let w = b.assign(format!("arith.extf {x} : {f} to f32"));
+                b.assign(format!("arith.truncf {w} : f32 to {t}"))
+            } else if wf < wt {
+                b.assign(format!("arith.extf {x} : {f} to {t}"))
+            } else {
+                b.assign(format!("arith.truncf {x} : {f} to {t}"))
+            }
+        }
+        (false, true) => {
+            let op = if is_unsigned(from) {
+                "uitofp"
+            } else {
+                "sitofp"
+            };
+            b.assign(format!("arith.{op} {x} : {f} to {t}"))
+        }
+        (true, false) => {
+            // Truncate toward zero, saturating at the type's range; NaN gives 0.
+            let (lo, hi) = int_range(to);
+            let wide = if float_width(from) < 32 {
+                b.assign(format!("arith.extf {x} : {f} to f32"))
+            } else {
+                x.to_string()
+            };
+            let fe = if float_width(from) < 32 {
+                ElemType::F32
+            } else {
+                from
+            };
+            let fw = elem(fe);
+            let lo_c = b.scalar(fe, lo);
+            let hi_c = b.scalar(fe, hi);
+            let c1 = b.assign(format!("arith.maximumf {wide}, {lo_c} : {fw}"));
+            let c2 = b.assign(format!("arith.minimumf {c1}, {hi_c} : {fw}"));
+            let op = if is_unsigned(to) { "fptoui" } else { "fptosi" };
+            let v = b.assign(format!("arith.{op} {c2} : {fw} to {t}"));
+            // Saturation at the top: i64::MAX is not representable in f64, so clamp there.
+            let ge = b.assign(format!("arith.cmpf oge, {wide}, {hi_c} : {fw}"));
+            let top = b.scalar(to, hi);
+            let v = select(b, &ge, &top, &v, to);
+            let nan = is_nan(b, fe, &wide);
+            let z = b.scalar(to, 0.0);
+            select(b, &nan, &z, &v, to)
+        }
+        (false, false) => {
+            let (wf, wt) = (int_width(from), int_width(to));
+            if wf == wt {
+                x.to_string()
+            } else if wf > wt {
+                b.assign(format!("arith.trunci {x} : {f} to {t}"))
+            } else if is_unsigned(from) {
+                b.assign(format!("arith.extui {x} : {f} to {t}"))
+            } else {
+                b.assign(format!("arith.extsi {x} : {f} to {t}"))
+            }
+        }
+    }
+}
+
+fn float_width(e: ElemType) -> u32 {
+    match e {
+        ElemType::F16 | ElemType::BF16 => 16,
+        ElemType::F32 => 32,
+        _ => 64,
+    }
+}
+
+fn int_width(e: ElemType) -> u32 {
+    match e {
+        ElemType::Bool => 1,
+        ElemType::I8 | ElemType::U8 => 8,
+        ElemType::I16 => 16,
+        ElemType::I32 => 32,
+        _ => 64,
+    }
+}
+
+fn int_range(e: ElemType) -> (f64, f64) {
+    match e {
+        ElemType::U8 => (0.0, 255.0),
+        ElemType::I8 => (-128.0, 127.0),
+        ElemType::I16 => (-32768.0, 32767.0),
+        ElemType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        _ => (i64::MIN as f64, i64::MAX as f64),
+    }
+}
+
+/// Clamp with optional bounds.
+pub fn clip(b: &mut Body, e: ElemType, x: &str, min: Option<f64>, max: Option<f64>) -> String {
+    let mut v = x.to_string();
+    if let Some(lo) = min {
+        let c = b.scalar(e, lo);
+        let lt = cmp(b, e, "lt", &v, &c);
+        v = select(b, &lt, &c, &v, e);
+    }
+    if let Some(hi) = max {
+        let c = b.scalar(e, hi);
+        let gt = cmp(b, e, "gt", &v, &c);
+        v = select(b, &gt, &c, &v, e);
+    }
+    v
+}
+
+#[allow(dead_code)] // for the lowerings of arg-reduce and top-k
+/// Comparison helper for other lowerings (`eq`, `ne`, `lt`, `le`, `gt`, `ge`).
+pub fn compare(b: &mut Body, e: ElemType, pred: &str, x: &str, y: &str) -> String {
+    cmp(b, e, pred, x, y)
+}
+
+/// `select` helper for other lowerings.
+pub fn pick(b: &mut Body, c: &str, x: &str, y: &str, e: ElemType) -> String {
+    select(b, c, x, y, e)
+}

@@ -1,0 +1,704 @@
+//! The lowering of a placed graph to MLIR, one module per device.
+//!
+//! 1. **Steps.** The body is cut into *steps*: maximal runs of ops on one device that need
+//!    nothing another device computes later ([`partition`]). Steps are numbered in an order
+//!    that respects every dependency, so running them in that order (one device after the
+//!    other, in one process) or concurrently with blocking point-to-point messages (one MPI
+//!    rank per device, see [`crate::mpi`]) computes the graph.
+//! 2. **Functions.** Each step becomes `func.func @step<N>` in its device's module: tensors in
+//!    (the step's inputs: graph inputs, other steps' results, weights), tensors out. Every op
+//!    lowers to upstream dialects on tensors (linalg, tensor, arith, math); a `transfer`
+//!    op is the identity on the receiving side (the move itself is the manifest's business).
+//! 3. **Weights.** Constants of more than [`INLINE_LIMIT`] elements are not printed: they are
+//!    function arguments, and the manifest names the tensor in `weights.safetensors` that
+//!    feeds each one. Smaller constants are `arith.constant dense<"0x...">` (exact bits).
+//! 4. **Modules.** A device's module carries the target's description of that device as
+//!    DLTI (`dlti.target_system_spec`), and `tessera.target` / `tessera.device` attributes.
+
+mod body;
+mod elementwise;
+mod index;
+mod linalg;
+mod nn;
+mod reduce;
+mod resize;
+mod shape;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use tessera_ir::{ConstId, Graph, Op, OpId, TensorType, ValueDef, ValueId};
+use tessera_targets::TargetSpec;
+
+use body::{Body, LResult, Val, dims};
+pub use body::{LowerError, tensor_ty};
+
+use crate::manifest::{Arg, Manifest, ManifestDevice, ManifestStep, Output, StepResult, Transfer};
+
+/// Constants with at most this many elements are printed inline; larger ones are weights.
+pub const INLINE_LIMIT: u64 = 64;
+
+/// One step: ops of one device run together, as one function.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Its position in the execution order.
+    pub id: usize,
+    /// The device that runs it.
+    pub device: String,
+    /// Its ops, in body order (constants excluded: they are materialized where used).
+    pub ops: Vec<OpId>,
+    /// Values it needs from outside (graph inputs, other steps' results), in first-use order.
+    pub inputs: Vec<ValueId>,
+    /// Large constants it reads, as weight arguments (after `inputs`), in first-use order.
+    pub weights: Vec<ConstId>,
+    /// Values it computes that other steps or the graph's outputs need, in definition order.
+    pub outputs: Vec<ValueId>,
+}
+
+/// The lowered program: a module per device, the manifest, and the weights it names.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Device name to MLIR text, for every device with work, in target order.
+    pub modules: Vec<(String, String)>,
+    /// The dataflow between device programs.
+    pub manifest: Manifest,
+    /// The steps.
+    pub steps: Vec<Step>,
+    /// Weight name to constant, for every weight argument of any step.
+    pub weights: BTreeMap<String, ConstId>,
+}
+
+/// The device an op runs on: its placement, or `default` for an unplaced op.
+fn device_of(g: &Graph, op: OpId, default: &str) -> String {
+    g.op(op)
+        .device
+        .clone()
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn is_const(g: &Graph, v: ValueId) -> Option<ConstId> {
+    match g.value(v).def {
+        ValueDef::Result(op, _) => match g.op(op).op {
+            Op::Const(c) => Some(c),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn is_large(g: &Graph, c: ConstId) -> bool {
+    g.constant(c).ty.num_elements().unwrap_or(0) > INLINE_LIMIT
+}
+
+/// Cuts the body into steps (see the module doc). `default` is the device of unplaced ops.
+pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
+    let mut steps: Vec<Step> = Vec::new();
+    let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    let mut step_of: BTreeMap<ValueId, usize> = BTreeMap::new();
+    for &op in g.ops() {
+        let data = g.op(op);
+        if matches!(data.op, Op::Const(_)) {
+            continue;
+        }
+        let dev = device_of(g, op, default);
+        if dev.starts_with('@') {
+            return Err(LowerError(format!(
+                "op {} ({}) runs SPMD on mesh {dev}: lowering a sharded graph is not supported \
+                 (compile without the shard pass)",
+                op,
+                data.op.name()
+            )));
+        }
+        let need = data
+            .operands
+            .iter()
+            .filter_map(|v| step_of.get(v).copied())
+            .max();
+        let s = match open.get(&dev) {
+            Some(&s) if need.is_none_or(|n| n <= s) => s,
+            _ => {
+                let id = steps.len();
+                steps.push(Step {
+                    id,
+                    device: dev.clone(),
+                    ops: Vec::new(),
+                    inputs: Vec::new(),
+                    weights: Vec::new(),
+                    outputs: Vec::new(),
+                });
+                open.insert(dev.clone(), id);
+                id
+            }
+        };
+        steps[s].ops.push(op);
+        for &r in &data.results {
+            step_of.insert(r, s);
+        }
+    }
+    // Inputs, weights and outputs.
+    let graph_outputs: BTreeSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut used_elsewhere: BTreeSet<ValueId> = graph_outputs.clone();
+    for st in &steps {
+        for &op in &st.ops {
+            for &v in &g.op(op).operands {
+                if step_of.get(&v).is_some_and(|&s| s != st.id) {
+                    used_elsewhere.insert(v);
+                }
+            }
+        }
+    }
+    for st in &mut steps {
+        let mut seen = BTreeSet::new();
+        let mut seen_w = BTreeSet::new();
+        for &op in &st.ops {
+            for &v in &g.op(op).operands {
+                if let Some(c) = is_const(g, v) {
+                    if is_large(g, c) && seen_w.insert(c) {
+                        st.weights.push(c);
+                    }
+                    continue;
+                }
+                if step_of.get(&v) != Some(&st.id) && seen.insert(v) {
+                    st.inputs.push(v);
+                }
+            }
+            for &r in &g.op(op).results {
+                if used_elsewhere.contains(&r) {
+                    st.outputs.push(r);
+                }
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// What [`lower`] needs besides the graph.
+pub struct LowerOptions<'a> {
+    /// The target, for DLTI and the default device.
+    pub target: &'a TargetSpec,
+    /// The model file or graph name, recorded in the manifest.
+    pub model: String,
+}
+
+/// The name of the step function.
+pub fn step_fn(id: usize) -> String {
+    format!("step{id}")
+}
+
+/// Lowers a placed graph (static shapes) to one MLIR module per device.
+pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
+    let target = opts.target;
+    let default = target.host.clone();
+    let steps = partition(g, &default)?;
+    let mut step_of: BTreeMap<ValueId, (usize, usize)> = BTreeMap::new();
+    for st in &steps {
+        for (k, &v) in st.outputs.iter().enumerate() {
+            step_of.insert(v, (st.id, k));
+        }
+    }
+    let mut weights = BTreeMap::new();
+    let mut funcs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut mstep = Vec::new();
+    for st in &steps {
+        let text = lower_step(g, st).map_err(|e| LowerError(format!("step {}: {}", st.id, e.0)))?;
+        funcs.entry(st.device.clone()).or_default().push(text);
+        let mut args = Vec::new();
+        for &v in &st.inputs {
+            let ty = g.ty(v).clone();
+            args.push(match g.value(v).def {
+                ValueDef::Input(i) => Arg::Input {
+                    input: input_name(g, i),
+                    ty: ty.to_string(),
+                },
+                _ => {
+                    let (s, k) = step_of[&v];
+                    let from = steps[s].device.clone();
+                    let transfer = (from != st.device).then(|| Transfer {
+                        from: from.clone(),
+                        to: st.device.clone(),
+                        bytes: ty.size_bytes().unwrap_or(0),
+                    });
+                    Arg::Step {
+                        step: s,
+                        result: k,
+                        ty: ty.to_string(),
+                        transfer,
+                    }
+                }
+            });
+        }
+        for &c in &st.weights {
+            let k = g.constant(c);
+            weights.insert(k.name.clone(), c);
+            args.push(Arg::Weight {
+                weight: k.name.clone(),
+                ty: k.ty.to_string(),
+            });
+        }
+        mstep.push(ManifestStep {
+            id: st.id,
+            device: st.device.clone(),
+            function: step_fn(st.id),
+            args,
+            results: st
+                .outputs
+                .iter()
+                .map(|&v| StepResult {
+                    ty: g.ty(v).to_string(),
+                    value: value_name(g, v),
+                })
+                .collect(),
+        });
+    }
+    let mut outputs = Vec::new();
+    for (i, &v) in g.outputs().iter().enumerate() {
+        let ty = g.ty(v).to_string();
+        let name = value_name(g, v);
+        let source = match g.value(v).def {
+            ValueDef::Input(k) => Arg::Input {
+                input: input_name(g, k),
+                ty: ty.clone(),
+            },
+            _ => match is_const(g, v) {
+                Some(c) => {
+                    let k = g.constant(c);
+                    weights.insert(k.name.clone(), c);
+                    Arg::Weight {
+                        weight: k.name.clone(),
+                        ty: ty.clone(),
+                    }
+                }
+                None => {
+                    let (s, k) = step_of[&v];
+                    let from = steps[s].device.clone();
+                    Arg::Step {
+                        step: s,
+                        result: k,
+                        ty: ty.clone(),
+                        transfer: (from != target.host).then(|| Transfer {
+                            from,
+                            to: target.host.clone(),
+                            bytes: g.ty(v).size_bytes().unwrap_or(0),
+                        }),
+                    }
+                }
+            },
+        };
+        outputs.push(Output {
+            index: i,
+            name,
+            source,
+        });
+    }
+    let mut modules = Vec::new();
+    let mut devices = Vec::new();
+    for d in &target.devices {
+        let Some(fs) = funcs.remove(&d.name) else {
+            continue;
+        };
+        modules.push((d.name.clone(), module_text(target, d, &fs)));
+        devices.push(ManifestDevice {
+            name: d.name.clone(),
+            kind: d.kind.clone(),
+            lowering: d.lowering.clone(),
+            module: format!("{}.mlir", d.name),
+            rank: target.device_index(&d.name).unwrap_or(0),
+        });
+    }
+    if let Some((name, _)) = funcs.into_iter().next() {
+        return Err(LowerError(format!(
+            "ops are placed on device `{name}`, which target {} does not have",
+            target.name
+        )));
+    }
+    let manifest = Manifest {
+        format: crate::manifest::FORMAT.to_string(),
+        model: opts.model.clone(),
+        graph: g.name.clone(),
+        target: target.name.clone(),
+        host: target.host.clone(),
+        weights: if weights.is_empty() {
+            None
+        } else {
+            Some(crate::manifest::WEIGHTS_FILE.to_string())
+        },
+        inputs: g
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| crate::manifest::Input {
+                name: input_name(g, i),
+                ty: g.ty(v).to_string(),
+            })
+            .collect(),
+        outputs,
+        devices,
+        steps: mstep,
+    };
+    Ok(Program {
+        modules,
+        manifest,
+        steps,
+        weights,
+    })
+}
+
+fn input_name(g: &Graph, i: usize) -> String {
+    let v = g.inputs()[i];
+    g.value(v)
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("input{i}"))
+}
+
+fn value_name(g: &Graph, v: ValueId) -> String {
+    g.value(v).name.clone().unwrap_or_else(|| v.to_string())
+}
+
+/// A string attribute's literal.
+fn quote(s: &str) -> String {
+    let mut q = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => q.push_str("\\22"),
+            '\\' => q.push_str("\\5C"),
+            c if c.is_ascii_graphic() || c == ' ' => q.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                for byte in c.encode_utf8(&mut buf).bytes() {
+                    let _ = write!(q, "\\{byte:02X}");
+                }
+            }
+        }
+    }
+    q.push('"');
+    q
+}
+
+fn module_text(target: &TargetSpec, d: &tessera_targets::Device, funcs: &[String]) -> String {
+    let mut entries = vec![
+        format!("\"kind\" = {}", quote(&d.kind)),
+        format!("\"lowering\" = {}", quote(&d.lowering)),
+        format!("\"memory_bytes\" = {} : i64", d.memory_bytes),
+        format!("\"memory_bandwidth\" = {:.6e} : f64", d.memory_bandwidth),
+    ];
+    for (ty, peak) in &d.compute {
+        entries.push(format!(
+            "{} = {:.6e} : f64",
+            quote(&format!("peak_ops_{ty}")),
+            peak
+        ));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "module @{} attributes {{dlti.target_system_spec = #dlti.target_system_spec<{} = #dlti.target_device_spec<{}>>, tessera.device = {}, tessera.target = {}}} {{",
+        sym(&d.name),
+        quote(&d.name),
+        entries.join(", "),
+        quote(&d.name),
+        quote(&target.name)
+    );
+    for f in funcs {
+        s.push_str(f);
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// A symbol name MLIR accepts bare (`[A-Za-z_][A-Za-z0-9_$.]*`), else quoted.
+fn sym(name: &str) -> String {
+    let ok = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_$.".contains(c));
+    if ok { name.to_string() } else { quote(name) }
+}
+
+/// The text of one step's function.
+fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
+    let mut b = Body::default();
+    let mut env: BTreeMap<ValueId, Val> = BTreeMap::new();
+    let mut params = Vec::new();
+    for (k, &v) in st.inputs.iter().enumerate() {
+        let name = format!("%arg{k}");
+        let ty = g.ty(v).clone();
+        params.push(format!(
+            "{name}: {} {{bufferization.writable = false}}",
+            tensor_ty(&ty)?
+        ));
+        env.insert(v, Val { name, ty });
+    }
+    let mut weight_args: BTreeMap<ConstId, Val> = BTreeMap::new();
+    for (k, &c) in st.weights.iter().enumerate() {
+        let name = format!("%arg{}", st.inputs.len() + k);
+        let ty = g.constant(c).ty.clone();
+        params.push(format!(
+            "{name}: {} {{bufferization.writable = false, tessera.weight = {}}}",
+            tensor_ty(&ty)?,
+            quote(&g.constant(c).name)
+        ));
+        weight_args.insert(c, Val { name, ty });
+    }
+    let mut consts: BTreeMap<ConstId, Val> = BTreeMap::new();
+    for &op in &st.ops {
+        let data = g.op(op);
+        let mut args = Vec::new();
+        for &v in &data.operands {
+            if let Some(val) = env.get(&v) {
+                args.push(val.clone());
+                continue;
+            }
+            let Some(c) = is_const(g, v) else {
+                return Err(LowerError(format!(
+                    "op {op} ({}): operand {v} is not defined before it",
+                    data.op.name()
+                )));
+            };
+            let val = if let Some(w) = weight_args.get(&c) {
+                w.clone()
+            } else if let Some(val) = consts.get(&c) {
+                val.clone()
+            } else {
+                let val = inline_const(&mut b, g, c)?;
+                consts.insert(c, val.clone());
+                val
+            };
+            args.push(val);
+        }
+        let results: Vec<TensorType> = data.results.iter().map(|&r| g.ty(r).clone()).collect();
+        let names = lower_op(&mut b, g, op, &args, &results).map_err(|e| {
+            let at = data
+                .loc
+                .as_deref()
+                .map(|l| format!(" at {l:?}"))
+                .unwrap_or_default();
+            LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
+        })?;
+        b.line(format!(
+            "// {op} {}{}",
+            data.op.name(),
+            data.loc
+                .as_deref()
+                .map(|l| format!(" {l:?}"))
+                .unwrap_or_default()
+        ));
+        for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {
+            env.insert(r, Val { name, ty });
+        }
+    }
+    let mut rets = Vec::new();
+    let mut ret_tys = Vec::new();
+    for &v in &st.outputs {
+        let val = &env[&v];
+        rets.push(val.name.clone());
+        ret_tys.push(tensor_ty(&val.ty)?);
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "  func.func @{}({}) -> ({}) attributes {{llvm.emit_c_interface}} {{",
+        step_fn(st.id),
+        params.join(", "),
+        ret_tys.join(", ")
+    );
+    for l in b.into_lines() {
+        let _ = writeln!(s, "  {l}");
+    }
+    if rets.is_empty() {
+        let _ = writeln!(s, "    return");
+    } else {
+        let _ = writeln!(s, "    return {} : {}", rets.join(", "), ret_tys.join(", "));
+    }
+    s.push_str("  }\n");
+    Ok(s)
+}
+
+/// A small constant as `arith.constant`.
+fn inline_const(b: &mut Body, g: &Graph, c: ConstId) -> LResult<Val> {
+    let k = g.constant(c);
+    let ty = k.ty.clone();
+    let t = tensor_ty(&ty)?;
+    let lit = dense_literal(&ty, &k.data)?;
+    let name = b.assign(format!("arith.constant {lit} : {t}"));
+    Ok(Val { name, ty })
+}
+
+/// `dense<...>` for raw little-endian data: hex for numbers (exact), a nested list for bool.
+pub fn dense_literal(ty: &TensorType, data: &[u8]) -> LResult<String> {
+    let d = dims(ty)?;
+    let n: u64 = d.iter().product();
+    if n == 0 {
+        return Ok("dense<>".to_string());
+    }
+    if ty.elem == tessera_ir::ElemType::Bool {
+        fn nest(d: &[u64], data: &[u8], at: &mut usize, out: &mut String) {
+            if d.is_empty() {
+                out.push_str(if data[*at] != 0 { "true" } else { "false" });
+                *at += 1;
+                return;
+            }
+            out.push('[');
+            for i in 0..d[0] {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                nest(&d[1..], data, at, out);
+            }
+            out.push(']');
+        }
+        let mut out = String::from("dense<");
+        let mut at = 0;
+        nest(&d, data, &mut at, &mut out);
+        out.push('>');
+        return Ok(out);
+    }
+    let mut hex = String::with_capacity(data.len() * 2 + 10);
+    hex.push_str("dense<\"0x");
+    for byte in data {
+        let _ = write!(hex, "{byte:02X}");
+    }
+    hex.push_str("\">");
+    Ok(hex)
+}
+
+/// Lowers one op; returns the SSA names of its results.
+fn lower_op(
+    b: &mut Body,
+    g: &Graph,
+    op: OpId,
+    args: &[Val],
+    results: &[TensorType],
+) -> LResult<Vec<String>> {
+    let data = g.op(op);
+    let out = &results[0];
+    let one = |r: LResult<String>| r.map(|n| vec![n]);
+    match &data.op {
+        Op::Const(_) => body::err("constants are materialized where used"),
+        Op::Unary(u) => {
+            let e = args[0].ty.elem;
+            one(b.elementwise(&[&args[0]], out, |b, s| elementwise::unary(b, u, e, &s[0])))
+        }
+        Op::Binary(bo) => {
+            let e = args[0].ty.elem;
+            one(b.elementwise(&[&args[0], &args[1]], out, |b, s| {
+                elementwise::binary(b, bo, e, &s[0], &s[1])
+            }))
+        }
+        Op::Select => {
+            let e = out.elem;
+            one(b.elementwise(&[&args[0], &args[1], &args[2]], out, |b, s| {
+                Ok(elementwise::pick(b, &s[0], &s[1], &s[2], e))
+            }))
+        }
+        Op::Cast { to } => {
+            let from = args[0].ty.elem;
+            let to = *to;
+            one(b.elementwise(&[&args[0]], out, |b, s| {
+                Ok(elementwise::cast(b, from, to, &s[0]))
+            }))
+        }
+        Op::Clip { min, max } => {
+            let e = out.elem;
+            let (lo, hi) = (*min, *max);
+            one(b.elementwise(&[&args[0]], out, |b, s| {
+                Ok(elementwise::clip(b, e, &s[0], lo, hi))
+            }))
+        }
+        Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } => {
+            // Global view: the identity on the logical tensor (the move is the manifest's).
+            Ok(vec![args[0].name.clone()])
+        }
+        Op::Shape { .. } | Op::Size | Op::Fill { .. } => {
+            // Static shapes make these constants: evaluate them now.
+            let zeros: Vec<tessera_ir::Tensor> = args
+                .iter()
+                .map(|a| {
+                    let d: Vec<usize> = dims(&a.ty)?.iter().map(|&x| x as usize).collect();
+                    tessera_ir::Tensor::zeros(a.ty.elem, &d)
+                        .map_err(|e| body::LowerError(e.to_string()))
+                })
+                .collect::<LResult<_>>()?;
+            let refs: Vec<&tessera_ir::Tensor> = zeros.iter().collect();
+            let vals = tessera_ir::interp::eval_op(&data.op, &refs)
+                .map_err(|e| body::LowerError(e.to_string()))?;
+            let mut names = Vec::new();
+            for (v, t) in vals.iter().zip(results) {
+                let lit = dense_literal(t, &v.to_le_bytes())?;
+                names.push(b.assign(format!("arith.constant {lit} : {}", tensor_ty(t)?)));
+            }
+            Ok(names)
+        }
+        Op::MatMul
+        | Op::Gemm { .. }
+        | Op::Conv(_)
+        | Op::ConvTranspose { .. }
+        | Op::Einsum { .. } => linalg::lower(b, &data.op, args, results),
+        Op::Reduce { .. }
+        | Op::ArgReduce { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::CumSum { .. }
+        | Op::TopK { .. } => reduce::lower(b, &data.op, args, results),
+        Op::LayerNorm { .. }
+        | Op::BatchNorm { .. }
+        | Op::InstanceNorm { .. }
+        | Op::Lrn { .. }
+        | Op::Pool(_) => nn::lower(b, &data.op, args, results),
+        Op::Resize { .. } => resize::lower(b, &data.op, args, results),
+        Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::GatherNd { .. }
+        | Op::ScatterElements { .. }
+        | Op::ScatterNd { .. }
+        | Op::Range { .. } => index::lower(b, &data.op, args, results),
+        Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Concat { .. }
+        | Op::Split { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::Tile { .. }
+        | Op::Trilu { .. }
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. } => shape::lower(b, &data.op, args, results),
+    }
+}
+
+impl Program {
+    /// The weights as tensors, by name.
+    pub fn weight_tensors(
+        &self,
+        g: &Graph,
+    ) -> Result<BTreeMap<String, tessera_ir::Tensor>, LowerError> {
+        self.weights
+            .iter()
+            .map(|(n, &c)| {
+                let k = g.constant(c);
+                tessera_ir::Tensor::from_typed_le_bytes(&k.ty, &k.data)
+                    .map(|t| (n.clone(), t))
+                    .map_err(|e| LowerError(format!("weight {n}: {e}")))
+            })
+            .collect()
+    }
+
+    /// The weights as (type, bytes), by name, for [`crate::weights::serialize`].
+    pub fn weight_bytes(&self, g: &Graph) -> BTreeMap<String, (TensorType, tessera_ir::Bytes)> {
+        self.weights
+            .iter()
+            .map(|(n, &c)| {
+                let k = g.constant(c);
+                (n.clone(), (k.ty.clone(), k.data.clone()))
+            })
+            .collect()
+    }
+
+    /// Device name to module text.
+    pub fn module_map(&self) -> BTreeMap<String, String> {
+        self.modules.iter().cloned().collect()
+    }
+}

@@ -1,0 +1,145 @@
+//! `manifest.json`: the dataflow between the device programs of a compiled model.
+//!
+//! Steps run in `id` order. Each step is one function of one device's module; its
+//! arguments come from the graph's inputs, from earlier steps' results (with the `transfer`
+//! when the producer is another device), or from the weights file. The graph's outputs are
+//! steps' results (moved to the host when computed elsewhere), inputs, or weights.
+
+use serde::{Deserialize, Serialize};
+
+/// The format tag of this manifest version.
+pub const FORMAT: &str = "tessera-manifest/1";
+/// The weights file next to the manifest (safetensors).
+pub const WEIGHTS_FILE: &str = "weights.safetensors";
+
+/// The manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The model it was compiled from.
+    pub model: String,
+    /// The graph's name.
+    pub graph: String,
+    /// The target's name.
+    pub target: String,
+    /// The device that holds the program's inputs and outputs.
+    pub host: String,
+    /// The weights file (relative to the manifest), if any step takes weights.
+    pub weights: Option<String>,
+    /// The graph's inputs in order.
+    pub inputs: Vec<Input>,
+    /// The graph's outputs in order, with where each comes from.
+    pub outputs: Vec<Output>,
+    /// The devices with work, in target order.
+    pub devices: Vec<ManifestDevice>,
+    /// The steps in execution order.
+    pub steps: Vec<ManifestStep>,
+}
+
+/// A graph input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Input {
+    /// Its name.
+    pub name: String,
+    /// Its type in tessera's text form (`f32[1, 16]`).
+    #[serde(rename = "type")]
+    pub ty: String,
+}
+
+/// A graph output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    /// Its position.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// Where its value comes from.
+    pub source: Arg,
+}
+
+/// A device that runs steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManifestDevice {
+    /// Its name in the target.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its lowering (`cpu`, `nvptx`, ...), which picks the MLIR pipeline.
+    pub lowering: String,
+    /// Its module file (relative to the manifest).
+    pub module: String,
+    /// Its index in the target, the MPI rank that runs it.
+    pub rank: usize,
+}
+
+/// One step: a function call on one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManifestStep {
+    /// Its position in the execution order.
+    pub id: usize,
+    /// The device that runs it.
+    pub device: String,
+    /// The function in the device's module.
+    pub function: String,
+    /// Its arguments in order.
+    pub args: Vec<Arg>,
+    /// Its results in order.
+    pub results: Vec<StepResult>,
+}
+
+/// A step's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepResult {
+    /// Its type.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// The IR value it is.
+    pub value: String,
+}
+
+/// Where an argument (or a graph output) comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Arg {
+    /// A graph input.
+    Input {
+        /// The input's name.
+        input: String,
+        /// Its type.
+        #[serde(rename = "type")]
+        ty: String,
+    },
+    /// A tensor of the weights file.
+    Weight {
+        /// The tensor's name in the weights file.
+        weight: String,
+        /// Its type.
+        #[serde(rename = "type")]
+        ty: String,
+    },
+    /// A result of an earlier step.
+    Step {
+        /// The step.
+        step: usize,
+        /// Which of its results.
+        result: usize,
+        /// Its type.
+        #[serde(rename = "type")]
+        ty: String,
+        /// The move between devices, when the step ran elsewhere.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        transfer: Option<Transfer>,
+    },
+}
+
+/// A tensor moving between devices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// The sending device.
+    pub from: String,
+    /// The receiving device.
+    pub to: String,
+    /// The bytes moved.
+    pub bytes: u64,
+}

@@ -1,0 +1,91 @@
+//! The weights file: the large constants of a compiled program, as safetensors, named by
+//! their IR constant names.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors};
+use tessera_ir::{ElemType, Tensor};
+
+use crate::Error;
+
+fn dtype(e: ElemType) -> Dtype {
+    match e {
+        ElemType::F16 => Dtype::F16,
+        ElemType::BF16 => Dtype::BF16,
+        ElemType::F32 => Dtype::F32,
+        ElemType::F64 => Dtype::F64,
+        ElemType::I8 => Dtype::I8,
+        ElemType::I16 => Dtype::I16,
+        ElemType::I32 => Dtype::I32,
+        ElemType::I64 => Dtype::I64,
+        ElemType::U8 => Dtype::U8,
+        ElemType::Bool => Dtype::BOOL,
+    }
+}
+
+fn elem(d: Dtype) -> Option<ElemType> {
+    Some(match d {
+        Dtype::F16 => ElemType::F16,
+        Dtype::BF16 => ElemType::BF16,
+        Dtype::F32 => ElemType::F32,
+        Dtype::F64 => ElemType::F64,
+        Dtype::I8 => ElemType::I8,
+        Dtype::I16 => ElemType::I16,
+        Dtype::I32 => ElemType::I32,
+        Dtype::I64 => ElemType::I64,
+        Dtype::U8 => ElemType::U8,
+        Dtype::BOOL => ElemType::Bool,
+        _ => return None,
+    })
+}
+
+/// Serializes named constants (name, type, little-endian bytes) as safetensors bytes; the
+/// map's order makes the file deterministic.
+pub fn serialize(
+    weights: &BTreeMap<String, (tessera_ir::TensorType, tessera_ir::Bytes)>,
+) -> Result<Vec<u8>, Error> {
+    let mut views = Vec::new();
+    for (name, (ty, data)) in weights {
+        let shape: Vec<usize> = ty
+            .static_dims()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d as usize)
+            .collect();
+        let v = safetensors::tensor::TensorView::new(dtype(ty.elem), shape, data).map_err(|e| {
+            Error::Run {
+                message: format!("weight {name}: {e}"),
+            }
+        })?;
+        views.push((name.clone(), v));
+    }
+    safetensors::serialize(views, None).map_err(|e| Error::Run {
+        message: format!("writing weights: {e}"),
+    })
+}
+
+/// Reads a weights file.
+pub fn read(path: &Path) -> Result<BTreeMap<String, Tensor>, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Run {
+        message: format!("{}: {e}", path.display()),
+    })?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| Error::Run {
+        message: format!("{}: {e}", path.display()),
+    })?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let e = elem(view.dtype()).ok_or_else(|| Error::Run {
+            message: format!(
+                "{}: tensor {name} has unsupported type {:?}",
+                path.display(),
+                view.dtype()
+            ),
+        })?;
+        let t = Tensor::from_le_bytes(e, view.shape(), view.data()).map_err(|err| Error::Run {
+            message: format!("{}: tensor {name}: {err}", path.display()),
+        })?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
