@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod node_suite;
 pub mod proto;
 
 use std::path::{Path, PathBuf};
