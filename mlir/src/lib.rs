@@ -35,4 +35,5 @@ pub mod run;
 pub mod weights;
 
 pub use run::Runner;
+pub mod mpi;
 pub mod native;

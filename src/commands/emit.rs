@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use tessera_ir::Graph;
 use tessera_mlir::lower::{LowerOptions, Program, lower};
 use tessera_mlir::{Mlir, PipelineOptions, pipelines};
@@ -24,6 +24,9 @@ pub enum Emit {
     Object,
     /// `<device>.ptx`: the PTX text of each NVIDIA GPU device's kernels.
     Ptx,
+    /// `program`: one executable for `mpirun -np K`, rank r running the r-th device with
+    /// work (`mpirun -np K DIR/program INPUT.npy... OUTDIR`; see the README).
+    Mpi,
 }
 
 /// The MLIR pipeline options the pass flags ask for.
@@ -70,13 +73,15 @@ pub fn write(
     let manifest = serde_json::to_string_pretty(&program.manifest)? + "\n";
     super::write_atomically(&dir.join("manifest.json"), manifest.as_bytes())?;
     let wpath = dir.join(tessera_mlir::manifest::WEIGHTS_FILE);
-    if program.weights.is_empty() {
+    let weight_bytes = if program.weights.is_empty() {
         // A stale weights file from an earlier compile would be misleading.
         let _ = std::fs::remove_file(&wpath);
+        Vec::new()
     } else {
         let bytes = tessera_mlir::weights::serialize(&program.weight_bytes(graph))?;
         super::write_atomically(&wpath, &bytes)?;
-    }
+        bytes
+    };
     let lowering = |dev: &str| {
         target
             .devices
@@ -142,6 +147,30 @@ pub fn write(
                         target.name
                     );
                 }
+            }
+            Emit::Mpi => {
+                tessera_mlir::mpi::build(
+                    &mlir,
+                    &program,
+                    &weight_bytes,
+                    &dir.join("program"),
+                    &popts,
+                )
+                .context("--emit mpi")?;
+                let ranks = tessera_mlir::mpi::ranks(&program);
+                eprintln!(
+                    "mpi: {} ranks ({}): mpirun -np {} {}/program{} OUTDIR",
+                    ranks.len(),
+                    ranks.join(", "),
+                    ranks.len(),
+                    dir.display(),
+                    program
+                        .manifest
+                        .inputs
+                        .iter()
+                        .map(|i| format!(" {}.npy", i.name))
+                        .collect::<String>()
+                );
             }
         }
     }

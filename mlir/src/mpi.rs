@@ -1,0 +1,612 @@
+//! `--emit mpi`: one native executable for a multi-device program, run by `mpirun -np K`.
+//!
+//! Rank `r` runs the `r`-th device that has work (the host always has a rank: it reads the
+//! inputs and writes the outputs). Every step function of every device goes into one MLIR
+//! module, next to one `@rank<r>` function per rank that calls its device's steps in the
+//! manifest's order and moves tensors with the MPI dialect's blocking `mpi.send` / `mpi.recv`
+//! on the cut edges. All ranks walk the same global order (inputs first, then step by step:
+//! the producer sends each result to every rank that needs it, in rank order, right after
+//! the step; the receivers receive it at that same position), so every send meets its
+//! receive and the program cannot deadlock. The module goes through the CPU pipeline (with
+//! the MPI dialect lowered for MPICH, named by the `dlti.map` module attribute) to LLVM IR
+//! in-process; clang-22 compiles it with a generated C `main` (MPI init, reading the inputs'
+//! `.npy` files and the weights file, writing the outputs as `.npy`) and links MPICH.
+//!
+//! Usage: `mpirun -np K DIR/program INPUT.npy... OUTDIR` (inputs in the manifest's order; the
+//! weights are read from `weights.safetensors` next to the program). The host rank writes
+//! `OUTDIR/output_<i>.npy` for every output `i`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use tessera_ir::{ElemType, TensorType};
+
+use crate::lower::{Program, tensor_ty};
+use crate::manifest::Arg;
+use crate::run::parse_type;
+use crate::{Error, Mlir, PipelineOptions, pipelines};
+
+fn err(message: impl Into<String>) -> Error {
+    Error::Run {
+        message: message.into(),
+    }
+}
+
+/// The ranks: devices with work, and the host, in the program's device order.
+pub fn ranks(program: &Program) -> Vec<String> {
+    let m = &program.manifest;
+    let mut out: Vec<String> = m.devices.iter().map(|d| d.name.clone()).collect();
+    if !out.contains(&m.host) {
+        out.insert(0, m.host.clone());
+    }
+    out
+}
+
+/// Where a value lives: a graph input, a weight, or a step's result.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Input(String),
+    Weight(String),
+    Step(usize, usize),
+}
+
+fn key(a: &Arg) -> Key {
+    match a {
+        Arg::Input { input, .. } => Key::Input(input.clone()),
+        Arg::Weight { weight, .. } => Key::Weight(weight.clone()),
+        Arg::Step { step, result, .. } => Key::Step(*step, *result),
+    }
+}
+
+fn arg_type(a: &Arg) -> &str {
+    match a {
+        Arg::Input { ty, .. } | Arg::Weight { ty, .. } | Arg::Step { ty, .. } => ty,
+    }
+}
+
+/// The element type a tensor travels as (MPI has no bool or 16-bit float type here).
+fn wire(e: ElemType) -> ElemType {
+    match e {
+        ElemType::Bool => ElemType::I8,
+        ElemType::F16 | ElemType::BF16 => ElemType::I16,
+        e => e,
+    }
+}
+
+struct RankFn {
+    text: String,
+    /// Weight names, then (host only) input names, as the function's arguments.
+    weights: Vec<(String, TensorType)>,
+    inputs: Vec<(String, TensorType)>,
+    /// Output types (host only).
+    outputs: Vec<TensorType>,
+}
+
+/// The `@rank<r>` functions.
+fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Error> {
+    let m = &program.manifest;
+    let host = &m.host;
+    let rank_of = |d: &str| ranks.iter().position(|x| x == d);
+    // What each device needs: args of its steps, and (host) the outputs.
+    let mut needs: BTreeMap<&str, BTreeSet<Key>> = BTreeMap::new();
+    for st in &m.steps {
+        for a in &st.args {
+            needs.entry(st.device.as_str()).or_default().insert(key(a));
+        }
+    }
+    for o in &m.outputs {
+        needs
+            .entry(host.as_str())
+            .or_default()
+            .insert(key(&o.source));
+    }
+    let types: BTreeMap<Key, TensorType> = m
+        .steps
+        .iter()
+        .flat_map(|st| st.args.iter())
+        .chain(m.outputs.iter().map(|o| &o.source))
+        .map(|a| Ok((key(a), parse_type(arg_type(a))?)))
+        .collect::<Result<_, Error>>()?;
+    let mut tag = 0u32;
+    let mut bodies: Vec<String> = vec![String::new(); ranks.len()];
+    let mut envs: Vec<BTreeMap<Key, String>> = vec![BTreeMap::new(); ranks.len()];
+    let mut next = vec![0usize; ranks.len()];
+    let mut fresh = |r: usize| {
+        next[r] += 1;
+        format!("%t{}", next[r])
+    };
+    let mut fns: Vec<RankFn> = ranks
+        .iter()
+        .map(|_| RankFn {
+            text: String::new(),
+            weights: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        })
+        .collect();
+    // Arguments: the weights each rank needs; the host's inputs.
+    for (r, d) in ranks.iter().enumerate() {
+        for k in needs.get(d.as_str()).into_iter().flatten() {
+            if let Key::Weight(w) = k {
+                let ty = types[k].clone();
+                let name = format!("%w{}", fns[r].weights.len());
+                envs[r].insert(k.clone(), name);
+                fns[r].weights.push((w.clone(), ty));
+            }
+        }
+    }
+    let host_rank = rank_of(host).ok_or_else(|| err("the host has no rank"))?;
+    for i in &m.inputs {
+        let ty = parse_type(&i.ty)?;
+        let name = format!("%in{}", fns[host_rank].inputs.len());
+        envs[host_rank].insert(Key::Input(i.name.clone()), name);
+        fns[host_rank].inputs.push((i.name.clone(), ty));
+    }
+    // Moves a value from rank `src` to rank `dst` (both emit their half).
+    let mut transfer = |bodies: &mut Vec<String>,
+                        envs: &mut Vec<BTreeMap<Key, String>>,
+                        fresh: &mut dyn FnMut(usize) -> String,
+                        k: &Key,
+                        src: usize,
+                        dst: usize|
+     -> Result<(), Error> {
+        let ty = &types[k];
+        let w = wire(ty.elem);
+        let d = ty.static_dims().unwrap_or_default();
+        let n: u64 = d.iter().product();
+        // Messages travel flat: LLVM 22's MPI lowering counts only the first extent of a
+        // memref, so a rank-1 buffer carries the whole tensor.
+        let wty = ty.with_elem(w);
+        let flat = TensorType::fixed(w, &[n]);
+        let tt = tensor_ty(ty).map_err(|e| err(e.0))?;
+        let wt = tensor_ty(&wty).map_err(|e| err(e.0))?;
+        let ft = tensor_ty(&flat).map_err(|e| err(e.0))?;
+        let mt = ft.replacen("tensor", "memref", 1);
+        let groups = format!(
+            "[[{}]]",
+            (0..d.len())
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let t = tag;
+        tag += 1;
+        // Sender: convert the element type, flatten, send.
+        let v = envs[src][k].clone();
+        let b = &mut bodies[src];
+        let conv = if w == ty.elem {
+            v
+        } else {
+            let c = fresh(src);
+            let op = if ty.elem == ElemType::Bool {
+                "arith.extui"
+            } else {
+                "arith.bitcast"
+            };
+            let _ = writeln!(b, "    {c} = {op} {v} : {tt} to {wt}");
+            c
+        };
+        let sent = match d.len() {
+            1 => conv,
+            0 => {
+                let c = fresh(src);
+                let _ = writeln!(
+                    b,
+                    "    {c} = tensor.expand_shape {conv} [] output_shape [1] : {wt} into {ft}"
+                );
+                c
+            }
+            _ => {
+                let c = fresh(src);
+                let _ = writeln!(
+                    b,
+                    "    {c} = tensor.collapse_shape {conv} {groups} : {wt} into {ft}"
+                );
+                c
+            }
+        };
+        let mb = fresh(src);
+        let tg = fresh(src);
+        let ds = fresh(src);
+        let _ = writeln!(
+            b,
+            "    {mb} = bufferization.to_buffer {sent} read_only : {ft} to {mt}"
+        );
+        let _ = writeln!(b, "    {tg} = arith.constant {t} : i32");
+        let _ = writeln!(b, "    {ds} = arith.constant {dst} : i32");
+        let _ = writeln!(b, "    mpi.send({mb}, {tg}, {ds}, %comm) : {mt}, i32, i32");
+        // Receiver: receive, reshape, convert back.
+        let b = &mut bodies[dst];
+        let buf = fresh(dst);
+        let tg = fresh(dst);
+        let sr = fresh(dst);
+        let got = fresh(dst);
+        let _ = writeln!(b, "    {buf} = memref.alloc() : {mt}");
+        let _ = writeln!(b, "    {tg} = arith.constant {t} : i32");
+        let _ = writeln!(b, "    {sr} = arith.constant {src} : i32");
+        let _ = writeln!(b, "    mpi.recv({buf}, {tg}, {sr}, %comm) : {mt}, i32, i32");
+        let _ = writeln!(
+            b,
+            "    {got} = bufferization.to_tensor {buf} restrict : {mt} to {ft}"
+        );
+        let shaped = match d.len() {
+            1 => got,
+            0 => {
+                let c = fresh(dst);
+                let _ = writeln!(
+                    b,
+                    "    {c} = tensor.collapse_shape {got} [] : {ft} into {wt}"
+                );
+                c
+            }
+            _ => {
+                let c = fresh(dst);
+                let dims: Vec<String> = d.iter().map(u64::to_string).collect();
+                let _ = writeln!(
+                    b,
+                    "    {c} = tensor.expand_shape {got} {groups} output_shape [{}] : {ft} into {wt}",
+                    dims.join(", ")
+                );
+                c
+            }
+        };
+        let value = if w == ty.elem {
+            shaped
+        } else {
+            let c = fresh(dst);
+            let op = if ty.elem == ElemType::Bool {
+                "arith.trunci"
+            } else {
+                "arith.bitcast"
+            };
+            let _ = writeln!(b, "    {c} = {op} {shaped} : {wt} to {tt}");
+            c
+        };
+        envs[dst].insert(k.clone(), value);
+        Ok(())
+    };
+    // Inputs the other ranks need, from the host.
+    for i in &m.inputs {
+        let k = Key::Input(i.name.clone());
+        for (r, d) in ranks.iter().enumerate() {
+            if r != host_rank && needs.get(d.as_str()).is_some_and(|n| n.contains(&k)) {
+                transfer(&mut bodies, &mut envs, &mut fresh, &k, host_rank, r)?;
+            }
+        }
+    }
+    for st in &m.steps {
+        let r = rank_of(&st.device).ok_or_else(|| err(format!("{} has no rank", st.device)))?;
+        let mut args = Vec::new();
+        let mut arg_tys = Vec::new();
+        for a in &st.args {
+            let k = key(a);
+            let v = envs[r].get(&k).cloned().ok_or_else(|| {
+                err(format!(
+                    "step {} on {}: {k:?} is not there",
+                    st.id, st.device
+                ))
+            })?;
+            args.push(v);
+            arg_tys.push(tensor_ty(&types[&k]).map_err(|e| err(e.0))?);
+        }
+        let res_tys: Vec<TensorType> = st
+            .results
+            .iter()
+            .map(|x| parse_type(&x.ty))
+            .collect::<Result<_, _>>()?;
+        let res_s: Vec<String> = res_tys
+            .iter()
+            .map(|t| tensor_ty(t).map_err(|e| err(e.0)))
+            .collect::<Result<_, _>>()?;
+        let call = format!(
+            "call @{}({}) : ({}) -> ({})",
+            st.function,
+            args.join(", "),
+            arg_tys.join(", "),
+            res_s.join(", ")
+        );
+        let b_res = fresh(r);
+        match res_tys.len() {
+            0 => {
+                let _ = writeln!(bodies[r], "    {call}");
+            }
+            1 => {
+                let _ = writeln!(bodies[r], "    {b_res} = {call}");
+                envs[r].insert(Key::Step(st.id, 0), b_res.clone());
+            }
+            n => {
+                let _ = writeln!(bodies[r], "    {b_res}:{n} = {call}");
+                for k in 0..n {
+                    envs[r].insert(Key::Step(st.id, k), format!("{b_res}#{k}"));
+                }
+            }
+        }
+        for (dst, d) in ranks.iter().enumerate() {
+            if dst == r {
+                continue;
+            }
+            for k in 0..res_tys.len() {
+                let key = Key::Step(st.id, k);
+                if needs.get(d.as_str()).is_some_and(|n| n.contains(&key)) {
+                    transfer(&mut bodies, &mut envs, &mut fresh, &key, r, dst)?;
+                }
+            }
+        }
+    }
+    // The host's results.
+    let mut rets = Vec::new();
+    let mut ret_tys = Vec::new();
+    for o in &m.outputs {
+        let k = key(&o.source);
+        let v = envs[host_rank]
+            .get(&k)
+            .cloned()
+            .ok_or_else(|| err(format!("output {} is not on the host", o.name)))?;
+        rets.push(v);
+        let ty = types[&k].clone();
+        ret_tys.push(tensor_ty(&ty).map_err(|e| err(e.0))?);
+        fns[host_rank].outputs.push(ty);
+    }
+    for (r, f) in fns.iter_mut().enumerate() {
+        let mut params = Vec::new();
+        for (i, (_, t)) in f.weights.iter().enumerate() {
+            params.push(format!(
+                "%w{i}: {} {{bufferization.writable = false}}",
+                tensor_ty(t).map_err(|e| err(e.0))?
+            ));
+        }
+        for (i, (_, t)) in f.inputs.iter().enumerate() {
+            params.push(format!(
+                "%in{i}: {} {{bufferization.writable = false}}",
+                tensor_ty(t).map_err(|e| err(e.0))?
+            ));
+        }
+        let results = if r == host_rank {
+            ret_tys.join(", ")
+        } else {
+            String::new()
+        };
+        let mut s = format!(
+            "  func.func @rank{r}({}) -> ({results}) attributes {{llvm.emit_c_interface}} {{\n    %comm = mpi.comm_world : !mpi.comm\n",
+            params.join(", ")
+        );
+        s.push_str(&bodies[r]);
+        if r == host_rank && !rets.is_empty() {
+            let _ = writeln!(s, "    return {} : {}", rets.join(", "), ret_tys.join(", "));
+        } else {
+            s.push_str("    return\n");
+        }
+        s.push_str("  }\n");
+        f.text = s;
+    }
+    Ok(fns)
+}
+
+/// The functions of a device module (its text without the `module` line and closing brace).
+fn module_body(text: &str) -> &str {
+    let start = text.find('\n').map_or(0, |i| i + 1);
+    let end = text.trim_end().rfind('\n').unwrap_or(text.len());
+    &text[start..end.max(start)]
+}
+
+/// The MLIR module of the whole MPI program (every device's steps and the rank functions).
+pub fn module(program: &Program) -> Result<String, Error> {
+    let ranks = ranks(program);
+    let fns = rank_functions(program, &ranks)?;
+    let mut s = String::from(
+        "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
+    );
+    for (_, text) in &program.modules {
+        s.push_str(module_body(text));
+        s.push('\n');
+    }
+    for f in &fns {
+        s.push_str(&f.text);
+    }
+    s.push_str("}\n");
+    Ok(s)
+}
+
+fn npy_descr(e: ElemType) -> Result<&'static str, Error> {
+    Ok(match e {
+        ElemType::F16 => "<f2",
+        ElemType::F32 => "<f4",
+        ElemType::F64 => "<f8",
+        ElemType::I8 => "|i1",
+        ElemType::I16 => "<i2",
+        ElemType::I32 => "<i4",
+        ElemType::I64 => "<i8",
+        ElemType::U8 => "|u1",
+        ElemType::Bool => "|b1",
+        ElemType::BF16 => return Err(err("bf16 inputs and outputs have no .npy type")),
+    })
+}
+
+fn shape_c(t: &TensorType) -> Vec<u64> {
+    t.static_dims().unwrap_or_default()
+}
+
+/// The generated C `main`.
+fn main_c(
+    program: &Program,
+    ranks: &[String],
+    fns: &[RankFn],
+    weight_offsets: &BTreeMap<String, (usize, usize)>,
+) -> Result<String, Error> {
+    let mut c = String::from(include_str!("mpi_main.c"));
+    let k = ranks.len();
+    let _ = writeln!(c, "\n/* ---- generated for this program ---- */");
+    for (r, f) in fns.iter().enumerate() {
+        let n = usize::from(!f.outputs.is_empty()) + f.weights.len() + f.inputs.len();
+        let params = vec!["int64_t *"; n];
+        let _ = writeln!(
+            c,
+            "extern void _mlir_ciface_rank{r}({});",
+            if params.is_empty() {
+                "void".to_string()
+            } else {
+                params.join(", ")
+            }
+        );
+    }
+    let names: Vec<String> = ranks.to_vec();
+    let _ = writeln!(
+        c,
+        "\nint main(int argc, char **argv) {{\n  int rank = 0, size = 0;\n  MPI_Init(&argc, &argv);\n  MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n  MPI_Comm_size(MPI_COMM_WORLD, &size);\n  if (size != {k}) {{\n    if (rank == 0) fprintf(stderr, \"%s: this program has {k} ranks ({}); run it with mpirun -np {k}\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}",
+        names.join(", ")
+    );
+    let ninputs = program.manifest.inputs.len();
+    let _ = writeln!(
+        c,
+        "  if (argc != {}) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} OUTDIR\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  const char *weights = weights_path(argv[0]);",
+        ninputs + 2,
+        program
+            .manifest
+            .inputs
+            .iter()
+            .map(|i| format!(" {}.npy", i.name))
+            .collect::<String>()
+    );
+    let _ = writeln!(c, "  switch (rank) {{");
+    for (r, f) in fns.iter().enumerate() {
+        let _ = writeln!(c, "  case {r}: {{ /* {} */", ranks[r]);
+        let mut args = Vec::new();
+        for (i, (w, t)) in f.weights.iter().enumerate() {
+            let (off, len) = weight_offsets
+                .get(w)
+                .copied()
+                .ok_or_else(|| err(format!("weight {w} is not in the weights file")))?;
+            let d = shape_c(t);
+            let _ = writeln!(
+                c,
+                "    static const int64_t ws{i}[] = {{{}}};\n    int64_t *w{i} = descriptor(read_weight(weights, {off}, {len}), {}, ws{i});",
+                dims_list(&d),
+                d.len()
+            );
+            args.push(format!("w{i}"));
+        }
+        for (i, (name, t)) in f.inputs.iter().enumerate() {
+            let d = shape_c(t);
+            let _ = writeln!(
+                c,
+                "    static const int64_t is{i}[] = {{{}}};\n    int64_t *in{i} = descriptor(read_npy(argv[{}], \"{}\", {}, is{i}, {}, \"{}\"), {}, is{i});",
+                dims_list(&d),
+                i + 1,
+                npy_descr(t.elem)?,
+                d.len(),
+                t.size_bytes().unwrap_or(0),
+                name.replace(['"', '\\'], "_"),
+                d.len()
+            );
+            args.push(format!("in{i}"));
+        }
+        if f.outputs.is_empty() {
+            let _ = writeln!(c, "    _mlir_ciface_rank{r}({});", args.join(", "));
+        } else {
+            let words: usize = f.outputs.iter().map(|t| 3 + 2 * t.rank()).sum();
+            let _ = writeln!(c, "    static int64_t res[{words}];");
+            let mut all = vec!["res".to_string()];
+            all.extend(args);
+            let _ = writeln!(c, "    _mlir_ciface_rank{r}({});", all.join(", "));
+            let mut at = 0;
+            for (i, t) in f.outputs.iter().enumerate() {
+                let d = shape_c(t);
+                let _ = writeln!(
+                    c,
+                    "    static const int64_t os{i}[] = {{{}}};\n    if (write_npy(argv[{}], {i}, \"{}\", {}, os{i}, res + {at}, {})) {{ MPI_Abort(MPI_COMM_WORLD, 1); }}",
+                    dims_list(&d),
+                    ninputs + 1,
+                    npy_descr(t.elem)?,
+                    d.len(),
+                    crate::jit::elem_bytes(t.elem)
+                );
+                at += 3 + 2 * t.rank();
+            }
+        }
+        let _ = writeln!(c, "    break;\n  }}");
+    }
+    let _ = writeln!(c, "  }}\n  MPI_Finalize();\n  return 0;\n}}");
+    Ok(c)
+}
+
+fn dims_list(d: &[u64]) -> String {
+    if d.is_empty() {
+        // C needs a non-empty initializer; rank-0 descriptors read none of it.
+        return "0".into();
+    }
+    d.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Byte offsets (from the start of the file) and lengths of every tensor in a safetensors
+/// file's bytes.
+fn safetensors_offsets(bytes: &[u8]) -> Result<BTreeMap<String, (usize, usize)>, Error> {
+    let (header, meta) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| err(format!("weights file: {e}")))?;
+    let base = 8 + header;
+    Ok(meta
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let (a, b) = info.data_offsets;
+            (name, (base + a, b - a))
+        })
+        .collect())
+}
+
+/// Builds the executable `out`; writes its MLIR module and C driver next to it
+/// (`program.mlir`, `program.c`) for inspection.
+pub fn build(
+    mlir: &Mlir,
+    program: &Program,
+    weights_file: &[u8],
+    out: &Path,
+    options: &PipelineOptions,
+) -> Result<(), Error> {
+    let ranks = ranks(program);
+    let fns = rank_functions(program, &ranks)?;
+    let text = module(program)?;
+    let what = "mpi program";
+    let mut m = mlir.parse(&text, what)?;
+    mlir.run_pipeline(&mut m, pipelines::CPU_MPI, options, what)?;
+    let ll = mlir.to_llvm_ir(&m, what)?;
+    let offsets = if weights_file.is_empty() {
+        BTreeMap::new()
+    } else {
+        safetensors_offsets(weights_file)?
+    };
+    let c = main_c(program, &ranks, &fns, &offsets)?;
+    let dir = out.parent().unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".tessera-mpi-")
+        .tempdir_in(dir)
+        .map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let llp = tmp.path().join("program.ll");
+    let cp = tmp.path().join("program.c");
+    std::fs::write(&llp, ll).map_err(|e| err(format!("{}: {e}", llp.display())))?;
+    std::fs::write(&cp, &c).map_err(|e| err(format!("{}: {e}", cp.display())))?;
+    for (name, data) in [
+        ("program.mlir", text.as_bytes()),
+        ("program.c", c.as_bytes()),
+    ] {
+        let p = tmp.path().join(format!("keep-{name}"));
+        std::fs::write(&p, data).map_err(|e| err(format!("{}: {e}", p.display())))?;
+        std::fs::rename(&p, dir.join(name)).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    }
+    let exe = tmp.path().join("program");
+    let utils = crate::native::llvm_prefix().join("lib");
+    crate::native::run_tool(
+        Command::new("mpicc")
+            .arg(format!("-cc={}", crate::native::clang().display()))
+            .args(["-O2", "-Wno-override-module"])
+            .arg(&cp)
+            .arg(&llp)
+            .arg("-o")
+            .arg(&exe)
+            .arg(format!("-L{}", utils.display()))
+            .arg(format!("-Wl,-rpath,{}", utils.display()))
+            .args(["-lmlir_c_runner_utils", "-lm"]),
+    )?;
+    std::fs::rename(&exe, out).map_err(|e| err(format!("{}: {e}", out.display())))
+}
