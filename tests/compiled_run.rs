@@ -1,0 +1,377 @@
+//! `tessera compile -o DIR` and `tessera run DIR`: the files a compile writes (one MLIR module
+//! per device with work, the manifest, the weights outside the text), the further `--emit`
+//! outputs (MLIR after the target pipeline, LLVM IR, object files, PTX), running what was
+//! written (and `run MODEL --target`), byte-identical output for the same input, the MPI
+//! executable under `mpirun -np 2` and `-np 4`, and bad input.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use tessera_ir::Tensor;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tessera() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.env_remove("TESSERA_TARGET_PATH");
+    cmd.current_dir(repo());
+    cmd
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn fails(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).expect("utf-8")
+}
+
+const GPT2: &str = "testdata/models/onnx/gpt2_tiny";
+
+fn model(dir: &str) -> String {
+    format!("{dir}/model.onnx")
+}
+
+/// Max |a - b| over the elements; the shapes must agree.
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.ty(), b.ty());
+    a.to_f64_vec()
+        .iter()
+        .zip(b.to_f64_vec())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn reference_logits() -> Tensor {
+    tessera::npy::read(&repo().join(GPT2).join("output_0_logits.npy")).expect("reference")
+}
+
+fn compile_gpt2(out: &Path, target: &str, extra: &[&str]) -> String {
+    let mut cmd = tessera();
+    cmd.args([
+        "compile",
+        &model(GPT2),
+        "--input-shape",
+        "input_ids=1x16",
+        "--target",
+        target,
+        "-o",
+    ])
+    .arg(out)
+    .args(extra);
+    ok(&mut cmd)
+}
+
+#[test]
+fn compile_writes_a_module_per_device_a_manifest_and_the_weights_and_run_matches_onnxruntime() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("build");
+    compile_gpt2(&dir, "mcm-2x2", &[]);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(manifest["format"], "tessera-manifest/1");
+    assert_eq!(manifest["target"], "mcm-2x2");
+    let devices = manifest["devices"].as_array().expect("devices");
+    assert!(
+        devices.len() >= 2,
+        "gpt2_tiny uses the host and a chip: {devices:?}"
+    );
+    let weights = fs::metadata(dir.join("weights.safetensors"))
+        .expect("weights")
+        .len();
+    let mut text_bytes = 0;
+    for d in devices {
+        let module =
+            fs::read_to_string(dir.join(d["module"].as_str().expect("module"))).expect("module");
+        assert!(
+            module.starts_with(&format!(
+                "module @{} attributes {{dlti.target_system_spec",
+                d["name"].as_str().expect("name")
+            )),
+            "{}",
+            &module[..200]
+        );
+        text_bytes += module.len() as u64;
+    }
+    // Every step's function is in its device's module, and every cut edge says what moves.
+    let mut transfers = 0;
+    for s in manifest["steps"].as_array().expect("steps") {
+        let dev = s["device"].as_str().expect("device");
+        let module = fs::read_to_string(dir.join(format!("{dev}.mlir"))).expect("module");
+        assert!(module.contains(&format!(
+            "func.func @{}(",
+            s["function"].as_str().expect("fn")
+        )));
+        for a in s["args"].as_array().expect("args") {
+            if let Some(t) = a.get("transfer") {
+                assert_eq!(t["to"], *dev);
+                assert!(t["bytes"].as_u64().expect("bytes") > 0);
+                transfers += 1;
+            }
+        }
+    }
+    assert!(transfers > 0, "a multi-device program moves tensors");
+    // The weights are not in the text.
+    assert!(
+        text_bytes < weights,
+        "{text_bytes} bytes of MLIR for {weights} bytes of weights"
+    );
+
+    let out = tmp.path().join("out");
+    let printed = ok(tessera()
+        .arg("run")
+        .arg(&dir)
+        .args([
+            "--input",
+            &format!("input_ids={GPT2}/input_0_input_ids.npy"),
+            "-o",
+        ])
+        .arg(&out));
+    assert!(printed.contains("%logits: f32[1, 16, 1000]"), "{printed}");
+    let got = tessera::npy::read(&out.join("logits.npy")).expect("output");
+    let d = max_diff(&got, &reference_logits());
+    assert!(d < 1e-4, "max |diff| {d} against onnxruntime");
+
+    // `run MODEL --target` compiles and runs in one go, to the same numbers.
+    let out2 = tmp.path().join("out2");
+    ok(tessera()
+        .args(["run", &model(GPT2), "--target", "mcm-2x2"])
+        .args([
+            "--input",
+            &format!("input_ids={GPT2}/input_0_input_ids.npy"),
+            "-o",
+        ])
+        .arg(&out2));
+    let again = tessera::npy::read(&out2.join("logits.npy")).expect("output");
+    assert_eq!(got, again);
+}
+
+#[test]
+fn same_input_gives_byte_identical_outputs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    compile_gpt2(&a, "mcm-4x4", &[]);
+    compile_gpt2(&b, "mcm-4x4", &[]);
+    let mut names: Vec<String> = fs::read_dir(&a)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.iter().any(|n| n.ends_with(".mlir")));
+    for n in &names {
+        assert_eq!(
+            fs::read(a.join(n)).expect("a"),
+            fs::read(b.join(n)).expect("b"),
+            "{n} differs between two compiles"
+        );
+    }
+}
+
+#[test]
+fn emit_lowered_llvm_object_and_ptx() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("cpu");
+    ok(tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=4x32",
+            "-o",
+        ])
+        .arg(&dir)
+        .args(["--emit", "lowered,llvm,object"]));
+    let lowered = fs::read_to_string(dir.join("cpu0.lowered.mlir")).expect("lowered");
+    assert!(
+        lowered.contains("llvm.func @step0("),
+        "CPU pipeline ends in the LLVM dialect"
+    );
+    let ll = fs::read_to_string(dir.join("cpu0.ll")).expect("llvm ir");
+    assert!(
+        ll.contains("define void @_mlir_ciface_step0("),
+        "{}",
+        &ll[..300.min(ll.len())]
+    );
+    let obj = fs::read(dir.join("cpu0.o")).expect("object");
+    assert_eq!(&obj[..4], b"\x7fELF");
+
+    // NVIDIA GPUs get PTX; round-robin puts work on both of them.
+    let gpu = tmp.path().join("gpu");
+    ok(tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=4x32",
+        ])
+        .args([
+            "--target",
+            "hetero-cpu-gpu",
+            "--strategy",
+            "round-robin",
+            "-o",
+        ])
+        .arg(&gpu)
+        .args(["--emit", "ptx"]));
+    for d in ["gpu0", "gpu1"] {
+        let ptx = fs::read_to_string(gpu.join(format!("{d}.ptx"))).expect("ptx");
+        assert!(
+            ptx.contains(".target sm_80") && ptx.contains(".entry "),
+            "{ptx}"
+        );
+    }
+    assert!(!gpu.join("cpu0.ptx").exists());
+}
+
+/// Compiles gpt2_tiny spread over every device of a K-device target (round-robin: many cut
+/// edges, bool and int64 tensors among them) as one MPI program and runs it.
+fn mpi_run(k: usize) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mpi");
+    let target = format!("testdata/targets/mpi-{k}.toml");
+    let out = tessera()
+        .args([
+            "compile",
+            &model(GPT2),
+            "--input-shape",
+            "input_ids=1x16",
+            "--target",
+            &target,
+        ])
+        .args(["--strategy", "round-robin", "--emit", "mpi", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("mpi: {k} ranks")), "{err}");
+    let results = tmp.path().join("results");
+    fs::create_dir_all(&results).expect("mkdir");
+    let run = std::process::Command::new("mpirun")
+        .args(["-np", &k.to_string()])
+        .arg(dir.join("program"))
+        .arg(repo().join(GPT2).join("input_0_input_ids.npy"))
+        .arg(&results)
+        .output()
+        .expect("mpirun (MPICH, `make deps`)");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tessera::npy::read(&results.join("output_0.npy")).expect("output");
+    let d = max_diff(&got, &reference_logits());
+    assert!(d < 1e-4, "max |diff| {d} against onnxruntime on {k} ranks");
+    let module = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
+    assert!(
+        module.matches("mpi.send(").count() >= k - 1,
+        "cut edges are sends"
+    );
+
+    // The wrong number of ranks is refused with the right one.
+    let wrong = std::process::Command::new("mpirun")
+        .args(["-np", &(k + 1).to_string()])
+        .arg(dir.join("program"))
+        .arg(repo().join(GPT2).join("input_0_input_ids.npy"))
+        .arg(&results)
+        .output()
+        .expect("mpirun");
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains(&format!("run it with mpirun -np {k}")),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+}
+
+#[test]
+fn mpi_program_on_2_ranks_matches_onnxruntime() {
+    mpi_run(2);
+}
+
+#[test]
+fn mpi_program_on_4_ranks_matches_onnxruntime() {
+    mpi_run(4);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // --emit needs a directory.
+    let e = fails(tessera().args([
+        "compile",
+        &model(GPT2),
+        "--input-shape",
+        "input_ids=1x16",
+        "--emit",
+        "llvm",
+    ]));
+    assert!(
+        e.contains("--emit writes files into the output directory: give -o DIR"),
+        "{e}"
+    );
+    // LLVM IR is for CPU devices.
+    let e = fails(
+        tessera()
+            .args([
+                "compile",
+                &model("testdata/models/onnx/mlp"),
+                "--input-shape",
+                "x=4x32",
+            ])
+            .args(["--target", "hetero-cpu-gpu", "--strategy", "single", "-o"])
+            .arg(tmp.path().join("x"))
+            .args(["--emit", "ptx"]),
+    );
+    assert!(
+        e.contains("--emit ptx: no NVIDIA GPU device of hetero-cpu-gpu has work"),
+        "{e}"
+    );
+    // Not a compiled directory.
+    let e = fails(
+        tessera()
+            .arg("run")
+            .arg(tmp.path())
+            .args(["--input", "x=a.npy"]),
+    );
+    assert!(e.contains("manifest.json"), "{e}");
+    // A compiled directory with an input of the wrong shape.
+    let dir = tmp.path().join("mlp");
+    ok(tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=2x32",
+            "-o",
+        ])
+        .arg(&dir));
+    let e = fails(
+        tessera()
+            .arg("run")
+            .arg(&dir)
+            .args(["--input", "x=testdata/models/onnx/mlp/input_0_x.npy"]),
+    );
+    assert!(e.contains("input_0_x.npy") && e.contains("[4, 32]"), "{e}");
+    // A compiled directory does not take a target.
+    let e = fails(tessera().arg("run").arg(&dir).args(["--target", "cpu"]));
+    assert!(e.contains("drop --target"), "{e}");
+}
