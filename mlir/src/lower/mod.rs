@@ -188,6 +188,7 @@ pub fn step_fn(id: usize) -> String {
 /// Lowers a placed graph (static shapes) to one MLIR module per device.
 pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
     let target = opts.target;
+    check_static(g)?;
     let default = target.host.clone();
     let steps = partition(g, &default)?;
     let mut step_of: BTreeMap<ValueId, (usize, usize)> = BTreeMap::new();
@@ -341,6 +342,38 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         steps,
         weights,
     })
+}
+
+/// Every value the program computes must have a static type.
+fn check_static(g: &Graph) -> Result<(), LowerError> {
+    for (i, &v) in g.inputs().iter().enumerate() {
+        if g.ty(v).static_dims().is_none() {
+            return Err(LowerError(format!(
+                "graph input `{}` has type {}: lowering needs static shapes (bind them with \
+                 --input-shape)",
+                input_name(g, i),
+                g.ty(v)
+            )));
+        }
+    }
+    for &op in g.ops() {
+        let data = g.op(op);
+        for &r in &data.results {
+            if g.ty(r).static_dims().is_none() {
+                return Err(LowerError(format!(
+                    "op {op} ({}){}: result type {} is not static: lowering needs static \
+                     shapes (bind the inputs' with --input-shape)",
+                    data.op.name(),
+                    data.loc
+                        .as_deref()
+                        .map(|l| format!(" at {l:?}"))
+                        .unwrap_or_default(),
+                    g.ty(r)
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn input_name(g: &Graph, i: usize) -> String {

@@ -9,9 +9,6 @@
 //! list from this run. `TESSERA_NODE_FILTER=text` runs only the cases whose name contains
 //! `text` and asserts nothing (for working on one op).
 
-#[path = "../../onnx/tests/common/mod.rs"]
-mod common;
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,8 +19,10 @@ use tessera_ir::{Graph, Tensor};
 use tessera_mlir::Mlir;
 use tessera_mlir::lower::{LowerOptions, lower};
 
-use common::node_suite::{Outcome, cache_dir, ensure_cache, op_table, read_manifest, run_all};
-use common::repo_root;
+use crate::common::node_suite::{
+    Outcome, cache_dir, ensure_cache, op_table, read_manifest, run_all,
+};
+use crate::common::repo_root;
 
 thread_local! {
     static MLIR: RefCell<Option<Mlir>> = const { RefCell::new(None) };
@@ -136,7 +135,7 @@ fn onnx_node_tests_compiled() {
         let mut text = format!(
             "# ONNX node tests that pass in the interpreter but not compiled (MLIR + JIT), with\n\
              # the reason: {} of {}. mlir/tests/onnx_nodes.rs checks this list both ways.\n\
-             # Regenerate: TESSERA_BLESS=1 cargo test -p tessera-mlir --test onnx_nodes\n",
+             # Regenerate: TESSERA_BLESS=1 cargo test -p tessera-mlir --test mlir onnx_node\n",
             failed.len(),
             results.len()
         );
