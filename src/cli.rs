@@ -64,7 +64,12 @@ enum Command {
     /// shown at the entity it is about, followed by a one-line summary, and the exit code is 1.
     #[command(after_help = "Example:\n  tessera fmt testdata/models/mlp.tir")]
     Fmt(FmtArgs),
-    /// Run a model on .npy inputs with the reference interpreter.
+    /// Run a model on .npy inputs: with the reference interpreter, or compiled.
+    ///
+    /// A directory written by `tessera compile -o DIR` is run compiled: every device's MLIR
+    /// module is JIT-compiled for this CPU and the steps run in the manifest's order. With
+    /// `--target T`, a model is compiled for T (as `tessera compile` does) and run the same
+    /// way. Otherwise the model runs in the reference interpreter.
     ///
     /// The model (.tir, or .onnx which is imported) is loaded and verified; every graph input
     /// must be given exactly once with `--input NAME=FILE.npy`. Each file's dtype must match
@@ -84,7 +89,9 @@ enum Command {
     /// as `np.save` stores `ml_dtypes.bfloat16` arrays.
     #[command(after_help = "Examples:\n  \
         tessera run testdata/models/mlp.tir --input x=testdata/models/mlp.input.npy\n  \
-        tessera run model.onnx -i input_ids=ids.npy --output-dir out/")]
+        tessera run model.onnx -i input_ids=ids.npy --output-dir out/\n  \
+        tessera run build/ -i x=x.npy --repeat 20\n  \
+        tessera run model.onnx --target mcm-2x2 -i input_ids=ids.npy")]
     Run(RunArgs),
     /// Compile a model for a target: passes, placement, simulation.
     ///
@@ -101,15 +108,20 @@ enum Command {
     /// `transfer` op is inserted on every cut edge. Every shape must be static: bind symbolic
     /// input dimensions with `--input-shape`.
     ///
-    /// With `-o DIR`, the placed IR is written to DIR/placed.tir (with its sidecar), the
-    /// summary to DIR/summary.txt and the plan (with a lower bound, the gap and per-op
-    /// explanations) to DIR/plan.json. `--emit-placement-problem FILE` writes the placement
-    /// problem, which `tessera place` solves standalone.
+    /// With `-o DIR`, the placed graph is lowered to MLIR: DIR/<device>.mlir for every device
+    /// with work (checked by MLIR's verifier), DIR/manifest.json (the dataflow between the
+    /// device programs) and DIR/weights.safetensors; the placed IR goes to DIR/placed.tir (with
+    /// its sidecar), the summary to DIR/summary.txt and the plan (with a lower bound, the gap
+    /// and per-op explanations) to DIR/plan.json. `--emit` adds MLIR after each device's
+    /// pipeline, LLVM IR, object files, PTX, or an MPI executable; `tessera run DIR` runs the
+    /// result. `--emit-placement-problem FILE` writes the placement problem, which `tessera
+    /// place` solves standalone.
     #[command(after_help = "Examples:\n  \
         tessera compile testdata/models/mlp.tir --target mcm-2x2 --input-shape x=8x16\n  \
         tessera compile model.onnx --target boards/my-board.toml -o build/\n  \
         tessera compile model.tir --target gpu-8 --calibration measured.toml --samples 16\n  \
-        tessera compile model.onnx --target mcm-4x4 --objective latency --emit-placement-problem p.json")]
+        tessera compile model.onnx --target mcm-4x4 --objective latency --emit-placement-problem p.json\n  \
+        tessera compile model.onnx --input-shape x=1x3x224x224 -o build/ --emit lowered,object")]
     Compile(CompileArgs),
     /// Run a pass pipeline on a model, like mlir-opt.
     ///
@@ -237,7 +249,8 @@ struct CompileArgs {
     /// Samples in the simulated stream that measures throughput.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     samples: u64,
-    /// Write DIR/placed.tir, DIR/summary.txt and DIR/plan.json (DIR is created if needed).
+    /// Write the per-device MLIR, manifest.json, weights.safetensors, placed.tir, summary.txt
+    /// and plan.json to DIR (created if needed).
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
     /// The placement strategy (`tessera place --help` lists them).
@@ -346,7 +359,8 @@ struct RunArgs {
     /// A directory holding `<name>.toml` target files; repeatable.
     #[arg(long = "target-path", value_name = "DIR")]
     target_path: Vec<PathBuf>,
-    /// Run the compiled program N times and print the median time on standard error.
+    /// Run the compiled program N times (after a warm-up run when N > 1) and print the median
+    /// time on standard error.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
     #[command(flatten)]

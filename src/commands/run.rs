@@ -117,14 +117,19 @@ fn show_outputs(output_dir: Option<&Path>, labels: &[String], outputs: &[Tensor]
     }
 }
 
-/// Runs a JIT runner `exec.repeat` times; prints the timing on stderr.
+/// Runs a JIT runner `exec.repeat` times (after one untimed warm-up run when repeating: the
+/// JIT materializes code on first call); prints the timing on stderr.
 fn time_runs(
     runner: &tessera_mlir::Runner,
     inputs: &[Tensor],
     exec: &Execution<'_>,
 ) -> Result<Vec<Tensor>> {
+    let mut outputs = if exec.repeat > 1 {
+        runner.run(inputs)?
+    } else {
+        Vec::new()
+    };
     let mut times = Vec::new();
-    let mut outputs = Vec::new();
     for _ in 0..exec.repeat.max(1) {
         let t = std::time::Instant::now();
         outputs = runner.run(inputs)?;
@@ -132,11 +137,11 @@ fn time_runs(
     }
     times.sort_by(f64::total_cmp);
     eprintln!(
-        "run: JIT compile {:.1} ms; median {:.3} ms over {} run{}",
-        runner.compile_time.as_secs_f64() * 1e3,
+        "run: median {:.3} ms over {} run{} (JIT compile {:.1} ms)",
         times[times.len() / 2],
         times.len(),
-        if times.len() == 1 { "" } else { "s" }
+        if times.len() == 1 { "" } else { "s" },
+        runner.compile_time.as_secs_f64() * 1e3,
     );
     Ok(outputs)
 }
