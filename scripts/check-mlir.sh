@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 INPUT="$ROOT/testdata/mlir/smoke.mlir"
 EXPECTED="5 6 11 12"   # [[1,2,3],[4,5,6]] x [[1,0],[0,1],[1,1]] + 1
 
-# The CPU pipeline (notes: MLIR 22 and melior), the same string tessera's CPU target will use.
+# A CPU pipeline (notes: MLIR 22 and melior); tessera's own, run in-process, is in
+# mlir/src/pipelines.rs.
 PIPELINE='builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)'
 
 fail() {
