@@ -327,7 +327,7 @@ pub fn binary(b: &mut Body, op: &BinaryOp, e: ElemType, x: &str, y: &str) -> LRe
                     Ok(b.assign(format!("math.powf {x}, {y} : {}", elem(e))))
                 })?
             } else {
-                b.assign(format!("math.ipowi {x}, {y} : {ty}"))
+                ipow(b, e, x, y)
             }
         }
         B::Max | B::Min => {
@@ -362,6 +362,36 @@ pub fn binary(b: &mut Body, op: &BinaryOp, e: ElemType, x: &str, y: &str) -> LRe
         B::Greater => cmp(b, e, "gt", x, y),
         B::GreaterEqual => cmp(b, e, "ge", x, y),
     })
+}
+
+/// Integer power by squaring with wrapping products, over every bit of the exponent (an
+/// `scf.for` of the type's width; `math.ipowi` would need `convert-math-to-funcs`, whose
+/// unstructured control flow one-shot bufferization rejects). A negative exponent (an
+/// error in the interpreter) reads as its unsigned bits.
+fn ipow(b: &mut Body, e: ElemType, x: &str, y: &str) -> String {
+    let ty = elem(e);
+    let one = b.scalar(e, 1.0);
+    let zero = b.scalar(e, 0.0);
+    let lo = b.index(0);
+    let hi = b.index(i64::from(int_width(e)));
+    let step = b.index(1);
+    let res = b.fresh();
+    let (i, acc, base, ex) = (b.fresh(), b.fresh(), b.fresh(), b.fresh());
+    b.line(format!(
+        "{res}:3 = scf.for {i} = {lo} to {hi} step {step} iter_args({acc} = {one}, {base} = {x}, \
+         {ex} = {y}) -> ({ty}, {ty}, {ty}) {{"
+    ));
+    let bit = b.assign(format!("arith.andi {ex}, {one} : {ty}"));
+    let odd = b.assign(format!("arith.cmpi ne, {bit}, {zero} : {ty}"));
+    let m = b.assign(format!("arith.muli {acc}, {base} : {ty}"));
+    let acc2 = select(b, &odd, &m, &acc, e);
+    let base2 = b.assign(format!("arith.muli {base}, {base} : {ty}"));
+    let ex2 = b.assign(format!("arith.shrui {ex}, {one} : {ty}"));
+    b.line(format!(
+        "  scf.yield {acc2}, {base2}, {ex2} : {ty}, {ty}, {ty}"
+    ));
+    b.line("}");
+    format!("{res}#0")
 }
 
 fn in_f32_2(
@@ -503,7 +533,6 @@ pub fn clip(b: &mut Body, e: ElemType, x: &str, min: Option<f64>, max: Option<f6
     v
 }
 
-#[allow(dead_code)] // for the lowerings of arg-reduce and top-k
 /// Comparison helper for other lowerings (`eq`, `ne`, `lt`, `le`, `gt`, `ge`).
 pub fn compare(b: &mut Body, e: ElemType, pred: &str, x: &str, y: &str) -> String {
     cmp(b, e, pred, x, y)
