@@ -92,7 +92,7 @@ fn models_on(target_name: &str) {
         let program = lower_graph(&c.graph, target.spec(), origin)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         let weights = program
-            .weight_tensors(&c.graph)
+            .weight_tensors()
             .unwrap_or_else(|e| panic!("{what}: {}", e.0));
         let runner = tessera_mlir::Runner::new(
             &mlir,

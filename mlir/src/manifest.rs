@@ -35,6 +35,20 @@ pub struct Manifest {
     pub devices: Vec<ManifestDevice>,
     /// The steps in execution order.
     pub steps: Vec<ManifestStep>,
+    /// The device mesh SPMD steps run on, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mesh: Option<ManifestMesh>,
+}
+
+/// A device mesh.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManifestMesh {
+    /// Its name (steps on it have device `@<name>`).
+    pub name: String,
+    /// Extent per mesh axis.
+    pub shape: Vec<u32>,
+    /// Its devices, row-major.
+    pub devices: Vec<String>,
 }
 
 /// A graph input.
@@ -80,8 +94,15 @@ pub struct ManifestStep {
     pub id: usize,
     /// The device that runs it.
     pub device: String,
-    /// The function in the device's module.
+    /// The function in the device's module (empty for a collective).
     pub function: String,
+    /// For a step on a mesh (device `@<mesh>`): the devices that each run it on their block.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mesh: Option<Vec<String>>,
+    /// For a collective step: which (`all-reduce`: the sum over the mesh of its one argument,
+    /// each device's partial sum, given to every device).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub collective: Option<String>,
     /// Its arguments in order.
     pub args: Vec<Arg>,
     /// Its results in order.
@@ -112,11 +133,20 @@ pub enum Arg {
     },
     /// A tensor of the weights file.
     Weight {
-        /// The tensor's name in the weights file.
+        /// The tensor's name in the weights file (with `per_device`: `<weight>@<device>`).
         weight: String,
         /// Its type.
         #[serde(rename = "type")]
         ty: String,
+        /// Each mesh device reads its own block.
+        #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+        per_device: bool,
+    },
+    /// The index of the running device in the mesh (a `tensor<i64>`), first argument of
+    /// every step on a mesh.
+    MeshIndex {
+        /// The mesh (`@<name>`).
+        mesh_index: String,
     },
     /// A result of an earlier step.
     Step {

@@ -52,17 +52,36 @@ enum Key {
     Step(usize, usize),
 }
 
-fn key(a: &Arg) -> Key {
-    match a {
+/// Where argument `a` comes from on device `dev` (a per-device weight is that device's
+/// block); `None` for the mesh index, which is a constant.
+fn key(a: &Arg, dev: &str) -> Option<Key> {
+    Some(match a {
         Arg::Input { input, .. } => Key::Input(input.clone()),
+        Arg::Weight {
+            weight,
+            per_device: true,
+            ..
+        } => Key::Weight(format!("{weight}@{dev}")),
         Arg::Weight { weight, .. } => Key::Weight(weight.clone()),
         Arg::Step { step, result, .. } => Key::Step(*step, *result),
-    }
+        Arg::MeshIndex { .. } => return None,
+    })
 }
 
 fn arg_type(a: &Arg) -> &str {
     match a {
-        Arg::Input { ty, .. } | Arg::Weight { ty, .. } | Arg::Step { ty, .. } => ty,
+        Arg::Input { ty, .. }
+        | Arg::Weight { ty, .. }
+        | Arg::Step { ty, .. } => ty,
+        Arg::MeshIndex { .. } => "i64[]",
+    }
+}
+
+/// The devices that run a step: the mesh's for a step on a mesh, else its device.
+fn runners(st: &crate::manifest::ManifestStep) -> Vec<&str> {
+    match &st.mesh {
+        Some(devs) => devs.iter().map(String::as_str).collect(),
+        None => vec![st.device.as_str()],
     }
 }
 
@@ -89,26 +108,37 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
     let m = &program.manifest;
     let host = &m.host;
     let rank_of = |d: &str| ranks.iter().position(|x| x == d);
-    // What each device needs: args of its steps, and (host) the outputs.
+    // What each device needs: args of its steps, and (host) the outputs. A collective's
+    // argument is each mesh device's own partial, never moved.
     let mut needs: BTreeMap<&str, BTreeSet<Key>> = BTreeMap::new();
+    let mut types: BTreeMap<Key, TensorType> = BTreeMap::new();
     for st in &m.steps {
-        for a in &st.args {
-            needs.entry(st.device.as_str()).or_default().insert(key(a));
+        for d in runners(st) {
+            for a in &st.args {
+                let Some(k) = key(a, d) else { continue };
+                types
+                    .entry(k.clone())
+                    .or_insert(parse_type(arg_type(a))?);
+                if st.collective.is_none() {
+                    needs.entry(d).or_default().insert(k);
+                }
+            }
         }
     }
     for o in &m.outputs {
-        needs
-            .entry(host.as_str())
-            .or_default()
-            .insert(key(&o.source));
+        let Some(k) = key(&o.source, host) else { continue };
+        types
+            .entry(k.clone())
+            .or_insert(parse_type(arg_type(&o.source))?);
+        needs.entry(host.as_str()).or_default().insert(k);
     }
-    let types: BTreeMap<Key, TensorType> = m
-        .steps
-        .iter()
-        .flat_map(|st| st.args.iter())
-        .chain(m.outputs.iter().map(|o| &o.source))
-        .map(|a| Ok((key(a), parse_type(arg_type(a))?)))
-        .collect::<Result<_, Error>>()?;
+    for st in &m.steps {
+        for (k, r) in st.results.iter().enumerate() {
+            types
+                .entry(Key::Step(st.id, k))
+                .or_insert(parse_type(&r.ty)?);
+        }
+    }
     let mut tag = 0u32;
     let mut bodies: Vec<String> = vec![String::new(); ranks.len()];
     let mut envs: Vec<BTreeMap<Key, String>> = vec![BTreeMap::new(); ranks.len()];
@@ -277,20 +307,44 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         }
     }
     for st in &m.steps {
-        let r = rank_of(&st.device).ok_or_else(|| err(format!("{} has no rank", st.device)))?;
-        let mut args = Vec::new();
-        let mut arg_tys = Vec::new();
-        for a in &st.args {
-            let k = key(a);
-            let v = envs[r].get(&k).cloned().ok_or_else(|| {
-                err(format!(
-                    "step {} on {}: {k:?} is not there",
-                    st.id, st.device
-                ))
-            })?;
-            args.push(v);
-            arg_tys.push(tensor_ty(&types[&k]).map_err(|e| err(e.0))?);
+        if st.collective.is_some() {
+            // Every rank takes part in the all-reduce (MLIR's shard-to-MPI lowering reduces
+            // over the whole MPI world): mesh devices with their partial sums, the others
+            // with zeros. Every rank then holds the sum.
+            let Some(Arg::Step { step, result, .. }) = st.args.first() else {
+                return Err(err(format!("step {}: a collective without its partial", st.id)));
+            };
+            let k_in = Key::Step(*step, *result);
+            let ty = types[&k_in].clone();
+            let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;
+            let grid = st.device.trim_start_matches('@');
+            let mesh_axes = m
+                .mesh
+                .as_ref()
+                .map_or(0, |mm| mm.shape.len());
+            let axes: Vec<String> = (0..mesh_axes).map(|a| a.to_string()).collect();
+            for r in 0..ranks.len() {
+                let mine = match envs[r].get(&k_in) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let z = fresh(r);
+                        let zero = crate::lower::zero_literal(ty.elem);
+                        let _ = writeln!(bodies[r], "    {z} = arith.constant dense<{zero}> : {tt}");
+                        z
+                    }
+                };
+                let out = fresh(r);
+                let _ = writeln!(
+                    bodies[r],
+                    "    {out} = shard.all_reduce {mine} on @{grid} grid_axes = [{}] : {tt} -> {tt}",
+                    axes.join(", ")
+                );
+                envs[r].insert(Key::Step(st.id, 0), out);
+            }
+            continue;
         }
+        let devs = runners(st);
+        let first_rank = rank_of(devs[0]).ok_or_else(|| err(format!("{} has no rank", devs[0])))?;
         let res_tys: Vec<TensorType> = st
             .results
             .iter()
@@ -300,37 +354,61 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             .iter()
             .map(|t| tensor_ty(t).map_err(|e| err(e.0)))
             .collect::<Result<_, _>>()?;
-        let call = format!(
-            "call @{}({}) : ({}) -> ({})",
-            st.function,
-            args.join(", "),
-            arg_tys.join(", "),
-            res_s.join(", ")
-        );
-        let b_res = fresh(r);
-        match res_tys.len() {
-            0 => {
-                let _ = writeln!(bodies[r], "    {call}");
+        for (mi, d) in devs.iter().enumerate() {
+            let r = rank_of(d).ok_or_else(|| err(format!("{d} has no rank")))?;
+            let mut args = Vec::new();
+            let mut arg_tys = Vec::new();
+            for a in &st.args {
+                match key(a, d) {
+                    None => {
+                        let c = fresh(r);
+                        let _ = writeln!(bodies[r], "    {c} = arith.constant dense<{mi}> : tensor<i64>");
+                        args.push(c);
+                        arg_tys.push("tensor<i64>".to_string());
+                    }
+                    Some(k) => {
+                        let v = envs[r].get(&k).cloned().ok_or_else(|| {
+                            err(format!("step {} on {d}: {k:?} is not there", st.id))
+                        })?;
+                        args.push(v);
+                        arg_tys.push(tensor_ty(&types[&k]).map_err(|e| err(e.0))?);
+                    }
+                }
             }
-            1 => {
-                let _ = writeln!(bodies[r], "    {b_res} = {call}");
-                envs[r].insert(Key::Step(st.id, 0), b_res.clone());
-            }
-            n => {
-                let _ = writeln!(bodies[r], "    {b_res}:{n} = {call}");
-                for k in 0..n {
-                    envs[r].insert(Key::Step(st.id, k), format!("{b_res}#{k}"));
+            let call = format!(
+                "call @{}({}) : ({}) -> ({})",
+                st.function,
+                args.join(", "),
+                arg_tys.join(", "),
+                res_s.join(", ")
+            );
+            let b_res = fresh(r);
+            match res_tys.len() {
+                0 => {
+                    let _ = writeln!(bodies[r], "    {call}");
+                }
+                1 => {
+                    let _ = writeln!(bodies[r], "    {b_res} = {call}");
+                    envs[r].insert(Key::Step(st.id, 0), b_res.clone());
+                }
+                n => {
+                    let _ = writeln!(bodies[r], "    {b_res}:{n} = {call}");
+                    for k in 0..n {
+                        envs[r].insert(Key::Step(st.id, k), format!("{b_res}#{k}"));
+                    }
                 }
             }
         }
+        // The results other ranks need come from the step's first device (on a mesh, every
+        // device holds them: values leaving a mesh are whole).
         for (dst, d) in ranks.iter().enumerate() {
-            if dst == r {
-                continue;
-            }
             for k in 0..res_tys.len() {
                 let key = Key::Step(st.id, k);
+                if envs[dst].contains_key(&key) {
+                    continue;
+                }
                 if needs.get(d.as_str()).is_some_and(|n| n.contains(&key)) {
-                    transfer(&mut bodies, &mut envs, &mut fresh, &key, r, dst)?;
+                    transfer(&mut bodies, &mut envs, &mut fresh, &key, first_rank, dst)?;
                 }
             }
         }
@@ -339,7 +417,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
     let mut rets = Vec::new();
     let mut ret_tys = Vec::new();
     for o in &m.outputs {
-        let k = key(&o.source);
+        let k = key(&o.source, host).ok_or_else(|| err(format!("output {}", o.name)))?;
         let v = envs[host_rank]
             .get(&k)
             .cloned()
@@ -384,13 +462,6 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
     Ok(fns)
 }
 
-/// The functions of a device module (its text without the `module` line and closing brace).
-fn module_body(text: &str) -> &str {
-    let start = text.find('\n').map_or(0, |i| i + 1);
-    let end = text.trim_end().rfind('\n').unwrap_or(text.len());
-    &text[start..end.max(start)]
-}
-
 /// The MLIR module of the whole MPI program (every device's steps and the rank functions).
 pub fn module(program: &Program) -> Result<String, Error> {
     let ranks = ranks(program);
@@ -398,9 +469,17 @@ pub fn module(program: &Program) -> Result<String, Error> {
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
-    for (_, text) in &program.modules {
-        s.push_str(module_body(text));
-        s.push('\n');
+    if let Some(mesh) = &program.manifest.mesh {
+        let shape: Vec<String> = mesh.shape.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  shard.grid @{}(shape = {}) {{sym_visibility = \"private\"}}",
+            mesh.name,
+            shape.join("x")
+        );
+    }
+    for text in program.step_texts.values() {
+        s.push_str(text);
     }
     for f in &fns {
         s.push_str(&f.text);

@@ -135,36 +135,97 @@ impl Runner {
             .map(|i| i.name.as_str())
             .zip(inputs)
             .collect();
-        let mut results: Vec<Vec<Tensor>> = Vec::with_capacity(m.steps.len());
-        let get = |a: &Arg, results: &Vec<Vec<Tensor>>| -> Result<Tensor, Error> {
+        // Per step, per result: one tensor, or one per mesh device for a step on a mesh.
+        let mut results: Vec<Vec<Vec<Tensor>>> = Vec::with_capacity(m.steps.len());
+        let missing = |a: &Arg| Error::Run {
+            message: format!("the manifest refers to a missing value: {a:?}"),
+        };
+        // The argument `a` for the mesh device `dev` (index and name), if any.
+        let get = |a: &Arg,
+                   dev: Option<(usize, &str)>,
+                   results: &Vec<Vec<Vec<Tensor>>>|
+         -> Result<Tensor, Error> {
             match a {
                 Arg::Input { input, .. } => by_name.get(input.as_str()).map(|t| (*t).clone()),
-                Arg::Weight { weight, .. } => self.weights.get(weight).cloned(),
-                Arg::Step { step, result, .. } => {
-                    results.get(*step).and_then(|r| r.get(*result)).cloned()
-                }
+                Arg::Weight {
+                    weight, per_device, ..
+                } => match (per_device, dev) {
+                    (true, Some((_, d))) => self.weights.get(&format!("{weight}@{d}")).cloned(),
+                    (true, None) => None,
+                    (false, _) => self.weights.get(weight).cloned(),
+                },
+                Arg::MeshIndex { .. } => dev.and_then(|(i, _)| {
+                    Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
+                        .ok()
+                }),
+                Arg::Step { step, result, .. } => results
+                    .get(*step)
+                    .and_then(|r| r.get(*result))
+                    .and_then(|copies| match copies.len() {
+                        1 => copies.first(),
+                        _ => copies.get(dev.map_or(0, |(i, _)| i)),
+                    })
+                    .cloned(),
             }
-            .ok_or_else(|| Error::Run {
-                message: format!("the manifest refers to a missing value: {a:?}"),
-            })
+            .ok_or_else(|| missing(a))
         };
         for st in &m.steps {
-            let args: Vec<Tensor> = st
-                .args
-                .iter()
-                .map(|a| get(a, &results))
-                .collect::<Result<_, _>>()?;
-            let refs: Vec<&Tensor> = args.iter().collect();
             let tys: Vec<TensorType> = st
                 .results
                 .iter()
                 .map(|r| parse_type(&r.ty))
                 .collect::<Result<_, _>>()?;
-            let jit = self.jits.get(&st.device).ok_or_else(|| Error::Run {
-                message: format!("step {} runs on {}, which has no module", st.id, st.device),
-            })?;
-            results.push(jit.call(&st.function, &refs, &tys)?);
+            if st.collective.is_some() {
+                // all-reduce: the sum of every mesh device's partial.
+                let Some(Arg::Step { step, result, .. }) = st.args.first() else {
+                    return Err(missing(&st.args[0]));
+                };
+                let partials = results
+                    .get(*step)
+                    .and_then(|r| r.get(*result))
+                    .ok_or_else(|| missing(&st.args[0]))?;
+                let mut sum = partials[0].clone();
+                for p in &partials[1..] {
+                    sum = tessera_ir::interp::eval_op(
+                        &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
+                        &[&sum, p],
+                    )
+                    .map_err(|e| Error::Run {
+                        message: format!("step {} (all-reduce): {e}", st.id),
+                    })?
+                    .remove(0);
+                }
+                results.push(vec![vec![sum]]);
+                continue;
+            }
+            let devices: Vec<(Option<(usize, &str)>, &str)> = match &st.mesh {
+                Some(devs) => devs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (Some((i, d.as_str())), d.as_str()))
+                    .collect(),
+                None => vec![(None, st.device.as_str())],
+            };
+            let mut per_result: Vec<Vec<Tensor>> = vec![Vec::new(); tys.len()];
+            for (dev, name) in devices {
+                let args: Vec<Tensor> = st
+                    .args
+                    .iter()
+                    .map(|a| get(a, dev, &results))
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<&Tensor> = args.iter().collect();
+                let jit = self.jits.get(name).ok_or_else(|| Error::Run {
+                    message: format!("step {} runs on {name}, which has no module", st.id),
+                })?;
+                for (k, t) in jit.call(&st.function, &refs, &tys)?.into_iter().enumerate() {
+                    per_result[k].push(t);
+                }
+            }
+            results.push(per_result);
         }
-        m.outputs.iter().map(|o| get(&o.source, &results)).collect()
+        m.outputs
+            .iter()
+            .map(|o| get(&o.source, None, &results))
+            .collect()
     }
 }

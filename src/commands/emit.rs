@@ -78,7 +78,7 @@ pub fn write(
         let _ = std::fs::remove_file(&wpath);
         Vec::new()
     } else {
-        let bytes = tessera_mlir::weights::serialize(&program.weight_bytes(graph))?;
+        let bytes = tessera_mlir::weights::serialize(&program.weights)?;
         super::write_atomically(&wpath, &bytes)?;
         bytes
     };

@@ -205,7 +205,7 @@ fn run_model_jit(
         program.manifest.clone(),
         &program.module_map(),
         program
-            .weight_tensors(&compiled.graph)
+            .weight_tensors()
             .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
         2,
     )?;

@@ -23,11 +23,12 @@ mod nn;
 mod reduce;
 mod resize;
 mod shape;
+pub mod spmd;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tessera_ir::{ConstId, Graph, Op, OpId, TensorType, ValueDef, ValueId};
+use tessera_ir::{ConstId, Graph, Mesh, Op, OpId, TensorType, ValueDef, ValueId};
 use tessera_targets::TargetSpec;
 
 use body::{Body, LResult, Val, dims};
@@ -49,10 +50,13 @@ pub struct Step {
     pub ops: Vec<OpId>,
     /// Values it needs from outside (graph inputs, other steps' results), in first-use order.
     pub inputs: Vec<ValueId>,
-    /// Large constants it reads, as weight arguments (after `inputs`), in first-use order.
-    pub weights: Vec<ConstId>,
+    /// Large constants it reads (the `const` ops' results), as weight arguments (after
+    /// `inputs`), in first-use order.
+    pub weights: Vec<ValueId>,
     /// Values it computes that other steps or the graph's outputs need, in definition order.
     pub outputs: Vec<ValueId>,
+    /// An `all-reduce` over the mesh: a collective step (its one op), not a function.
+    pub collective: bool,
 }
 
 /// The lowered program: a module per device, the manifest, and the weights it names.
@@ -64,8 +68,12 @@ pub struct Program {
     pub manifest: Manifest,
     /// The steps.
     pub steps: Vec<Step>,
-    /// Weight name to constant, for every weight argument of any step.
-    pub weights: BTreeMap<String, ConstId>,
+    /// The weights file's tensors by name (a constant split over a mesh has one block per
+    /// mesh device, `<name>@<device>`).
+    pub weights: BTreeMap<String, (TensorType, tessera_ir::Bytes)>,
+    /// Each function step's function text, by step id (for the MPI program, which holds
+    /// every step once).
+    pub step_texts: BTreeMap<usize, String>,
 }
 
 /// The device an op runs on: its placement, or `default` for an unplaced op.
@@ -101,12 +109,36 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
             continue;
         }
         let dev = device_of(g, op, default);
-        if dev.starts_with('@') {
+        let collective = matches!(data.op, Op::AllReduce { .. });
+        if let Some(name) = dev.strip_prefix('@') {
+            let Some(mesh) = g.mesh.as_ref().filter(|m| m.name == name) else {
+                return Err(LowerError(format!(
+                    "op {op} ({}) runs on mesh {dev}, which the graph does not declare",
+                    data.op.name()
+                )));
+            };
+            match &data.op {
+                Op::AllReduce { axes } => {
+                    let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
+                    if *axes != all {
+                        return Err(LowerError(format!(
+                            "op {op} (all-reduce) reduces over mesh axes {axes:?} of {dev}: \
+                             only an all-reduce over the whole mesh lowers"
+                        )));
+                    }
+                }
+                Op::AllGather { .. } => {
+                    return Err(LowerError(format!(
+                        "op {op} (all-gather) on {dev}: all-gather does not lower yet (MLIR 22's \
+                         shard-to-MPI conversion has no all_gather); tensor parallelism \
+                         (all-reduce) does"
+                    )));
+                }
+                _ => {}
+            }
+        } else if collective {
             return Err(LowerError(format!(
-                "op {} ({}) runs SPMD on mesh {dev}: lowering a sharded graph is not supported \
-                 (compile without the shard pass)",
-                op,
-                data.op.name()
+                "op {op} (all-reduce) is on {dev}, not on a mesh"
             )));
         }
         let need = data
@@ -115,7 +147,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
             .filter_map(|v| step_of.get(v).copied())
             .max();
         let s = match open.get(&dev) {
-            Some(&s) if need.is_none_or(|n| n <= s) => s,
+            Some(&s) if !collective && need.is_none_or(|n| n <= s) => s,
             _ => {
                 let id = steps.len();
                 steps.push(Step {
@@ -125,8 +157,14 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                     inputs: Vec::new(),
                     weights: Vec::new(),
                     outputs: Vec::new(),
+                    collective,
                 });
-                open.insert(dev.clone(), id);
+                if collective {
+                    // The mesh's next ops start a new step after it.
+                    open.remove(&dev);
+                } else {
+                    open.insert(dev.clone(), id);
+                }
                 id
             }
         };
@@ -153,8 +191,8 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
         for &op in &st.ops {
             for &v in &g.op(op).operands {
                 if let Some(c) = is_const(g, v) {
-                    if is_large(g, c) && seen_w.insert(c) {
-                        st.weights.push(c);
+                    if is_large(g, c) && seen_w.insert(v) {
+                        st.weights.push(v);
                     }
                     continue;
                 }
@@ -185,6 +223,27 @@ pub fn step_fn(id: usize) -> String {
     format!("step{id}")
 }
 
+/// The mesh a step runs on, when it runs SPMD (`device("@<mesh>")`).
+fn step_mesh<'g>(g: &'g Graph, st: &Step) -> Option<&'g Mesh> {
+    st.device.strip_prefix('@').and(g.mesh.as_ref())
+}
+
+/// The type a value has where step `st` uses it: its block for a mesh step (split values
+/// arriving whole are cut inside the function, see [`spmd`]), the whole value elsewhere.
+fn arrival_type(g: &Graph, v: ValueId, producer_on_mesh: bool) -> LResult<TensorType> {
+    match (producer_on_mesh, g.mesh.as_ref()) {
+        (true, Some(mesh)) => spmd::local_type(mesh, &spmd::sharding_of(g, v), g.ty(v)),
+        _ => Ok(g.ty(v).clone()),
+    }
+}
+
+/// The weights file's name of a constant used in a step (per mesh device when split there).
+fn weight_name(g: &Graph, st: &Step, v: ValueId, c: ConstId) -> (String, bool) {
+    let name = g.constant(c).name.clone();
+    let split = step_mesh(g, st).is_some() && !spmd::sharding_of(g, v).is_replicated();
+    (name, split)
+}
+
 /// Lowers a placed graph (static shapes) to one MLIR module per device.
 pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
     let target = opts.target;
@@ -197,27 +256,58 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             step_of.insert(v, (st.id, k));
         }
     }
-    let mut weights = BTreeMap::new();
+    let on_mesh = |s: usize| steps[s].device.starts_with('@') && !steps[s].collective;
+    let mut weights: BTreeMap<String, (TensorType, tessera_ir::Bytes)> = BTreeMap::new();
     let mut funcs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut step_texts = BTreeMap::new();
     let mut mstep = Vec::new();
     for st in &steps {
-        let text = lower_step(g, st).map_err(|e| LowerError(format!("step {}: {}", st.id, e.0)))?;
-        funcs.entry(st.device.clone()).or_default().push(text);
+        let mesh = step_mesh(g, st);
+        let at = |e: LowerError| LowerError(format!("step {}: {}", st.id, e.0));
         let mut args = Vec::new();
+        if mesh.is_some() && !st.collective {
+            args.push(Arg::MeshIndex {
+                mesh_index: st.device.clone(),
+            });
+        }
         for &v in &st.inputs {
-            let ty = g.ty(v).clone();
-            args.push(match g.value(v).def {
+            let arg = match g.value(v).def {
                 ValueDef::Input(i) => Arg::Input {
                     input: input_name(g, i),
-                    ty: ty.to_string(),
+                    ty: g.ty(v).to_string(),
                 },
                 _ => {
                     let (s, k) = step_of[&v];
-                    let from = steps[s].device.clone();
-                    let transfer = (from != st.device).then(|| Transfer {
-                        from: from.clone(),
-                        to: st.device.clone(),
-                        bytes: ty.size_bytes().unwrap_or(0),
+                    let from_mesh = on_mesh(s);
+                    let ty = if st.device == steps[s].device || st.collective {
+                        arrival_type(g, v, from_mesh).map_err(at)?
+                    } else {
+                        // Leaving the mesh: the value must be whole on every device.
+                        let t = arrival_type(g, v, from_mesh).map_err(at)?;
+                        if from_mesh && t != *g.ty(v) {
+                            return Err(LowerError(format!(
+                                "step {}: value {} leaves mesh {} split ({}); it needs an \
+                                 all-reduce or all-gather first",
+                                st.id,
+                                value_name(g, v),
+                                steps[s].device,
+                                t
+                            )));
+                        }
+                        t
+                    };
+                    let from = match g.mesh.as_ref() {
+                        Some(m) if from_mesh && !st.device.starts_with('@') => {
+                            m.devices.first().cloned().unwrap_or_default()
+                        }
+                        _ => steps[s].device.clone(),
+                    };
+                    let transfer = (from != st.device && steps[s].device != st.device).then(|| {
+                        Transfer {
+                            from: from.clone(),
+                            to: st.device.clone(),
+                            bytes: ty.size_bytes().unwrap_or(0),
+                        }
                     });
                     Arg::Step {
                         step: s,
@@ -226,29 +316,80 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         transfer,
                     }
                 }
-            });
+            };
+            args.push(arg);
         }
-        for &c in &st.weights {
+        for &v in &st.weights {
+            let Some(c) = is_const(g, v) else { continue };
+            let (name, split) = weight_name(g, st, v, c);
             let k = g.constant(c);
-            weights.insert(k.name.clone(), c);
-            args.push(Arg::Weight {
-                weight: k.name.clone(),
-                ty: k.ty.to_string(),
-            });
+            match (split, mesh) {
+                (true, Some(m)) => {
+                    let sh = spmd::sharding_of(g, v);
+                    let mut local = k.ty.clone();
+                    for (i, dev) in m.devices.iter().enumerate() {
+                        let (t, data) = spmd::slice_bytes(m, &sh, &k.ty, &k.data, i).map_err(at)?;
+                        local = t.clone();
+                        let key = format!("{name}@{dev}");
+                        if weights.get(&key).is_some_and(|(_, d)| d.as_ref() != data.as_slice()) {
+                            return Err(LowerError(format!(
+                                "constant {name} is split two ways on mesh {}",
+                                st.device
+                            )));
+                        }
+                        weights.insert(key, (t, tessera_ir::Bytes::from(data)));
+                    }
+                    args.push(Arg::Weight {
+                        weight: name,
+                        ty: local.to_string(),
+                        per_device: true,
+                    });
+                }
+                _ => {
+                    weights.insert(name.clone(), (k.ty.clone(), k.data.clone()));
+                    args.push(Arg::Weight {
+                        weight: name,
+                        ty: k.ty.to_string(),
+                        per_device: false,
+                    });
+                }
+            }
+        }
+        let results: Vec<StepResult> = st
+            .outputs
+            .iter()
+            .map(|&v| {
+                Ok(StepResult {
+                    ty: arrival_type(g, v, mesh.is_some() && !st.collective)?.to_string(),
+                    value: value_name(g, v),
+                })
+            })
+            .collect::<LResult<_>>()
+            .map_err(at)?;
+        if !st.collective {
+            let text = lower_step(g, st).map_err(at)?;
+            match mesh {
+                Some(m) => {
+                    for d in &m.devices {
+                        funcs.entry(d.clone()).or_default().push(text.clone());
+                    }
+                }
+                None => funcs.entry(st.device.clone()).or_default().push(text.clone()),
+            }
+            step_texts.insert(st.id, text);
         }
         mstep.push(ManifestStep {
             id: st.id,
             device: st.device.clone(),
-            function: step_fn(st.id),
+            function: if st.collective {
+                String::new()
+            } else {
+                step_fn(st.id)
+            },
+            mesh: mesh.map(|m| m.devices.clone()),
+            collective: st.collective.then(|| "all-reduce".to_string()),
             args,
-            results: st
-                .outputs
-                .iter()
-                .map(|&v| StepResult {
-                    ty: g.ty(v).to_string(),
-                    value: value_name(g, v),
-                })
-                .collect(),
+            results,
         });
     }
     let mut outputs = Vec::new();
@@ -263,23 +404,38 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             _ => match is_const(g, v) {
                 Some(c) => {
                     let k = g.constant(c);
-                    weights.insert(k.name.clone(), c);
+                    weights.insert(k.name.clone(), (k.ty.clone(), k.data.clone()));
                     Arg::Weight {
                         weight: k.name.clone(),
                         ty: ty.clone(),
+                        per_device: false,
                     }
                 }
                 None => {
                     let (s, k) = step_of[&v];
-                    let from = steps[s].device.clone();
+                    let from = match g.mesh.as_ref() {
+                        Some(m) if on_mesh(s) => {
+                            if arrival_type(g, v, true)? != *g.ty(v) {
+                                return Err(LowerError(format!(
+                                    "output {} leaves mesh {} split; it needs an all-reduce or \
+                                     all-gather first",
+                                    name, steps[s].device
+                                )));
+                            }
+                            m.devices.first().cloned().unwrap_or_default()
+                        }
+                        _ => steps[s].device.clone(),
+                    };
                     Arg::Step {
                         step: s,
                         result: k,
                         ty: ty.clone(),
-                        transfer: (from != target.host).then(|| Transfer {
-                            from,
-                            to: target.host.clone(),
-                            bytes: g.ty(v).size_bytes().unwrap_or(0),
+                        transfer: (from != target.host && !steps[s].collective).then(|| {
+                            Transfer {
+                                from,
+                                to: target.host.clone(),
+                                bytes: g.ty(v).size_bytes().unwrap_or(0),
+                            }
                         }),
                     }
                 }
@@ -335,12 +491,18 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         outputs,
         devices,
         steps: mstep,
+        mesh: g.mesh.as_ref().map(|m| crate::manifest::ManifestMesh {
+            name: m.name.clone(),
+            shape: m.shape.clone(),
+            devices: m.devices.clone(),
+        }),
     };
     Ok(Program {
         modules,
         manifest,
         steps,
         weights,
+        step_texts,
     })
 }
 
@@ -453,30 +615,63 @@ fn sym(name: &str) -> String {
 
 /// The text of one step's function.
 fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
+    let mesh = step_mesh(g, st);
     let mut b = Body::default();
     let mut env: BTreeMap<ValueId, Val> = BTreeMap::new();
     let mut params = Vec::new();
+    let coord = "%coord".to_string();
+    if mesh.is_some() {
+        params.push(format!("{coord}: tensor<i64> {{bufferization.writable = false}}"));
+    }
+    // Values that arrive whole but are split here are cut after the parameters are read.
+    let mut to_cut = Vec::new();
     for (k, &v) in st.inputs.iter().enumerate() {
         let name = format!("%arg{k}");
-        let ty = g.ty(v).clone();
+        let from_mesh = match g.value(v).def {
+            ValueDef::Result(op, _) => {
+                mesh.is_some() && g.op(op).device.as_deref() == Some(st.device.as_str())
+            }
+            ValueDef::Input(_) => false,
+        };
+        let ty = arrival_type(g, v, from_mesh)?;
         params.push(format!(
             "{name}: {} {{bufferization.writable = false}}",
             tensor_ty(&ty)?
         ));
+        if mesh.is_some() && !from_mesh {
+            to_cut.push(v);
+        }
         env.insert(v, Val { name, ty });
     }
-    let mut weight_args: BTreeMap<ConstId, Val> = BTreeMap::new();
-    for (k, &c) in st.weights.iter().enumerate() {
+    let mut weight_args: BTreeMap<ValueId, Val> = BTreeMap::new();
+    for (k, &v) in st.weights.iter().enumerate() {
+        let Some(c) = is_const(g, v) else { continue };
         let name = format!("%arg{}", st.inputs.len() + k);
-        let ty = g.constant(c).ty.clone();
+        let (wname, split) = weight_name(g, st, v, c);
+        let ty = match (split, mesh) {
+            (true, Some(m)) => spmd::local_type(m, &spmd::sharding_of(g, v), &g.constant(c).ty)?,
+            _ => g.constant(c).ty.clone(),
+        };
+        let shown = if split {
+            format!("{wname}@<device>")
+        } else {
+            wname
+        };
         params.push(format!(
             "{name}: {} {{bufferization.writable = false, tessera.weight = {}}}",
             tensor_ty(&ty)?,
-            quote(&g.constant(c).name)
+            quote(&shown)
         ));
-        weight_args.insert(c, Val { name, ty });
+        weight_args.insert(v, Val { name, ty });
     }
-    let mut consts: BTreeMap<ConstId, Val> = BTreeMap::new();
+    if let Some(m) = mesh {
+        for v in to_cut {
+            let whole = env[&v].clone();
+            let cut = spmd::slice_in_function(&mut b, m, &spmd::sharding_of(g, v), &whole, &coord)?;
+            env.insert(v, cut);
+        }
+    }
+    let mut consts: BTreeMap<ValueId, Val> = BTreeMap::new();
     for &op in &st.ops {
         let data = g.op(op);
         let mut args = Vec::new();
@@ -491,18 +686,31 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
                     data.op.name()
                 )));
             };
-            let val = if let Some(w) = weight_args.get(&c) {
+            let val = if let Some(w) = weight_args.get(&v) {
                 w.clone()
-            } else if let Some(val) = consts.get(&c) {
+            } else if let Some(val) = consts.get(&v) {
                 val.clone()
             } else {
-                let val = inline_const(&mut b, g, c)?;
-                consts.insert(c, val.clone());
+                let whole = inline_const(&mut b, g, c)?;
+                let val = match mesh {
+                    Some(m) => {
+                        spmd::slice_in_function(&mut b, m, &spmd::sharding_of(g, v), &whole, &coord)?
+                    }
+                    None => whole,
+                };
+                consts.insert(v, val.clone());
                 val
             };
             args.push(val);
         }
-        let results: Vec<TensorType> = data.results.iter().map(|&r| g.ty(r).clone()).collect();
+        let results: Vec<TensorType> = data
+            .results
+            .iter()
+            .map(|&r| match mesh {
+                Some(m) => spmd::local_type(m, &spmd::sharding_of(g, r), g.ty(r)),
+                None => Ok(g.ty(r).clone()),
+            })
+            .collect::<LResult<_>>()?;
         let names = lower_op(&mut b, g, op, &args, &results).map_err(|e| {
             let at = data
                 .loc
@@ -558,6 +766,11 @@ fn inline_const(b: &mut Body, g: &Graph, c: ConstId) -> LResult<Val> {
     let lit = dense_literal(&ty, &k.data)?;
     let name = b.assign(format!("arith.constant {lit} : {t}"));
     Ok(Val { name, ty })
+}
+
+/// The zero of an element type as a `dense<...>` splat literal.
+pub fn zero_literal(e: tessera_ir::ElemType) -> String {
+    body::scalar_literal(e, 0.0)
 }
 
 /// `dense<...>` for raw little-endian data: hex for numbers (exact), a nested list for bool.
@@ -704,28 +917,13 @@ fn lower_op(
 
 impl Program {
     /// The weights as tensors, by name.
-    pub fn weight_tensors(
-        &self,
-        g: &Graph,
-    ) -> Result<BTreeMap<String, tessera_ir::Tensor>, LowerError> {
+    pub fn weight_tensors(&self) -> Result<BTreeMap<String, tessera_ir::Tensor>, LowerError> {
         self.weights
             .iter()
-            .map(|(n, &c)| {
-                let k = g.constant(c);
-                tessera_ir::Tensor::from_typed_le_bytes(&k.ty, &k.data)
+            .map(|(n, (ty, data))| {
+                tessera_ir::Tensor::from_typed_le_bytes(ty, data)
                     .map(|t| (n.clone(), t))
                     .map_err(|e| LowerError(format!("weight {n}: {e}")))
-            })
-            .collect()
-    }
-
-    /// The weights as (type, bytes), by name, for [`crate::weights::serialize`].
-    pub fn weight_bytes(&self, g: &Graph) -> BTreeMap<String, (TensorType, tessera_ir::Bytes)> {
-        self.weights
-            .iter()
-            .map(|(n, &c)| {
-                let k = g.constant(c);
-                (n.clone(), (k.ty.clone(), k.data.clone()))
             })
             .collect()
     }

@@ -140,7 +140,7 @@ fn lowering_goldens() {
                     continue;
                 }
             };
-            let weights = program.weight_tensors(&g).expect("weights");
+            let weights = program.weight_tensors().expect("weights");
             let got = Runner::new(
                 &mlir,
                 program.manifest.clone(),

@@ -39,7 +39,7 @@ fn jit(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
         },
     )
     .map_err(|e| format!("lower: {}", e.0))?;
-    let weights = program.weight_tensors(g).map_err(|e| e.0)?;
+    let weights = program.weight_tensors().map_err(|e| e.0)?;
     MLIR.with(|m| {
         let mut m = m.borrow_mut();
         let mlir = m.get_or_insert_with(Mlir::new);
