@@ -1,9 +1,18 @@
 //! Contractions: `matmul` (numpy semantics: 1-D promotion, broadcast batch axes) and
 //! `gemm` as `linalg.generic` reductions; convolutions and `einsum`.
+//!
+//! A convolution is one `linalg.generic` with parallel loops over the result
+//! `[N, M, O...]` and reduction loops over the input channels of the group and the kernel
+//! taps, reading the input through `o * stride + k * dilation` (the group's channel through
+//! `(m floordiv M/groups) * C/groups + c`). Padding is materialized first ([`spread`]: a
+//! zero-filled copy just large enough for every window). A transposed convolution is the
+//! convolution (stride 1) of the input spread out by its strides and padded by
+//! `dilation * (K - 1) - pad_begin`, with the kernel flipped and its channel axes swapped per
+//! group. 16-bit floats accumulate in f32, as the interpreter computes them.
 
-use tessera_ir::{ElemType, Op, TensorType};
+use tessera_ir::{BinaryOp, ConvAttrs, ElemType, Op, TensorType};
 
-use super::body::{Body, In, LResult, Val, affine_map, dims, err};
+use super::body::{Body, In, LResult, Val, affine_map, dims, err, identity_map};
 use super::elementwise;
 
 /// Lowers a contraction op.
@@ -17,6 +26,12 @@ pub fn lower(b: &mut Body, op: &Op, args: &[Val], results: &[TensorType]) -> LRe
             trans_a,
             trans_b,
         } => gemm(b, args, out, *alpha, *beta, *trans_a, *trans_b).map(|r| vec![r]),
+        Op::Conv(attrs) => Ok(vec![conv(b, args, attrs, out)?]),
+        Op::ConvTranspose {
+            conv,
+            output_padding: _,
+        } => Ok(vec![conv_transpose(b, args, conv, out)?]),
+        Op::Einsum { equation } => Ok(vec![einsum(b, args, equation, out)?]),
         other => err(format!("no lowering for {} yet", other.name())),
     }
 }
@@ -187,4 +202,436 @@ fn gemm(
         }
         Ok(v)
     })
+}
+
+/// `x * c` as an affine expression term (`dX` alone when `c` is 1).
+fn term(d: usize, c: u64) -> String {
+    if c == 1 {
+        format!("d{d}")
+    } else {
+        format!("d{d} * {c}")
+    }
+}
+
+/// An attribute list with its default for an empty list (`n` entries).
+fn or_default(v: &[u64], n: usize, default: u64) -> LResult<Vec<u64>> {
+    if v.is_empty() {
+        Ok(vec![default; n])
+    } else if v.len() == n {
+        Ok(v.to_vec())
+    } else {
+        err(format!("attribute has {} entries, expected {n}", v.len()))
+    }
+}
+
+/// Narrows an f64 or f32 scalar to `to`, through f32 for 16-bit floats (the interpreter
+/// computes those in f32 and rounds once more at the end).
+pub(super) fn narrow(b: &mut Body, from: ElemType, to: ElemType, v: &str) -> String {
+    if from == ElemType::F64 && matches!(to, ElemType::F16 | ElemType::BF16) {
+        let w = elementwise::cast(b, from, ElemType::F32, v);
+        elementwise::cast(b, ElemType::F32, to, &w)
+    } else {
+        elementwise::cast(b, from, to, v)
+    }
+}
+
+/// One axis of [`spread`]: result position `p` reads input index `(p - off) / stride` when
+/// that is an integer in the input's extent, else the fill value.
+pub(super) struct SpreadAxis {
+    /// The axis.
+    pub axis: usize,
+    /// The result position of input index 0.
+    pub off: i64,
+    /// The distance between consecutive input elements in the result.
+    pub stride: u64,
+}
+
+/// A copy of `x` of type `out` (extents may differ only on the `axes` listed) with the input
+/// placed per [`SpreadAxis`] and `fill` everywhere else: padding, and the zero-insertion of
+/// a transposed convolution.
+pub(super) fn spread(
+    b: &mut Body,
+    x: &Val,
+    out: &TensorType,
+    axes: &[SpreadAxis],
+    fill: f64,
+) -> LResult<Val> {
+    let xd = dims(&x.ty)?;
+    let e = x.ty.elem;
+    if axes.iter().any(|a| xd[a.axis] == 0) {
+        let name = b.filled(out, fill)?;
+        return Ok(Val {
+            name,
+            ty: out.clone(),
+        });
+    }
+    let name = b.index_generic(out, |b, idx| {
+        let mut src: Vec<String> = idx.to_vec();
+        let mut ok: Option<String> = None;
+        let zero = b.index(0);
+        let mut and = |b: &mut Body, c: String| {
+            ok = Some(match ok.take() {
+                None => c,
+                Some(p) => b.assign(format!("arith.andi {p}, {c} : i1")),
+            });
+        };
+        for a in axes {
+            let u = b.add_index(&idx[a.axis], -a.off);
+            let ge = b.assign(format!("arith.cmpi sge, {u}, {zero} : index"));
+            and(b, ge);
+            let q = if a.stride > 1 {
+                let s = b.index(a.stride as i64);
+                let r = b.assign(format!("arith.remsi {u}, {s} : index"));
+                let m = b.assign(format!("arith.cmpi eq, {r}, {zero} : index"));
+                and(b, m);
+                b.assign(format!("arith.divsi {u}, {s} : index"))
+            } else {
+                u
+            };
+            let d = b.index(xd[a.axis] as i64);
+            let lt = b.assign(format!("arith.cmpi slt, {q}, {d} : index"));
+            and(b, lt);
+            let hi = b.index(xd[a.axis] as i64 - 1);
+            let q = b.assign(format!("arith.maxsi {q}, {zero} : index"));
+            src[a.axis] = b.assign(format!("arith.minsi {q}, {hi} : index"));
+        }
+        let v = b.extract(x, &src)?;
+        match ok {
+            None => Ok(v),
+            Some(c) => {
+                let f = b.scalar(e, fill);
+                Ok(elementwise::pick(b, &c, &v, &f, e))
+            }
+        }
+    })?;
+    Ok(Val {
+        name,
+        ty: out.clone(),
+    })
+}
+
+/// The window geometry of a convolution or pooling over `s` spatial axes (empty attribute
+/// lists take their defaults).
+pub(super) struct Geom {
+    /// Stride per spatial axis.
+    pub strides: Vec<u64>,
+    /// Dilation per spatial axis.
+    pub dils: Vec<u64>,
+    /// Begin pads, then end pads.
+    pub pads: Vec<u64>,
+}
+
+impl Geom {
+    /// The geometry from attribute lists.
+    pub fn new(strides: &[u64], pads: &[u64], dils: &[u64], s: usize) -> LResult<Geom> {
+        Ok(Geom {
+            strides: or_default(strides, s, 1)?,
+            dils: or_default(dils, s, 1)?,
+            pads: or_default(pads, 2 * s, 0)?,
+        })
+    }
+
+    /// The input coordinate of spatial axis `j` read by output loop `o` and tap loop `k`:
+    /// `o * stride + k * dilation` (on an input padded by the begin pads).
+    pub fn tap_expr(&self, j: usize, o: usize, k: usize) -> String {
+        format!("{} + {}", term(o, self.strides[j]), term(k, self.dils[j]))
+    }
+}
+
+/// `x` padded with `fill` on its spatial axes (from 2) so that windows of `k` taps per
+/// [`Geom`] produce `o` outputs: the result extent is exactly what the last window reaches.
+/// `x` itself when no padding is needed.
+pub(super) fn pad_for_windows(
+    b: &mut Body,
+    x: &Val,
+    k: &[u64],
+    o: &[u64],
+    g: &Geom,
+    fill: f64,
+) -> LResult<Val> {
+    let (strides, dils, pb) = (&g.strides, &g.dils, &g.pads);
+    let xd = dims(&x.ty)?;
+    let mut pd = xd.clone();
+    let mut axes = Vec::new();
+    for j in 0..k.len() {
+        let need = if o[j] == 0 || k[j] == 0 {
+            0
+        } else {
+            (o[j] - 1) * strides[j] + (k[j] - 1) * dils[j] + 1
+        };
+        pd[2 + j] = need;
+        if pb[j] != 0 || need > xd[2 + j] {
+            axes.push(SpreadAxis {
+                axis: 2 + j,
+                off: pb[j] as i64,
+                stride: 1,
+            });
+        }
+    }
+    if axes.is_empty() {
+        // No padding; trailing input no window reaches is just not read.
+        return Ok(x.clone());
+    }
+    let t = TensorType::fixed(x.ty.elem, &pd);
+    spread(b, x, &t, &axes, fill)
+}
+
+/// The core of a convolution: `out[n, m, o...] = sum_{c, k...} x[n, g(m) * cg + c,
+/// o * stride + k * dil] * w[m, c, k...] (+ bias[m])` on an input already padded.
+fn conv_core(
+    b: &mut Body,
+    x: &Val,
+    w: &Val,
+    bias: Option<&Val>,
+    g: &Geom,
+    groups: u64,
+    out: &TensorType,
+) -> LResult<String> {
+    let wd = dims(&w.ty)?;
+    let od = dims(out)?;
+    let s = od.len() - 2;
+    let (m, cg) = (wd[0], wd[1]);
+    if groups == 0 || m % groups != 0 {
+        return err(format!(
+            "{m} output channels do not split into {groups} groups"
+        ));
+    }
+    let mg = m / groups;
+    // Loops: n, m, o_0..o_{s-1}, c, k_0..k_{s-1}.
+    let nl = 2 + s + 1 + s;
+    let c_loop = 2 + s;
+    let chan = if groups == 1 {
+        format!("d{c_loop}")
+    } else {
+        format!("(d1 floordiv {mg}) * {cg} + d{c_loop}")
+    };
+    let mut x_exprs = vec!["d0".to_string(), chan];
+    for j in 0..s {
+        x_exprs.push(g.tap_expr(j, 2 + j, c_loop + 1 + j));
+    }
+    let mut w_exprs = vec!["d1".to_string(), format!("d{c_loop}")];
+    w_exprs.extend((0..s).map(|j| format!("d{}", c_loop + 1 + j)));
+    let o_exprs: Vec<String> = (0..2 + s).map(|i| format!("d{i}")).collect();
+    let mut its = vec!["parallel"; 2 + s];
+    its.extend(vec!["reduction"; 1 + s]);
+    let e = out.elem;
+    let acc = acc_type(e);
+    let acc_ty = out.with_elem(acc);
+    let init = b.filled(&acc_ty, 0.0)?;
+    let (xe, we) = (x.ty.elem, w.ty.elem);
+    let r = b.generic(
+        &[
+            In {
+                val: x,
+                map: affine_map(nl, &x_exprs),
+            },
+            In {
+                val: w,
+                map: affine_map(nl, &w_exprs),
+            },
+        ],
+        &[(acc_ty.clone(), affine_map(nl, &o_exprs), Some(init))],
+        &its,
+        |b, a| {
+            let p = elementwise::cast(b, xe, acc, &a[0]);
+            let q = elementwise::cast(b, we, acc, &a[1]);
+            let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
+            Ok(vec![elementwise::binary(
+                b,
+                &BinaryOp::Add,
+                acc,
+                &a[2],
+                &m,
+            )?])
+        },
+    )?;
+    let res = Val {
+        name: r[0].clone(),
+        ty: acc_ty,
+    };
+    if bias.is_none() && acc == e {
+        return Ok(res.name);
+    }
+    let rank = od.len();
+    let mut ins = vec![In {
+        val: &res,
+        map: identity_map(rank),
+    }];
+    if let Some(bv) = bias {
+        ins.push(In {
+            val: bv,
+            map: affine_map(rank, &["d1".to_string()]),
+        });
+    }
+    let be = bias.map(|v| v.ty.elem);
+    let r = b.generic(
+        &ins,
+        &[(out.clone(), identity_map(rank), None)],
+        &vec!["parallel"; rank],
+        |b, a| {
+            let mut v = a[0].clone();
+            if let Some(be) = be {
+                let bb = elementwise::cast(b, be, acc, &a[1]);
+                v = elementwise::binary(b, &BinaryOp::Add, acc, &v, &bb)?;
+            }
+            Ok(vec![elementwise::cast(b, acc, e, &v)])
+        },
+    )?;
+    Ok(r[0].clone())
+}
+
+/// Convolution (cross-correlation), see the module doc.
+fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LResult<String> {
+    let (x, w) = (&args[0], &args[1]);
+    let od = dims(out)?;
+    let wd = dims(&w.ty)?;
+    let s = od.len().saturating_sub(2);
+    if s == 0 || wd.len() != od.len() {
+        return err("conv needs [N, C, D...] operands with a weight of the same rank");
+    }
+    let g = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
+    let xp = pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?;
+    conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out)
+}
+
+/// Transposed convolution, see the module doc.
+fn conv_transpose(
+    b: &mut Body,
+    args: &[Val],
+    attrs: &ConvAttrs,
+    out: &TensorType,
+) -> LResult<String> {
+    let (x, w) = (&args[0], &args[1]);
+    let xd = dims(&x.ty)?;
+    let od = dims(out)?;
+    let wd = dims(&w.ty)?;
+    let s = od.len().saturating_sub(2);
+    if s == 0 || wd.len() != od.len() || xd.len() != od.len() {
+        return err("conv-transpose needs [N, C, D...] operands with a weight of the same rank");
+    }
+    let Geom {
+        strides,
+        dils,
+        pads,
+    } = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
+    let groups = attrs.groups;
+    let (c, mg) = (wd[0], wd[1]);
+    if groups == 0 || c % groups != 0 || xd[1] != c {
+        return err(format!(
+            "channels do not match groups: input {xd:?}, weight {wd:?}, groups = {groups}"
+        ));
+    }
+    let cg = c / groups;
+    let m = mg * groups;
+    // The input spread out by the strides, with dil*(K-1) - pad_begin before it.
+    let mut ud = xd.clone();
+    let mut axes = Vec::new();
+    for j in 0..s {
+        ud[2 + j] = od[2 + j] + dils[j] * (wd[2 + j] - 1);
+        axes.push(SpreadAxis {
+            axis: 2 + j,
+            off: (dils[j] * (wd[2 + j] - 1)) as i64 - pads[j] as i64,
+            stride: strides[j],
+        });
+    }
+    let xu = spread(b, x, &TensorType::fixed(x.ty.elem, &ud), &axes, 0.0)?;
+    // The kernel as a convolution's: wf[m, c, k] = w[g * cg + c, m - g * mg, K - 1 - k].
+    let mut fd = vec![m, cg];
+    fd.extend(&wd[2..]);
+    let ft = TensorType::fixed(w.ty.elem, &fd);
+    let wf = b.index_generic(&ft, |b, i| {
+        let mgc = b.index(mg as i64);
+        let g = b.assign(format!("arith.divui {}, {mgc} : index", i[0]));
+        let mi = b.assign(format!("arith.remui {}, {mgc} : index", i[0]));
+        let gc = b.mul_index(&g, cg as i64);
+        let ci = b.assign(format!("arith.addi {gc}, {} : index", i[1]));
+        let mut src = vec![ci, mi];
+        for j in 0..s {
+            let last = b.index(wd[2 + j] as i64 - 1);
+            src.push(b.assign(format!("arith.subi {last}, {} : index", i[2 + j])));
+        }
+        b.extract(w, &src)
+    })?;
+    let wf = Val { name: wf, ty: ft };
+    let g = Geom {
+        strides: vec![1; s],
+        dils,
+        pads: vec![0; 2 * s],
+    };
+    conv_core(b, &xu, &wf, args.get(2), &g, groups, out)
+}
+
+/// `einsum`: one generic with a loop per letter (the output's, then the summed ones in
+/// order of appearance); a repeated letter in a term reads a diagonal.
+fn einsum(b: &mut Body, args: &[Val], equation: &str, out: &TensorType) -> LResult<String> {
+    let (ins, outl) = tessera_ir::infer::parse_einsum(equation)
+        .map_err(|e| super::body::LowerError(e.to_string()))?;
+    if ins.len() != args.len() {
+        return err(format!(
+            "equation `{equation}` has {} terms for {} operands",
+            ins.len(),
+            args.len()
+        ));
+    }
+    let mut letters = outl.clone();
+    for t in &ins {
+        for &c in t {
+            if !letters.contains(&c) {
+                letters.push(c);
+            }
+        }
+    }
+    let nl = letters.len();
+    let no = outl.len();
+    let pos = |c: char| letters.iter().position(|&l| l == c).unwrap_or(0);
+    let mut specs = Vec::new();
+    for (t, a) in ins.iter().zip(args) {
+        if t.len() != a.ty.rank() {
+            return err(format!(
+                "term {t:?} does not match operand rank {}",
+                a.ty.rank()
+            ));
+        }
+        let ex: Vec<String> = t.iter().map(|&c| format!("d{}", pos(c))).collect();
+        specs.push(In {
+            val: a,
+            map: affine_map(nl, &ex),
+        });
+    }
+    let e = out.elem;
+    let acc = acc_type(e);
+    let acc_ty = out.with_elem(acc);
+    let init = b.filled(&acc_ty, 0.0)?;
+    let o_exprs: Vec<String> = (0..no).map(|i| format!("d{i}")).collect();
+    let mut its = vec!["parallel"; no];
+    its.extend(vec!["reduction"; nl - no]);
+    let elems: Vec<ElemType> = args.iter().map(|a| a.ty.elem).collect();
+    let r = b.generic(
+        &specs,
+        &[(acc_ty.clone(), affine_map(nl, &o_exprs), Some(init))],
+        &its,
+        |b, a| {
+            let n = elems.len();
+            let mut p = elementwise::cast(b, elems[0], acc, &a[0]);
+            for k in 1..n {
+                let q = elementwise::cast(b, elems[k], acc, &a[k]);
+                p = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
+            }
+            Ok(vec![elementwise::binary(
+                b,
+                &BinaryOp::Add,
+                acc,
+                &a[n],
+                &p,
+            )?])
+        },
+    )?;
+    if acc == e {
+        return Ok(r[0].clone());
+    }
+    let res = Val {
+        name: r[0].clone(),
+        ty: acc_ty,
+    };
+    b.elementwise(&[&res], out, |b, s| Ok(elementwise::cast(b, acc, e, &s[0])))
 }
