@@ -375,3 +375,80 @@ fn bad_input_is_a_clear_error() {
     let e = fails(tessera().arg("run").arg(&dir).args(["--target", "cpu"]));
     assert!(e.contains("drop --target"), "{e}");
 }
+
+#[test]
+fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let x = tmp.path().join("x.npy");
+    let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
+    tessera::npy::write(&x, &t).expect("write x");
+    let model = "testdata/mlir/tp_mlp.tir";
+    // The interpreter's answer.
+    let reference = tmp.path().join("ref");
+    ok(tessera()
+        .args(["run", model, "--input"])
+        .arg(format!("x={}", x.display()))
+        .arg("-o")
+        .arg(&reference));
+    let want = tessera::npy::read(&reference.join("y.npy")).expect("reference");
+    // Column- then row-parallel over mcm-2x2's four chips, one all-reduce.
+    let dir = tmp.path().join("tp");
+    ok(tessera()
+        .args(["compile", model, "--target", "mcm-2x2"])
+        .args([
+            "--passes",
+            "shard{strategy=tensor},canonicalize",
+            "--emit",
+            "mpi",
+            "-o",
+        ])
+        .arg(&dir));
+    let manifest = fs::read_to_string(dir.join("manifest.json")).expect("manifest");
+    assert!(
+        manifest.contains("\"collective\": \"all-reduce\""),
+        "{manifest}"
+    );
+    let program = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
+    assert!(
+        program.contains("shard.all_reduce"),
+        "the all-reduce is the shard dialect's"
+    );
+    // In-process: each chip's block, then the sum.
+    let jit = tmp.path().join("jit");
+    ok(tessera()
+        .arg("run")
+        .arg(&dir)
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("-o")
+        .arg(&jit));
+    let got = tessera::npy::read(&jit.join("y.npy")).expect("jit");
+    assert!(
+        max_diff(&got, &want) < 1e-5,
+        "JIT: {}",
+        max_diff(&got, &want)
+    );
+    // Under MPI: the host and four chips.
+    let results = tmp.path().join("mpi");
+    fs::create_dir_all(&results).expect("mkdir");
+    let run = std::process::Command::new("mpirun")
+        .args(["-np", "5"])
+        .arg(dir.join("program"))
+        .arg(&x)
+        .arg(&results)
+        .output()
+        .expect("mpirun (MPICH, `make deps`)");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tessera::npy::read(&results.join("output_0.npy")).expect("mpi output");
+    assert!(
+        max_diff(&got, &want) < 1e-5,
+        "MPI: {}",
+        max_diff(&got, &want)
+    );
+}

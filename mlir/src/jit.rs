@@ -35,7 +35,8 @@ impl Jit {
     /// MLIR's C runner utilities (`memrefCopy`, which bufferized copies call) are loaded
     /// from the LLVM installation.
     pub fn new(module: &Module<'_>, opt_level: usize) -> Jit {
-        let utils = runner_utils();
+        // MLIR reads the path as a C string: end it with a NUL.
+        let utils = runner_utils().map(|p| format!("{p}\0"));
         let libs: Vec<&str> = utils.iter().map(String::as_str).collect();
         Jit {
             engine: ExecutionEngine::new(module, opt_level, &libs, false, false),

@@ -70,9 +70,7 @@ fn key(a: &Arg, dev: &str) -> Option<Key> {
 
 fn arg_type(a: &Arg) -> &str {
     match a {
-        Arg::Input { ty, .. }
-        | Arg::Weight { ty, .. }
-        | Arg::Step { ty, .. } => ty,
+        Arg::Input { ty, .. } | Arg::Weight { ty, .. } | Arg::Step { ty, .. } => ty,
         Arg::MeshIndex { .. } => "i64[]",
     }
 }
@@ -116,9 +114,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         for d in runners(st) {
             for a in &st.args {
                 let Some(k) = key(a, d) else { continue };
-                types
-                    .entry(k.clone())
-                    .or_insert(parse_type(arg_type(a))?);
+                types.entry(k.clone()).or_insert(parse_type(arg_type(a))?);
                 if st.collective.is_none() {
                     needs.entry(d).or_default().insert(k);
                 }
@@ -126,7 +122,9 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         }
     }
     for o in &m.outputs {
-        let Some(k) = key(&o.source, host) else { continue };
+        let Some(k) = key(&o.source, host) else {
+            continue;
+        };
         types
             .entry(k.clone())
             .or_insert(parse_type(arg_type(&o.source))?);
@@ -312,16 +310,16 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             // over the whole MPI world): mesh devices with their partial sums, the others
             // with zeros. Every rank then holds the sum.
             let Some(Arg::Step { step, result, .. }) = st.args.first() else {
-                return Err(err(format!("step {}: a collective without its partial", st.id)));
+                return Err(err(format!(
+                    "step {}: a collective without its partial",
+                    st.id
+                )));
             };
             let k_in = Key::Step(*step, *result);
             let ty = types[&k_in].clone();
             let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;
             let grid = st.device.trim_start_matches('@');
-            let mesh_axes = m
-                .mesh
-                .as_ref()
-                .map_or(0, |mm| mm.shape.len());
+            let mesh_axes = m.mesh.as_ref().map_or(0, |mm| mm.shape.len());
             let axes: Vec<String> = (0..mesh_axes).map(|a| a.to_string()).collect();
             for r in 0..ranks.len() {
                 let mine = match envs[r].get(&k_in) {
@@ -329,7 +327,8 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
                     None => {
                         let z = fresh(r);
                         let zero = crate::lower::zero_literal(ty.elem);
-                        let _ = writeln!(bodies[r], "    {z} = arith.constant dense<{zero}> : {tt}");
+                        let _ =
+                            writeln!(bodies[r], "    {z} = arith.constant dense<{zero}> : {tt}");
                         z
                     }
                 };
@@ -362,7 +361,10 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
                 match key(a, d) {
                     None => {
                         let c = fresh(r);
-                        let _ = writeln!(bodies[r], "    {c} = arith.constant dense<{mi}> : tensor<i64>");
+                        let _ = writeln!(
+                            bodies[r],
+                            "    {c} = arith.constant dense<{mi}> : tensor<i64>"
+                        );
                         args.push(c);
                         arg_tys.push("tensor<i64>".to_string());
                     }
@@ -507,6 +509,18 @@ fn shape_c(t: &TensorType) -> Vec<u64> {
     t.static_dims().unwrap_or_default()
 }
 
+/// Writes a file through a temporary one in the same folder, renamed over it.
+fn write_atomically(path: &Path, data: &[u8]) -> Result<(), Error> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    std::io::Write::write_all(&mut tmp, data)
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+    tmp.persist(path)
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+    Ok(())
+}
+
 /// The generated C `main`.
 fn main_c(
     program: &Program,
@@ -647,6 +661,9 @@ pub fn build(
     let fns = rank_functions(program, &ranks)?;
     let text = module(program)?;
     let what = "mpi program";
+    let dir = out.parent().unwrap_or(Path::new("."));
+    // The module first: it is the pipeline's input, worth reading when the build fails.
+    write_atomically(&dir.join("program.mlir"), text.as_bytes())?;
     let mut m = mlir.parse(&text, what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI, options, what)?;
     let ll = mlir.to_llvm_ir(&m, what)?;
@@ -656,7 +673,6 @@ pub fn build(
         safetensors_offsets(weights_file)?
     };
     let c = main_c(program, &ranks, &fns, &offsets)?;
-    let dir = out.parent().unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
         .prefix(".tessera-mpi-")
         .tempdir_in(dir)

@@ -58,17 +58,27 @@ static void *read_npy(const char *path, const char *descr, int rank, const int64
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (strstr(h, "'fortran_order': True")) die(path, "Fortran order is not supported");
-  char sh[512] = "'shape': (";
-  for (int i = 0; i < rank; i++) {
-    char d[32];
-    snprintf(d, sizeof d, i + 1 < rank || rank > 1 ? "%lld, " : "%lld,", (long long)shape[i]);
-    strncat(sh, d, sizeof sh - strlen(sh) - 1);
+  /* The shape tuple, however it is spaced: "(4, 16)", "(4, 16, )", "(4,)", "()". */
+  const char *t = strstr(h, "'shape':");
+  const char *open = t ? strchr(t, '(') : NULL;
+  const char *close = open ? strchr(open, ')') : NULL;
+  int ok = open && close;
+  int n = 0;
+  for (const char *q = open ? open + 1 : NULL; ok && q < close;) {
+    if (*q >= '0' && *q <= '9') {
+      char *end;
+      long long v = strtoll(q, &end, 10);
+      ok = n < rank && v == shape[n];
+      n++;
+      q = end;
+    } else {
+      q++;
+    }
   }
-  size_t L = strlen(sh);
-  if (rank > 1) sh[L - 2] = ')', sh[L - 1] = 0;
-  else strncat(sh, ")", sizeof sh - L - 1);
-  if (!strstr(h, sh)) {
-    fprintf(stderr, "error: %s: input %s must have shape %s (header: %s)\n", path, input, sh + 9, h);
+  if (!ok || n != rank) {
+    fprintf(stderr, "error: %s: input %s must have shape (", path, input);
+    for (int i = 0; i < rank; i++) fprintf(stderr, i ? ", %lld" : "%lld", (long long)shape[i]);
+    fprintf(stderr, ") (header: %s)\n", h);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   free(h);

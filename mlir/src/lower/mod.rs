@@ -302,13 +302,12 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         }
                         _ => steps[s].device.clone(),
                     };
-                    let transfer = (from != st.device && steps[s].device != st.device).then(|| {
-                        Transfer {
+                    let transfer =
+                        (from != st.device && steps[s].device != st.device).then(|| Transfer {
                             from: from.clone(),
                             to: st.device.clone(),
                             bytes: ty.size_bytes().unwrap_or(0),
-                        }
-                    });
+                        });
                     Arg::Step {
                         step: s,
                         result: k,
@@ -331,7 +330,10 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         let (t, data) = spmd::slice_bytes(m, &sh, &k.ty, &k.data, i).map_err(at)?;
                         local = t.clone();
                         let key = format!("{name}@{dev}");
-                        if weights.get(&key).is_some_and(|(_, d)| d.as_ref() != data.as_slice()) {
+                        if weights
+                            .get(&key)
+                            .is_some_and(|(_, d)| d.as_ref() != data.as_slice())
+                        {
                             return Err(LowerError(format!(
                                 "constant {name} is split two ways on mesh {}",
                                 st.device
@@ -374,7 +376,10 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         funcs.entry(d.clone()).or_default().push(text.clone());
                     }
                 }
-                None => funcs.entry(st.device.clone()).or_default().push(text.clone()),
+                None => funcs
+                    .entry(st.device.clone())
+                    .or_default()
+                    .push(text.clone()),
             }
             step_texts.insert(st.id, text);
         }
@@ -430,12 +435,10 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         step: s,
                         result: k,
                         ty: ty.clone(),
-                        transfer: (from != target.host && !steps[s].collective).then(|| {
-                            Transfer {
-                                from,
-                                to: target.host.clone(),
-                                bytes: g.ty(v).size_bytes().unwrap_or(0),
-                            }
+                        transfer: (from != target.host && !steps[s].collective).then(|| Transfer {
+                            from,
+                            to: target.host.clone(),
+                            bytes: g.ty(v).size_bytes().unwrap_or(0),
                         }),
                     }
                 }
@@ -621,7 +624,9 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
     let mut params = Vec::new();
     let coord = "%coord".to_string();
     if mesh.is_some() {
-        params.push(format!("{coord}: tensor<i64> {{bufferization.writable = false}}"));
+        params.push(format!(
+            "{coord}: tensor<i64> {{bufferization.writable = false}}"
+        ));
     }
     // Values that arrive whole but are split here are cut after the parameters are read.
     let mut to_cut = Vec::new();
@@ -693,9 +698,13 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
             } else {
                 let whole = inline_const(&mut b, g, c)?;
                 let val = match mesh {
-                    Some(m) => {
-                        spmd::slice_in_function(&mut b, m, &spmd::sharding_of(g, v), &whole, &coord)?
-                    }
+                    Some(m) => spmd::slice_in_function(
+                        &mut b,
+                        m,
+                        &spmd::sharding_of(g, v),
+                        &whole,
+                        &coord,
+                    )?,
                     None => whole,
                 };
                 consts.insert(v, val.clone());

@@ -26,9 +26,14 @@ pub fn local_type(mesh: &Mesh, s: &Sharding, ty: &TensorType) -> LResult<TensorT
     let d = dims(ty)?;
     let mut out = Vec::with_capacity(d.len());
     for (a, &n) in d.iter().enumerate() {
-        let parts = s.axes.get(a).map_or(1, |ax| mesh.size_of(ax.iter().copied()));
+        let parts = s
+            .axes
+            .get(a)
+            .map_or(1, |ax| mesh.size_of(ax.iter().copied()));
         if parts == 0 || n % parts != 0 {
-            return err(format!("{ty}: axis {a} ({n}) does not split into {parts} blocks"));
+            return err(format!(
+                "{ty}: axis {a} ({n}) does not split into {parts} blocks"
+            ));
         }
         out.push(n / parts);
     }
@@ -134,7 +139,10 @@ pub fn slice_in_function(
         for &m in axes {
             let sz = b.index(mesh.axis_size(m) as i64);
             let t = b.assign(format!("arith.muli {lin}, {sz} : index"));
-            lin = b.assign(format!("arith.addi {t}, {} : index", mesh_coord[m as usize]));
+            lin = b.assign(format!(
+                "arith.addi {t}, {} : index",
+                mesh_coord[m as usize]
+            ));
         }
         let e = b.index(ld[a] as i64);
         offs.push(b.assign(format!("arith.muli {lin}, {e} : index")));

@@ -134,7 +134,7 @@ fn onnx_node_tests_compiled() {
     if std::env::var_os("TESSERA_BLESS").is_some_and(|v| v == "1") {
         let mut text = format!(
             "# ONNX node tests that pass in the interpreter but not compiled (MLIR + JIT), with\n\
-             # the reason: {} of {}. mlir/tests/onnx_nodes.rs checks this list both ways.\n\
+             # the reason: {} of {}. mlir/tests/mlir/onnx_nodes.rs checks this list both ways.\n\
              # Regenerate: TESSERA_BLESS=1 cargo test -p tessera-mlir --test mlir onnx_node\n",
             failed.len(),
             results.len()
