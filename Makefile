@@ -30,7 +30,7 @@ TESSERA := $(CARGO) run --quiet -p tessera --
 help:
 	@echo "make deps        install missing system, Python and Rust dependencies (Debian 12)"
 	@echo "make build       build the workspace"
-	@echo "make demo        deps + build, then compile bundled ONNX models (cpu, mcm-2x2), import and run one"
+	@echo "make demo        deps + build, then compile bundled ONNX models (cpu, mcm-2x2), run one compiled and interpreted"
 	@echo "make test        deps, then tests, the MLIR toolchain check, rustfmt and clippy"
 	@echo "make fmt         format all Rust code"
 	@echo "make lint        clippy with warnings as errors"
@@ -72,8 +72,12 @@ build:
 demo: deps
 	$(CARGO) build -p tessera
 	@mkdir -p target/demo
-	@echo "== tessera compile $(DEMO_ONNX)/model.onnx --input-shape x=8x32   (default target: cpu)"
-	@$(TESSERA) compile $(DEMO_ONNX)/model.onnx --input-shape x=8x32 -o target/demo/mlp-cpu
+	@echo "== tessera compile $(DEMO_ONNX)/model.onnx --input-shape x=4x32 -o target/demo/mlp-cpu   (default target: cpu)"
+	@$(TESSERA) compile $(DEMO_ONNX)/model.onnx --input-shape x=4x32 -o target/demo/mlp-cpu
+	@echo "== ls target/demo/mlp-cpu   (per-device MLIR, manifest, weights, plan)"
+	@ls target/demo/mlp-cpu
+	@echo "== tessera run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy   (the compiled MLIR, JIT-compiled)"
+	@$(TESSERA) run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy
 	@echo "== tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2"
 	@$(TESSERA) compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2
 	@echo "== tessera import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir; head -n 16 target/demo/mlp.tir"

@@ -5,39 +5,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tessera() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.env_remove("TESSERA_TARGET_PATH");
-    cmd.current_dir(repo());
-    cmd
-}
-
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-fn fails(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("runs");
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr).expect("utf-8")
-}
+use common::cli::{fails, ok, repo, tessera};
 
 /// The fenced block that follows `marker` in the README.
 fn readme_block_after(marker: &str) -> String {

@@ -7,40 +7,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use tessera_ir::Tensor;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
 
-fn tessera() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    cmd.env_remove("TESSERA_TARGET_PATH");
-    cmd.current_dir(repo());
-    cmd
-}
-
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-fn fails(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("runs");
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr).expect("utf-8")
-}
+use common::cli::{fails, ok, repo, tessera};
 
 const GPT2: &str = "testdata/models/onnx/gpt2_tiny";
 
@@ -211,6 +182,29 @@ fn emit_lowered_llvm_object_and_ptx() {
     );
     let obj = fs::read(dir.join("cpu0.o")).expect("object");
     assert_eq!(&obj[..4], b"\x7fELF");
+    // The MLIR pipeline runs in-process and takes the instrumentation flags.
+    let out = tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=4x32",
+            "-o",
+        ])
+        .arg(&dir)
+        .args(["--emit", "lowered", "--timing", "--print-ir-after-all"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("OneShotBufferizePass"),
+        "MLIR's pass timing: {err}"
+    );
+    assert!(
+        err.contains("IR Dump After ConvertFuncToLLVMPass"),
+        "MLIR's IR printing"
+    );
 
     // NVIDIA GPUs get PTX; round-robin puts work on both of them.
     let gpu = tmp.path().join("gpu");
@@ -240,6 +234,17 @@ fn emit_lowered_llvm_object_and_ptx() {
     assert!(!gpu.join("cpu0.ptx").exists());
 }
 
+/// `mpirun -np K PROGRAM INPUT OUTDIR`.
+fn mpirun(k: usize, program: &Path, input: &Path, out: &Path) -> std::process::Output {
+    std::process::Command::new("mpirun")
+        .args(["-np", &k.to_string()])
+        .arg(program)
+        .arg(input)
+        .arg(out)
+        .output()
+        .expect("mpirun (MPICH, `make deps`)")
+}
+
 /// Compiles gpt2_tiny spread over every device of a K-device target (round-robin: many cut
 /// edges, bool and int64 tensors among them) as one MPI program and runs it.
 fn mpi_run(k: usize) {
@@ -264,13 +269,8 @@ fn mpi_run(k: usize) {
     assert!(err.contains(&format!("mpi: {k} ranks")), "{err}");
     let results = tmp.path().join("results");
     fs::create_dir_all(&results).expect("mkdir");
-    let run = std::process::Command::new("mpirun")
-        .args(["-np", &k.to_string()])
-        .arg(dir.join("program"))
-        .arg(repo().join(GPT2).join("input_0_input_ids.npy"))
-        .arg(&results)
-        .output()
-        .expect("mpirun (MPICH, `make deps`)");
+    let input = repo().join(GPT2).join("input_0_input_ids.npy");
+    let run = mpirun(k, &dir.join("program"), &input, &results);
     assert!(
         run.status.success(),
         "{}{}",
@@ -287,13 +287,7 @@ fn mpi_run(k: usize) {
     );
 
     // The wrong number of ranks is refused with the right one.
-    let wrong = std::process::Command::new("mpirun")
-        .args(["-np", &(k + 1).to_string()])
-        .arg(dir.join("program"))
-        .arg(repo().join(GPT2).join("input_0_input_ids.npy"))
-        .arg(&results)
-        .output()
-        .expect("mpirun");
+    let wrong = mpirun(k + 1, &dir.join("program"), &input, &results);
     assert!(!wrong.status.success());
     assert!(
         String::from_utf8_lossy(&wrong.stderr).contains(&format!("run it with mpirun -np {k}")),
@@ -433,13 +427,7 @@ fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
     // Under MPI: the host and four chips.
     let results = tmp.path().join("mpi");
     fs::create_dir_all(&results).expect("mkdir");
-    let run = std::process::Command::new("mpirun")
-        .args(["-np", "5"])
-        .arg(dir.join("program"))
-        .arg(&x)
-        .arg(&results)
-        .output()
-        .expect("mpirun (MPICH, `make deps`)");
+    let run = mpirun(5, &dir.join("program"), &x, &results);
     assert!(
         run.status.success(),
         "{}",

@@ -9,21 +9,6 @@ use tessera_ir::{ElemType, Tensor};
 
 use crate::Error;
 
-fn dtype(e: ElemType) -> Dtype {
-    match e {
-        ElemType::F16 => Dtype::F16,
-        ElemType::BF16 => Dtype::BF16,
-        ElemType::F32 => Dtype::F32,
-        ElemType::F64 => Dtype::F64,
-        ElemType::I8 => Dtype::I8,
-        ElemType::I16 => Dtype::I16,
-        ElemType::I32 => Dtype::I32,
-        ElemType::I64 => Dtype::I64,
-        ElemType::U8 => Dtype::U8,
-        ElemType::Bool => Dtype::BOOL,
-    }
-}
-
 fn elem(d: Dtype) -> Option<ElemType> {
     Some(match d {
         Dtype::F16 => ElemType::F16,
@@ -53,11 +38,11 @@ pub fn serialize(
             .into_iter()
             .map(|d| d as usize)
             .collect();
-        let v = safetensors::tensor::TensorView::new(dtype(ty.elem), shape, data).map_err(|e| {
-            Error::Run {
-                message: format!("weight {name}: {e}"),
-            }
-        })?;
+        let v =
+            safetensors::tensor::TensorView::new(tessera_ir::text::dtype_of(ty.elem), shape, data)
+                .map_err(|e| Error::Run {
+                    message: format!("weight {name}: {e}"),
+                })?;
         views.push((name.clone(), v));
     }
     safetensors::serialize(views, None).map_err(|e| Error::Run {

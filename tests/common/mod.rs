@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a subset
 
+pub mod cli;
+
 use std::path::{Path, PathBuf};
 
 use tessera_ir::{Graph, Tensor};

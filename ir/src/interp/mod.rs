@@ -48,6 +48,7 @@ mod linalg;
 mod norm;
 mod reduce;
 mod resize;
+pub use resize::resize_taps;
 mod shape;
 
 use common::{R, arity, bail, exact, ierr};

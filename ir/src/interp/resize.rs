@@ -65,6 +65,57 @@ fn cubic_weight(d: f64, a: f64) -> f64 {
 }
 
 /// Resize to `sizes`.
+/// The taps of one axis of `resize` from extent `inn` to `out`: for every output index, the
+/// (source index, weight) pairs it sums (one for nearest, up to two for linear, up to four for
+/// cubic with coefficient `cubic_coeff`; zero weights left out). The compiled lowering uses
+/// the same tables, so both agree to the bit.
+pub fn resize_taps(
+    inn: usize,
+    out: usize,
+    mode: ResizeMode,
+    coord: CoordTransform,
+    nearest: NearestMode,
+    cubic_coeff: f64,
+) -> Vec<Vec<(usize, f64)>> {
+    (0..out)
+        .map(|o| {
+            let c = src_coord(o, inn, out, coord);
+            match mode {
+                ResizeMode::Nearest => {
+                    let r = match nearest {
+                        NearestMode::RoundPreferFloor => (c - 0.5).ceil(),
+                        NearestMode::RoundPreferCeil => (c + 0.5).floor(),
+                        NearestMode::Floor => c.floor(),
+                        NearestMode::Ceil => c.ceil(),
+                    };
+                    vec![(clamp_index(r, inn), 1.0)]
+                }
+                ResizeMode::Linear => {
+                    let c = c.clamp(0.0, (inn - 1) as f64);
+                    let i0 = c.floor();
+                    let w = c - i0;
+                    let i0 = i0 as usize;
+                    let mut t = vec![(i0, 1.0 - w)];
+                    if w > 0.0 {
+                        t.push(((i0 + 1).min(inn - 1), w));
+                    }
+                    t
+                }
+                ResizeMode::Cubic => {
+                    let f = c.floor();
+                    let t = c - f;
+                    (-1i32..=2)
+                        .filter_map(|j| {
+                            let w = cubic_weight(t - f64::from(j), cubic_coeff);
+                            (w != 0.0).then(|| (clamp_index(f + f64::from(j), inn), w))
+                        })
+                        .collect()
+                }
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn resize(
     x: &Tensor,
     sizes: &[u64],
@@ -109,45 +160,7 @@ pub(crate) fn resize(
     let taps: Vec<Vec<Vec<(usize, f64)>>> = shape
         .iter()
         .zip(&sizes)
-        .map(|(&inn, &out)| {
-            (0..out)
-                .map(|o| {
-                    let c = src_coord(o, inn, out, coord);
-                    match mode {
-                        ResizeMode::Nearest => {
-                            let r = match nearest {
-                                NearestMode::RoundPreferFloor => (c - 0.5).ceil(),
-                                NearestMode::RoundPreferCeil => (c + 0.5).floor(),
-                                NearestMode::Floor => c.floor(),
-                                NearestMode::Ceil => c.ceil(),
-                            };
-                            vec![(clamp_index(r, inn), 1.0)]
-                        }
-                        ResizeMode::Linear => {
-                            let c = c.clamp(0.0, (inn - 1) as f64);
-                            let i0 = c.floor();
-                            let w = c - i0;
-                            let i0 = i0 as usize;
-                            let mut t = vec![(i0, 1.0 - w)];
-                            if w > 0.0 {
-                                t.push(((i0 + 1).min(inn - 1), w));
-                            }
-                            t
-                        }
-                        ResizeMode::Cubic => {
-                            let f = c.floor();
-                            let t = c - f;
-                            (-1i32..=2)
-                                .filter_map(|j| {
-                                    let w = cubic_weight(t - f64::from(j), cubic_coeff);
-                                    (w != 0.0).then(|| (clamp_index(f + f64::from(j), inn), w))
-                                })
-                                .collect()
-                        }
-                    }
-                })
-                .collect()
-        })
+        .map(|(&inn, &out)| resize_taps(inn, out, mode, coord, nearest, cubic_coeff))
         .collect();
     let identity = |t: &Vec<Vec<(usize, f64)>>, inn: usize| {
         t.len() == inn

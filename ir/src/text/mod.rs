@@ -124,7 +124,7 @@ use crate::graph::{Entity, Graph};
 
 pub use attrs::OP_NAMES;
 pub use printer::{const_names, value_names};
-pub use sidecar::{LoadError, SaveError, Sidecar, sidecar_path, write_atomically};
+pub use sidecar::{LoadError, SaveError, Sidecar, dtype_of, sidecar_path, write_atomically};
 
 /// Constants with at most this many elements print their data inline; larger ones are
 /// `external`.

@@ -171,7 +171,8 @@ fn map_file(path: &Path) -> std::io::Result<Bytes> {
     Ok(Bytes::from_owner(map))
 }
 
-pub(crate) fn dtype_of(elem: ElemType) -> Dtype {
+/// The safetensors dtype that stores an element type (bool: one byte per element).
+pub fn dtype_of(elem: ElemType) -> Dtype {
     match elem {
         ElemType::F16 => Dtype::F16,
         ElemType::BF16 => Dtype::BF16,

@@ -111,9 +111,27 @@ fn contract(
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
     let init = b.filled(&acc_ty, 0.0)?;
-    let out_exprs: Vec<String> = (0..r).map(|i| format!("d{i}")).collect();
-    let mut its = vec!["parallel"; r];
-    its.push("reduction");
+    // Loop order: the result's axes with the reduction just before the last one (`i, k, j`
+    // for a matmul), so the innermost loop walks the result's and `y`'s rows contiguously and
+    // LLVM vectorizes it; the maps are written with `k` as `d<r>` and renamed here.
+    let swap = |e: &String| -> String {
+        if r == 0 {
+            return e.clone();
+        }
+        let (last, k) = (format!("d{}", r - 1), format!("d{r}"));
+        if *e == last {
+            k
+        } else if *e == k {
+            last
+        } else {
+            e.clone()
+        }
+    };
+    let x_exprs: Vec<String> = x_exprs.iter().map(swap).collect();
+    let y_exprs: Vec<String> = y_exprs.iter().map(swap).collect();
+    let out_exprs: Vec<String> = (0..r).map(|i| swap(&format!("d{i}"))).collect();
+    let mut its = vec!["parallel"; r + 1];
+    its[r.saturating_sub(1)] = "reduction";
     let ins = [
         In {
             val: x,

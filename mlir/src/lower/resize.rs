@@ -39,51 +39,6 @@ pub fn lower(b: &mut Body, op: &Op, args: &[Val], results: &[TensorType]) -> LRe
     }
 }
 
-fn src_coord(o: usize, inn: usize, out: usize, coord: CoordTransform) -> f64 {
-    let (o, fi, fo) = (o as f64, inn as f64, out as f64);
-    let scale = fo / fi;
-    match coord {
-        CoordTransform::HalfPixel => (o + 0.5) / scale - 0.5,
-        CoordTransform::PytorchHalfPixel => {
-            if out > 1 {
-                (o + 0.5) / scale - 0.5
-            } else {
-                0.0
-            }
-        }
-        CoordTransform::AlignCorners => {
-            if out == 1 {
-                0.0
-            } else {
-                o * (fi - 1.0) / (fo - 1.0)
-            }
-        }
-        CoordTransform::Asymmetric => o / scale,
-    }
-}
-
-fn clamp_index(i: f64, inn: usize) -> usize {
-    if i.is_nan() || i <= 0.0 {
-        0
-    } else if i >= (inn - 1) as f64 {
-        inn - 1
-    } else {
-        i as usize
-    }
-}
-
-fn cubic_weight(d: f64, a: f64) -> f64 {
-    let d = d.abs();
-    if d <= 1.0 {
-        ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
-    } else if d < 2.0 {
-        ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
-    } else {
-        0.0
-    }
-}
-
-/// The taps `(source index, weight)` of every output index of one axis.
 fn taps(
     inn: usize,
     out: usize,
@@ -92,43 +47,7 @@ fn taps(
     nearest: NearestMode,
     a: f64,
 ) -> Vec<Vec<(usize, f64)>> {
-    (0..out)
-        .map(|o| {
-            let c = src_coord(o, inn, out, coord);
-            match mode {
-                ResizeMode::Nearest => {
-                    let r = match nearest {
-                        NearestMode::RoundPreferFloor => (c - 0.5).ceil(),
-                        NearestMode::RoundPreferCeil => (c + 0.5).floor(),
-                        NearestMode::Floor => c.floor(),
-                        NearestMode::Ceil => c.ceil(),
-                    };
-                    vec![(clamp_index(r, inn), 1.0)]
-                }
-                ResizeMode::Linear => {
-                    let c = c.clamp(0.0, (inn - 1) as f64);
-                    let i0 = c.floor();
-                    let w = c - i0;
-                    let i0 = i0 as usize;
-                    let mut t = vec![(i0, 1.0 - w)];
-                    if w > 0.0 {
-                        t.push(((i0 + 1).min(inn - 1), w));
-                    }
-                    t
-                }
-                ResizeMode::Cubic => {
-                    let f = c.floor();
-                    let t = c - f;
-                    (-1i32..=2)
-                        .filter_map(|j| {
-                            let w = cubic_weight(t - f64::from(j), a);
-                            (w != 0.0).then(|| (clamp_index(f + f64::from(j), inn), w))
-                        })
-                        .collect()
-                }
-            }
-        })
-        .collect()
+    tessera_ir::interp::resize_taps(inn, out, mode, coord, nearest, a)
 }
 
 fn is_identity(t: &[Vec<(usize, f64)>], inn: usize) -> bool {
