@@ -51,27 +51,33 @@ impl Jit {
         args: &[&Tensor],
         results: &[TensorType],
     ) -> Result<Vec<Tensor>, Error> {
-        // Argument buffers (8-byte aligned copies) and their descriptors.
-        let mut buffers: Vec<Vec<u64>> = Vec::with_capacity(args.len());
-        for a in args {
-            let bytes = a.to_le_bytes();
-            let mut buf = vec![0u64; bytes.len().div_ceil(8).max(1)];
-            // SAFETY: `buf` holds at least `bytes.len()` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    buf.as_mut_ptr() as *mut u8,
-                    bytes.len(),
-                );
-            }
-            buffers.push(buf);
-        }
+        let bufs: Vec<Buffer> = args.iter().map(|t| Buffer::from_tensor(t)).collect();
+        let refs: Vec<&Buffer> = bufs.iter().collect();
+        self.call_buffers(name, &refs, results)?
+            .iter()
+            .map(Buffer::to_tensor)
+            .collect()
+    }
+
+    /// [`Jit::call`] on buffers, giving buffers: a program's steps pass tensors along without
+    /// decoding them, and weights are encoded once.
+    pub fn call_buffers(
+        &self,
+        name: &str,
+        args: &[&Buffer],
+        results: &[TensorType],
+    ) -> Result<Vec<Buffer>, Error> {
         let mut descs: Vec<Vec<i64>> = Vec::with_capacity(args.len());
-        for (a, buf) in args.iter().zip(buffers.iter_mut()) {
-            let shape = a.shape();
-            let mut d = vec![buf.as_mut_ptr() as i64, buf.as_mut_ptr() as i64, 0];
-            d.extend(shape.iter().map(|&s| s as i64));
-            d.extend(contiguous_strides(shape));
+        for a in args {
+            let ptr = a.words.as_ptr() as i64;
+            let mut d = vec![ptr, ptr, 0];
+            d.extend(
+                a.ty.static_dims()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|&s| s as i64),
+            );
+            d.extend(contiguous_strides(&a.shape()));
             descs.push(d);
         }
         let mut result_shapes = Vec::with_capacity(results.len());
@@ -94,11 +100,12 @@ impl Jit {
             packed.push(p as *mut *mut i64 as *mut ());
         }
         // SAFETY: every packed entry points to a live pointer to a descriptor whose layout is
-        // the C interface's for the declared types; buffers outlive the call.
+        // the C interface's for the declared types; the compiled code only reads arguments
+        // (`bufferization.writable = false`), and the buffers outlive the call.
         unsafe { self.engine.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
             message: format!("calling `{name}`: {e}"),
         })?;
-        let mut tensors = Vec::with_capacity(results.len());
+        let mut buffers = Vec::with_capacity(results.len());
         let mut at = 0;
         for (t, dims) in results.iter().zip(&result_shapes) {
             let rank = dims.len();
@@ -113,38 +120,104 @@ impl Jit {
             }
             let strides: Vec<i64> = d[3 + rank..].to_vec();
             let n: usize = sizes.iter().product();
-            let mut bytes = vec![0u8; n * eb];
+            let mut buf = Buffer::zeroed(t.clone(), n * eb);
+            let dst = buf.words.as_mut_ptr() as *mut u8;
             let base = d[1] as *const u8;
             let offset = d[2];
-            let mut idx = vec![0usize; rank];
-            for k in 0..n {
-                let mut e = offset;
-                for (i, &s) in idx.iter().zip(&strides) {
-                    e += *i as i64 * s;
-                }
-                // SAFETY: the descriptor came from the compiled code; element `e` is in its
-                // buffer by the memref's own sizes and strides.
+            if strides == contiguous_strides(&sizes) {
+                // SAFETY: a contiguous result of `n` elements starts at `offset`.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
-                        base.offset(e as isize * eb as isize),
-                        bytes.as_mut_ptr().add(k * eb),
-                        eb,
+                        base.offset(offset as isize * eb as isize),
+                        dst,
+                        n * eb,
                     );
                 }
-                for ax in (0..rank).rev() {
-                    idx[ax] += 1;
-                    if idx[ax] < sizes[ax] {
-                        break;
+            } else {
+                let mut idx = vec![0usize; rank];
+                for k in 0..n {
+                    let mut e = offset;
+                    for (i, &s) in idx.iter().zip(&strides) {
+                        e += *i as i64 * s;
                     }
-                    idx[ax] = 0;
+                    // SAFETY: element `e` is in the result's buffer by its own sizes and
+                    // strides; `dst` holds `n * eb` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            base.offset(e as isize * eb as isize),
+                            dst.add(k * eb),
+                            eb,
+                        );
+                    }
+                    for ax in (0..rank).rev() {
+                        idx[ax] += 1;
+                        if idx[ax] < sizes[ax] {
+                            break;
+                        }
+                        idx[ax] = 0;
+                    }
                 }
             }
-            let tensor = Tensor::from_typed_le_bytes(t, &bytes).map_err(|e| Error::Run {
-                message: format!("{name}: result {t}: {e}"),
-            })?;
-            tensors.push(tensor);
+            buffers.push(buf);
         }
-        Ok(tensors)
+        Ok(buffers)
+    }
+}
+
+/// A tensor's bytes as the compiled code reads them: little-endian, row-major, 8-byte
+/// aligned, `i1` one byte per element.
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    words: Vec<u64>,
+    len: usize,
+    /// The tensor's type (static).
+    pub ty: TensorType,
+}
+
+impl Buffer {
+    fn zeroed(ty: TensorType, len: usize) -> Buffer {
+        Buffer {
+            words: vec![0u64; len.div_ceil(8).max(1)],
+            len,
+            ty,
+        }
+    }
+
+    /// Encodes a tensor.
+    pub fn from_tensor(t: &Tensor) -> Buffer {
+        let bytes = t.to_le_bytes();
+        let mut b = Buffer::zeroed(t.ty(), bytes.len());
+        // SAFETY: `words` holds at least `bytes.len()` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                b.words.as_mut_ptr() as *mut u8,
+                bytes.len(),
+            );
+        }
+        b
+    }
+
+    /// The extents.
+    pub fn shape(&self) -> Vec<usize> {
+        self.ty
+            .static_dims()
+            .unwrap_or_default()
+            .iter()
+            .map(|&d| d as usize)
+            .collect()
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds `len` initialized bytes (len <= 8 * words.len()).
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+
+    /// Decodes into a tensor.
+    pub fn to_tensor(&self) -> Result<Tensor, Error> {
+        Tensor::from_typed_le_bytes(&self.ty, self.bytes()).map_err(|e| Error::Run {
+            message: format!("{}: {e}", self.ty),
+        })
     }
 }
 

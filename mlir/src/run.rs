@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tessera_ir::{Tensor, TensorType};
 
+use crate::jit::Buffer;
 use crate::manifest::{Arg, Manifest};
 use crate::{Error, Jit, Mlir, PipelineOptions, pipelines};
 
@@ -15,7 +16,7 @@ use crate::{Error, Jit, Mlir, PipelineOptions, pipelines};
 pub struct Runner {
     manifest: Manifest,
     jits: BTreeMap<String, Jit>,
-    weights: BTreeMap<String, Tensor>,
+    weights: BTreeMap<String, Buffer>,
     /// Time spent in MLIR pipelines and the JIT.
     pub compile_time: Duration,
 }
@@ -62,7 +63,10 @@ impl Runner {
         Ok(Runner {
             manifest,
             jits,
-            weights,
+            weights: weights
+                .iter()
+                .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
+                .collect(),
             compile_time: start.elapsed(),
         })
     }
@@ -129,46 +133,29 @@ impl Runner {
                 });
             }
         }
-        let by_name: BTreeMap<&str, &Tensor> = m
+        let encoded: Vec<Buffer> = inputs.iter().map(Buffer::from_tensor).collect();
+        let by_name: BTreeMap<&str, &Buffer> = m
             .inputs
             .iter()
             .map(|i| i.name.as_str())
-            .zip(inputs)
+            .zip(&encoded)
             .collect();
         // Per step, per result: one tensor, or one per mesh device for a step on a mesh.
-        let mut results: Vec<Vec<Vec<Tensor>>> = Vec::with_capacity(m.steps.len());
+        let mut results: Vec<Vec<Vec<Buffer>>> = Vec::with_capacity(m.steps.len());
         let missing = |a: &Arg| Error::Run {
             message: format!("the manifest refers to a missing value: {a:?}"),
         };
         // The argument `a` for the mesh device `dev` (index and name), if any.
-        let get = |a: &Arg,
-                   dev: Option<(usize, &str)>,
-                   results: &Vec<Vec<Vec<Tensor>>>|
-         -> Result<Tensor, Error> {
-            match a {
-                Arg::Input { input, .. } => by_name.get(input.as_str()).map(|t| (*t).clone()),
-                Arg::Weight {
-                    weight, per_device, ..
-                } => match (per_device, dev) {
-                    (true, Some((_, d))) => self.weights.get(&format!("{weight}@{d}")).cloned(),
-                    (true, None) => None,
-                    (false, _) => self.weights.get(weight).cloned(),
-                },
-                Arg::MeshIndex { .. } => dev.and_then(|(i, _)| {
-                    Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
-                        .ok()
-                }),
-                Arg::Step { step, result, .. } => results
-                    .get(*step)
-                    .and_then(|r| r.get(*result))
-                    .and_then(|copies| match copies.len() {
-                        1 => copies.first(),
-                        _ => copies.get(dev.map_or(0, |(i, _)| i)),
-                    })
-                    .cloned(),
-            }
-            .ok_or_else(|| missing(a))
-        };
+        let mesh_index: Vec<Buffer> = (0..m.mesh.as_ref().map_or(0, |mm| mm.devices.len()))
+            .map(|i| {
+                Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
+                    .map(|t| Buffer::from_tensor(&t))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::Run {
+                message: format!("mesh index: {e}"),
+            })?;
+        let weights = &self.weights;
         for st in &m.steps {
             let tys: Vec<TensorType> = st
                 .results
@@ -184,18 +171,18 @@ impl Runner {
                     .get(*step)
                     .and_then(|r| r.get(*result))
                     .ok_or_else(|| missing(&st.args[0]))?;
-                let mut sum = partials[0].clone();
+                let mut sum = partials[0].to_tensor()?;
                 for p in &partials[1..] {
                     sum = tessera_ir::interp::eval_op(
                         &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
-                        &[&sum, p],
+                        &[&sum, &p.to_tensor()?],
                     )
                     .map_err(|e| Error::Run {
                         message: format!("step {} (all-reduce): {e}", st.id),
                     })?
                     .remove(0);
                 }
-                results.push(vec![vec![sum]]);
+                results.push(vec![vec![Buffer::from_tensor(&sum)]]);
                 continue;
             }
             let devices: Vec<(Option<(usize, &str)>, &str)> = match &st.mesh {
@@ -206,18 +193,24 @@ impl Runner {
                     .collect(),
                 None => vec![(None, st.device.as_str())],
             };
-            let mut per_result: Vec<Vec<Tensor>> = vec![Vec::new(); tys.len()];
+            let mut per_result: Vec<Vec<Buffer>> = vec![Vec::new(); tys.len()];
             for (dev, name) in devices {
-                let args: Vec<Tensor> = st
+                let refs: Vec<&Buffer> = st
                     .args
                     .iter()
-                    .map(|a| get(a, dev, &results))
+                    .map(|a| {
+                        lookup(a, dev, &by_name, weights, &mesh_index, &results)
+                            .ok_or_else(|| missing(a))
+                    })
                     .collect::<Result<_, _>>()?;
-                let refs: Vec<&Tensor> = args.iter().collect();
                 let jit = self.jits.get(name).ok_or_else(|| Error::Run {
                     message: format!("step {} runs on {name}, which has no module", st.id),
                 })?;
-                for (k, t) in jit.call(&st.function, &refs, &tys)?.into_iter().enumerate() {
+                for (k, t) in jit
+                    .call_buffers(&st.function, &refs, &tys)?
+                    .into_iter()
+                    .enumerate()
+                {
                     per_result[k].push(t);
                 }
             }
@@ -225,7 +218,42 @@ impl Runner {
         }
         m.outputs
             .iter()
-            .map(|o| get(&o.source, None, &results))
+            .map(|o| {
+                lookup(&o.source, None, &by_name, weights, &mesh_index, &results)
+                    .ok_or_else(|| missing(&o.source))?
+                    .to_tensor()
+            })
             .collect()
+    }
+}
+
+/// The buffer argument `a` names, for mesh device `dev` (index and name) if any.
+fn lookup<'a>(
+    a: &Arg,
+    dev: Option<(usize, &str)>,
+    inputs: &BTreeMap<&str, &'a Buffer>,
+    weights: &'a BTreeMap<String, Buffer>,
+    mesh_index: &'a [Buffer],
+    results: &'a [Vec<Vec<Buffer>>],
+) -> Option<&'a Buffer> {
+    match a {
+        Arg::Input { input, .. } => inputs.get(input.as_str()).copied(),
+        Arg::Weight {
+            weight, per_device, ..
+        } => match (per_device, dev) {
+            (true, Some((_, d))) => weights.get(&format!("{weight}@{d}")),
+            (true, None) => None,
+            (false, _) => weights.get(weight),
+        },
+        Arg::MeshIndex { .. } => dev.and_then(|(i, _)| mesh_index.get(i)),
+        Arg::Step { step, result, .. } => {
+            results
+                .get(*step)
+                .and_then(|r| r.get(*result))
+                .and_then(|copies| match copies.len() {
+                    1 => copies.first(),
+                    _ => copies.get(dev.map_or(0, |(i, _)| i)),
+                })
+        }
     }
 }

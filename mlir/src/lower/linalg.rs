@@ -114,8 +114,11 @@ fn contract(
     // Loop order: the result's axes with the reduction just before the last one (`i, k, j`
     // for a matmul), so the innermost loop walks the result's and `y`'s rows contiguously and
     // LLVM vectorizes it; the maps are written with `k` as `d<r>` and renamed here.
+    // Only when `y`'s innermost index is that last axis (not for a transposed `y`, whose rows
+    // run along `k`: there `i, j, k` reads both operands contiguously).
+    let reorder = r > 0 && y_exprs.last() == Some(&format!("d{}", r - 1));
     let swap = |e: &String| -> String {
-        if r == 0 {
+        if !reorder {
             return e.clone();
         }
         let (last, k) = (format!("d{}", r - 1), format!("d{r}"));
@@ -131,7 +134,7 @@ fn contract(
     let y_exprs: Vec<String> = y_exprs.iter().map(swap).collect();
     let out_exprs: Vec<String> = (0..r).map(|i| swap(&format!("d{i}"))).collect();
     let mut its = vec!["parallel"; r + 1];
-    its[r.saturating_sub(1)] = "reduction";
+    its[if reorder { r - 1 } else { r }] = "reduction";
     let ins = [
         In {
             val: x,
