@@ -5,7 +5,7 @@
 //! executable under `mpirun -np 2` and `-np 4`, and bad input.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tessera_ir::Tensor;
 
