@@ -136,13 +136,21 @@ fn time_runs(
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    eprintln!(
-        "run: median {:.3} ms over {} run{} (JIT compile {:.1} ms)",
-        times[times.len() / 2],
-        times.len(),
-        if times.len() == 1 { "" } else { "s" },
-        runner.compile_time.as_secs_f64() * 1e3,
-    );
+    if times.len() == 1 {
+        eprintln!(
+            "run: first call {:.3} ms, with the JIT's code generation (--repeat N times the \
+             steady state); JIT compile {:.1} ms",
+            times[0],
+            runner.compile_time.as_secs_f64() * 1e3,
+        );
+    } else {
+        eprintln!(
+            "run: median {:.3} ms over {} runs (JIT compile {:.1} ms)",
+            times[times.len() / 2],
+            times.len(),
+            runner.compile_time.as_secs_f64() * 1e3,
+        );
+    }
     Ok(outputs)
 }
 
