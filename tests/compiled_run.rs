@@ -370,8 +370,10 @@ fn bad_input_is_a_clear_error() {
     assert!(e.contains("drop --target"), "{e}");
 }
 
-#[test]
-fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
+/// The MLP sharded by `shard{strategy=STRATEGY}` over mcm-2x2's four chips, compiled with
+/// `--emit mpi`, run under the JIT and under `mpirun -np 5` (the host and the chips): both
+/// give the interpreter's numbers, and the program's collective is the shard dialect's.
+fn sharded_mlp_runs(strategy: &str, collective: &str) {
     let tmp = tempfile::tempdir().expect("tmp");
     let x = tmp.path().join("x.npy");
     let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
@@ -387,29 +389,23 @@ fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
         .arg("-o")
         .arg(&reference));
     let want = tessera::npy::read(&reference.join("y.npy")).expect("reference");
-    // Column- then row-parallel over mcm-2x2's four chips, one all-reduce.
-    let dir = tmp.path().join("tp");
+    let dir = tmp.path().join("sharded");
+    let passes = format!("shard{{strategy={strategy}}},canonicalize");
     ok(tessera()
-        .args(["compile", model, "--target", "mcm-2x2"])
-        .args([
-            "--passes",
-            "shard{strategy=tensor},canonicalize",
-            "--emit",
-            "mpi",
-            "-o",
-        ])
+        .args(["compile", model, "--target", "mcm-2x2", "--passes", &passes])
+        .args(["--emit", "mpi", "-o"])
         .arg(&dir));
     let manifest = fs::read_to_string(dir.join("manifest.json")).expect("manifest");
     assert!(
-        manifest.contains("\"collective\": \"all-reduce\""),
+        manifest.contains(&format!("\"collective\": \"{collective}\"")),
         "{manifest}"
     );
     let program = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
     assert!(
         program.contains("shard.all_reduce"),
-        "the all-reduce is the shard dialect's"
+        "the collective is the shard dialect's"
     );
-    // In-process: each chip's block, then the sum.
+    // In-process: each chip's block, then the collective.
     let jit = tmp.path().join("jit");
     ok(tessera()
         .arg("run")
@@ -439,4 +435,14 @@ fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
         "MPI: {}",
         max_diff(&got, &want)
     );
+}
+
+#[test]
+fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
+    sharded_mlp_runs("tensor", "all-reduce");
+}
+
+#[test]
+fn data_parallel_mlp_runs_with_an_all_gather() {
+    sharded_mlp_runs("data", "all-gather");
 }

@@ -99,10 +99,14 @@ pub struct ManifestStep {
     /// For a step on a mesh (device `@<mesh>`): the devices that each run it on their block.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mesh: Option<Vec<String>>,
-    /// For a collective step: which (`all-reduce`: the sum over the mesh of its one argument,
-    /// each device's partial sum, given to every device).
+    /// For a collective step: which. `all-reduce`: the sum over the mesh of its one argument,
+    /// each device's partial sum, given to every device. `all-gather`: the whole tensor
+    /// assembled from each device's block, given to every device.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub collective: Option<String>,
+    /// For an `all-gather`: how its argument is split (mesh axes per tensor axis).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sharding: Option<Vec<Vec<u32>>>,
     /// Its arguments in order.
     pub args: Vec<Arg>,
     /// Its results in order.

@@ -305,28 +305,79 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         }
     }
     for st in &m.steps {
-        if st.collective.is_some() {
-            // Every rank takes part in the all-reduce (MLIR's shard-to-MPI lowering reduces
-            // over the whole MPI world): mesh devices with their partial sums, the others
-            // with zeros. Every rank then holds the sum.
+        if let Some(kind) = &st.collective {
+            // Every rank takes part (MLIR's shard-to-MPI lowering reduces over the whole MPI
+            // world): an all-reduce sums the mesh devices' partials (the other ranks add
+            // zeros); an all-gather is the all-reduce of every device's block placed in a
+            // zero tensor of the whole shape. Every rank then holds the result.
             let Some(Arg::Step { step, result, .. }) = st.args.first() else {
                 return Err(err(format!(
-                    "step {}: a collective without its partial",
+                    "step {}: a collective without its argument",
                     st.id
                 )));
             };
             let k_in = Key::Step(*step, *result);
-            let ty = types[&k_in].clone();
+            let part_ty = types[&k_in].clone();
+            let ty = parse_type(&st.results[0].ty)?;
+            if ty.elem == ElemType::Bool {
+                return Err(err(format!(
+                    "step {}: a {kind} of bool tensors does not lower to MPI",
+                    st.id
+                )));
+            }
             let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;
+            let pt = tensor_ty(&part_ty).map_err(|e| err(e.0))?;
             let grid = st.device.trim_start_matches('@');
-            let mesh_axes = m.mesh.as_ref().map_or(0, |mm| mm.shape.len());
-            let axes: Vec<String> = (0..mesh_axes).map(|a| a.to_string()).collect();
+            let mm = m
+                .mesh
+                .as_ref()
+                .ok_or_else(|| err(format!("step {}: no mesh in the manifest", st.id)))?;
+            let mesh = tessera_ir::Mesh {
+                name: mm.name.clone(),
+                shape: mm.shape.clone(),
+                devices: mm.devices.clone(),
+            };
+            let axes: Vec<String> = (0..mesh.shape.len()).map(|a| a.to_string()).collect();
+            let zero = crate::lower::zero_literal(ty.elem);
             for r in 0..ranks.len() {
-                let mine = match envs[r].get(&k_in) {
-                    Some(v) => v.clone(),
-                    None => {
+                let mine = match (envs[r].get(&k_in).cloned(), kind.as_str()) {
+                    (Some(v), "all-gather") => {
+                        let mi = mesh
+                            .devices
+                            .iter()
+                            .position(|d| *d == ranks[r])
+                            .ok_or_else(|| {
+                                err(format!("step {}: {} is not on the mesh", st.id, ranks[r]))
+                            })?;
+                        let sharding = tessera_ir::Sharding {
+                            axes: st.sharding.clone().unwrap_or_default(),
+                        };
+                        let offs = crate::lower::spmd::block_offsets(&mesh, &sharding, &ty, mi)
+                            .map_err(|e| err(e.0))?;
+                        let sizes = part_ty.static_dims().unwrap_or_default();
                         let z = fresh(r);
-                        let zero = crate::lower::zero_literal(ty.elem);
+                        let p = fresh(r);
+                        let _ =
+                            writeln!(bodies[r], "    {z} = arith.constant dense<{zero}> : {tt}");
+                        let _ = writeln!(
+                            bodies[r],
+                            "    {p} = tensor.insert_slice {v} into {z}[{}] [{}] [{}] : {pt} into {tt}",
+                            offs.iter()
+                                .map(u64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            sizes
+                                .iter()
+                                .map(u64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            vec!["1"; sizes.len()].join(", ")
+                        );
+                        p
+                    }
+                    (Some(v), _) => v,
+                    (None, _) => {
+                        let z = fresh(r);
                         let _ =
                             writeln!(bodies[r], "    {z} = arith.constant dense<{zero}> : {tt}");
                         z
@@ -509,16 +560,10 @@ fn shape_c(t: &TensorType) -> Vec<u64> {
     t.static_dims().unwrap_or_default()
 }
 
-/// Writes a file through a temporary one in the same folder, renamed over it.
+/// Writes a file atomically (ir's writer: a temporary file renamed over it).
 fn write_atomically(path: &Path, data: &[u8]) -> Result<(), Error> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
-    std::io::Write::write_all(&mut tmp, data)
-        .map_err(|e| err(format!("{}: {e}", path.display())))?;
-    tmp.persist(path)
-        .map_err(|e| err(format!("{}: {e}", path.display())))?;
-    Ok(())
+    tessera_ir::text::write_atomically(path, |f| std::io::Write::write_all(f, data))
+        .map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
 /// The generated C `main`.

@@ -162,27 +162,73 @@ impl Runner {
                 .iter()
                 .map(|r| parse_type(&r.ty))
                 .collect::<Result<_, _>>()?;
-            if st.collective.is_some() {
-                // all-reduce: the sum of every mesh device's partial.
+            if let Some(kind) = &st.collective {
                 let Some(Arg::Step { step, result, .. }) = st.args.first() else {
                     return Err(missing(&st.args[0]));
                 };
-                let partials = results
+                let parts = results
                     .get(*step)
                     .and_then(|r| r.get(*result))
                     .ok_or_else(|| missing(&st.args[0]))?;
-                let mut sum = partials[0].to_tensor()?;
-                for p in &partials[1..] {
-                    sum = tessera_ir::interp::eval_op(
-                        &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
-                        &[&sum, &p.to_tensor()?],
-                    )
-                    .map_err(|e| Error::Run {
-                        message: format!("step {} (all-reduce): {e}", st.id),
-                    })?
-                    .remove(0);
-                }
-                results.push(vec![vec![Buffer::from_tensor(&sum)]]);
+                let whole = match kind.as_str() {
+                    // The sum of every mesh device's partial.
+                    "all-reduce" => {
+                        let mut sum = parts[0].to_tensor()?;
+                        for p in &parts[1..] {
+                            sum = tessera_ir::interp::eval_op(
+                                &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
+                                &[&sum, &p.to_tensor()?],
+                            )
+                            .map_err(|e| Error::Run {
+                                message: format!("step {} (all-reduce): {e}", st.id),
+                            })?
+                            .remove(0);
+                        }
+                        sum
+                    }
+                    // Every device's block in its place.
+                    "all-gather" => {
+                        let mm = m.mesh.as_ref().ok_or_else(|| Error::Run {
+                            message: format!(
+                                "step {} gathers over a mesh the manifest lacks",
+                                st.id
+                            ),
+                        })?;
+                        let mesh = tessera_ir::Mesh {
+                            name: mm.name.clone(),
+                            shape: mm.shape.clone(),
+                            devices: mm.devices.clone(),
+                        };
+                        let sharding = tessera_ir::Sharding {
+                            axes: st.sharding.clone().unwrap_or_default(),
+                        };
+                        let ty = tys[0].clone();
+                        let mut bytes = vec![
+                            0u8;
+                            ty.static_dims().unwrap_or_default().iter().product::<u64>()
+                                as usize
+                                * crate::jit::elem_bytes(ty.elem)
+                        ];
+                        for (i, p) in parts.iter().enumerate() {
+                            let block = p.to_tensor()?.to_le_bytes();
+                            crate::lower::spmd::insert_block(
+                                &mesh, &sharding, &ty, &mut bytes, &block, i,
+                            )
+                            .map_err(|e| Error::Run {
+                                message: format!("step {} (all-gather): {}", st.id, e.0),
+                            })?;
+                        }
+                        Tensor::from_typed_le_bytes(&ty, &bytes).map_err(|e| Error::Run {
+                            message: format!("step {} (all-gather): {e}", st.id),
+                        })?
+                    }
+                    other => {
+                        return Err(Error::Run {
+                            message: format!("step {}: unknown collective `{other}`", st.id),
+                        });
+                    }
+                };
+                results.push(vec![vec![Buffer::from_tensor(&whole)]]);
                 continue;
             }
             let devices: Vec<(Option<(usize, &str)>, &str)> = match &st.mesh {

@@ -55,7 +55,8 @@ pub struct Step {
     pub weights: Vec<ValueId>,
     /// Values it computes that other steps or the graph's outputs need, in definition order.
     pub outputs: Vec<ValueId>,
-    /// An `all-reduce` over the mesh: a collective step (its one op), not a function.
+    /// An `all-reduce` or `all-gather` over the mesh: a collective step (its one op), not a
+    /// function.
     pub collective: bool,
 }
 
@@ -109,7 +110,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
             continue;
         }
         let dev = device_of(g, op, default);
-        let collective = matches!(data.op, Op::AllReduce { .. });
+        let collective = matches!(data.op, Op::AllReduce { .. } | Op::AllGather { .. });
         if let Some(name) = dev.strip_prefix('@') {
             let Some(mesh) = g.mesh.as_ref().filter(|m| m.name == name) else {
                 return Err(LowerError(format!(
@@ -117,28 +118,26 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                     data.op.name()
                 )));
             };
-            match &data.op {
-                Op::AllReduce { axes } => {
-                    let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
-                    if *axes != all {
-                        return Err(LowerError(format!(
-                            "op {op} (all-reduce) reduces over mesh axes {axes:?} of {dev}: \
-                             only an all-reduce over the whole mesh lowers"
-                        )));
-                    }
-                }
-                Op::AllGather { .. } => {
+            if let Op::AllReduce { axes } | Op::AllGather { axes } = &data.op {
+                let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
+                if *axes != all {
                     return Err(LowerError(format!(
-                        "op {op} (all-gather) on {dev}: all-gather does not lower yet (MLIR 22's \
-                         shard-to-MPI conversion has no all_gather); tensor parallelism \
-                         (all-reduce) does"
+                        "op {op} ({}) works over mesh axes {axes:?} of {dev}: only collectives \
+                         over the whole mesh lower",
+                        data.op.name()
                     )));
                 }
-                _ => {}
+                if !spmd::sharding_of(g, data.results[0]).is_replicated() {
+                    return Err(LowerError(format!(
+                        "op {op} ({}): its result must be whole on every device",
+                        data.op.name()
+                    )));
+                }
             }
         } else if collective {
             return Err(LowerError(format!(
-                "op {op} (all-reduce) is on {dev}, not on a mesh"
+                "op {op} ({}) is on {dev}, not on a mesh",
+                data.op.name()
             )));
         }
         let need = data
@@ -392,7 +391,13 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                 step_fn(st.id)
             },
             mesh: mesh.map(|m| m.devices.clone()),
-            collective: st.collective.then(|| "all-reduce".to_string()),
+            collective: st.collective.then(|| g.op(st.ops[0]).op.name().to_string()),
+            sharding: match &g.op(st.ops[0]).op {
+                Op::AllGather { .. } if st.collective => {
+                    Some(spmd::sharding_of(g, g.op(st.ops[0]).operands[0]).axes)
+                }
+                _ => None,
+            },
             args,
             results,
         });

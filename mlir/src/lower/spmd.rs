@@ -103,6 +103,61 @@ pub fn slice_bytes(
     Ok((local, out))
 }
 
+/// Writes mesh device `index`'s block (`block`, row-major) into the whole tensor's data
+/// `whole` of type `ty` cut by `s`: the inverse of [`slice_bytes`].
+pub fn insert_block(
+    mesh: &Mesh,
+    s: &Sharding,
+    ty: &TensorType,
+    whole: &mut [u8],
+    block: &[u8],
+    index: usize,
+) -> LResult<()> {
+    let local = local_type(mesh, s, ty)?;
+    let gd = dims(ty)?;
+    let ld = dims(&local)?;
+    let blocks = block_index(mesh, s, index);
+    let eb = if ty.elem == tessera_ir::ElemType::Bool {
+        1
+    } else {
+        ty.elem.size_bytes()
+    };
+    let n: u64 = ld.iter().product();
+    let rank = gd.len();
+    let mut idx = vec![0u64; rank];
+    for k in 0..n as usize {
+        let mut flat = 0u64;
+        for a in 0..rank {
+            flat = flat * gd[a] + blocks[a] * ld[a] + idx[a];
+        }
+        let at = flat as usize * eb;
+        whole[at..at + eb].copy_from_slice(&block[k * eb..k * eb + eb]);
+        for a in (0..rank).rev() {
+            idx[a] += 1;
+            if idx[a] < ld[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// The offsets of mesh device `index`'s block of a value of type `ty` cut by `s`.
+pub fn block_offsets(
+    mesh: &Mesh,
+    s: &Sharding,
+    ty: &TensorType,
+    index: usize,
+) -> LResult<Vec<u64>> {
+    let ld = dims(&local_type(mesh, s, ty)?)?;
+    Ok(block_index(mesh, s, index)
+        .iter()
+        .zip(&ld)
+        .map(|(b, l)| b * l)
+        .collect())
+}
+
 /// Cuts a whole value to this device's block inside a mesh step function; `coord` is the
 /// `tensor<i64>` holding the device's index in the mesh.
 pub fn slice_in_function(
