@@ -54,16 +54,31 @@ pub fn cache_dir() -> PathBuf {
 pub fn ensure_cache(dir: &Path) {
     let stamp = dir.join("STAMP");
     if !stamp.exists() || !dir.join("node").is_dir() {
+        // Several test binaries may need the cache at once (the importer's and the compiled
+        // path's): each generates into a folder of its own and renames it into place, so a
+        // reader never sees a half-written cache; the first rename wins.
+        if dir.exists() && !stamp.exists() {
+            // A cache left unfinished by an older, non-atomic generator.
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).expect("create the cache's parent folder");
+        let tmp = parent.join(format!(
+            ".{}-{}",
+            dir.file_name().and_then(|n| n.to_str()).unwrap_or("cache"),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&tmp);
         let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
         let script = repo_root().join("scripts/gen_onnx_node_tests.py");
         eprintln!(
             "generating the ONNX node test cases: {python} {} {}",
             script.display(),
-            dir.display()
+            tmp.display()
         );
         let out = Command::new(&python)
             .arg(&script)
-            .arg(dir)
+            .arg(&tmp)
             .output()
             .unwrap_or_else(|e| {
                 panic!(
@@ -79,6 +94,10 @@ pub fn ensure_cache(dir: &Path) {
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+        }
+        if std::fs::rename(&tmp, dir).is_err() {
+            // Another process got there first; its cache is complete.
+            let _ = std::fs::remove_dir_all(&tmp);
         }
     }
     let version = std::fs::read_to_string(&stamp).unwrap_or_default();
