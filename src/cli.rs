@@ -220,6 +220,9 @@ struct OptArgs {
     /// Replay a crash reproducer written by a failed pipeline.
     #[arg(long, value_name = "FILE.tir", conflicts_with_all = ["file", "passes"])]
     run_reproducer: Option<PathBuf>,
+    /// Also write the result as Graphviz DOT to FILE (devices, if placed, as clusters).
+    #[arg(long, value_name = "FILE.dot")]
+    dot: Option<PathBuf>,
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
@@ -268,6 +271,10 @@ struct CompileArgs {
     /// (NVIDIA GPU devices), `mpi` (one executable for `mpirun`); comma-separated.
     #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
     emit: Vec<crate::commands::emit::Emit>,
+    /// Write the placed graph as Graphviz DOT to FILE, one cluster per device (`dot -Tsvg`
+    /// renders it).
+    #[arg(long, value_name = "FILE.dot")]
+    dot: Option<PathBuf>,
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
@@ -440,6 +447,7 @@ pub fn main_named(name: &str) -> ExitCode {
                 objective: a.objective,
                 emit_problem: a.emit_placement_problem.as_deref(),
                 emits: &a.emit,
+                dot: a.dot.as_deref(),
             })
         }
         Command::Place(a) => crate::commands::place::run(
@@ -472,6 +480,7 @@ pub fn main_named(name: &str) -> ExitCode {
             reproducer: a.run_reproducer.as_deref(),
             shapes: &a.shapes.input_shapes,
             flags: &a.flags,
+            dot: a.dot.as_deref(),
         }),
         Command::Passes => crate::commands::passes::run(),
         Command::Targets(a) => match &a.action {

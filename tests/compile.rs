@@ -699,3 +699,89 @@ fn bad_placement_problems_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown objective `speed`"), "{err}");
 }
+
+#[test]
+fn dot_shows_the_placed_graph_with_devices_as_clusters() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dot = tmp.path().join("g.dot");
+    ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/onnx/mlp/model.onnx",
+            "--input-shape",
+            "x=4x32",
+        ])
+        .args(["--target", "mcm-2x2", "--strategy", "round-robin", "--dot"])
+        .arg(&dot)
+        .args(["-o"])
+        .arg(tmp.path().join("out")));
+    let text = fs::read_to_string(&dot).expect("dot");
+    assert!(text.starts_with("digraph \"main_graph\" {\n") && text.ends_with("}\n"));
+    assert_eq!(text.matches('{').count(), text.matches('}').count());
+    // One cluster per device with work, each op node in exactly one place.
+    let placed = fs::read_to_string(tmp.path().join("out/placed.tir")).expect("placed IR");
+    let mut devices: Vec<&str> = placed
+        .lines()
+        .filter_map(|l| l.split("device(\"").nth(1))
+        .filter_map(|d| d.split('"').next())
+        .collect();
+    devices.sort();
+    devices.dedup();
+    assert!(
+        devices.len() >= 3,
+        "round-robin spreads the ops: {devices:?}"
+    );
+    for d in &devices {
+        assert_eq!(
+            text.matches(&format!("label=\"{d}\";")).count(),
+            1,
+            "cluster {d}"
+        );
+    }
+    let ops = placed
+        .lines()
+        .filter(|l| l.contains(" = ") && l.contains("device(") && !l.contains(" = const "))
+        .count();
+    let nodes = text
+        .lines()
+        .filter(|l| {
+            l.trim_start().starts_with("op") && l.contains("[label=") && !l.contains(" -> ")
+        })
+        .count();
+    assert_eq!(nodes, ops, "{text}");
+    assert!(
+        text.contains("in0 [shape=oval, label=\"%x\\nf32[4, 32]\"];"),
+        "{text}"
+    );
+    assert!(text.contains(" -> out0;"));
+    // Same input, same bytes; `tessera opt --dot` writes the optimized graph the same way.
+    let again = tmp.path().join("again.dot");
+    ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/onnx/mlp/model.onnx",
+            "--input-shape",
+            "x=4x32",
+        ])
+        .args(["--target", "mcm-2x2", "--strategy", "round-robin", "--dot"])
+        .arg(&again));
+    assert_eq!(
+        fs::read(&dot).expect("dot"),
+        fs::read(&again).expect("again")
+    );
+    let opt = tmp.path().join("opt.dot");
+    ok(tessera()
+        .args([
+            "opt",
+            "testdata/models/mlp.tir",
+            "--passes",
+            "canonicalize",
+            "--dot",
+        ])
+        .arg(&opt));
+    let text = fs::read_to_string(&opt).expect("opt dot");
+    assert!(
+        text.starts_with("digraph ") && !text.contains("subgraph cluster_"),
+        "{text}"
+    );
+}

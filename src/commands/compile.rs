@@ -52,6 +52,8 @@ pub struct CompileRequest<'a> {
     pub emit_problem: Option<&'a Path>,
     /// Further outputs (with `output`).
     pub emits: &'a [super::emit::Emit],
+    /// Write the placed graph as Graphviz DOT here (devices as clusters).
+    pub dot: Option<&'a Path>,
 }
 
 /// A compiled model: the placed graph and its simulation.
@@ -98,6 +100,9 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     )
     .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
     let summary = summary(req.model, &*target, &compiled);
+    if let Some(dot) = req.dot {
+        super::write_atomically(dot, text::to_dot(&compiled.graph).as_bytes())?;
+    }
     if req.output.is_none() && !req.emits.is_empty() {
         bail!("--emit writes files into the output directory: give -o DIR");
     }

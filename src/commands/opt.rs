@@ -22,6 +22,8 @@ pub struct OptRequest<'a> {
     pub shapes: &'a [super::InputShape],
     /// Instrumentation flags.
     pub flags: &'a PassFlags,
+    /// Also write the result as Graphviz DOT here.
+    pub dot: Option<&'a Path>,
 }
 
 /// Runs `tessera opt`.
@@ -48,6 +50,9 @@ pub fn run(req: &OptRequest<'_>) -> Result<()> {
     let pipeline =
         Pipeline::parse(&pipeline_text).with_context(|| format!("--passes `{pipeline_text}`"))?;
     let graph = run_pipeline(graph, &pipeline, req.flags, &origin)?;
+    if let Some(dot) = req.dot {
+        super::write_atomically(dot, text::to_dot(&graph).as_bytes())?;
+    }
     match req.output {
         Some(out) => {
             text::save(&graph, out).with_context(|| format!("cannot write {}", out.display()))

@@ -113,6 +113,7 @@
 //! inline error display).
 
 mod attrs;
+mod dot;
 mod lexer;
 mod parser;
 mod printer;
@@ -123,6 +124,7 @@ use std::path::Path;
 use crate::graph::{Entity, Graph};
 
 pub use attrs::OP_NAMES;
+pub use dot::to_dot;
 pub use printer::{const_names, value_names};
 pub use sidecar::{LoadError, SaveError, Sidecar, dtype_of, sidecar_path, write_atomically};
 
