@@ -273,3 +273,41 @@ pub fn print_statistics(report: &Report) {
     }
     let _ = std::io::stderr().write_all(s.as_bytes());
 }
+
+/// A spinner naming the stage of a long compile (placement search, simulation, lowering, MLIR
+/// pipelines), on a terminal and for large graphs only: on a pipe or in tests it does nothing.
+pub struct Stages {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Stages {
+    /// A spinner for work on a graph of `ops` ops.
+    pub fn new(ops: usize) -> Stages {
+        let bar =
+            (std::io::IsTerminal::is_terminal(&std::io::stderr()) && ops >= 2000).then(|| {
+                let bar = indicatif::ProgressBar::new_spinner();
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                );
+                bar.enable_steady_tick(std::time::Duration::from_millis(120));
+                bar
+            });
+        Stages { bar }
+    }
+
+    /// Shows what is being done now.
+    pub fn stage(&self, what: impl Into<String>) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(what.into());
+        }
+    }
+}
+
+impl Drop for Stages {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -156,6 +156,8 @@ pub fn compile(
     samples: usize,
     settings: &PlaceSettings<'_>,
 ) -> Result<Compiled> {
+    let stages = crate::instrument::Stages::new(graph.ops().len());
+    stages.stage("building the placement problem");
     let cost = CostModel::new(target, calibration);
     let built = tessera_place::build::build(&graph, &cost)?;
     if let Some(path) = settings.emit_problem {
@@ -186,10 +188,14 @@ pub fn compile(
     let (plan, (graph, report, transfers)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
         // contention and the stream's start, which the model leaves out).
+        stages.stage("placement: lower bound");
         let bound = lower_bound(&inst, settings.objective)?;
+        stages.stage("placement: searching (auto)");
         let (ranked, attempts) = auto_ranked(&inst, &opts)?;
         let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
+        let candidates = ranked.len().min(SIMULATED_CANDIDATES);
         for (i, (_, sol, _)) in ranked.iter().take(SIMULATED_CANDIDATES).enumerate() {
+            stages.stage(format!("simulating plan {} of {candidates}", i + 1));
             let done = realize(&sol.assign)?;
             let measure = match settings.objective {
                 Objective::Throughput => done.1.period,
@@ -213,6 +219,7 @@ pub fn compile(
         ));
         (plan, done)
     } else {
+        stages.stage(format!("placement: {}", settings.strategy));
         let (plan, sol) = solve_with_solution(&inst, settings.strategy, settings.objective, true)?;
         (plan, realize(&sol.assign)?)
     };

@@ -60,11 +60,14 @@ pub fn write(
     emits: &[Emit],
     flags: &PassFlags,
 ) -> Result<Program> {
+    let stages = crate::instrument::Stages::new(graph.ops().len());
+    stages.stage("lowering to MLIR");
     let program = lower_graph(graph, target, model)?;
     let mlir = Mlir::new();
     let popts = pipeline_options(flags);
     // Verify everything before writing anything.
     for (dev, text) in &program.modules {
+        stages.stage(format!("verifying {dev}.mlir"));
         mlir.parse(text, &format!("{dev}.mlir"))?;
     }
     for (dev, text) in &program.modules {
@@ -91,6 +94,7 @@ pub fn write(
             .unwrap_or_default()
     };
     for &e in emits {
+        stages.stage(format!("--emit {e:?}").to_lowercase());
         match e {
             Emit::Lowered => {
                 for (dev, text) in &program.modules {

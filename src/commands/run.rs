@@ -162,8 +162,11 @@ fn run_compiled(
     exec: &Execution<'_>,
 ) -> Result<()> {
     let mlir = tessera_mlir::Mlir::new();
+    let stages = crate::instrument::Stages::new(usize::MAX);
+    stages.stage(format!("JIT-compiling {}", dir.display()));
     let runner = tessera_mlir::Runner::load(&mlir, dir, 2)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
+    drop(stages);
     let m = runner.manifest();
     // The inputs, matched by name against the manifest.
     let mut stub = Graph::new(m.graph.clone());
