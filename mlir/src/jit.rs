@@ -44,23 +44,8 @@ impl Jit {
     }
 
     /// Calls `name` (a function with `llvm.emit_c_interface`) on `args`; its results have the
-    /// types `results` (static shapes).
-    pub fn call(
-        &self,
-        name: &str,
-        args: &[&Tensor],
-        results: &[TensorType],
-    ) -> Result<Vec<Tensor>, Error> {
-        let bufs: Vec<Buffer> = args.iter().map(|t| Buffer::from_tensor(t)).collect();
-        let refs: Vec<&Buffer> = bufs.iter().collect();
-        self.call_buffers(name, &refs, results)?
-            .iter()
-            .map(Buffer::to_tensor)
-            .collect()
-    }
-
-    /// [`Jit::call`] on buffers, giving buffers: a program's steps pass tensors along without
-    /// decoding them, and weights are encoded once.
+    /// types `results` (static shapes). Arguments and results are buffers: a program's steps
+    /// pass tensors along without decoding them, and weights are encoded once.
     pub fn call_buffers(
         &self,
         name: &str,

@@ -516,9 +516,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
 }
 
 /// The MLIR module of the whole MPI program (every device's steps and the rank functions).
-pub fn module(program: &Program) -> Result<String, Error> {
-    let ranks = ranks(program);
-    let fns = rank_functions(program, &ranks)?;
+fn module(program: &Program, fns: &[RankFn]) -> String {
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
@@ -534,11 +532,11 @@ pub fn module(program: &Program) -> Result<String, Error> {
     for text in program.step_texts.values() {
         s.push_str(text);
     }
-    for f in &fns {
+    for f in fns {
         s.push_str(&f.text);
     }
     s.push_str("}\n");
-    Ok(s)
+    s
 }
 
 fn npy_descr(e: ElemType) -> Result<&'static str, Error> {
@@ -704,7 +702,7 @@ pub fn build(
 ) -> Result<(), Error> {
     let ranks = ranks(program);
     let fns = rank_functions(program, &ranks)?;
-    let text = module(program)?;
+    let text = module(program, &fns);
     let what = "mpi program";
     let dir = out.parent().unwrap_or(Path::new("."));
     // The module first: it is the pipeline's input, worth reading when the build fails.

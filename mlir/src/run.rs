@@ -17,6 +17,11 @@ pub struct Runner {
     manifest: Manifest,
     jits: BTreeMap<String, Jit>,
     weights: BTreeMap<String, Buffer>,
+    /// The manifest's types, parsed once: each input's, each step's results'.
+    input_types: Vec<TensorType>,
+    result_types: Vec<Vec<TensorType>>,
+    /// The mesh index argument of each mesh device (`tensor<i64>`).
+    mesh_index: Vec<Buffer>,
     /// Time spent in MLIR pipelines and the JIT.
     pub compile_time: Duration,
 }
@@ -60,6 +65,25 @@ impl Runner {
             mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
             jits.insert(d.name.clone(), Jit::new(&m, opt_level));
         }
+        let input_types = manifest
+            .inputs
+            .iter()
+            .map(|i| parse_type(&i.ty))
+            .collect::<Result<_, _>>()?;
+        let result_types = manifest
+            .steps
+            .iter()
+            .map(|st| st.results.iter().map(|r| parse_type(&r.ty)).collect())
+            .collect::<Result<_, _>>()?;
+        let mesh_index = (0..manifest.mesh.as_ref().map_or(0, |mm| mm.devices.len()))
+            .map(|i| {
+                Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
+                    .map(|t| Buffer::from_tensor(&t))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::Run {
+                message: format!("mesh index: {e}"),
+            })?;
         Ok(Runner {
             manifest,
             jits,
@@ -67,6 +91,9 @@ impl Runner {
                 .iter()
                 .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
                 .collect(),
+            input_types,
+            result_types,
+            mesh_index,
             compile_time: start.elapsed(),
         })
     }
@@ -125,9 +152,8 @@ impl Runner {
                 ),
             });
         }
-        for (i, t) in m.inputs.iter().zip(inputs) {
-            let want = parse_type(&i.ty)?;
-            if want != t.ty() {
+        for ((i, t), want) in m.inputs.iter().zip(inputs).zip(&self.input_types) {
+            if *want != t.ty() {
                 return Err(Error::Run {
                     message: format!("input {} is {}, the program takes {}", i.name, t.ty(), want),
                 });
@@ -145,23 +171,8 @@ impl Runner {
         let missing = |a: &Arg| Error::Run {
             message: format!("the manifest refers to a missing value: {a:?}"),
         };
-        // The argument `a` for the mesh device `dev` (index and name), if any.
-        let mesh_index: Vec<Buffer> = (0..m.mesh.as_ref().map_or(0, |mm| mm.devices.len()))
-            .map(|i| {
-                Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
-                    .map(|t| Buffer::from_tensor(&t))
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|e| Error::Run {
-                message: format!("mesh index: {e}"),
-            })?;
-        let weights = &self.weights;
-        for st in &m.steps {
-            let tys: Vec<TensorType> = st
-                .results
-                .iter()
-                .map(|r| parse_type(&r.ty))
-                .collect::<Result<_, _>>()?;
+        let (weights, mesh_index) = (&self.weights, &self.mesh_index);
+        for (st, tys) in m.steps.iter().zip(&self.result_types) {
             if let Some(kind) = &st.collective {
                 let Some(Arg::Step { step, result, .. }) = st.args.first() else {
                     return Err(missing(&st.args[0]));
@@ -245,7 +256,7 @@ impl Runner {
                     .args
                     .iter()
                     .map(|a| {
-                        lookup(a, dev, &by_name, weights, &mesh_index, &results)
+                        lookup(a, dev, &by_name, weights, mesh_index, &results)
                             .ok_or_else(|| missing(a))
                     })
                     .collect::<Result<_, _>>()?;
@@ -253,7 +264,7 @@ impl Runner {
                     message: format!("step {} runs on {name}, which has no module", st.id),
                 })?;
                 for (k, t) in jit
-                    .call_buffers(&st.function, &refs, &tys)?
+                    .call_buffers(&st.function, &refs, tys)?
                     .into_iter()
                     .enumerate()
                 {
@@ -265,7 +276,7 @@ impl Runner {
         m.outputs
             .iter()
             .map(|o| {
-                lookup(&o.source, None, &by_name, weights, &mesh_index, &results)
+                lookup(&o.source, None, &by_name, weights, mesh_index, &results)
                     .ok_or_else(|| missing(&o.source))?
                     .to_tensor()
             })

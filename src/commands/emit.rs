@@ -2,6 +2,7 @@
 //! manifest, the weights, and the further outputs `--emit` asks for (MLIR after the target
 //! pipeline, LLVM IR, object files, PTX, an MPI executable).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -93,16 +94,35 @@ pub fn write(
             .map(|d| d.lowering.clone())
             .unwrap_or_default()
     };
+    // Each CPU device's module after the CPU pipeline (printed) and as LLVM IR, made once for
+    // `lowered`, `llvm` and `object` together.
+    let mut cpu: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let cpu_outputs =
+        |cpu: &mut BTreeMap<String, (String, String)>, dev: &str, text: &str| -> Result<()> {
+            if !cpu.contains_key(dev) {
+                let what = format!("{dev}.mlir");
+                let mut m = mlir.parse(text, &what)?;
+                mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
+                let done = (Mlir::print(&m), mlir.to_llvm_ir(&m, &what)?);
+                cpu.insert(dev.to_string(), done);
+            }
+            Ok(())
+        };
     for &e in emits {
         stages.stage(format!("--emit {e:?}").to_lowercase());
         match e {
             Emit::Lowered => {
                 for (dev, text) in &program.modules {
-                    let what = format!("{dev}.mlir");
-                    let mut m = mlir.parse(text, &what)?;
-                    let l = lowering(dev);
-                    mlir.run_pipeline(&mut m, pipelines::for_lowering(&l), &popts, &what)?;
-                    let out = Mlir::print(&m);
+                    let out = if lowering(dev) == "cpu" {
+                        cpu_outputs(&mut cpu, dev, text)?;
+                        cpu[dev].0.clone()
+                    } else {
+                        let what = format!("{dev}.mlir");
+                        let mut m = mlir.parse(text, &what)?;
+                        let l = lowering(dev);
+                        mlir.run_pipeline(&mut m, pipelines::for_lowering(&l), &popts, &what)?;
+                        Mlir::print(&m)
+                    };
                     super::write_atomically(
                         &dir.join(format!("{dev}.lowered.mlir")),
                         out.as_bytes(),
@@ -116,14 +136,12 @@ pub fn write(
                         continue;
                     }
                     any = true;
-                    let what = format!("{dev}.mlir");
-                    let mut m = mlir.parse(text, &what)?;
-                    mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
-                    let ll = mlir.to_llvm_ir(&m, &what)?;
+                    cpu_outputs(&mut cpu, dev, text)?;
+                    let ll = &cpu[dev].1;
                     if e == Emit::Llvm {
                         super::write_atomically(&dir.join(format!("{dev}.ll")), ll.as_bytes())?;
                     } else {
-                        tessera_mlir::native::object_file(&ll, &dir.join(format!("{dev}.o")))?;
+                        tessera_mlir::native::object_file(ll, &dir.join(format!("{dev}.o")))?;
                     }
                 }
                 if !any {

@@ -64,55 +64,16 @@ pub fn block_index(mesh: &Mesh, s: &Sharding, index: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Mesh device `index`'s block of row-major little-endian data of type `ty`.
-pub fn slice_bytes(
+/// Calls `f(block_at, whole_at, bytes)` for every element of mesh device `index`'s block of
+/// a value of type `ty` cut by `s`, in the block's row-major order: the element's byte offset
+/// in the block and in the whole tensor, and its size. Returns the block's type.
+fn walk_block(
     mesh: &Mesh,
     s: &Sharding,
     ty: &TensorType,
-    data: &[u8],
     index: usize,
-) -> LResult<(TensorType, Vec<u8>)> {
-    let local = local_type(mesh, s, ty)?;
-    let gd = dims(ty)?;
-    let ld = dims(&local)?;
-    let blocks = block_index(mesh, s, index);
-    let eb = if ty.elem == tessera_ir::ElemType::Bool {
-        1
-    } else {
-        ty.elem.size_bytes()
-    };
-    let n: u64 = ld.iter().product();
-    let mut out = Vec::with_capacity(n as usize * eb);
-    let rank = gd.len();
-    let mut idx = vec![0u64; rank];
-    for _ in 0..n {
-        let mut flat = 0u64;
-        for a in 0..rank {
-            flat = flat * gd[a] + blocks[a] * ld[a] + idx[a];
-        }
-        let at = flat as usize * eb;
-        out.extend_from_slice(&data[at..at + eb]);
-        for a in (0..rank).rev() {
-            idx[a] += 1;
-            if idx[a] < ld[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
-    }
-    Ok((local, out))
-}
-
-/// Writes mesh device `index`'s block (`block`, row-major) into the whole tensor's data
-/// `whole` of type `ty` cut by `s`: the inverse of [`slice_bytes`].
-pub fn insert_block(
-    mesh: &Mesh,
-    s: &Sharding,
-    ty: &TensorType,
-    whole: &mut [u8],
-    block: &[u8],
-    index: usize,
-) -> LResult<()> {
+    mut f: impl FnMut(usize, usize, usize),
+) -> LResult<TensorType> {
     let local = local_type(mesh, s, ty)?;
     let gd = dims(ty)?;
     let ld = dims(&local)?;
@@ -130,8 +91,7 @@ pub fn insert_block(
         for a in 0..rank {
             flat = flat * gd[a] + blocks[a] * ld[a] + idx[a];
         }
-        let at = flat as usize * eb;
-        whole[at..at + eb].copy_from_slice(&block[k * eb..k * eb + eb]);
+        f(k * eb, flat as usize * eb, eb);
         for a in (0..rank).rev() {
             idx[a] += 1;
             if idx[a] < ld[a] {
@@ -140,6 +100,37 @@ pub fn insert_block(
             idx[a] = 0;
         }
     }
+    Ok(local)
+}
+
+/// Mesh device `index`'s block of row-major little-endian data of type `ty`.
+pub fn slice_bytes(
+    mesh: &Mesh,
+    s: &Sharding,
+    ty: &TensorType,
+    data: &[u8],
+    index: usize,
+) -> LResult<(TensorType, Vec<u8>)> {
+    let mut out = Vec::new();
+    let local = walk_block(mesh, s, ty, index, |_, at, eb| {
+        out.extend_from_slice(&data[at..at + eb]);
+    })?;
+    Ok((local, out))
+}
+
+/// Writes mesh device `index`'s block (`block`, row-major) into the whole tensor's data
+/// `whole` of type `ty` cut by `s`: the inverse of [`slice_bytes`].
+pub fn insert_block(
+    mesh: &Mesh,
+    s: &Sharding,
+    ty: &TensorType,
+    whole: &mut [u8],
+    block: &[u8],
+    index: usize,
+) -> LResult<()> {
+    walk_block(mesh, s, ty, index, |k, at, eb| {
+        whole[at..at + eb].copy_from_slice(&block[k..k + eb]);
+    })?;
     Ok(())
 }
 
