@@ -35,7 +35,10 @@ pub use registry::{
     BUILTIN_NAMES, TargetEntry, TargetSource, builtin_target, builtin_targets, env_search_path,
     list_targets, lookup,
 };
-pub use sim::{ON_MESH, SimError, SimOptions, SimReport, placement_from_graph, simulate};
+pub use sim::{
+    ON_MESH, SimError, SimOptions, SimReport, Span, SpanKind, Trace, placement_from_graph, simulate,
+    trace,
+};
 pub use target::{
     Target, pass_target, register_target, registered_targets, resolve, set_default_target,
 };

@@ -257,6 +257,127 @@ pub struct SimReport {
     pub transfers: usize,
 }
 
+/// What a span of a [`Trace`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanKind {
+    /// An op running on a device.
+    Op(OpId),
+    /// A value moved between devices, on one link direction of its route.
+    Transfer(ValueId),
+    /// A collective op's traffic on one link direction of its rings.
+    Collective(OpId),
+}
+
+/// One interval of a [`Trace`]: a device running an op, or a link direction carrying data.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Span {
+    /// The sample (0-based) in the stream.
+    pub sample: usize,
+    /// Start, in seconds from the stream's start.
+    pub start: f64,
+    /// End, in seconds.
+    pub end: f64,
+    /// The device (an index into the spec's devices) for an op; the channel for traffic:
+    /// see [`Span::channel`].
+    pub lane: usize,
+    /// What runs.
+    pub kind: SpanKind,
+}
+
+impl Span {
+    /// For traffic, the link (an index into the spec's links) and direction (`true`: from its
+    /// `a` to its `b`); `None` for an op.
+    pub fn channel(&self) -> Option<(usize, bool)> {
+        match self.kind {
+            SpanKind::Op(_) => None,
+            _ => Some(CostModel::channel_link(self.lane)),
+        }
+    }
+}
+
+/// The timeline of a short stream: every op and every link direction's traffic, in start
+/// order (ties in the order the simulator started them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trace {
+    /// Samples in the stream.
+    pub samples: usize,
+    /// Every interval.
+    pub spans: Vec<Span>,
+}
+
+/// Simulates a stream of `samples` samples of `graph` placed by `placement`, as [`simulate`]
+/// does, and returns its timeline.
+pub fn trace(
+    graph: &Graph,
+    cost: &CostModel<'_>,
+    placement: &[usize],
+    samples: usize,
+) -> Result<Trace, SimError> {
+    let plan = build(graph, cost, placement)?;
+    let samples = samples.max(1);
+    if plan
+        .tasks
+        .len()
+        .checked_mul(samples)
+        .is_none_or(|n| n > u32::MAX as usize)
+    {
+        return Err(SimError::StreamTooLong {
+            tasks: plan.tasks.len(),
+            samples,
+        });
+    }
+    let result = run(&plan, samples, false, true);
+    let nt = plan.tasks.len();
+    let mut spans = Vec::new();
+    for &(inst, start) in &result.starts {
+        let t = &plan.tasks[inst as usize % nt];
+        let sample = inst as usize / nt;
+        let end = start + t.seconds;
+        match (t.kind, plan.origins[inst as usize % nt]) {
+            (Kind::Op { device, .. }, Origin::Op(op)) => spans.push(Span {
+                sample,
+                start,
+                end,
+                lane: device as usize,
+                kind: SpanKind::Op(op),
+            }),
+            (
+                Kind::Transfer {
+                    chan_start,
+                    chan_end,
+                },
+                origin,
+            ) => {
+                let kind = match origin {
+                    Origin::Op(op) => SpanKind::Collective(op),
+                    Origin::Value(v) => SpanKind::Transfer(v),
+                };
+                for &c in &plan.channels[chan_start as usize..chan_end as usize] {
+                    spans.push(Span {
+                        sample,
+                        start,
+                        end,
+                        lane: c as usize,
+                        kind,
+                    });
+                }
+            }
+            (Kind::Op { .. }, Origin::Value(_)) => {}
+        }
+    }
+    // A transfer that waits for its channels is decided before it starts.
+    spans.sort_by(|a, b| a.start.total_cmp(&b.start));
+    Ok(Trace { samples, spans })
+}
+
+/// What made a task: an op (its run on one device, or a collective's link task), or the
+/// transfer of a value.
+#[derive(Clone, Copy, Debug)]
+enum Origin {
+    Op(OpId),
+    Value(ValueId),
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     Op { device: u32, pos: u32 },
@@ -290,6 +411,8 @@ struct Copy {
 /// The graph compiled into tasks, reusable across runs.
 struct Plan {
     tasks: Vec<Task>,
+    /// What made each task.
+    origins: Vec<Origin>,
     succs: Vec<u32>,
     channels: Vec<u32>,
     /// Bytes each entry of `channels` carries for its task.
@@ -326,11 +449,11 @@ pub fn simulate(
             samples,
         });
     }
-    let single = run(&plan, 1, true);
+    let single = run(&plan, 1, true, false);
     let stream = if samples == 1 {
         single.clone()
     } else {
-        run(&plan, samples, false)
+        run(&plan, samples, false, false)
     };
     let spec = cost.spec();
     let mut done = stream.sample_done.clone();
@@ -465,6 +588,7 @@ struct Avail {
 #[derive(Default)]
 struct Builder {
     tasks: Vec<Task>,
+    origins: Vec<Origin>,
     preds: Vec<Vec<u32>>,
     allocs: Vec<Vec<u32>>,
     frees: Vec<Vec<u32>>,
@@ -478,7 +602,8 @@ struct Builder {
 }
 
 impl Builder {
-    fn task(&mut self, kind: Kind, seconds: f64) -> u32 {
+    fn task(&mut self, kind: Kind, seconds: f64, origin: Origin) -> u32 {
+        self.origins.push(origin);
         self.tasks.push(Task {
             kind,
             seconds,
@@ -540,7 +665,7 @@ impl Builder {
             chan_start,
             chan_end: self.channels.len() as u32,
         };
-        let t = self.task(kind, seconds);
+        let t = self.task(kind, seconds, Origin::Value(v));
         if let Some(p) = src.task {
             self.preds[t as usize].push(p);
         }
@@ -697,7 +822,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                     chan_start,
                     chan_end: b.channels.len() as u32,
                 };
-                let t = b.task(kind, seconds);
+                let t = b.task(kind, seconds, Origin::Op(op));
                 b.preds[t as usize].extend(&barrier);
                 Some(t)
             }
@@ -710,6 +835,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                     pos: pos[dev],
                 },
                 seconds,
+                Origin::Op(op),
             );
             pos[dev] += 1;
             if let Some(prev) = last_on_device[dev] {
@@ -824,6 +950,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     // Flatten successor lists and per-task copy lists.
     let Builder {
         mut tasks,
+        origins,
         mut preds,
         allocs,
         frees,
@@ -857,6 +984,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     }
     Ok(Plan {
         tasks,
+        origins,
         succs,
         channels,
         chan_bytes,
@@ -879,6 +1007,8 @@ struct RunResult {
     channel_bytes: Vec<f64>,
     /// Peak live bytes per device (weights excluded); only when memory was tracked.
     peak: Vec<u64>,
+    /// Every instance with its start time, in start order; only when traced.
+    starts: Vec<(u32, f64)>,
 }
 
 impl RunResult {
@@ -894,7 +1024,7 @@ fn key(t: f64) -> u64 {
 
 /// Runs `samples` samples of `plan`, all queued at time 0. Busy times and bytes are per
 /// sample (divided by `samples`).
-fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
+fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResult {
     let nt = plan.tasks.len();
     let mut npred: Vec<u32> = Vec::with_capacity(nt * samples);
     for _ in 0..samples {
@@ -919,6 +1049,7 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
     };
     let mut live = vec![0u64; plan.num_devices];
     let mut peak = vec![0u64; plan.num_devices];
+    let mut starts: Vec<(u32, f64)> = Vec::new();
     if track_memory {
         for &c in &plan.initial {
             let copy = &plan.copies[c as usize];
@@ -948,6 +1079,9 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
             let t = &plan.tasks[inst as usize % nt];
             let now: f64 = $now;
             let begin: f64 = $begin;
+            if traced {
+                starts.push((inst, begin));
+            }
             if track_memory {
                 if begin > now {
                     // Its copies exist from its start: allocate them then.
@@ -1070,6 +1204,7 @@ fn run(plan: &Plan, samples: usize, track_memory: bool) -> RunResult {
         channel_busy: channel_busy.iter().map(|b| b / per).collect(),
         channel_bytes: channel_bytes.iter().map(|b| b / per).collect(),
         peak,
+        starts,
     }
 }
 

@@ -5,8 +5,9 @@
 
 use tessera_ir::{Graph, OpId};
 use tessera_targets::{
-    Calibration, CostModel, Device, ON_MESH, OpTime, SimError, SimOptions, SimReport, Target,
-    TargetError, TargetSpec, TimeSource, Work, parse_target, placement_from_graph, simulate,
+    Calibration, CostModel, Device, ON_MESH, OpTime, SimError, SimOptions, SimReport, SpanKind,
+    Target, TargetError, TargetSpec, TimeSource, Work, parse_target, placement_from_graph,
+    simulate, trace,
 };
 
 fn target(src: &str) -> TargetSpec {
@@ -326,6 +327,48 @@ fn pipeline_of_two_devices() {
     assert_eq!(r.devices[0].peak_memory, 8000);
     assert_eq!(r.devices[1].peak_memory, 8000);
     assert_eq!(r.devices[0].capacity, 1_000_000);
+}
+
+#[test]
+fn trace_of_a_pipeline_of_two_devices() {
+    let spec = target(PAIR);
+    let g = graph(
+        r#"graph @g(%x: f32[1000]) {
+  %0 = relu %x : f32[1000] device("a")
+  %1 = relu %0 : f32[1000] device("b")
+  return %1
+}"#,
+    );
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let t = trace(&g, &cost, &placement, 2).expect("trace");
+    assert_eq!(t.samples, 2);
+    // Per sample: relu on a, x's result a -> b, relu on b, the output b -> a.
+    assert_eq!(t.spans.len(), 8);
+    let (relu_a, relu_b) = (nth_op(&g, 0), nth_op(&g, 1));
+    let mut first: Vec<_> = t.spans.iter().filter(|s| s.sample == 0).collect();
+    first.sort_by(|a, b| a.start.total_cmp(&b.start));
+    assert_eq!(first[0].kind, SpanKind::Op(relu_a));
+    assert_eq!((first[0].lane, first[0].channel()), (0, None));
+    assert_close(first[0].end, 1e-3);
+    assert!(matches!(first[1].kind, SpanKind::Transfer(_)));
+    assert_eq!(first[1].channel(), Some((0, true)));
+    assert_close(first[1].start, 1e-3);
+    assert_close(first[1].end, 2.1e-3);
+    assert_eq!((first[2].kind, first[2].lane), (SpanKind::Op(relu_b), 1));
+    assert_close(first[2].end, 2.6e-3);
+    assert_eq!(first[3].channel(), Some((0, false)));
+    // The last span of one sample ends at the simulator's latency.
+    assert_close(first[3].end, 3.7e-3);
+    // The second sample's relu on a waits for the first's (one op at a time per device).
+    let second_a = t
+        .spans
+        .iter()
+        .find(|s| s.sample == 1 && s.kind == SpanKind::Op(relu_a))
+        .expect("sample 1 on a");
+    assert_close(second_a.start, 1e-3);
+    // Spans come in start order.
+    assert!(t.spans.windows(2).all(|w| w[0].start <= w[1].start));
 }
 
 #[test]
