@@ -13,9 +13,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # LLVM/MLIR 22 from Debian's packages (melior needs the static MLIR libraries and tblgen),
 # MPICH for the multi-device path (see shared notes on MLIR 22), and METIS (gpmetis) for the
-# placement benchmark's baseline.
+# placement benchmark's baseline, and Chromium, whose headless mode the report's browser test
+# draws `report.html` with.
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 \
-	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev metis
+	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev metis \
+	chromium
 # Python modules for the model and test-data scripts (import names = pip names). onnx is
 # pinned: the ONNX conformance manifest (testdata/onnx-conformance/) lists the node test
 # cases of that release.
@@ -30,7 +32,7 @@ TESSERA := $(CARGO) run --quiet -p tessera --
 help:
 	@echo "make deps        install missing system, Python and Rust dependencies (Debian 12)"
 	@echo "make build       build the workspace"
-	@echo "make demo        deps + build, then compile bundled ONNX models (cpu, mcm-2x2), run one compiled and interpreted"
+	@echo "make demo        deps + build, then compile bundled ONNX models (cpu; mcm-2x2 with its report), run one compiled and interpreted"
 	@echo "make test        deps, then tests, the MLIR toolchain check, rustfmt and clippy"
 	@echo "make fmt         format all Rust code"
 	@echo "make lint        clippy with warnings as errors"
@@ -78,8 +80,9 @@ demo: deps
 	@ls target/demo/mlp-cpu
 	@echo "== tessera run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy   (the compiled MLIR, JIT-compiled)"
 	@$(TESSERA) run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy
-	@echo "== tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2"
-	@$(TESSERA) compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2
+	@echo "== tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2 -o target/demo/gpt2-mcm"
+	@$(TESSERA) compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2 -o target/demo/gpt2-mcm
+	@echo "== the report (topology, timeline, memory, placement, ops by module, passes): open target/demo/gpt2-mcm/report.html in a browser"
 	@echo "== tessera import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir; head -n 16 target/demo/mlp.tir"
 	@$(TESSERA) import $(DEMO_ONNX)/model.onnx -o target/demo/mlp.tir
 	@head -n 16 target/demo/mlp.tir
@@ -88,6 +91,8 @@ demo: deps
 	@$(TESSERA) run $(DEMO_ONNX)/model.onnx --input x=$(DEMO_ONNX)/input_0_x.npy
 	@echo "== onnxruntime computed (first row): $$($(PYTHON) -c 'import numpy as n; print(n.round(n.load("$(DEMO_ONNX)/output_0_probs.npy")[0][:4], 6))' 2>/dev/null || echo "(needs numpy)")"
 
+# deps installs Chromium, so the report's browser test must run, not skip.
+test: export TESSERA_REQUIRE_CHROMIUM := 1
 test: deps
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --workspace --no-fail-fast; \

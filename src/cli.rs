@@ -160,6 +160,19 @@ enum Command {
     /// decided it: pin, support, fastest, colocation, memory, link, load, or search.
     #[command(after_help = "Example:\n  tessera explain build/plan.json --op fc1/MatMul")]
     Explain(ExplainArgs),
+    /// Draw the compile report (report.html) again from a compile's output directory.
+    ///
+    /// `tessera compile -o DIR` writes DIR/report.html: one self-contained page (no network)
+    /// with the target's topology coloured by load and memory, a timeline of the simulated
+    /// pipeline with its transfers, memory per device against capacity, the placement's lower
+    /// bound and gap, the ops grouped by the model's modules with a search box, and the pass
+    /// pipeline's timing and statistics. This command draws it again from DIR's report.json,
+    /// plan.json and placed.tir, and prints the page's path.
+    #[command(
+        after_help = "Example:\n  tessera compile model.onnx --target mcm-2x2 -o out\n  \
+        tessera report out -o out/placement.html"
+    )]
+    Report(ReportArgs),
     /// List every pass with its summary and options.
     Passes,
     /// List the known targets, or show one resolved (`targets show NAME`).
@@ -312,6 +325,16 @@ struct ExplainArgs {
     op: Vec<String>,
 }
 
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// The output directory of `tessera compile -o`.
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// Write the page here instead of DIR/report.html.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
 /// `--input-shape`, shared by every command that takes a model.
 #[derive(Debug, Args)]
 struct ShapeArgs {
@@ -458,6 +481,7 @@ pub fn main_named(name: &str) -> ExitCode {
             !a.no_explain,
         ),
         Command::Explain(a) => crate::commands::place::explain(&a.plan, &a.op),
+        Command::Report(a) => crate::commands::report::run(&a.dir, a.output.as_deref()),
         Command::Import(a) => {
             crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
         }

@@ -16,4 +16,5 @@ pub mod driver;
 pub mod instrument;
 pub mod names;
 pub mod npy;
+pub mod report;
 pub mod summary;

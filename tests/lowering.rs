@@ -80,7 +80,7 @@ fn models_on(target_name: &str) {
     for (name, graph, inputs) in &models {
         let what = format!("{name} on {target_name}");
         let origin = Path::new(name);
-        let g = tessera::commands::opt::run_pipeline(
+        let (g, _) = tessera::commands::opt::run_pipeline(
             graph.clone(),
             &pipeline,
             &PassFlags::default(),

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, Op, text};
@@ -81,11 +82,17 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
         }
         None => None,
     };
+    let mut stages = Vec::new();
+    let clock = Instant::now();
     let graph = super::load_model(req.model, req.shapes)?;
+    stages.push(stage("import and verify", clock));
     tessera_targets::set_default_target(Some(target.clone()));
     let pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
-    let graph = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;
+    let clock = Instant::now();
+    let (graph, passes) = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;
+    stages.push(stage("pass pipeline", clock));
+    let clock = Instant::now();
     let settings = PlaceSettings {
         strategy: req.strategy,
         objective: req.objective,
@@ -99,6 +106,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
         &settings,
     )
     .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
+    stages.push(stage("placement and simulation", clock));
     let summary = summary(req.model, &*target, &compiled);
     if let Some(dot) = req.dot {
         super::write_atomically(dot, text::to_dot(&compiled.graph).as_bytes())?;
@@ -108,6 +116,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     }
     if let Some(dir) = req.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let clock = Instant::now();
         super::emit::write(
             dir,
             &compiled.graph,
@@ -116,13 +125,44 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
             req.emits,
             req.flags,
         )?;
+        stages.push(stage("lowering to MLIR", clock));
         let placed = dir.join("placed.tir");
         text::save(&compiled.graph, &placed)
             .with_context(|| format!("cannot write {}", placed.display()))?;
         super::write_atomically(&dir.join("summary.txt"), summary.as_bytes())?;
         super::write_atomically(&dir.join("plan.json"), compiled.plan.to_json().as_bytes())?;
+        let cost = CostModel::new(&*target, calibration.as_ref());
+        let devices = placement_from_graph(&compiled.graph, target.spec(), None)?;
+        let trace = tessera_targets::trace(
+            &compiled.graph,
+            &cost,
+            &devices,
+            crate::report::TIMELINE_SAMPLES.min(req.samples.max(1)),
+        )?;
+        let data = crate::report::ReportData::new(
+            req.model,
+            target.spec(),
+            &compiled.graph,
+            &compiled.report,
+            &trace,
+            &passes,
+            stages,
+        );
+        super::write_atomically(
+            &dir.join(crate::report::DATA_FILE),
+            data.to_json().as_bytes(),
+        )?;
+        crate::report::write_dir(dir)?;
     }
     super::print_stdout(&summary)
+}
+
+/// A compile stage that started at `clock`.
+fn stage(name: &str, clock: Instant) -> crate::report::StageTiming {
+    crate::report::StageTiming {
+        name: name.to_string(),
+        seconds: clock.elapsed().as_secs_f64(),
+    }
 }
 
 /// How many of `auto`'s best plans (by the placement model) `compile` simulates to choose.

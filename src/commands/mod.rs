@@ -8,6 +8,7 @@ pub mod import;
 pub mod opt;
 pub mod passes;
 pub mod place;
+pub mod report;
 pub mod run;
 pub mod targets;
 

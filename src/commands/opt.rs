@@ -49,7 +49,7 @@ pub fn run(req: &OptRequest<'_>) -> Result<()> {
     };
     let pipeline =
         Pipeline::parse(&pipeline_text).with_context(|| format!("--passes `{pipeline_text}`"))?;
-    let graph = run_pipeline(graph, &pipeline, req.flags, &origin)?;
+    let (graph, _) = run_pipeline(graph, &pipeline, req.flags, &origin)?;
     if let Some(dot) = req.dot {
         super::write_atomically(dot, text::to_dot(&graph).as_bytes())?;
     }
@@ -69,7 +69,7 @@ pub fn run_pipeline(
     pipeline: &Pipeline,
     flags: &PassFlags,
     origin: &Path,
-) -> Result<Graph> {
+) -> Result<(Graph, tessera_passes::Report)> {
     let mut inst = CliInstrumentation::new(flags, &graph, pipeline.passes.len())?;
     let mut pipeline = pipeline.clone();
     if flags.explain {
@@ -95,7 +95,7 @@ pub fn run_pipeline(
             if let Some(e) = inst.dump_error {
                 return Err(e);
             }
-            Ok(graph)
+            Ok((graph, report))
         }
         Err(e) => {
             if let tessera_passes::Failure::Verify(errors) = &e.failure {

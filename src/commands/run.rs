@@ -200,7 +200,7 @@ fn run_model_jit(
     tessera_targets::set_default_target(Some(target.clone()));
     let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
     let flags = crate::instrument::PassFlags::default();
-    let graph = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
+    let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
     let compiled = super::compile::compile(
         graph,
         &*target,

@@ -36,8 +36,8 @@ pub use registry::{
     list_targets, lookup,
 };
 pub use sim::{
-    ON_MESH, SimError, SimOptions, SimReport, Span, SpanKind, Trace, placement_from_graph, simulate,
-    trace,
+    ON_MESH, SimError, SimOptions, SimReport, Span, SpanKind, Trace, placement_from_graph,
+    simulate, trace,
 };
 pub use target::{
     Target, pass_target, register_target, registered_targets, resolve, set_default_target,

@@ -1318,7 +1318,7 @@ pub fn bytes(b: u64) -> String {
 }
 
 /// A rate with three or four significant digits and an SI prefix: `8.51 M`, `912.3`.
-fn rate(r: f64) -> String {
+pub fn rate(r: f64) -> String {
     if !r.is_finite() {
         return "unbounded".to_string();
     }

@@ -1,0 +1,917 @@
+//! `report.html`: one self-contained page (inline SVG, CSS and a few lines of script; nothing
+//! from the network) drawn from a compile's outputs.
+//!
+//! Sections, each with an `id` the browser test looks for:
+//! - `summary`: the headline numbers (simulated latency and throughput, the placement's lower
+//!   bound and gap);
+//! - `topology`: the target's devices and links, laid out in layers by hops from the host,
+//!   each device filled by its load (busy time over the period) with a bar for its memory;
+//! - `timeline`: a Gantt chart of the simulated stream ([`super::TIMELINE_SAMPLES`] samples):
+//!   one lane per busy device and per link direction that carries data;
+//! - `memory`: each device's peak memory (weights and activations) against its capacity;
+//! - `placement`: the strategy, the lower bound's components and the gap, what `auto` tried;
+//! - `ops`: the ops grouped by the model's modules ([`super::scopes`]) with their devices and
+//!   the placement's reason, and a search box;
+//! - `passes`: the pass pipeline's wall times and every pass's counters (eqsat's e-graph
+//!   statistics among them), and the compile's stages.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use tessera_ir::{Graph, Op, OpId};
+use tessera_targets::sim::{bytes, seconds};
+
+use super::scopes::{self, Scope};
+use super::{Inputs, ReportData, op_label};
+
+/// Colours of devices in the op list (by target order, cycling).
+const DEVICE_COLOURS: [&str; 10] = [
+    "#4263eb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#1098ad", "#f08c00", "#5c940d",
+    "#862e9c", "#495057",
+];
+/// Colours of samples in the timeline.
+const SAMPLE_COLOURS: [&str; 3] = ["#4263eb", "#f08c00", "#2b8a3e"];
+/// The most spans the timeline draws; beyond it, only the first sample is drawn.
+const MAX_SPANS: usize = 40_000;
+
+const CSS: &str = r#"
+:root { --fg: #212529; --muted: #6c757d; --line: #dee2e6; --bg: #ffffff; --panel: #f8f9fa; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       color: var(--fg); background: var(--bg); margin: 0; padding: 24px 32px 64px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 14px; margin: 16px 0 6px; }
+p.sub { color: var(--muted); margin: 0 0 16px; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; }
+.card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 150px; }
+.card .k { color: var(--muted); font-size: 12px; }
+.card .v { font-size: 18px; font-weight: 600; }
+table { border-collapse: collapse; margin: 6px 0 12px; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 10px; text-align: left; vertical-align: top; }
+th { background: var(--panel); font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+svg text { font-family: system-ui, "DejaVu Sans", sans-serif; }
+.chart { overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; background: #fff; }
+.legend { color: var(--muted); font-size: 12px; margin: 4px 0 8px; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 4px 0 10px; vertical-align: -1px; }
+.dev { display: inline-block; padding: 0 6px; border-radius: 3px; color: #fff; font-size: 12px; white-space: nowrap; }
+#op-search { font: inherit; padding: 5px 8px; width: 420px; max-width: 100%; border: 1px solid #adb5bd; border-radius: 4px; }
+#op-tree details { margin-left: 16px; }
+#op-tree > details { margin-left: 0; }
+#op-tree summary { cursor: pointer; padding: 2px 0; }
+#op-tree .scope { font-weight: 600; }
+#op-tree .count { color: var(--muted); margin: 0 6px; }
+#op-tree table { margin: 2px 0 6px 16px; }
+#op-tree td { font-size: 13px; }
+.why { color: var(--muted); }
+.hidden { display: none; }
+code { font-size: 12.5px; }
+"#;
+
+const SCRIPT: &str = r#"
+(function () {
+  var box = document.getElementById('op-search');
+  var tree = document.getElementById('op-tree');
+  if (!box || !tree) return;
+  var rows = tree.querySelectorAll('tr.op');
+  var groups = tree.querySelectorAll('details');
+  var initial = [];
+  groups.forEach(function (d) { initial.push(d.open); });
+  box.addEventListener('input', function () {
+    var q = box.value.trim().toLowerCase();
+    var shown = 0;
+    rows.forEach(function (r) {
+      var hit = q === '' || r.getAttribute('data-search').indexOf(q) >= 0;
+      r.classList.toggle('hidden', !hit);
+      if (hit) shown++;
+    });
+    groups.forEach(function (d, i) {
+      var any = d.querySelector('tr.op:not(.hidden)') !== null;
+      d.classList.toggle('hidden', !any);
+      d.open = q === '' ? initial[i] : any;
+    });
+    document.getElementById('op-count').textContent = shown + ' of ' + rows.length + ' ops';
+  });
+})();
+"#;
+
+/// Escapes text for HTML and SVG.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// A fill from pale (idle) to deep orange (busy all the period).
+fn load_colour(load: f64) -> String {
+    let t = load.clamp(0.0, 1.0);
+    let lerp = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        lerp(233.0, 217.0),
+        lerp(236.0, 72.0),
+        lerp(239.0, 15.0)
+    )
+}
+
+/// Renders the page.
+pub fn render(inputs: &Inputs) -> String {
+    let d = &inputs.data;
+    let mut h = String::new();
+    let title = format!(
+        "{} on {}",
+        file_name(&d.model),
+        if d.target.name.is_empty() {
+            "?"
+        } else {
+            &d.target.name
+        }
+    );
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>tessera report: {}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
+        esc(&title)
+    );
+    let _ = writeln!(
+        h,
+        "<h1>tessera report: {}</h1>\n<p class=\"sub\">{} compiled for target <b>{}</b>: {}</p>",
+        esc(&title),
+        esc(&d.model),
+        esc(&d.target.name),
+        esc(&d.target.description)
+    );
+    summary(&mut h, inputs);
+    topology(&mut h, d);
+    timeline(&mut h, d);
+    memory(&mut h, d);
+    placement(&mut h, inputs);
+    ops(&mut h, inputs);
+    passes(&mut h, d);
+    let _ = write!(h, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
+    h
+}
+
+fn file_name(path: &str) -> String {
+    let p = std::path::Path::new(path);
+    // `model.onnx` says little: name the model by its folder then.
+    match (p.file_stem(), p.parent().and_then(|q| q.file_name())) {
+        (Some(stem), Some(dir)) if stem == "model" => dir.to_string_lossy().into_owned(),
+        (Some(stem), _) => stem.to_string_lossy().into_owned(),
+        _ => path.to_string(),
+    }
+}
+
+fn card(h: &mut String, key: &str, value: &str) {
+    let _ = write!(
+        h,
+        "<div class=\"card\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
+        esc(key),
+        esc(value)
+    );
+}
+
+fn summary(h: &mut String, inputs: &Inputs) {
+    let s = &inputs.data.simulation;
+    let plan = &inputs.plan;
+    h.push_str("<section id=\"summary\">\n<div class=\"cards\">");
+    card(h, "simulated latency (one sample)", &seconds(s.latency));
+    card(
+        h,
+        "simulated throughput",
+        &format!("{}samples/s", tessera_targets::sim::rate(s.throughput)),
+    );
+    card(h, "period (per sample)", &seconds(s.period));
+    card(
+        h,
+        "bottleneck",
+        if s.bottleneck.is_empty() {
+            "none"
+        } else {
+            &s.bottleneck
+        },
+    );
+    card(
+        h,
+        &format!("placement lower bound ({})", plan.lower_bound.binding()),
+        &seconds(plan.lower_bound.value),
+    );
+    card(h, "gap to the bound", &pct(plan.gap));
+    card(h, "strategy", &plan.chosen);
+    card(h, "transfers per sample", &s.transfers.to_string());
+    h.push_str("</div>\n</section>\n");
+}
+
+/// Device layers by hops from the host over the links (unreachable devices last).
+fn layers(d: &ReportData) -> Vec<Vec<usize>> {
+    let n = d.target.devices.len();
+    let index: BTreeMap<&str, usize> = d
+        .target
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, dev)| (dev.name.as_str(), i))
+        .collect();
+    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for l in &d.target.links {
+        if let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) {
+            adj[a].push(b);
+            adj[b].push(a);
+        }
+    }
+    let mut depth = vec![usize::MAX; n];
+    let start = index.get(d.target.host.as_str()).copied().unwrap_or(0);
+    let mut queue = std::collections::VecDeque::new();
+    if n > 0 {
+        depth[start] = 0;
+        queue.push_back(start);
+    }
+    while let Some(u) = queue.pop_front() {
+        for &v in &adj[u] {
+            if depth[v] == usize::MAX {
+                depth[v] = depth[u] + 1;
+                queue.push_back(v);
+            }
+        }
+    }
+    let deepest = depth.iter().filter(|&&x| x != usize::MAX).max().copied();
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); deepest.map_or(0, |x| x + 1)];
+    let mut lost = Vec::new();
+    for (i, &dd) in depth.iter().enumerate() {
+        if dd == usize::MAX {
+            lost.push(i);
+        } else {
+            out[dd].push(i);
+        }
+    }
+    if !lost.is_empty() {
+        out.push(lost);
+    }
+    out
+}
+
+fn topology(h: &mut String, d: &ReportData) {
+    const W: f64 = 164.0;
+    const H: f64 = 78.0;
+    const DX: f64 = 236.0;
+    const DY: f64 = 104.0;
+    const PAD: f64 = 24.0;
+    let sim = &d.simulation;
+    let period = sim.period;
+    let layers = layers(d);
+    let rows = layers.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let width = PAD * 2.0 + W + DX * (layers.len().max(1) - 1) as f64;
+    let height = PAD * 2.0 + H + DY * (rows - 1) as f64;
+    let mut pos = vec![(0.0, 0.0); d.target.devices.len()];
+    for (c, layer) in layers.iter().enumerate() {
+        let top = PAD + (height - 2.0 * PAD - H - DY * (layer.len() - 1) as f64) / 2.0;
+        for (r, &i) in layer.iter().enumerate() {
+            pos[i] = (PAD + DX * c as f64, top + DY * r as f64);
+        }
+    }
+    let index: BTreeMap<&str, usize> = d
+        .target
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, dev)| (dev.name.as_str(), i))
+        .collect();
+    let _ = writeln!(
+        h,
+        "<section>\n<h2>Topology</h2>\n<p class=\"legend\">Devices filled by load (busy time per \
+         sample over the period {}: <span class=\"swatch\" style=\"background:{}\"></span>idle \
+         <span class=\"swatch\" style=\"background:{}\"></span>half <span class=\"swatch\" \
+         style=\"background:{}\"></span>the bottleneck); the bar is peak memory over capacity \
+         (red when over). Links are as thick as their busier direction's load.</p>",
+        seconds(period),
+        load_colour(0.0),
+        load_colour(0.5),
+        load_colour(1.0)
+    );
+    let _ = writeln!(
+        h,
+        "<div class=\"chart\"><svg id=\"topology\" xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">"
+    );
+    let util = |busy: f64| if period > 0.0 { busy / period } else { 0.0 };
+    for (li, l) in d.target.links.iter().enumerate() {
+        let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) else {
+            continue;
+        };
+        let s = sim.links.get(li);
+        let busy = s.map_or([0.0, 0.0], |s| s.busy);
+        let moved = s.map_or([0.0, 0.0], |s| s.bytes);
+        let u = util(busy[0].max(busy[1]));
+        let (x1, y1) = (pos[a].0 + W / 2.0, pos[a].1 + H / 2.0);
+        let (x2, y2) = (pos[b].0 + W / 2.0, pos[b].1 + H / 2.0);
+        // Links within one column bow out so they do not run through the devices between.
+        let path = if (x1 - x2).abs() < 1.0 {
+            let bow = x1 + W / 2.0 + 18.0 + 0.1 * (y2 - y1).abs();
+            format!(
+                "M{x1:.1},{y1:.1} Q{bow:.1},{:.1} {x2:.1},{y2:.1}",
+                (y1 + y2) / 2.0
+            )
+        } else {
+            format!("M{x1:.1},{y1:.1} L{x2:.1},{y2:.1}")
+        };
+        let _ = writeln!(
+            h,
+            "<path class=\"link\" d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{:.1}\">\
+             <title>{} &lt;-&gt; {}: {:.3} GB/s, {} latency\n{} -&gt; {}: busy {} per sample ({}), {}\n\
+             {} -&gt; {}: busy {} per sample ({}), {}</title></path>",
+            if u > 0.0 {
+                load_colour(0.25 + 0.75 * u)
+            } else {
+                "#adb5bd".into()
+            },
+            2.0 + 8.0 * u.min(1.0),
+            esc(&l.a),
+            esc(&l.b),
+            l.bandwidth / 1e9,
+            seconds(l.latency),
+            esc(&l.a),
+            esc(&l.b),
+            seconds(busy[0]),
+            pct(util(busy[0])),
+            bytes(moved[0] as u64),
+            esc(&l.b),
+            esc(&l.a),
+            seconds(busy[1]),
+            pct(util(busy[1])),
+            bytes(moved[1] as u64),
+        );
+    }
+    for (i, dev) in d.target.devices.iter().enumerate() {
+        let (x, y) = pos[i];
+        let s = sim.devices.get(i);
+        let busy = s.map_or(0.0, |s| s.busy);
+        let ops = s.map_or(0, |s| s.ops);
+        let peak = s.map_or(0, |s| s.peak_memory);
+        let load = util(busy);
+        let mem = if dev.memory_bytes > 0 {
+            peak as f64 / dev.memory_bytes as f64
+        } else {
+            0.0
+        };
+        let host = if dev.name == d.target.host {
+            " (host)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            h,
+            "<g class=\"device\" data-device=\"{name}\"><title>{name}{host}: {kind}\n{ops} ops, \
+             busy {busy} per sample ({load} of the period)\npeak memory {peak} of {cap} ({mem})</title>\
+             <rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{W}\" height=\"{H}\" rx=\"8\" fill=\"{fill}\" \
+             stroke=\"{stroke}\" stroke-width=\"{sw}\"/>\
+             <text x=\"{tx:.1}\" y=\"{ty1:.1}\" font-size=\"14\" font-weight=\"600\" fill=\"{text}\">{name}</text>\
+             <text x=\"{tx:.1}\" y=\"{ty2:.1}\" font-size=\"11\" fill=\"{text}\">{kind}{host} · {ops} ops · {load}</text>\
+             <rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"8\" rx=\"2\" fill=\"#ffffff\" stroke=\"#868e96\" stroke-width=\"0.5\"/>\
+             <rect class=\"mem\" x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{mw:.1}\" height=\"8\" rx=\"2\" fill=\"{mfill}\"/>\
+             <text x=\"{tx:.1}\" y=\"{ty3:.1}\" font-size=\"10\" fill=\"{text}\">mem {peak} / {cap}</text></g>",
+            name = esc(&dev.name),
+            kind = esc(&dev.kind),
+            busy = seconds(busy),
+            load = pct(load),
+            peak = bytes(peak),
+            cap = bytes(dev.memory_bytes),
+            mem = pct(mem),
+            fill = load_colour(load),
+            stroke = if load >= 0.999 { "#862e09" } else { "#868e96" },
+            sw = if dev.name == d.target.host { 2.0 } else { 1.0 },
+            text = if load > 0.6 { "#ffffff" } else { "#212529" },
+            tx = x + 10.0,
+            ty1 = y + 20.0,
+            ty2 = y + 36.0,
+            ty3 = y + 70.0,
+            bx = x + 10.0,
+            by = y + 47.0,
+            bw = W - 20.0,
+            mw = (W - 20.0) * mem.min(1.0),
+            mfill = if mem > 1.0 { "#e03131" } else { "#5c7cfa" },
+        );
+    }
+    h.push_str("</svg></div>\n</section>\n");
+}
+
+/// Tick spacing for an axis of `max` seconds: 1, 2 or 5 times a power of ten, at most 8 ticks.
+fn tick(max: f64) -> f64 {
+    if max <= 0.0 {
+        return 1.0;
+    }
+    let raw = max / 6.0;
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|&t| max / t <= 8.0)
+        .unwrap_or(10.0 * p)
+}
+
+fn timeline(h: &mut String, d: &ReportData) {
+    const LABEL: f64 = 150.0;
+    const PLOT: f64 = 1000.0;
+    const LANE: f64 = 22.0;
+    const TOP: f64 = 24.0;
+    let tl = &d.timeline;
+    let all = tl.spans.len();
+    let spans: Vec<&super::TimelineSpan> = if all > MAX_SPANS {
+        tl.spans.iter().filter(|s| s.sample == 0).collect()
+    } else {
+        tl.spans.iter().collect()
+    };
+    // Lanes: busy devices in target order, then busy link directions in target order.
+    let mut lanes: Vec<String> = Vec::new();
+    for dev in &d.target.devices {
+        if spans.iter().any(|s| s.kind == "op" && s.lane == dev.name) {
+            lanes.push(dev.name.clone());
+        }
+    }
+    for l in &d.target.links {
+        for lane in [format!("{} -> {}", l.a, l.b), format!("{} -> {}", l.b, l.a)] {
+            if spans.iter().any(|s| s.kind != "op" && s.lane == lane) && !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
+    }
+    let lane_of: BTreeMap<&str, usize> = lanes
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.as_str(), i))
+        .collect();
+    let end = spans.iter().map(|s| s.end).fold(0.0, f64::max);
+    let scale = if end > 0.0 { PLOT / end } else { 0.0 };
+    let width = LABEL + PLOT + 20.0;
+    let height = TOP + LANE * lanes.len() as f64 + 10.0;
+    let _ = write!(
+        h,
+        "<section>\n<h2>Timeline</h2>\n<p class=\"legend\">The simulator's schedule of a stream of \
+         {} samples queued at once{}: ops on devices and transfers on link directions. Colour = \
+         sample:",
+        tl.samples,
+        if spans.len() < all {
+            format!(" (only sample 0 drawn: {all} spans)")
+        } else {
+            String::new()
+        }
+    );
+    for (i, c) in SAMPLE_COLOURS.iter().enumerate().take(tl.samples.max(1)) {
+        let _ = write!(
+            h,
+            "<span class=\"swatch\" style=\"background:{c}\"></span>{i}"
+        );
+    }
+    h.push_str(
+        "; transfers and collectives are lighter with a dark edge. Hover for details.</p>\n",
+    );
+    let _ = writeln!(
+        h,
+        "<div class=\"chart\"><svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">"
+    );
+    let step = tick(end);
+    let mut t = 0.0;
+    while t <= end * 1.0001 && scale > 0.0 {
+        let x = LABEL + t * scale;
+        let _ = write!(
+            h,
+            "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#e9ecef\"/>\
+             <text x=\"{x:.1}\" y=\"14\" font-size=\"10\" fill=\"#6c757d\" text-anchor=\"middle\">{}</text>",
+            TOP - 4.0,
+            height - 6.0,
+            seconds(t)
+        );
+        t += step;
+    }
+    for (i, lane) in lanes.iter().enumerate() {
+        let y = TOP + LANE * i as f64;
+        let _ = write!(
+            h,
+            "<rect x=\"0\" y=\"{y:.1}\" width=\"{width:.0}\" height=\"{LANE}\" fill=\"{}\"/>\
+             <text class=\"lane\" x=\"6\" y=\"{:.1}\" font-size=\"12\" fill=\"#212529\">{}</text>",
+            if i % 2 == 0 { "#f8f9fa" } else { "#ffffff" },
+            y + 15.0,
+            esc(lane)
+        );
+    }
+    for s in &spans {
+        let Some(&lane) = lane_of.get(s.lane.as_str()) else {
+            continue;
+        };
+        let x = LABEL + s.start * scale;
+        let w = ((s.end - s.start) * scale).max(0.6);
+        let y = TOP + LANE * lane as f64 + 3.0;
+        let colour = SAMPLE_COLOURS[s.sample % SAMPLE_COLOURS.len()];
+        let style = if s.kind == "op" {
+            format!("fill=\"{colour}\"")
+        } else {
+            format!(
+                "fill=\"{colour}\" fill-opacity=\"0.45\" stroke=\"#343a40\" stroke-width=\"0.6\""
+            )
+        };
+        let _ = writeln!(
+            h,
+            "<rect class=\"span {}\" x=\"{x:.2}\" y=\"{y:.1}\" width=\"{w:.2}\" height=\"{:.1}\" {style}>\
+             <title>sample {}: {} {} ({}) on {}\n{} .. {} ({})</title></rect>",
+            esc(&s.kind),
+            LANE - 6.0,
+            s.sample,
+            esc(&s.kind),
+            esc(&s.name),
+            esc(&s.what),
+            esc(&s.lane),
+            seconds(s.start),
+            seconds(s.end),
+            seconds(s.end - s.start)
+        );
+    }
+    h.push_str("</svg></div>\n</section>\n");
+}
+
+fn memory(h: &mut String, d: &ReportData) {
+    const LABEL: f64 = 150.0;
+    const BAR: f64 = 600.0;
+    const ROW: f64 = 26.0;
+    let devices: Vec<_> = d
+        .simulation
+        .devices
+        .iter()
+        .filter(|s| s.capacity > 0)
+        .collect();
+    let width = LABEL + BAR + 260.0;
+    let height = ROW * devices.len() as f64 + 8.0;
+    h.push_str(
+        "<section>\n<h2>Memory</h2>\n<p class=\"legend\">Peak memory of one sample against each \
+         device's capacity (the bar is the capacity): <span class=\"swatch\" \
+         style=\"background:#845ef7\"></span>resident weights <span class=\"swatch\" \
+         style=\"background:#74c0fc\"></span>activations and received tensors at the peak.</p>\n",
+    );
+    let _ = writeln!(
+        h,
+        "<div class=\"chart\"><svg id=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">"
+    );
+    for (i, s) in devices.iter().enumerate() {
+        let y = 6.0 + ROW * i as f64;
+        let cap = s.capacity as f64;
+        let wf = (s.weights as f64 / cap).min(1.0);
+        let af = ((s.peak_memory.saturating_sub(s.weights)) as f64 / cap).min(1.0 - wf);
+        let over = s.peak_memory > s.capacity;
+        let _ = writeln!(
+            h,
+            "<g class=\"memrow\"><title>{name}: weights {w}, peak {p} of {c}</title>\
+             <text x=\"6\" y=\"{ty:.1}\" font-size=\"12\">{name}</text>\
+             <rect x=\"{LABEL}\" y=\"{y:.1}\" width=\"{BAR}\" height=\"16\" fill=\"#f1f3f5\" stroke=\"{edge}\"/>\
+             <rect class=\"bar\" x=\"{LABEL}\" y=\"{y:.1}\" width=\"{ww:.2}\" height=\"16\" fill=\"#845ef7\"/>\
+             <rect class=\"bar\" x=\"{ax:.2}\" y=\"{y:.1}\" width=\"{aw:.2}\" height=\"16\" fill=\"#74c0fc\"/>\
+             <text x=\"{tx:.1}\" y=\"{ty:.1}\" font-size=\"12\" fill=\"{tc}\">{p} of {c} ({pc})</text></g>",
+            name = esc(&s.name),
+            w = bytes(s.weights),
+            p = bytes(s.peak_memory),
+            c = bytes(s.capacity),
+            ty = y + 12.5,
+            edge = if over { "#e03131" } else { "#ced4da" },
+            ww = BAR * wf,
+            ax = LABEL + BAR * wf,
+            aw = BAR * af,
+            tx = LABEL + BAR + 10.0,
+            tc = if over { "#e03131" } else { "#212529" },
+            pc = pct(s.peak_memory as f64 / cap),
+        );
+    }
+    h.push_str("</svg></div>\n");
+    h.push_str(
+        "<table id=\"memory-table\"><tr><th>device</th><th class=\"num\">ops</th>\
+         <th class=\"num\">busy per sample</th><th class=\"num\">weights</th>\
+         <th class=\"num\">peak</th><th class=\"num\">capacity</th><th class=\"num\">used</th></tr>\n",
+    );
+    for s in &d.simulation.devices {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            esc(&s.name),
+            s.ops,
+            seconds(s.busy),
+            bytes(s.weights),
+            bytes(s.peak_memory),
+            bytes(s.capacity),
+            if s.capacity > 0 {
+                pct(s.peak_memory as f64 / s.capacity as f64)
+            } else {
+                "-".into()
+            }
+        );
+    }
+    h.push_str("</table>\n</section>\n");
+}
+
+fn placement(h: &mut String, inputs: &Inputs) {
+    let plan = &inputs.plan;
+    let unit = |v: f64| seconds(v);
+    let _ = writeln!(
+        h,
+        "<section id=\"placement\">\n<h2>Placement, lower bound and gap</h2>\n<p>Objective \
+         <b>{}</b>; strategy <code>{}</code> chose <b>{}</b>: {} per sample by the placement \
+         model (period {}, latency {}). No placement can do better than the lower bound <b>{}</b> \
+         (its binding component: <code>{}</code>), so this plan is at most <b>{}</b> above the \
+         optimum.{}</p>",
+        esc(&format!("{:?}", plan.objective).to_lowercase()),
+        esc(&plan.strategy),
+        esc(&plan.chosen),
+        unit(plan.value),
+        unit(plan.period),
+        unit(plan.latency),
+        unit(plan.lower_bound.value),
+        esc(plan.lower_bound.binding()),
+        pct(plan.gap),
+        plan.selected_by
+            .as_deref()
+            .map(|s| format!(" Selected by {}.", esc(s)))
+            .unwrap_or_default()
+    );
+    h.push_str(
+        "<table id=\"bound-table\"><tr><th>lower-bound component</th><th class=\"num\">value</th></tr>\n",
+    );
+    for (name, v) in &plan.lower_bound.components {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}</td></tr>",
+            esc(name),
+            unit(*v)
+        );
+    }
+    h.push_str("</table>\n");
+    if !plan.attempts.is_empty() {
+        h.push_str(
+            "<table id=\"attempts\"><tr><th>strategy tried</th><th class=\"num\">value</th><th>note</th></tr>\n",
+        );
+        let json = serde_json::to_value(&plan.attempts).unwrap_or_default();
+        for a in json.as_array().into_iter().flatten() {
+            let name = a.get("strategy").and_then(|v| v.as_str()).unwrap_or("?");
+            let value = a
+                .get("value")
+                .and_then(|v| v.as_f64())
+                .map(unit)
+                .unwrap_or_else(|| "-".into());
+            let note = a
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| *k != "strategy" && *k != "value")
+                .map(|(k, v)| format!("{k}: {}", v.as_str().map_or(v.to_string(), str::to_string)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(name),
+                value,
+                esc(&note)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+fn ops(h: &mut String, inputs: &Inputs) {
+    let g = &inputs.graph;
+    let colours: BTreeMap<&str, &str> = inputs
+        .data
+        .target
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.name.as_str(), DEVICE_COLOURS[i % DEVICE_COLOURS.len()]))
+        .collect();
+    let why: BTreeMap<&str, &str> = inputs
+        .plan
+        .explanations
+        .iter()
+        .map(|e| (e.op.as_str(), e.reason.as_str()))
+        .collect();
+    let tree = scopes::tree(g);
+    let total = tree.all_ops().len();
+    let _ = writeln!(
+        h,
+        "<section id=\"ops\">\n<h2>Ops by module</h2>\n<p class=\"legend\">The ops grouped by the \
+         model's own module names (from node names, else from the weights they use, else from \
+         their inputs' producers), with their devices and why placement put them there.</p>\n\
+         <input id=\"op-search\" type=\"search\" placeholder=\"filter by name, op, device or \
+         reason\" aria-label=\"filter ops\"> <span id=\"op-count\" class=\"legend\">{total} ops</span>\n\
+         <div id=\"op-tree\">"
+    );
+    let ctx = OpsCtx {
+        g,
+        colours: &colours,
+        why: &why,
+    };
+    // The root's own ops (no scope) first, as a group of their own.
+    if !tree.ops.is_empty() {
+        let top = Scope {
+            name: "(top level)".into(),
+            children: Vec::new(),
+            ops: tree.ops.clone(),
+        };
+        scope_html(h, &ctx, &top, 0);
+    }
+    for c in &tree.children {
+        scope_html(h, &ctx, c, 0);
+    }
+    h.push_str("</div>\n</section>\n");
+}
+
+struct OpsCtx<'a> {
+    g: &'a Graph,
+    colours: &'a BTreeMap<&'a str, &'a str>,
+    why: &'a BTreeMap<&'a str, &'a str>,
+}
+
+fn device_chip(ctx: &OpsCtx<'_>, device: &str) -> String {
+    let colour = ctx.colours.get(device).copied().unwrap_or("#495057");
+    format!(
+        "<span class=\"dev\" style=\"background:{colour}\">{}</span>",
+        esc(device)
+    )
+}
+
+fn scope_html(h: &mut String, ctx: &OpsCtx<'_>, scope: &Scope, depth: usize) {
+    let all = scope.all_ops();
+    let mut per_device: BTreeMap<String, usize> = BTreeMap::new();
+    for &op in &all {
+        *per_device
+            .entry(ctx.g.op(op).device.clone().unwrap_or_else(|| "?".into()))
+            .or_default() += 1;
+    }
+    // A chain of single-child scopes with no ops of their own reads as one path.
+    let mut name = scope.name.clone();
+    let mut s = scope;
+    while s.ops.is_empty() && s.children.len() == 1 {
+        s = &s.children[0];
+        name.push('.');
+        name.push_str(&s.name);
+    }
+    let _ = write!(
+        h,
+        "<details{}><summary><span class=\"scope\">{}</span><span class=\"count\">{} ops</span>",
+        if depth == 0 { " open" } else { "" },
+        esc(&name),
+        all.len()
+    );
+    for (dev, n) in &per_device {
+        let _ = write!(h, "{} ×{n} ", device_chip(ctx, dev));
+    }
+    h.push_str("</summary>\n");
+    for c in &s.children {
+        scope_html(h, ctx, c, depth + 1);
+    }
+    if !s.ops.is_empty() {
+        h.push_str("<table class=\"ops\"><tr><th>op</th><th>kind</th><th>result</th><th>device</th><th>why</th></tr>\n");
+        for &op in &s.ops {
+            op_row(h, ctx, op);
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</details>\n");
+}
+
+fn op_row(h: &mut String, ctx: &OpsCtx<'_>, op: OpId) {
+    let data = ctx.g.op(op);
+    let label = op_label(ctx.g, op);
+    let device = data.device.clone().unwrap_or_else(|| "?".into());
+    let kind = data.op.name();
+    let ty = data
+        .results
+        .iter()
+        .map(|&r| ctx.g.ty(r).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let why = match data.op {
+        Op::Transfer { .. } => "inserted by placement: its operand is made on another device",
+        _ => ctx.why.get(label.as_str()).copied().unwrap_or(""),
+    };
+    let search = format!("{label} {kind} {device} {why}").to_lowercase();
+    let _ = writeln!(
+        h,
+        "<tr class=\"op\" data-search=\"{}\"><td><code>{}</code></td><td>{}</td><td><code>{}</code></td>\
+         <td>{}</td><td class=\"why\">{}</td></tr>",
+        esc(&search),
+        esc(&label),
+        esc(kind),
+        esc(&ty),
+        device_chip(ctx, &device),
+        esc(why)
+    );
+}
+
+fn passes(h: &mut String, d: &ReportData) {
+    let total: f64 = d.passes.iter().map(|p| p.seconds + p.verify_seconds).sum();
+    let share = |t: f64| {
+        if total > 0.0 {
+            pct(t / total)
+        } else {
+            "-".into()
+        }
+    };
+    h.push_str(
+        "<section id=\"passes\">\n<h2>Passes</h2>\n<p class=\"legend\">Wall time of each pass \
+         of the pipeline (the verifier after each pass apart), like <code>--timing</code>, and \
+         each pass's counters, like <code>--pass-statistics</code>. Times are measurements and \
+         differ between runs.</p>\n<table id=\"pass-timing\"><tr><th>pass</th><th>changed the IR</th>\
+         <th class=\"num\">wall time</th><th class=\"num\">share</th><th class=\"num\">verifier</th></tr>\n",
+    );
+    for p in &d.passes {
+        let _ = writeln!(
+            h,
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            esc(&p.name),
+            if p.changed { "yes" } else { "no" },
+            seconds(p.seconds),
+            share(p.seconds),
+            seconds(p.verify_seconds)
+        );
+    }
+    let _ = writeln!(
+        h,
+        "<tr><th>total</th><th></th><th class=\"num\">{}</th><th class=\"num\">100.0%</th><th></th></tr>\n</table>",
+        seconds(total)
+    );
+    if d.passes.iter().any(|p| !p.statistics.is_empty()) {
+        h.push_str(
+            "<h3>Pass statistics</h3>\n<table id=\"pass-stats\"><tr><th>pass</th><th>counter</th>\
+             <th class=\"num\">value</th><th>meaning</th></tr>\n",
+        );
+        for p in &d.passes {
+            for s in &p.statistics {
+                let _ = writeln!(
+                    h,
+                    "<tr><td><code>{}</code></td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                    esc(&p.name),
+                    esc(&s.name),
+                    s.value,
+                    esc(&s.description)
+                );
+            }
+        }
+        h.push_str("</table>\n");
+    }
+    let notes: Vec<_> = d.passes.iter().filter(|p| !p.notes.is_empty()).collect();
+    for p in notes {
+        let _ = writeln!(h, "<h3>{} explained</h3>\n<ul>", esc(&p.name));
+        for n in &p.notes {
+            let _ = writeln!(h, "<li>{}</li>", esc(n));
+        }
+        h.push_str("</ul>\n");
+    }
+    if !d.stages.is_empty() {
+        h.push_str(
+            "<h3>Compile stages</h3>\n<table id=\"stages\"><tr><th>stage</th><th class=\"num\">wall time</th></tr>\n",
+        );
+        for s in &d.stages {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"num\">{}</td></tr>",
+                esc(&s.name),
+                seconds(s.seconds)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round() {
+        assert_eq!(tick(10.0), 2.0);
+        assert_eq!(tick(7.3e-6), 1e-6);
+        assert_eq!(tick(0.0), 1.0);
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(load_colour(0.0), "#e9ecef");
+        assert_eq!(load_colour(2.0), load_colour(1.0));
+    }
+}

@@ -1,0 +1,458 @@
+//! The compile report: `report.json` (what only the compile knows: the target's topology, the
+//! simulation with its timeline, the pass pipeline's timing and statistics) and `report.html`,
+//! one self-contained page drawn from it, `plan.json` and `placed.tir` (see [`html`]).
+//!
+//! `tessera compile -o DIR` writes both; `tessera report DIR` draws the page again from the
+//! files in DIR. Everything in `report.json` is deterministic except the wall times
+//! (`passes[].seconds`, `stages[].seconds`), which are measurements.
+
+pub mod html;
+pub mod scopes;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use tessera_ir::{Graph, Op};
+use tessera_passes::Report as PassReport;
+use tessera_place::Plan;
+use tessera_targets::{SimReport, SpanKind, TargetSpec, Trace};
+
+/// The `format` of `report.json`.
+pub const FORMAT: &str = "tessera-report/1";
+/// The report's data file in an output directory.
+pub const DATA_FILE: &str = "report.json";
+/// The report page in an output directory.
+pub const HTML_FILE: &str = "report.html";
+/// Samples of the stream the timeline shows.
+pub const TIMELINE_SAMPLES: usize = 3;
+
+/// `report.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportData {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The model file as given.
+    pub model: String,
+    /// The target's devices and links.
+    pub target: TargetInfo,
+    /// The simulation of the placed graph.
+    pub simulation: Simulation,
+    /// The simulated timeline of a few samples.
+    pub timeline: Timeline,
+    /// The pass pipeline, pass by pass.
+    pub passes: Vec<PassTiming>,
+    /// The compile's stages (import, passes, placement, lowering) with their wall times.
+    pub stages: Vec<StageTiming>,
+}
+
+/// The target's topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetInfo {
+    /// Its name.
+    pub name: String,
+    /// Its one-line description.
+    pub description: String,
+    /// The host device.
+    pub host: String,
+    /// Every device, in target order.
+    pub devices: Vec<DeviceInfo>,
+    /// Every link, in target order.
+    pub links: Vec<LinkInfo>,
+}
+
+/// One device of the target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceInfo {
+    /// Its name.
+    pub name: String,
+    /// Its kind (`cpu`, `gpu`, `chiplet`, `switch`, ...).
+    pub kind: String,
+    /// Memory capacity in bytes.
+    pub memory_bytes: u64,
+}
+
+/// One link of the target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkInfo {
+    /// One end.
+    pub a: String,
+    /// The other end.
+    pub b: String,
+    /// Bytes per second, each way.
+    pub bandwidth: f64,
+    /// Seconds.
+    pub latency: f64,
+}
+
+/// The simulator's results ([`SimReport`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Simulation {
+    /// Seconds for one sample.
+    pub latency: f64,
+    /// Seconds between completions in the steady state.
+    pub period: f64,
+    /// Samples per second; infinite (`null` in JSON) when the period is 0.
+    #[serde(deserialize_with = "null_is_infinite")]
+    pub throughput: f64,
+    /// Samples in the simulated stream.
+    pub samples: usize,
+    /// The busiest resource's seconds per sample.
+    pub bound_period: f64,
+    /// That resource.
+    pub bottleneck: String,
+    /// Transfers per sample.
+    pub transfers: usize,
+    /// Per device, in target order.
+    pub devices: Vec<SimDevice>,
+    /// Per link, in target order.
+    pub links: Vec<SimLink>,
+}
+
+/// JSON has no infinity: serde_json writes it as `null`.
+fn null_is_infinite<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// A device's share of the simulation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimDevice {
+    /// The device.
+    pub name: String,
+    /// Ops placed on it.
+    pub ops: usize,
+    /// Seconds busy per sample.
+    pub busy: f64,
+    /// Bytes of resident weights.
+    pub weights: u64,
+    /// Peak bytes in use (weights included).
+    pub peak_memory: u64,
+    /// Capacity in bytes.
+    pub capacity: u64,
+}
+
+/// A link's share of the simulation, `a -> b` then `b -> a`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimLink {
+    /// One end.
+    pub a: String,
+    /// The other end.
+    pub b: String,
+    /// Seconds busy per sample.
+    pub busy: [f64; 2],
+    /// Bytes per sample.
+    pub bytes: [f64; 2],
+}
+
+/// The simulated timeline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeline {
+    /// Samples shown.
+    pub samples: usize,
+    /// Every interval, in start order.
+    pub spans: Vec<TimelineSpan>,
+}
+
+/// One interval of the timeline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineSpan {
+    /// The sample (0-based).
+    pub sample: usize,
+    /// Start, seconds.
+    pub start: f64,
+    /// End, seconds.
+    pub end: f64,
+    /// The device (`chip0`) or link direction (`chip0 -> chip1`).
+    pub lane: String,
+    /// `op`, `transfer` or `collective`.
+    pub kind: String,
+    /// The op (its model name, or `opN`) or the moved value.
+    pub name: String,
+    /// The op's kind (`matmul`), or the moved value's type.
+    pub what: String,
+}
+
+/// One pass of the pipeline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassTiming {
+    /// The pass.
+    pub name: String,
+    /// Whether it changed the IR.
+    pub changed: bool,
+    /// Wall seconds of the pass.
+    pub seconds: f64,
+    /// Wall seconds of the verifier after it.
+    pub verify_seconds: f64,
+    /// Its counters.
+    pub statistics: Vec<Statistic>,
+    /// Its explanation notes (`--explain`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// One counter of a pass.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Statistic {
+    /// Its name.
+    pub name: String,
+    /// What it counts.
+    pub description: String,
+    /// Its value.
+    pub value: u64,
+}
+
+/// One stage of the compile.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageTiming {
+    /// The stage.
+    pub name: String,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+/// The name the report gives an op: its model name (`loc`), else `op<N>`.
+pub fn op_label(graph: &Graph, op: tessera_ir::OpId) -> String {
+    graph.op(op).loc.clone().unwrap_or_else(|| op.to_string())
+}
+
+impl ReportData {
+    /// Gathers the report's data from a compile.
+    pub fn new(
+        model: &Path,
+        spec: &TargetSpec,
+        graph: &Graph,
+        sim: &SimReport,
+        trace: &Trace,
+        passes: &PassReport,
+        stages: Vec<StageTiming>,
+    ) -> ReportData {
+        let target = TargetInfo {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            host: spec.host.clone(),
+            devices: spec
+                .devices
+                .iter()
+                .map(|d| DeviceInfo {
+                    name: d.name.clone(),
+                    kind: d.kind.clone(),
+                    memory_bytes: d.memory_bytes,
+                })
+                .collect(),
+            links: spec
+                .links
+                .iter()
+                .map(|l| LinkInfo {
+                    a: l.a.clone(),
+                    b: l.b.clone(),
+                    bandwidth: l.bandwidth,
+                    latency: l.latency,
+                })
+                .collect(),
+        };
+        let simulation = Simulation {
+            latency: sim.latency,
+            period: sim.period,
+            throughput: sim.throughput,
+            samples: sim.samples,
+            bound_period: sim.bound_period,
+            bottleneck: sim.bottleneck.clone(),
+            transfers: sim.transfers,
+            devices: sim
+                .devices
+                .iter()
+                .map(|d| SimDevice {
+                    name: d.name.clone(),
+                    ops: d.ops,
+                    busy: d.busy,
+                    weights: d.weights,
+                    peak_memory: d.peak_memory,
+                    capacity: d.capacity,
+                })
+                .collect(),
+            links: sim
+                .links
+                .iter()
+                .map(|l| SimLink {
+                    a: l.a.clone(),
+                    b: l.b.clone(),
+                    busy: l.busy,
+                    bytes: l.bytes,
+                })
+                .collect(),
+        };
+        let lane = |s: &tessera_targets::Span| match s.channel() {
+            None => spec.devices[s.lane].name.clone(),
+            Some((l, forward)) => {
+                let link = &spec.links[l];
+                if forward {
+                    format!("{} -> {}", link.a, link.b)
+                } else {
+                    format!("{} -> {}", link.b, link.a)
+                }
+            }
+        };
+        let spans = trace
+            .spans
+            .iter()
+            .map(|s| {
+                let (kind, name, what) = match s.kind {
+                    SpanKind::Op(op) => ("op", op_label(graph, op), graph.op(op).op.name()),
+                    SpanKind::Collective(op) => {
+                        ("collective", op_label(graph, op), graph.op(op).op.name())
+                    }
+                    SpanKind::Transfer(v) => {
+                        let name = graph.value(v).name.clone().unwrap_or_else(|| v.to_string());
+                        return TimelineSpan {
+                            sample: s.sample,
+                            start: s.start,
+                            end: s.end,
+                            lane: lane(s),
+                            kind: "transfer".into(),
+                            name: format!("%{name}"),
+                            what: graph.ty(v).to_string(),
+                        };
+                    }
+                };
+                TimelineSpan {
+                    sample: s.sample,
+                    start: s.start,
+                    end: s.end,
+                    lane: lane(s),
+                    kind: kind.into(),
+                    name,
+                    what: what.to_string(),
+                }
+            })
+            .collect();
+        let passes = passes
+            .runs
+            .iter()
+            .map(|r| PassTiming {
+                name: r.name.to_string(),
+                changed: r.changed,
+                seconds: r.elapsed.as_secs_f64(),
+                verify_seconds: r.verify_elapsed.as_secs_f64(),
+                statistics: r
+                    .stats
+                    .entries()
+                    .iter()
+                    .map(|&(name, description, value)| Statistic {
+                        name: name.to_string(),
+                        description: description.to_string(),
+                        value,
+                    })
+                    .collect(),
+                notes: r.stats.notes().to_vec(),
+            })
+            .collect();
+        ReportData {
+            format: FORMAT.to_string(),
+            model: model.display().to_string(),
+            target,
+            simulation,
+            timeline: Timeline {
+                samples: trace.samples,
+                spans,
+            },
+            passes,
+            stages,
+        }
+    }
+
+    /// As pretty JSON with a final newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// What `report.html` is drawn from: the files a compile wrote into a directory.
+pub struct Inputs {
+    /// `report.json`.
+    pub data: ReportData,
+    /// `plan.json`.
+    pub plan: Plan,
+    /// `placed.tir`.
+    pub graph: Graph,
+}
+
+impl Inputs {
+    /// Reads `report.json`, `plan.json` and `placed.tir` from `dir`.
+    pub fn load(dir: &Path) -> Result<Inputs> {
+        let file = |name: &str| -> Result<(PathBuf, String)> {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "cannot read {} (is {} the output directory of `tessera compile -o`?)",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+            Ok((path, text))
+        };
+        let (path, text) = file(DATA_FILE)?;
+        let data: ReportData = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a tessera report data file", path.display()))?;
+        if data.format != FORMAT {
+            bail!(
+                "{}: format `{}`, this tessera reads `{FORMAT}`",
+                path.display(),
+                data.format
+            );
+        }
+        let (path, text) = file("plan.json")?;
+        let plan = Plan::parse(&text, &path.display().to_string())?;
+        let placed = dir.join("placed.tir");
+        let graph = tessera_ir::text::load(&placed)
+            .with_context(|| format!("cannot load {}", placed.display()))?;
+        // The three files must come from one compile.
+        let devices: Vec<&str> = data
+            .target
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        for &op in graph.ops() {
+            let d = &graph.op(op).device;
+            if matches!(graph.op(op).op, Op::Const(_)) {
+                continue;
+            }
+            if let Some(d) = d
+                && !d.starts_with('@')
+                && !devices.contains(&d.as_str())
+            {
+                bail!(
+                    "{}: op {op} is on `{d}`, which {} does not list among target {}'s devices \
+                     (the files come from different compiles)",
+                    placed.display(),
+                    DATA_FILE,
+                    data.target.name
+                );
+            }
+        }
+        Ok(Inputs { data, plan, graph })
+    }
+}
+
+/// Draws `DIR/report.html` from the files in DIR and returns its path.
+pub fn write_dir(dir: &Path) -> Result<PathBuf> {
+    let inputs = Inputs::load(dir)?;
+    let page = html::render(&inputs);
+    let out = dir.join(HTML_FILE);
+    crate::commands::write_atomically(&out, page.as_bytes())?;
+    Ok(out)
+}
