@@ -283,16 +283,25 @@ pub struct Stages {
 impl Stages {
     /// A spinner for work on a graph of `ops` ops.
     pub fn new(ops: usize) -> Stages {
-        let bar =
-            (std::io::IsTerminal::is_terminal(&std::io::stderr()) && ops >= 2000).then(|| {
-                let bar = indicatif::ProgressBar::new_spinner();
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-                        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-                );
-                bar.enable_steady_tick(std::time::Duration::from_millis(120));
-                bar
-            });
+        Stages::when(ops >= 2000)
+    }
+
+    /// A spinner for reading a file of `bytes` bytes (import of large models).
+    pub fn for_file(bytes: u64) -> Stages {
+        Stages::when(bytes >= 64 << 20)
+    }
+
+    /// A spinner when `long` (and stderr is a terminal).
+    fn when(long: bool) -> Stages {
+        let bar = (std::io::IsTerminal::is_terminal(&std::io::stderr()) && long).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        });
         Stages { bar }
     }
 

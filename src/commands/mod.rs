@@ -69,7 +69,22 @@ pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
 /// Imports an ONNX model (whatever its extension) and runs the verifier on the result.
 pub fn import_verified(path: &Path, options: &ImportOptions) -> Result<Graph> {
     check_readable(path)?;
+    // With the external data file exporters write next to the model (`model.onnx.data`).
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut data = path.as_os_str().to_owned();
+    data.push(".data");
+    let size = len(path) + len(Path::new(&data));
+    let stages = crate::instrument::Stages::for_file(size);
+    stages.stage(format!(
+        "importing {} ({})",
+        path.display(),
+        tessera_targets::sim::bytes(size)
+    ));
     let graph = tessera_onnx::import_file(path, options)?;
+    stages.stage(format!(
+        "verifying the imported graph ({} ops)",
+        graph.ops().len()
+    ));
     verified(graph, path, " in the imported graph (an importer bug)")
 }
 

@@ -381,7 +381,7 @@ fn topology(h: &mut String, d: &ReportData) {
              stroke=\"{stroke}\" stroke-width=\"{sw}\"/>\
              <text x=\"{tx:.1}\" y=\"{ty1:.1}\" font-size=\"14\" font-weight=\"600\" fill=\"{text}\">{name}</text>\
              <text x=\"{tx:.1}\" y=\"{ty2:.1}\" font-size=\"11\" fill=\"{text}\">{kind}{host} · {ops} ops · {load}</text>\
-             <rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"8\" rx=\"2\" fill=\"#ffffff\" stroke=\"#868e96\" stroke-width=\"0.5\"/>\
+             <rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"8\" rx=\"2\" fill=\"#ffffff\" fill-opacity=\"0.35\" stroke=\"#495057\" stroke-width=\"0.5\"/>\
              <rect class=\"mem\" x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{mw:.1}\" height=\"8\" rx=\"2\" fill=\"{mfill}\"/>\
              <text x=\"{tx:.1}\" y=\"{ty3:.1}\" font-size=\"10\" fill=\"{text}\">mem {peak} / {cap}</text></g>",
             name = esc(&dev.name),
@@ -425,7 +425,7 @@ fn tick(max: f64) -> f64 {
 
 fn timeline(h: &mut String, d: &ReportData) {
     const LABEL: f64 = 150.0;
-    const PLOT: f64 = 1000.0;
+    const PLOT: f64 = 880.0;
     const LANE: f64 = 22.0;
     const TOP: f64 = 24.0;
     let tl = &d.timeline;
