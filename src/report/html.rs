@@ -373,6 +373,27 @@ fn topology(h: &mut String, d: &ReportData) {
         } else {
             ""
         };
+        let text = if load > 0.6 { "#ffffff" } else { "#212529" };
+        // A switch holds no memory: no bar.
+        let memory = if dev.memory_bytes == 0 {
+            String::new()
+        } else {
+            format!(
+                "<rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"8\" rx=\"2\" \
+                 fill=\"#ffffff\" fill-opacity=\"0.35\" stroke=\"#495057\" stroke-width=\"0.5\"/>\
+                 <rect class=\"mem\" x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{mw:.1}\" height=\"8\" \
+                 rx=\"2\" fill=\"{mfill}\"/><text x=\"{bx:.1}\" y=\"{ty:.1}\" font-size=\"10\" \
+                 fill=\"{text}\">mem {peak} / {cap}</text>",
+                bx = x + 10.0,
+                by = y + 47.0,
+                bw = W - 20.0,
+                mw = (W - 20.0) * mem.min(1.0),
+                mfill = if mem > 1.0 { "#e03131" } else { "#5c7cfa" },
+                ty = y + 70.0,
+                peak = bytes(peak),
+                cap = bytes(dev.memory_bytes),
+            )
+        };
         let _ = writeln!(
             h,
             "<g class=\"device\" data-device=\"{name}\"><title>{name}{host}: {kind}\n{ops} ops, \
@@ -381,9 +402,7 @@ fn topology(h: &mut String, d: &ReportData) {
              stroke=\"{stroke}\" stroke-width=\"{sw}\"/>\
              <text x=\"{tx:.1}\" y=\"{ty1:.1}\" font-size=\"14\" font-weight=\"600\" fill=\"{text}\">{name}</text>\
              <text x=\"{tx:.1}\" y=\"{ty2:.1}\" font-size=\"11\" fill=\"{text}\">{kind}{host} · {ops} ops · {load}</text>\
-             <rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"8\" rx=\"2\" fill=\"#ffffff\" fill-opacity=\"0.35\" stroke=\"#495057\" stroke-width=\"0.5\"/>\
-             <rect class=\"mem\" x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{mw:.1}\" height=\"8\" rx=\"2\" fill=\"{mfill}\"/>\
-             <text x=\"{tx:.1}\" y=\"{ty3:.1}\" font-size=\"10\" fill=\"{text}\">mem {peak} / {cap}</text></g>",
+             {memory}</g>",
             name = esc(&dev.name),
             kind = esc(&dev.kind),
             busy = seconds(busy),
@@ -394,16 +413,9 @@ fn topology(h: &mut String, d: &ReportData) {
             fill = load_colour(load),
             stroke = if load >= 0.999 { "#862e09" } else { "#868e96" },
             sw = if dev.name == d.target.host { 2.0 } else { 1.0 },
-            text = if load > 0.6 { "#ffffff" } else { "#212529" },
             tx = x + 10.0,
             ty1 = y + 20.0,
             ty2 = y + 36.0,
-            ty3 = y + 70.0,
-            bx = x + 10.0,
-            by = y + 47.0,
-            bw = W - 20.0,
-            mw = (W - 20.0) * mem.min(1.0),
-            mfill = if mem > 1.0 { "#e03131" } else { "#5c7cfa" },
         );
     }
     h.push_str("</svg></div>\n</section>\n");
