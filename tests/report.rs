@@ -113,6 +113,11 @@ fn compile_writes_the_report_and_report_redraws_it() {
         "eqsat statistics: {eqsat}"
     );
     assert!(page.contains("<td><code>eqsat</code></td>"));
+    // Every op but the inserted transfers has the placement's reason for its device.
+    assert!(
+        !page.contains("<td class=\"why\"></td>"),
+        "an op without its reason"
+    );
     // Grouped by the model's modules (GPT-2's weights are named transformer.h.0...).
     assert!(
         page.contains("<span class=\"scope\">transformer</span>"),
@@ -146,6 +151,32 @@ fn a_sharded_graph_shows_its_collectives() {
     let page = fs::read_to_string(dir.join("report.html")).expect("page");
     assert!(page.contains("<rect class=\"span collective\""));
     assert!(page.contains("@grid"), "mesh ops show their device");
+    // Ops without model names (a .tir file, and the sharding pass's ops) are matched to the
+    // plan's explanations too.
+    assert!(
+        !page.contains("<td class=\"why\"></td>"),
+        "an op without its reason"
+    );
+}
+
+#[test]
+fn names_from_the_model_are_escaped() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m.tir");
+    fs::write(
+        &model,
+        "graph @g(%x: f32[4]) {\n  %y = relu %x : f32[4] loc(\"<b>bold</b> & 'quoted'\")\n  \
+         return %y\n}\n",
+    )
+    .expect("write");
+    let dir = tmp.path().join("out");
+    ok(tessera().arg("compile").arg(&model).arg("-o").arg(&dir));
+    let page = fs::read_to_string(dir.join("report.html")).expect("page");
+    assert!(
+        !page.contains("<b>bold"),
+        "a model's name reached the page as markup"
+    );
+    assert!(page.contains("&lt;b&gt;bold&lt;/b&gt; &amp; &#39;quoted&#39;"));
 }
 
 #[test]
@@ -172,6 +203,12 @@ fn report_of_a_directory_without_a_compile_is_an_error() {
     fs::copy(a.join("placed.safetensors"), b.join("placed.safetensors")).expect("copy");
     let err = fails(tessera().arg("report").arg(&b));
     assert!(err.contains("different compiles"), "{err}");
+    // A hand-edited timeline that is not one.
+    let mut data = json(&a.join("report.json"));
+    data["timeline"]["spans"][0]["start"] = Value::from(-1.0);
+    fs::write(a.join("report.json"), data.to_string()).expect("write");
+    let err = fails(tessera().arg("report").arg(&a));
+    assert!(err.contains("not an interval of time"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +252,35 @@ const PROBE: &str = r#"<script>
     links: stroked('#topology path.link'),
     timeline: box(document.getElementById('timeline')),
     spans: drawn('#timeline rect.span'),
+    spans_outside: (function () {
+      var t = document.getElementById('timeline').getBoundingClientRect();
+      var n = 0;
+      document.querySelectorAll('#timeline rect.span').forEach(function (el) {
+        var r = el.getBoundingClientRect();
+        if (r.left < t.left || r.right > t.right + 0.5 || r.top < t.top || r.bottom > t.bottom) n++;
+      });
+      return n;
+    })(),
+    spans_extent: (function () {
+      var lo = Infinity, hi = -Infinity;
+      document.querySelectorAll('#timeline rect.span').forEach(function (el) {
+        var r = el.getBoundingClientRect();
+        lo = Math.min(lo, r.left); hi = Math.max(hi, r.right);
+      });
+      return hi - lo;
+    })(),
+    devices_overlapping: (function () {
+      var boxes = [];
+      document.querySelectorAll('#topology g.device > rect:first-of-type').forEach(function (el) {
+        boxes.push(el.getBoundingClientRect());
+      });
+      var n = 0;
+      for (var i = 0; i < boxes.length; i++) for (var j = i + 1; j < boxes.length; j++) {
+        var a = boxes[i], b = boxes[j];
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) n++;
+      }
+      return n;
+    })(),
     lanes: drawn('#timeline text.lane'),
     memory_bars: drawn('#memory rect.bar'),
     memory_rows: drawn('#memory-table tr'),
@@ -235,9 +301,15 @@ const PROBE: &str = r#"<script>
 </script>"#;
 
 fn headless(chromium: &Path, args: &[&str], page: &Path) -> String {
-    let out = Process::new(chromium)
+    // A profile of its own (not $HOME's), and a deadline: a browser that hangs fails the test.
+    let profile = tempfile::tempdir().expect("profile");
+    let out = Process::new("timeout")
+        .arg("120")
+        .arg(chromium)
+        .arg(format!("--user-data-dir={}", profile.path().display()))
         .args([
             "--headless",
+            "--disable-dev-shm-usage",
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
@@ -276,7 +348,7 @@ fn the_report_renders_in_headless_chromium() {
     let needle = "<pre id=\"tessera-probe\">";
     let start = dom.find(needle).expect("the probe ran") + needle.len();
     let end = start + dom[start..].find("</pre>").expect("end");
-    let m: Value = serde_json::from_str(&dom[start..end].replace("&quot;", "\"")).expect("json");
+    let m: Value = serde_json::from_str(&dom[start..end]).expect("json");
     let num = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k}: {m}"));
     let size = |k: &str| (m[k][0].as_f64().expect("w"), m[k][1].as_f64().expect("h"));
 
@@ -288,16 +360,30 @@ fn the_report_renders_in_headless_chromium() {
     assert_eq!(num("links"), 5.0, "{m}");
     let (w, h) = size("timeline");
     assert!(w > 800.0 && h > 60.0, "timeline drawn {w}x{h}");
-    let spans = data["timeline"]["spans"].as_array().expect("spans").len() as f64;
+    let spans = data["timeline"]["spans"].as_array().expect("spans");
     assert_eq!(
         num("spans"),
-        spans,
+        spans.len() as f64,
         "every span of the timeline has an area"
     );
+    assert_eq!(num("spans_outside"), 0.0, "spans drawn outside the chart");
+    assert!(
+        num("spans_extent") > 600.0,
+        "the spans are not spread over the time axis: {m}"
+    );
+    assert_eq!(
+        num("devices_overlapping"),
+        0.0,
+        "devices drawn on top of each other"
+    );
+    let lanes: std::collections::BTreeSet<&str> = spans
+        .iter()
+        .map(|s| s["lane"].as_str().expect("lane"))
+        .collect();
     assert_eq!(
         num("lanes"),
-        4.0,
-        "cpu0, chip0 and the two directions of their link"
+        lanes.len() as f64,
+        "one lane per busy device or link direction"
     );
     assert!(num("memory_bars") >= 2.0, "{m}");
     assert_eq!(num("memory_rows"), devices + 1.0);

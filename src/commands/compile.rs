@@ -5,12 +5,13 @@
 //! placed by `tessera_place` (the `--strategy` for the `--objective`), then each device's ops
 //! are ordered by the `schedule` pass's rule, and the result is simulated.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use tessera_ir::{Graph, Op, text};
+use tessera_ir::{Graph, Op, OpId, text};
 use tessera_passes::Pipeline;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order, write_devices};
 use tessera_place::plan::{plan_of, records, solve_with_solution};
@@ -67,6 +68,9 @@ pub struct Compiled {
     pub plan: Plan,
     /// The simulation of the placed graph.
     pub report: SimReport,
+    /// The placement problem's name of each op the problem has (the names `plan.json` and
+    /// its explanations use), by op.
+    pub problem_names: BTreeMap<OpId, String>,
 }
 
 /// Runs `tessera compile`.
@@ -137,20 +141,19 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
             &compiled.graph,
             &cost,
             &devices,
-            crate::report::TIMELINE_SAMPLES.min(req.samples.max(1)),
+            crate::report::timeline_samples(compiled.graph.ops().len(), req.samples),
         )?;
         let data = crate::report::ReportData::new(
             req.model,
             target.spec(),
-            &compiled.graph,
-            &compiled.report,
+            &compiled,
             &trace,
             &passes,
             stages,
         );
         super::write_atomically(
             &dir.join(crate::report::DATA_FILE),
-            data.to_json().as_bytes(),
+            data.to_json()?.as_bytes(),
         )?;
         crate::report::write_dir(dir)?;
     }
@@ -295,11 +298,18 @@ pub fn compile(
             d.capacity
         );
     }
+    let problem_names = built
+        .graph_ops
+        .iter()
+        .zip(&built.problem.ops)
+        .filter_map(|(g, o)| g.map(|g| (g, o.name.clone())))
+        .collect();
     Ok(Compiled {
         graph,
         placement,
         plan,
         report,
+        problem_names,
     })
 }
 

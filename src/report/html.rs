@@ -1,7 +1,7 @@
 //! `report.html`: one self-contained page (inline SVG, CSS and a few lines of script; nothing
 //! from the network) drawn from a compile's outputs.
 //!
-//! Sections, each with an `id` the browser test looks for:
+//! Sections (the browser test finds each by the `id` of its section or drawing):
 //! - `summary`: the headline numbers (simulated latency and throughput, the placement's lower
 //!   bound and gap);
 //! - `topology`: the target's devices and links, laid out in layers by hops from the host,
@@ -22,7 +22,7 @@ use tessera_ir::{Graph, Op, OpId};
 use tessera_targets::sim::{bytes, seconds};
 
 use super::scopes::{self, Scope};
-use super::{Inputs, ReportData, op_label};
+use super::{Inputs, ReportData, op_key, op_label};
 
 /// Colours of devices in the op list (by target order, cycling).
 const DEVICE_COLOURS: [&str; 10] = [
@@ -31,7 +31,7 @@ const DEVICE_COLOURS: [&str; 10] = [
 ];
 /// Colours of samples in the timeline.
 const SAMPLE_COLOURS: [&str; 3] = ["#4263eb", "#f08c00", "#2b8a3e"];
-/// The most spans the timeline draws; beyond it, only the first sample is drawn.
+/// Above this many spans the timeline draws the first sample only.
 const MAX_SPANS: usize = 40_000;
 
 const CSS: &str = r#"
@@ -194,7 +194,11 @@ fn summary(h: &mut String, inputs: &Inputs) {
     card(
         h,
         "simulated throughput",
-        &format!("{}samples/s", tessera_targets::sim::rate(s.throughput)),
+        &if s.throughput.is_finite() {
+            format!("{}samples/s", tessera_targets::sim::rate(s.throughput))
+        } else {
+            "unbounded".to_string()
+        },
     );
     card(h, "period (per sample)", &seconds(s.period));
     card(
@@ -217,16 +221,20 @@ fn summary(h: &mut String, inputs: &Inputs) {
     h.push_str("</div>\n</section>\n");
 }
 
-/// Device layers by hops from the host over the links (unreachable devices last).
-fn layers(d: &ReportData) -> Vec<Vec<usize>> {
-    let n = d.target.devices.len();
-    let index: BTreeMap<&str, usize> = d
-        .target
+/// Each device's index, by name.
+fn device_index(d: &ReportData) -> BTreeMap<&str, usize> {
+    d.target
         .devices
         .iter()
         .enumerate()
         .map(|(i, dev)| (dev.name.as_str(), i))
-        .collect();
+        .collect()
+}
+
+/// Device layers by hops from the host over the links (unreachable devices last).
+fn layers(d: &ReportData) -> Vec<Vec<usize>> {
+    let n = d.target.devices.len();
+    let index = device_index(d);
     let mut adj: Vec<Vec<usize>> = vec![Vec::new(); n];
     for l in &d.target.links {
         if let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) {
@@ -284,13 +292,7 @@ fn topology(h: &mut String, d: &ReportData) {
             pos[i] = (PAD + DX * c as f64, top + DY * r as f64);
         }
     }
-    let index: BTreeMap<&str, usize> = d
-        .target
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(i, dev)| (dev.name.as_str(), i))
-        .collect();
+    let index = device_index(d);
     let _ = writeln!(
         h,
         "<section>\n<h2>Topology</h2>\n<p class=\"legend\">Devices filled by load (busy time per \
@@ -319,9 +321,10 @@ fn topology(h: &mut String, d: &ReportData) {
         let u = util(busy[0].max(busy[1]));
         let (x1, y1) = (pos[a].0 + W / 2.0, pos[a].1 + H / 2.0);
         let (x2, y2) = (pos[b].0 + W / 2.0, pos[b].1 + H / 2.0);
-        // Links within one column bow out so they do not run through the devices between.
+        // Links within one column bow out to the right of the boxes (the curve's peak is half
+        // way to its control point), so they do not run through the devices between.
         let path = if (x1 - x2).abs() < 1.0 {
-            let bow = x1 + W / 2.0 + 18.0 + 0.1 * (y2 - y1).abs();
+            let bow = x1 + W + 36.0 + 0.1 * (y2 - y1).abs();
             format!(
                 "M{x1:.1},{y1:.1} Q{bow:.1},{:.1} {x2:.1},{y2:.1}",
                 (y1 + y2) / 2.0
@@ -448,15 +451,19 @@ fn timeline(h: &mut String, d: &ReportData) {
         tl.spans.iter().collect()
     };
     // Lanes: busy devices in target order, then busy link directions in target order.
+    let busy: std::collections::BTreeSet<(bool, &str)> = spans
+        .iter()
+        .map(|s| (s.kind == "op", s.lane.as_str()))
+        .collect();
     let mut lanes: Vec<String> = Vec::new();
     for dev in &d.target.devices {
-        if spans.iter().any(|s| s.kind == "op" && s.lane == dev.name) {
+        if busy.contains(&(true, dev.name.as_str())) {
             lanes.push(dev.name.clone());
         }
     }
     for l in &d.target.links {
         for lane in [format!("{} -> {}", l.a, l.b), format!("{} -> {}", l.b, l.a)] {
-            if spans.iter().any(|s| s.kind != "op" && s.lane == lane) && !lanes.contains(&lane) {
+            if busy.contains(&(false, lane.as_str())) && !lanes.contains(&lane) {
                 lanes.push(lane);
             }
         }
@@ -497,8 +504,13 @@ fn timeline(h: &mut String, d: &ReportData) {
          width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">"
     );
     let step = tick(end);
-    let mut t = 0.0;
-    while t <= end * 1.0001 && scale > 0.0 {
+    let ticks = if scale > 0.0 && step > 0.0 && end.is_finite() {
+        ((end / step).floor() as usize).min(20)
+    } else {
+        0
+    };
+    for k in 0..=ticks {
+        let t = step * k as f64;
         let x = LABEL + t * scale;
         let _ = write!(
             h,
@@ -508,7 +520,6 @@ fn timeline(h: &mut String, d: &ReportData) {
             height - 6.0,
             seconds(t)
         );
-        t += step;
     }
     for (i, lane) in lanes.iter().enumerate() {
         let y = TOP + LANE * i as f64;
@@ -713,12 +724,7 @@ fn ops(h: &mut String, inputs: &Inputs) {
         .enumerate()
         .map(|(i, d)| (d.name.as_str(), DEVICE_COLOURS[i % DEVICE_COLOURS.len()]))
         .collect();
-    let why: BTreeMap<&str, &str> = inputs
-        .plan
-        .explanations
-        .iter()
-        .map(|e| (e.op.as_str(), e.reason.as_str()))
-        .collect();
+    let names = tessera_ir::text::value_names(g);
     let tree = scopes::tree(g);
     let total = tree.all_ops().len();
     let _ = writeln!(
@@ -732,8 +738,9 @@ fn ops(h: &mut String, inputs: &Inputs) {
     );
     let ctx = OpsCtx {
         g,
+        names: &names,
         colours: &colours,
-        why: &why,
+        why: &inputs.data.reasons,
     };
     // The root's own ops (no scope) first, as a group of their own.
     if !tree.ops.is_empty() {
@@ -752,8 +759,9 @@ fn ops(h: &mut String, inputs: &Inputs) {
 
 struct OpsCtx<'a> {
     g: &'a Graph,
+    names: &'a [String],
     colours: &'a BTreeMap<&'a str, &'a str>,
-    why: &'a BTreeMap<&'a str, &'a str>,
+    why: &'a BTreeMap<String, String>,
 }
 
 fn device_chip(ctx: &OpsCtx<'_>, device: &str) -> String {
@@ -806,7 +814,7 @@ fn scope_html(h: &mut String, ctx: &OpsCtx<'_>, scope: &Scope, depth: usize) {
 
 fn op_row(h: &mut String, ctx: &OpsCtx<'_>, op: OpId) {
     let data = ctx.g.op(op);
-    let label = op_label(ctx.g, op);
+    let label = op_label(ctx.g, ctx.names, op);
     let device = data.device.clone().unwrap_or_else(|| "?".into());
     let kind = data.op.name();
     let ty = data
@@ -817,7 +825,10 @@ fn op_row(h: &mut String, ctx: &OpsCtx<'_>, op: OpId) {
         .join(", ");
     let why = match data.op {
         Op::Transfer { .. } => "inserted by placement: its operand is made on another device",
-        _ => ctx.why.get(label.as_str()).copied().unwrap_or(""),
+        _ => ctx
+            .why
+            .get(&op_key(ctx.g, ctx.names, op))
+            .map_or("", String::as_str),
     };
     let search = format!("{label} {kind} {device} {why}").to_lowercase();
     let _ = writeln!(

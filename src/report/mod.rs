@@ -9,14 +9,17 @@
 pub mod html;
 pub mod scopes;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use tessera_ir::{Graph, Op};
+use tessera_ir::{Graph, Op, OpId};
 use tessera_passes::Report as PassReport;
 use tessera_place::Plan;
-use tessera_targets::{SimReport, SpanKind, TargetSpec, Trace};
+use tessera_targets::{SpanKind, TargetSpec, Trace};
+
+use crate::commands::compile::Compiled;
 
 /// The `format` of `report.json`.
 pub const FORMAT: &str = "tessera-report/1";
@@ -26,6 +29,17 @@ pub const DATA_FILE: &str = "report.json";
 pub const HTML_FILE: &str = "report.html";
 /// Samples of the stream the timeline shows.
 pub const TIMELINE_SAMPLES: usize = 3;
+/// Graphs of more ops than this get a timeline of one sample (the page stays a few MB).
+pub const TIMELINE_OPS_FOR_ONE_SAMPLE: usize = 10_000;
+
+/// The samples the timeline of a graph of `ops` ops shows, for a stream of `samples`.
+pub fn timeline_samples(ops: usize, samples: usize) -> usize {
+    if ops > TIMELINE_OPS_FOR_ONE_SAMPLE {
+        1
+    } else {
+        TIMELINE_SAMPLES.min(samples.max(1))
+    }
+}
 
 /// `report.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -45,6 +59,9 @@ pub struct ReportData {
     pub passes: Vec<PassTiming>,
     /// The compile's stages (import, passes, placement, lowering) with their wall times.
     pub stages: Vec<StageTiming>,
+    /// Why placement put each op where it is (from `plan.json`'s explanations), by the op's
+    /// key ([`op_key`]: its first result's name in `placed.tir`).
+    pub reasons: BTreeMap<String, String>,
 }
 
 /// The target's topology.
@@ -222,9 +239,23 @@ pub struct StageTiming {
     pub seconds: f64,
 }
 
-/// The name the report gives an op: its model name (`loc`), else `op<N>`.
-pub fn op_label(graph: &Graph, op: tessera_ir::OpId) -> String {
-    graph.op(op).loc.clone().unwrap_or_else(|| op.to_string())
+/// An op's key: its first result's name as `placed.tir` prints it (`%matmul_3`), which
+/// survives writing and reading the file (op handles do not); `names` is
+/// [`tessera_ir::text::value_names`] of the graph.
+pub fn op_key(graph: &Graph, names: &[String], op: OpId) -> String {
+    match graph.op(op).results.first() {
+        Some(v) => format!("%{}", names[v.index()]),
+        None => op.to_string(),
+    }
+}
+
+/// The name the report shows for an op: its model name (`loc`) with its key, or its key.
+pub fn op_label(graph: &Graph, names: &[String], op: OpId) -> String {
+    let key = op_key(graph, names, op);
+    match &graph.op(op).loc {
+        Some(loc) => format!("{loc} ({key})"),
+        None => key,
+    }
 }
 
 impl ReportData {
@@ -232,12 +263,14 @@ impl ReportData {
     pub fn new(
         model: &Path,
         spec: &TargetSpec,
-        graph: &Graph,
-        sim: &SimReport,
+        compiled: &Compiled,
         trace: &Trace,
         passes: &PassReport,
         stages: Vec<StageTiming>,
     ) -> ReportData {
+        let graph = &compiled.graph;
+        let sim = &compiled.report;
+        let names = tessera_ir::text::value_names(graph);
         let target = TargetInfo {
             name: spec.name.clone(),
             description: spec.description.clone(),
@@ -309,12 +342,14 @@ impl ReportData {
             .iter()
             .map(|s| {
                 let (kind, name, what) = match s.kind {
-                    SpanKind::Op(op) => ("op", op_label(graph, op), graph.op(op).op.name()),
-                    SpanKind::Collective(op) => {
-                        ("collective", op_label(graph, op), graph.op(op).op.name())
-                    }
+                    SpanKind::Op(op) => ("op", op_label(graph, &names, op), graph.op(op).op.name()),
+                    SpanKind::Collective(op) => (
+                        "collective",
+                        op_label(graph, &names, op),
+                        graph.op(op).op.name(),
+                    ),
                     SpanKind::Transfer(v) => {
-                        let name = graph.value(v).name.clone().unwrap_or_else(|| v.to_string());
+                        let name = &names[v.index()];
                         return TimelineSpan {
                             sample: s.sample,
                             start: s.start,
@@ -335,6 +370,20 @@ impl ReportData {
                     name,
                     what: what.to_string(),
                 }
+            })
+            .collect();
+        let why: BTreeMap<&str, &str> = compiled
+            .plan
+            .explanations
+            .iter()
+            .map(|e| (e.op.as_str(), e.reason.as_str()))
+            .collect();
+        let reasons = compiled
+            .problem_names
+            .iter()
+            .filter_map(|(&op, name)| {
+                let reason = why.get(name.as_str())?;
+                Some((op_key(graph, &names, op), reason.to_string()))
             })
             .collect();
         let passes = passes
@@ -369,14 +418,15 @@ impl ReportData {
             },
             passes,
             stages,
+            reasons,
         }
     }
 
     /// As pretty JSON with a final newline.
-    pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+    pub fn to_json(&self) -> Result<String> {
+        let mut s = serde_json::to_string_pretty(self).context("report.json")?;
         s.push('\n');
-        s
+        Ok(s)
     }
 }
 
@@ -419,6 +469,26 @@ impl Inputs {
         let placed = dir.join("placed.tir");
         let graph = tessera_ir::text::load(&placed)
             .with_context(|| format!("cannot load {}", placed.display()))?;
+        // Numbers the page scales by must be numbers.
+        let sim = &data.simulation;
+        if !(sim.latency.is_finite() && sim.period.is_finite() && sim.period >= 0.0) {
+            bail!(
+                "{}: the simulation's latency or period is not a finite number",
+                path_of(dir, DATA_FILE)
+            );
+        }
+        if let Some(s) = data.timeline.spans.iter().find(|s| {
+            !(s.start.is_finite() && s.end.is_finite() && 0.0 <= s.start && s.start <= s.end)
+        }) {
+            bail!(
+                "{}: timeline span of {} on {} runs from {} to {}: not an interval of time",
+                path_of(dir, DATA_FILE),
+                s.name,
+                s.lane,
+                s.start,
+                s.end
+            );
+        }
         // The three files must come from one compile.
         let devices: Vec<&str> = data
             .target
@@ -446,6 +516,10 @@ impl Inputs {
         }
         Ok(Inputs { data, plan, graph })
     }
+}
+
+fn path_of(dir: &Path, file: &str) -> String {
+    dir.join(file).display().to_string()
 }
 
 /// Draws `DIR/report.html` from the files in DIR and returns its path.

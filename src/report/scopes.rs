@@ -8,7 +8,8 @@
 //! 2. the module of the first weight it uses whose name is a dotted path (the name without its
 //!    last part: `transformer.h.0.attn.c_attn`), with a number kept on the part before it
 //!    (`h.0`, not `h` then `0`);
-//! 3. the scope of its first operand's producer (activation ops follow their layer);
+//! 3. the scope of the producer of its first operand whose producer has one (activation ops
+//!    follow their layer);
 //! 4. none (the top level).
 //!
 //! `transfer` ops are grouped under [`TRANSFERS`]. The tree keeps first-seen order, which is

@@ -314,18 +314,7 @@ pub fn trace(
     samples: usize,
 ) -> Result<Trace, SimError> {
     let plan = build(graph, cost, placement)?;
-    let samples = samples.max(1);
-    if plan
-        .tasks
-        .len()
-        .checked_mul(samples)
-        .is_none_or(|n| n > u32::MAX as usize)
-    {
-        return Err(SimError::StreamTooLong {
-            tasks: plan.tasks.len(),
-            samples,
-        });
-    }
+    let samples = stream_length(&plan, samples)?;
     let result = run(&plan, samples, false, true);
     let nt = plan.tasks.len();
     let mut spans = Vec::new();
@@ -368,6 +357,24 @@ pub fn trace(
     // A transfer that waits for its channels is decided before it starts.
     spans.sort_by(|a, b| a.start.total_cmp(&b.start));
     Ok(Trace { samples, spans })
+}
+
+/// The number of samples a stream of `samples` runs (at least 1), checked: task instances are
+/// numbered in 32 bits across the stream.
+fn stream_length(plan: &Plan, samples: usize) -> Result<usize, SimError> {
+    let samples = samples.max(1);
+    if plan
+        .tasks
+        .len()
+        .checked_mul(samples)
+        .is_none_or(|n| n > u32::MAX as usize)
+    {
+        return Err(SimError::StreamTooLong {
+            tasks: plan.tasks.len(),
+            samples,
+        });
+    }
+    Ok(samples)
 }
 
 /// What made a task: an op (its run on one device, or a collective's link task), or the
@@ -436,19 +443,7 @@ pub fn simulate(
     options: &SimOptions,
 ) -> Result<SimReport, SimError> {
     let plan = build(graph, cost, placement)?;
-    let samples = options.samples.max(1);
-    // Task instances are numbered in 32 bits across the stream.
-    if plan
-        .tasks
-        .len()
-        .checked_mul(samples)
-        .is_none_or(|n| n > u32::MAX as usize)
-    {
-        return Err(SimError::StreamTooLong {
-            tasks: plan.tasks.len(),
-            samples,
-        });
-    }
+    let samples = stream_length(&plan, options.samples)?;
     let single = run(&plan, 1, true, false);
     let stream = if samples == 1 {
         single.clone()

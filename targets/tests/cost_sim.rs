@@ -367,6 +367,17 @@ fn trace_of_a_pipeline_of_two_devices() {
         .find(|s| s.sample == 1 && s.kind == SpanKind::Op(relu_a))
         .expect("sample 1 on a");
     assert_close(second_a.start, 1e-3);
+    // Its transfer is ready at 2.0 ms but waits for the first sample's on the link.
+    let second_ab = t
+        .spans
+        .iter()
+        .find(|s| s.sample == 1 && s.channel() == Some((0, true)))
+        .expect("sample 1 a -> b");
+    assert_close(second_ab.start, 2.1e-3);
+    // The stream ends after one sample's latency.
+    let one = simulate(&g, &cost, &placement, &SimOptions { samples: 1 }).expect("sim");
+    let end = t.spans.iter().map(|s| s.end).fold(0.0, f64::max);
+    assert!(end >= one.latency);
     // Spans come in start order.
     assert!(t.spans.windows(2).all(|w| w[0].start <= w[1].start));
 }
