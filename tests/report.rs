@@ -127,6 +127,42 @@ fn compile_writes_the_report_and_report_redraws_it() {
 }
 
 #[test]
+fn source_date_epoch_makes_every_output_byte_identical() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let compile = |dir: &Path| {
+        ok(tessera()
+            .env("SOURCE_DATE_EPOCH", "0")
+            .args(["compile", GPT2, "--input-shape", "input_ids=1x16"])
+            .args(["--target", "mcm-2x2", "-o"])
+            .arg(dir));
+    };
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    compile(&a);
+    compile(&b);
+    let mut names: Vec<_> = fs::read_dir(&a)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    names.sort();
+    assert!(names.iter().any(|n| n == "report.html"));
+    for n in &names {
+        assert_eq!(
+            fs::read(a.join(n)).expect("a"),
+            fs::read(b.join(n)).expect("b"),
+            "{n:?} differs between two compiles"
+        );
+    }
+    let data = json(&a.join("report.json"));
+    assert!(
+        data["passes"]
+            .as_array()
+            .expect("passes")
+            .iter()
+            .all(|p| p["seconds"] == 0.0)
+    );
+}
+
+#[test]
 fn a_sharded_graph_shows_its_collectives() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("tp");

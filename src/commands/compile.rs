@@ -151,6 +151,12 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
             &passes,
             stages,
         );
+        // Reproducible builds (reproducible-builds.org) set SOURCE_DATE_EPOCH: no wall times.
+        let data = if std::env::var_os("SOURCE_DATE_EPOCH").is_some() {
+            data.without_times()
+        } else {
+            data
+        };
         super::write_atomically(
             &dir.join(crate::report::DATA_FILE),
             data.to_json()?.as_bytes(),

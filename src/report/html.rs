@@ -857,7 +857,7 @@ fn passes(h: &mut String, d: &ReportData) {
         "<section id=\"passes\">\n<h2>Passes</h2>\n<p class=\"legend\">Wall time of each pass \
          of the pipeline (the verifier after each pass apart), like <code>--timing</code>, and \
          each pass's counters, like <code>--pass-statistics</code>. Times are measurements and \
-         differ between runs.</p>\n<table id=\"pass-timing\"><tr><th>pass</th><th>changed the IR</th>\
+         differ between runs (0 when <code>SOURCE_DATE_EPOCH</code> was set).</p>\n<table id=\"pass-timing\"><tr><th>pass</th><th>changed the IR</th>\
          <th class=\"num\">wall time</th><th class=\"num\">share</th><th class=\"num\">verifier</th></tr>\n",
     );
     for p in &d.passes {

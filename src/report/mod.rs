@@ -4,7 +4,8 @@
 //!
 //! `tessera compile -o DIR` writes both; `tessera report DIR` draws the page again from the
 //! files in DIR. Everything in `report.json` is deterministic except the wall times
-//! (`passes[].seconds`, `stages[].seconds`), which are measurements.
+//! (`passes[].seconds`, `verify_seconds`, `stages[].seconds`), which are measurements; with
+//! `SOURCE_DATE_EPOCH` set they are recorded as 0 ([`ReportData::without_times`]).
 
 pub mod html;
 pub mod scopes;
@@ -420,6 +421,20 @@ impl ReportData {
             stages,
             reasons,
         }
+    }
+
+    /// The data with every wall time 0: what `compile` records when `SOURCE_DATE_EPOCH` is
+    /// set (the reproducible-builds convention), so that all of its output is byte-identical
+    /// for the same input.
+    pub fn without_times(mut self) -> ReportData {
+        for p in &mut self.passes {
+            p.seconds = 0.0;
+            p.verify_seconds = 0.0;
+        }
+        for s in &mut self.stages {
+            s.seconds = 0.0;
+        }
+        self
     }
 
     /// As pretty JSON with a final newline.
