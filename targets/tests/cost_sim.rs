@@ -294,16 +294,16 @@ fn ring_collectives_share_links_on_a_mesh() {
     );
 }
 
-#[test]
-fn pipeline_of_two_devices() {
-    let spec = target(PAIR);
-    let g = graph(
-        r#"graph @g(%x: f32[1000]) {
+/// PAIR with a relu on each device.
+const PAIR_PIPELINE: &str = r#"graph @g(%x: f32[1000]) {
   %0 = relu %x : f32[1000] device("a")
   %1 = relu %0 : f32[1000] device("b")
   return %1
-}"#,
-    );
+}"#;
+
+#[test]
+fn pipeline_of_two_devices() {
+    let (spec, g) = (target(PAIR), graph(PAIR_PIPELINE));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
     let r = simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("sim");
@@ -331,14 +331,7 @@ fn pipeline_of_two_devices() {
 
 #[test]
 fn trace_of_a_pipeline_of_two_devices() {
-    let spec = target(PAIR);
-    let g = graph(
-        r#"graph @g(%x: f32[1000]) {
-  %0 = relu %x : f32[1000] device("a")
-  %1 = relu %0 : f32[1000] device("b")
-  return %1
-}"#,
-    );
+    let (spec, g) = (target(PAIR), graph(PAIR_PIPELINE));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
     let t = trace(&g, &cost, &placement, 2).expect("trace");
