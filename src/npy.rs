@@ -85,18 +85,7 @@ pub fn write(path: &Path, tensor: &Tensor) -> Result<()> {
 
 /// Encodes a tensor as `.npy` bytes (little-endian, C order).
 pub fn encode(tensor: &Tensor, w: &mut impl Write) -> Result<()> {
-    let descr = match tensor.elem() {
-        ElemType::F16 => "<f2",
-        ElemType::BF16 => "|V2",
-        ElemType::F32 => "<f4",
-        ElemType::F64 => "<f8",
-        ElemType::I8 => "|i1",
-        ElemType::I16 => "<i2",
-        ElemType::I32 => "<i4",
-        ElemType::I64 => "<i8",
-        ElemType::U8 => "|u1",
-        ElemType::Bool => "|b1",
-    };
+    let descr = tensor.elem().npy_descr();
     let type_str: TypeStr = descr
         .parse()
         .map_err(|e| anyhow!("bad dtype {descr}: {e}"))?;

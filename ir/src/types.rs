@@ -58,6 +58,23 @@ impl ElemType {
         }
     }
 
+    /// NumPy's `.npy` type descriptor (little-endian): `<f4`, `|i1`, `|b1`, ... NumPy has no
+    /// bfloat16: bf16 is `|V2`, two raw bytes per element.
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            ElemType::F16 => "<f2",
+            ElemType::BF16 => "|V2",
+            ElemType::F32 => "<f4",
+            ElemType::F64 => "<f8",
+            ElemType::I8 => "|i1",
+            ElemType::I16 => "<i2",
+            ElemType::I32 => "<i4",
+            ElemType::I64 => "<i8",
+            ElemType::U8 => "|u1",
+            ElemType::Bool => "|b1",
+        }
+    }
+
     /// Parses a text-format name.
     pub fn from_name(name: &str) -> Option<ElemType> {
         ElemType::ALL.into_iter().find(|t| t.name() == name)

@@ -539,19 +539,12 @@ fn module(program: &Program, fns: &[RankFn]) -> String {
     s
 }
 
+/// The `.npy` descriptor the C driver reads and writes; it has no raw (`|V2`) bf16.
 fn npy_descr(e: ElemType) -> Result<&'static str, Error> {
-    Ok(match e {
-        ElemType::F16 => "<f2",
-        ElemType::F32 => "<f4",
-        ElemType::F64 => "<f8",
-        ElemType::I8 => "|i1",
-        ElemType::I16 => "<i2",
-        ElemType::I32 => "<i4",
-        ElemType::I64 => "<i8",
-        ElemType::U8 => "|u1",
-        ElemType::Bool => "|b1",
-        ElemType::BF16 => return Err(err("bf16 inputs and outputs have no .npy type")),
-    })
+    match e {
+        ElemType::BF16 => Err(err("bf16 inputs and outputs have no .npy type")),
+        _ => Ok(e.npy_descr()),
+    }
 }
 
 fn shape_c(t: &TensorType) -> Vec<u64> {
@@ -562,6 +555,16 @@ fn shape_c(t: &TensorType) -> Vec<u64> {
 fn write_atomically(path: &Path, data: &[u8]) -> Result<(), Error> {
     tessera_ir::text::write_atomically(path, |f| std::io::Write::write_all(f, data))
         .map_err(|e| err(format!("{}: {e}", path.display())))
+}
+
+/// The executable's input arguments in its usage line: ` <input>.npy` per graph input.
+pub fn input_args(program: &Program) -> String {
+    program
+        .manifest
+        .inputs
+        .iter()
+        .map(|i| format!(" {}.npy", i.name))
+        .collect()
 }
 
 /// The generated C `main`.
@@ -598,12 +601,7 @@ fn main_c(
         c,
         "  if (argc != {}) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} OUTDIR\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  const char *weights = weights_path(argv[0]);",
         ninputs + 2,
-        program
-            .manifest
-            .inputs
-            .iter()
-            .map(|i| format!(" {}.npy", i.name))
-            .collect::<String>()
+        input_args(program)
     );
     let _ = writeln!(c, "  switch (rank) {{");
     for (r, f) in fns.iter().enumerate() {

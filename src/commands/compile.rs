@@ -161,7 +161,13 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
             &dir.join(crate::report::DATA_FILE),
             data.to_json()?.as_bytes(),
         )?;
-        crate::report::write_dir(dir)?;
+        // Drawn from what was just written, as `tessera report DIR` draws it from the files.
+        let page = crate::report::html::render(&crate::report::html::Page {
+            data: &data,
+            plan: &compiled.plan,
+            graph: &compiled.graph,
+        });
+        super::write_atomically(&dir.join(crate::report::HTML_FILE), page.as_bytes())?;
     }
     super::print_stdout(&summary)
 }

@@ -186,12 +186,7 @@ pub fn write(
                     ranks.join(", "),
                     ranks.len(),
                     dir.display(),
-                    program
-                        .manifest
-                        .inputs
-                        .iter()
-                        .map(|i| format!(" {}.npy", i.name))
-                        .collect::<String>()
+                    tessera_mlir::mpi::input_args(&program)
                 );
             }
         }

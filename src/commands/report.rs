@@ -11,8 +11,8 @@ pub fn run(dir: &Path, output: Option<&Path>) -> Result<()> {
     let path = match output {
         None => report::write_dir(dir)?,
         Some(out) => {
-            let inputs = report::Inputs::load(dir)?;
-            super::write_atomically(out, report::html::render(&inputs).as_bytes())?;
+            let page = report::Inputs::load(dir)?.render();
+            super::write_atomically(out, page.as_bytes())?;
             out.to_path_buf()
         }
     };

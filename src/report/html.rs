@@ -22,7 +22,9 @@ use tessera_ir::{Graph, Op, OpId};
 use tessera_targets::sim::{bytes, seconds};
 
 use super::scopes::{self, Scope};
-use super::{Inputs, ReportData, op_key, op_label};
+use tessera_place::Plan;
+
+use super::{ReportData, op_key, op_label};
 
 /// Colours of devices in the op list (by target order, cycling).
 const DEVICE_COLOURS: [&str; 10] = [
@@ -128,8 +130,18 @@ fn load_colour(load: f64) -> String {
     )
 }
 
+/// What the page is drawn from.
+pub struct Page<'a> {
+    /// `report.json`.
+    pub data: &'a ReportData,
+    /// `plan.json`.
+    pub plan: &'a Plan,
+    /// The placed graph (`placed.tir`).
+    pub graph: &'a Graph,
+}
+
 /// Renders the page.
-pub fn render(inputs: &Inputs) -> String {
+pub fn render(inputs: &Page<'_>) -> String {
     let d = &inputs.data;
     let mut h = String::new();
     let title = format!(
@@ -186,7 +198,7 @@ fn card(h: &mut String, key: &str, value: &str) {
     );
 }
 
-fn summary(h: &mut String, inputs: &Inputs) {
+fn summary(h: &mut String, inputs: &Page<'_>) {
     let s = &inputs.data.simulation;
     let plan = &inputs.plan;
     h.push_str("<section id=\"summary\">\n<div class=\"cards\">");
@@ -645,7 +657,7 @@ fn memory(h: &mut String, d: &ReportData) {
     h.push_str("</table>\n</section>\n");
 }
 
-fn placement(h: &mut String, inputs: &Inputs) {
+fn placement(h: &mut String, inputs: &Page<'_>) {
     let plan = &inputs.plan;
     let unit = |v: f64| seconds(v);
     let _ = writeln!(
@@ -714,8 +726,8 @@ fn placement(h: &mut String, inputs: &Inputs) {
     h.push_str("</section>\n");
 }
 
-fn ops(h: &mut String, inputs: &Inputs) {
-    let g = &inputs.graph;
+fn ops(h: &mut String, inputs: &Page<'_>) {
+    let g = inputs.graph;
     let colours: BTreeMap<&str, &str> = inputs
         .data
         .target

@@ -537,10 +537,20 @@ fn path_of(dir: &Path, file: &str) -> String {
     dir.join(file).display().to_string()
 }
 
+impl Inputs {
+    /// The page drawn from them.
+    pub fn render(&self) -> String {
+        html::render(&html::Page {
+            data: &self.data,
+            plan: &self.plan,
+            graph: &self.graph,
+        })
+    }
+}
+
 /// Draws `DIR/report.html` from the files in DIR and returns its path.
 pub fn write_dir(dir: &Path) -> Result<PathBuf> {
-    let inputs = Inputs::load(dir)?;
-    let page = html::render(&inputs);
+    let page = Inputs::load(dir)?.render();
     let out = dir.join(HTML_FILE);
     crate::commands::write_atomically(&out, page.as_bytes())?;
     Ok(out)

@@ -53,48 +53,39 @@ pub fn matmul(b: &mut Body, x: &Val, y: &Val, out: &TensorType) -> LResult<Strin
     // the result.
     let r = od.len();
     let k = format!("d{r}");
+    // Result axes: [batch..., m, n] (m absent if x is 1-D, n absent if y is 1-D).
     let x_exprs: Vec<String> = if xd.len() == 1 {
         vec![k.clone()]
     } else {
-        let batch = xd.len() - 2;
-        // Result axes: [batch..., m, n] (m absent if x is 1-D, n absent if y is 1-D).
         let m_axis = if yd.len() == 1 { r - 1 } else { r - 2 };
-        let ob = m_axis; // number of result batch axes
-        let mut e: Vec<String> = (0..batch)
-            .map(|i| {
-                let ra = ob - batch + i;
-                if xd[i] == 1 && od[ra] != 1 {
-                    "0".to_string()
-                } else {
-                    format!("d{ra}")
-                }
-            })
-            .collect();
-        e.push(format!("d{m_axis}"));
-        e.push(k.clone());
-        e
+        batch_exprs(&xd, &od, m_axis, [format!("d{m_axis}"), k.clone()])
     };
     let y_exprs: Vec<String> = if yd.len() == 1 {
         vec![k.clone()]
     } else {
-        let batch = yd.len() - 2;
-        let n_axis = r - 1;
         let ob = if xd.len() == 1 { r - 1 } else { r - 2 };
-        let mut e: Vec<String> = (0..batch)
-            .map(|i| {
-                let ra = ob - batch + i;
-                if yd[i] == 1 && od[ra] != 1 {
-                    "0".to_string()
-                } else {
-                    format!("d{ra}")
-                }
-            })
-            .collect();
-        e.push(k.clone());
-        e.push(format!("d{n_axis}"));
-        e
+        batch_exprs(&yd, &od, ob, [k.clone(), format!("d{}", r - 1)])
     };
     contract(b, x, y, out, x_exprs, y_exprs, r)
+}
+
+/// A matmul operand's index expressions: its batch axes (all but its last two) read the
+/// result's batch axes, which end before axis `ob` (an extent of 1 broadcast against a larger
+/// one reads index 0), then `tail` for its two matrix axes.
+fn batch_exprs(d: &[u64], od: &[u64], ob: usize, tail: [String; 2]) -> Vec<String> {
+    let batch = d.len() - 2;
+    let mut e: Vec<String> = (0..batch)
+        .map(|i| {
+            let ra = ob - batch + i;
+            if d[i] == 1 && od[ra] != 1 {
+                "0".to_string()
+            } else {
+                format!("d{ra}")
+            }
+        })
+        .collect();
+    e.extend(tail);
+    e
 }
 
 /// `out[d0..d(r-1)] = sum_k x[x_exprs] * y[y_exprs]` over one reduction loop `d<r>`.

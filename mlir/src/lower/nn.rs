@@ -113,9 +113,7 @@ fn layer_norm(
         |b, a| {
             let nn = b.scalar(acc, n as f64);
             let var = elementwise::binary(b, &BinaryOp::Div, acc, &a[1], &nn)?;
-            let ep = b.scalar(acc, eps);
-            let ve = elementwise::binary(b, &BinaryOp::Add, acc, &var, &ep)?;
-            let sd = elementwise::unary(b, &UnaryOp::Sqrt, acc, &ve)?;
+            let sd = std_dev(b, acc, &var, eps)?;
             let norm = elementwise::binary(b, &BinaryOp::Div, acc, &a[0], &sd)?;
             let s = elementwise::cast(b, pe[0], acc, &a[2]);
             let mut v = elementwise::binary(b, &BinaryOp::Mul, acc, &norm, &s)?;
@@ -127,6 +125,13 @@ fn layer_norm(
         },
     )?;
     Ok(r[0].clone())
+}
+
+/// `sqrt(var + eps)` in type `t`, inside a generic's body.
+fn std_dev(b: &mut Body, t: ElemType, var: &str, eps: f64) -> LResult<String> {
+    let ep = b.scalar(t, eps);
+    let ve = elementwise::binary(b, &BinaryOp::Add, t, var, &ep)?;
+    elementwise::unary(b, &UnaryOp::Sqrt, t, &ve)
 }
 
 /// The map reading a per-channel `[C]` operand from `rank` loops.
@@ -165,9 +170,7 @@ fn batch_norm(b: &mut Body, args: &[Val], eps: f64, out: &TensorType) -> LResult
                 .map(|(s, &t)| elementwise::cast(b, t, f, s))
                 .collect();
             let (xv, s, bb, m, var) = (&v[0], &v[1], &v[2], &v[3], &v[4]);
-            let ep = b.scalar(f, eps);
-            let ve = elementwise::binary(b, &BinaryOp::Add, f, var, &ep)?;
-            let sd = elementwise::unary(b, &UnaryOp::Sqrt, f, &ve)?;
+            let sd = std_dev(b, f, var, eps)?;
             let c = elementwise::binary(b, &BinaryOp::Sub, f, xv, m)?;
             let n = elementwise::binary(b, &BinaryOp::Div, f, &c, &sd)?;
             let n = elementwise::binary(b, &BinaryOp::Mul, f, &n, s)?;
@@ -257,9 +260,7 @@ fn instance_norm(b: &mut Body, args: &[Val], eps: f64, out: &TensorType) -> LRes
             let nn = b.scalar(w, n as f64);
             let mean = elementwise::binary(b, &BinaryOp::Div, w, &a[1], &nn)?;
             let var = elementwise::binary(b, &BinaryOp::Div, w, &a[2], &nn)?;
-            let ep = b.scalar(w, eps);
-            let ve = elementwise::binary(b, &BinaryOp::Add, w, &var, &ep)?;
-            let sd = elementwise::unary(b, &UnaryOp::Sqrt, w, &ve)?;
+            let sd = std_dev(b, w, &var, eps)?;
             let mean = elementwise::cast(b, w, f, &mean);
             let sd = elementwise::cast(b, w, f, &sd);
             let xv = elementwise::cast(b, e, f, &a[0]);
