@@ -21,8 +21,9 @@ Examples:
 ///
 /// tessera reads models into its own graph IR, rewrites them (equality saturation), shards
 /// and places them across the devices of a machine with a lower bound and an explanation for
-/// every plan, and simulates the result; the lowering to MLIR is yet to come. It also loads,
-/// verifies, prints and interprets graphs. Wherever a model is expected, a file ending in
+/// every plan, simulates the result, and lowers each device's part to MLIR (run in-process by
+/// the JIT, or built into object files, PTX and MPI programs). It also loads, verifies,
+/// prints and interprets graphs. Wherever a model is expected, a file ending in
 /// .onnx is imported from ONNX and any other file is read as text IR (.tir).
 #[derive(Debug, Parser)]
 #[command(
@@ -270,7 +271,7 @@ struct CompileArgs {
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
     /// The placement strategy (`tessera place --help` lists them).
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_strategy)]
     strategy: String,
     /// What placement minimizes: `throughput` (the period of a pipelined stream) or `latency`
     /// (one sample).
@@ -304,7 +305,7 @@ struct PlaceArgs {
     #[arg(long, value_name = "OBJECTIVE", default_value = "throughput")]
     objective: tessera_place::Objective,
     /// The strategy.
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_strategy)]
     strategy: String,
     /// Write the plan to FILE (atomically) instead of standard output.
     #[arg(short, long, value_name = "PLAN.json")]
@@ -397,6 +398,21 @@ struct RunArgs {
     shapes: ShapeArgs,
 }
 
+/// A placement strategy's name, checked at parse time like `--objective` (exit 2).
+fn parse_strategy(s: &str) -> Result<String, String> {
+    let names: Vec<&str> = tessera_place::STRATEGIES.iter().map(|(n, _)| *n).collect();
+    if names.contains(&s) {
+        return Ok(s.to_string());
+    }
+    let hint = tessera_passes::closest(s, &names)
+        .map(|c| format!("; did you mean `{c}`?"))
+        .unwrap_or_default();
+    Err(format!(
+        "unknown strategy `{s}` (expected one of: {}){hint}",
+        names.join(", ")
+    ))
+}
+
 fn parse_binding(s: &str) -> Result<crate::commands::run::Binding, String> {
     match s.split_once('=') {
         Some((name, file)) if !name.is_empty() && !file.is_empty() => {
@@ -438,6 +454,7 @@ pub fn main() -> ExitCode {
 
 /// [`main`] for a binary called `name` (a plugin's own `tessera`, see [`crate::driver`]).
 pub fn main_named(name: &str) -> ExitCode {
+    crate::instrument::process_start();
     if let Err(e) = tessera_eqsat::register()
         .and_then(|()| tessera_place::pass::register())
         .and_then(|()| tessera_shard::register())

@@ -79,21 +79,23 @@ pub struct CliInstrumentation<'a> {
 }
 
 impl<'a> CliInstrumentation<'a> {
-    /// Instrumentation for `flags`; shows a progress bar on a terminal for long pipelines on
-    /// large graphs.
+    /// Instrumentation for `flags`; shows a progress bar on a terminal once the command has
+    /// run for [`SPINNER_AFTER`].
     pub fn new(flags: &'a PassFlags, graph: &Graph, passes: usize) -> Result<Self> {
-        let progress = (std::io::IsTerminal::is_terminal(&std::io::stderr())
-            && graph.ops().len() >= 2000)
-            .then(|| {
-                let bar = indicatif::ProgressBar::new(passes as u64);
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{spinner} pass {pos}/{len} {msg} [{elapsed}]",
-                    )
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-                );
-                bar
-            });
+        let progress = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(passes as u64),
+                indicatif::ProgressDrawTarget::hidden(),
+            );
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} pass {pos}/{len} {msg} [{elapsed}]",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            show_later(&bar);
+            bar
+        });
         let me = CliInstrumentation {
             flags,
             before: flags.print_ir_before.iter().cloned().collect(),
@@ -274,35 +276,56 @@ pub fn print_statistics(report: &Report) {
     let _ = std::io::stderr().write_all(s.as_bytes());
 }
 
-/// A spinner naming the stage of a long compile (placement search, simulation, lowering, MLIR
-/// pipelines), on a terminal and for large graphs only: on a pipe or in tests it does nothing.
+/// A spinner naming the stage of a long command (import, placement search, simulation,
+/// lowering, MLIR pipelines) on a terminal, shown once the process has run for
+/// [`SPINNER_AFTER`]: quick commands print nothing, and on a pipe or in tests it does nothing.
 pub struct Stages {
     bar: Option<indicatif::ProgressBar>,
 }
 
-impl Stages {
-    /// A spinner for work on a graph of `ops` ops.
-    pub fn new(ops: usize) -> Stages {
-        Stages::when(ops >= 2000)
-    }
+/// How long a command runs before its spinner shows.
+pub const SPINNER_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-    /// A spinner for reading a file of `bytes` bytes (import of large models).
-    pub fn for_file(bytes: u64) -> Stages {
-        Stages::when(bytes >= 64 << 20)
-    }
+/// When the process started, as near as the command line can tell: the first use of this
+/// module's clock ([`process_start`] is called first thing by `cli::main_named`).
+static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
-    /// A spinner when `long` (and stderr is a terminal).
-    fn when(long: bool) -> Stages {
-        let bar = (std::io::IsTerminal::is_terminal(&std::io::stderr()) && long).then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-            );
+/// Marks the process's start for [`SPINNER_AFTER`] (the first call wins).
+pub fn process_start() -> std::time::Instant {
+    *START.get_or_init(std::time::Instant::now)
+}
+
+/// Draws a hidden bar on stderr once the process has run for [`SPINNER_AFTER`]. A thread
+/// does it, so a single long stage that makes no calls still gets its bar; the thread holds
+/// only a weak handle and ends with the bar.
+fn show_later(bar: &indicatif::ProgressBar) {
+    let show_at = process_start() + SPINNER_AFTER;
+    let weak = bar.downgrade();
+    std::thread::spawn(move || {
+        std::thread::sleep(show_at.saturating_duration_since(std::time::Instant::now()));
+        if let Some(bar) = weak.upgrade()
+            && !bar.is_finished()
+        {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            bar
-        });
-        Stages { bar }
+        }
+    });
+}
+
+impl Stages {
+    /// A spinner, drawn on a terminal once the process has run for [`SPINNER_AFTER`].
+    pub fn new() -> Stages {
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return Stages { bar: None };
+        }
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        show_later(&bar);
+        Stages { bar: Some(bar) }
     }
 
     /// Shows what is being done now.

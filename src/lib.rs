@@ -14,7 +14,7 @@ pub mod cli;
 pub mod commands;
 pub mod driver;
 pub mod instrument;
-pub mod names;
+pub use tessera_ir::names;
 pub mod npy;
 pub mod report;
 pub mod summary;

@@ -307,13 +307,18 @@ fn output_file_names_are_made_safe_and_distinct() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["a_b.npy", "a_b_1.npy", "a_b_2.npy", "logits_0.npy"]);
+    // The second `a_b` output is named `a_b_1` (output names are distinct), whose file stem
+    // `a_b_1` is taken by the sanitized `a_b`'s.
+    assert_eq!(
+        names,
+        ["a_b.npy", "a_b_1.npy", "a_b_1_1.npy", "logits_0.npy"]
+    );
     let relu = tessera::npy::read(&out.join("a_b.npy")).expect("read");
     assert_eq!(relu, f32_tensor(&[3], vec![0.0, 0.0, 2.0]));
     let neg = tessera::npy::read(&out.join("a_b_1.npy")).expect("read");
     assert_eq!(neg, f32_tensor(&[3], vec![1.0, -0.0, -2.0]));
     assert_eq!(
-        tessera::npy::read(&out.join("a_b_2.npy")).expect("read"),
+        tessera::npy::read(&out.join("a_b_1_1.npy")).expect("read"),
         neg
     );
 }
@@ -779,4 +784,105 @@ fn onnx_mlp_matches_onnxruntime() {
             "element {i}: got {g}, onnxruntime {w}"
         );
     }
+}
+
+#[test]
+fn a_failure_with_unbound_dimensions_lists_them_with_an_example() {
+    // The walkthrough's model without --input-shape: the shape error says why.
+    tessera()
+        .args(["compile"])
+        .arg(models().join("onnx/gpt2_tiny/model.onnx"))
+        .args(["--target", "mcm-2x2"])
+        .assert()
+        .code(1)
+        .stderr(contains("do not broadcast"))
+        .stderr(contains(
+            "inputs with symbolic extents, not bound by --input-shape",
+        ))
+        .stderr(contains("\n  input_ids: i64[1, seq]\n"))
+        .stderr(contains("for example: --input-shape input_ids=1x8"));
+    // A text IR model that fails later, in the compile, says it too.
+    tessera()
+        .arg("compile")
+        .arg(mlp())
+        .assert()
+        .code(1)
+        .stderr(contains("\n  x: f32[N, 16]\n"))
+        .stderr(contains("for example: --input-shape x=1x16"));
+    // Bound, the example compiles.
+    tessera()
+        .arg("compile")
+        .arg(mlp())
+        .args(["--input-shape", "x=1x16"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn strategies_are_checked_when_parsing_with_a_suggestion() {
+    for cmd in [vec!["compile", "m.tir"], vec!["place", "p.json"]] {
+        tessera()
+            .args(&cmd)
+            .args(["--strategy", "greedyy"])
+            .assert()
+            .code(2)
+            .stderr(contains("unknown strategy `greedyy`"))
+            .stderr(contains("did you mean `greedy`?"));
+    }
+}
+
+#[test]
+fn top_level_help_describes_what_exists() {
+    tessera()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(contains("yet to come").not())
+        .stdout(contains("lowers each device's part to MLIR"));
+}
+
+/// Runs `tessera ARGS` under `script` (util-linux, in every Debian), so its stderr is a
+/// terminal; returns what the terminal got.
+fn on_a_terminal(args: &str) -> String {
+    let out = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_tessera")),
+            "/dev/null",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("script (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_spinner_shows_once_a_compile_runs_for_a_second() {
+    // A 40,000-op chain takes a few seconds in a debug build: the terminal sees the stage
+    // spinner (once the process has run for a second), whatever stage it is in.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut src = String::from("graph @chain(%x: f32[4]) {\n");
+    let mut prev = "%x".to_string();
+    for i in 0..40_000 {
+        src.push_str(&format!("  %v{i} = relu {prev} : f32[4]\n"));
+        prev = format!("%v{i}");
+    }
+    src.push_str(&format!("  return {prev}\n}}\n"));
+    let model = dir.path().join("chain.tir");
+    fs::write(&model, src).expect("write");
+    let long = on_a_terminal(&format!("compile {}", model.display()));
+    assert!(long.contains("compiled "), "{long}");
+    assert!(long.contains("\u{1b}[2K"), "no spinner drawn: {long}");
+    // A quick compile prints its summary and nothing else.
+    let quick = on_a_terminal("compile testdata/models/mlp.tir --input-shape x=1x16");
+    assert!(
+        quick.starts_with("compiled testdata/models/mlp.tir"),
+        "{quick}"
+    );
+    assert!(!quick.contains('\u{1b}'), "{quick}");
 }

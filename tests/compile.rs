@@ -785,3 +785,117 @@ fn dot_shows_the_placed_graph_with_devices_as_clusters() {
         "{text}"
     );
 }
+
+/// The files of a directory with their bytes, by name.
+fn dir_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fs::read_dir(dir)
+        .expect("readable dir")
+        .map(|e| {
+            let e = e.expect("entry");
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).expect("readable file"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let out = scratch.path().join("build");
+    let compile = |cmd: &mut assert_cmd::Command| {
+        cmd.args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(&out)
+        .env("SOURCE_DATE_EPOCH", "0");
+    };
+    let mut cmd = tessera();
+    compile(&mut cmd);
+    ok(&mut cmd);
+    let whole = dir_files(&out);
+    assert!(
+        whole.contains_key("manifest.json") && whole.len() >= 8,
+        "{:?}",
+        whole.keys()
+    );
+    let started = std::time::Instant::now();
+    let mut cmd = tessera();
+    compile(&mut cmd);
+    ok(&mut cmd);
+    let took = started.elapsed();
+    // Kill compiles at times spread over a whole run, into an existing folder and into none:
+    // every time the folder is absent or whole, never a mix.
+    let mut outcomes = std::collections::BTreeSet::new();
+    for k in 0..12u32 {
+        if k % 2 == 1 && out.exists() {
+            fs::remove_dir_all(&out).expect("remove the output");
+        }
+        let existed = out.exists();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+        cmd.current_dir(repo());
+        cmd.args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(&out)
+        .env("SOURCE_DATE_EPOCH", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().expect("spawns");
+        std::thread::sleep(took.mul_f64(f64::from(k % 6 + 1) / 6.5));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        if out.exists() {
+            assert_eq!(dir_files(&out), whole, "kill {k}: a mix of files");
+            outcomes.insert("whole");
+        } else {
+            assert!(!existed, "kill {k}: the old output is gone");
+            outcomes.insert("absent");
+        }
+    }
+    assert!(outcomes.contains("whole"), "{outcomes:?}");
+    // The next compile cleans the temporary folders the killed ones left.
+    let mut cmd = tessera();
+    compile(&mut cmd);
+    ok(&mut cmd);
+    assert_eq!(dir_files(&out), whole);
+    let left: Vec<String> = fs::read_dir(scratch.path())
+        .expect("scratch")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["build"], "temporary folders left behind");
+}
+
+#[test]
+fn output_directories_that_are_not_compile_outputs_are_not_replaced() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    fs::write(scratch.path().join("notes.txt"), "mine").expect("write");
+    let err = fails(
+        tessera()
+            .args([
+                "compile",
+                "testdata/models/mlp.tir",
+                "--input-shape",
+                "x=4x16",
+                "-o",
+            ])
+            .arg(scratch.path()),
+    );
+    assert!(
+        err.contains("is not empty and is not a tessera compile's output"),
+        "{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(scratch.path().join("notes.txt")).expect("still there"),
+        "mine"
+    );
+}

@@ -300,7 +300,8 @@ fn mpi_run(k: usize) {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
-    let got = tessera::npy::read(&results.join("output_0.npy")).expect("output");
+    // Each output is written under the model's name for it, as `run --output-dir` does.
+    let got = tessera::npy::read(&results.join("logits.npy")).expect("output");
     let d = max_diff(&got, &reference_logits());
     assert!(d < 1e-4, "max |diff| {d} against onnxruntime on {k} ranks");
     let module = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
@@ -452,7 +453,7 @@ fn sharded_mlp_runs(strategy: &str, collective: &str) {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let got = tessera::npy::read(&results.join("output_0.npy")).expect("mpi output");
+    let got = tessera::npy::read(&results.join("y.npy")).expect("mpi output");
     assert!(
         max_diff(&got, &want) < 1e-5,
         "MPI: {}",

@@ -182,3 +182,26 @@ fn bad_file_error_names_file_line_and_field() {
         .code(1)
         .stderr(contains("error: missing.toml: "));
 }
+
+#[test]
+fn an_unknown_target_gets_the_closest_name() {
+    tessera()
+        .args(["targets", "show", "hetero-cpu-gpuu"])
+        .assert()
+        .code(1)
+        .stderr(contains("unknown target `hetero-cpu-gpuu`"))
+        .stderr(contains("did you mean `hetero-cpu-gpu`?"));
+    tessera()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["compile", "testdata/models/mlp.tir", "--target", "mcm-2x3"])
+        .assert()
+        .code(1)
+        .stderr(contains("did you mean `mcm-2x2`?"));
+    // Nothing close: no guess.
+    tessera()
+        .args(["targets", "show", "tpu-pod"])
+        .assert()
+        .code(1)
+        .stderr(contains("unknown target `tpu-pod`"))
+        .stderr(contains("did you mean").not());
+}

@@ -248,19 +248,22 @@ fn improve_groups(
 ///
 /// Binary `x_n` picks node `n`, binary `a_c` marks class `c` as needed: every root is
 /// needed, a needed class picks exactly one node, a picked node needs its children's
-/// classes, and a level `t_c` per class that grows along picked edges rules out cycles.
-/// The objective is the sum of picked nodes' costs, so shared classes count once.
+/// classes, and (only when the usable nodes make a cycle) a level `t_c` per class that grows
+/// along picked edges rules out cycles. The objective is the sum of picked nodes' costs, so
+/// shared classes count once.
+///
+/// When `greedy` (the greedy extraction's cost) is given, the LP relaxation is solved first:
+/// its optimum bounds every extraction from below, so when the greedy one meets it the
+/// search is skipped and the result is [`Exact::GreedyOptimal`]. The branch and bound gets
+/// `time_limit` scaled by the problem's size ([`exact_time_budget`]).
 pub fn exact_ilp(
     egraph: &TEGraph,
     roots: &[Id],
     mut cost: impl FnMut(&TEGraph, &TNode) -> f64,
     node_limit: usize,
     time_limit: std::time::Duration,
-) -> Option<Extraction> {
-    use good_lp::{
-        Expression, ProblemVariables, Solution, SolverModel, WithTimeLimit, constraint, microlp,
-        variable,
-    };
+    greedy: Option<f64>,
+) -> Exact {
     // The classes reachable from the roots.
     let mut classes: Vec<Id> = Vec::new();
     let mut seen: BTreeSet<Id> = BTreeSet::new();
@@ -290,49 +293,29 @@ pub fn exact_ilp(
         }
     }
     if nodes.len() > node_limit {
-        return None;
+        return Exact::TooLarge;
     }
-    let nc = classes.len();
-    let mut vars = ProblemVariables::new();
-    let x: Vec<_> = nodes
-        .iter()
-        .map(|_| vars.add(variable().binary()))
-        .collect();
-    let a: Vec<_> = (0..nc).map(|_| vars.add(variable().binary())).collect();
-    let t: Vec<_> = (0..nc)
-        .map(|_| vars.add(variable().min(0.0).max(nc as f64)))
-        .collect();
-    // Costs in nanoseconds keep the solver's numbers well scaled.
-    let objective: Expression = nodes
-        .iter()
-        .zip(&x)
-        .map(|(&(_, _, k), &v)| k * 1e9 * v)
-        .sum();
-    let mut problem = vars.minimise(objective).using(microlp);
-    problem = problem.with_time_limit(time_limit.as_secs_f64());
-    for r in roots {
-        let ri = index[&egraph.find(*r)];
-        problem = problem.with(constraint!(a[ri] == 1.0));
-    }
-    let mut per_class: Vec<Expression> = vec![Expression::from(0.0); nc];
-    for (j, &(ci, ni, _)) in nodes.iter().enumerate() {
-        per_class[ci] += x[j];
-        let node = &egraph[classes[ci]].nodes[ni];
-        for &ch in egg::Language::children(node) {
-            let ki = index[&egraph.find(ch)];
-            problem = problem.with(constraint!(x[j] <= a[ki]));
-            problem = problem.with(constraint!(
-                t[ci] - t[ki] - (nc as f64 + 1.0) * x[j] >= -(nc as f64)
-            ));
+    let program = Program {
+        egraph,
+        roots,
+        classes: &classes,
+        index: &index,
+        nodes: &nodes,
+        cyclic: has_cycle(egraph, &classes, &index, &nodes),
+    };
+    if let Some(g) = greedy {
+        match program.solve(true, time_limit) {
+            Some((bound, _)) if g <= bound * (1.0 + 1e-9) + 1e-18 => return Exact::GreedyOptimal,
+            Some(_) => {}
+            None => return Exact::GaveUp,
         }
     }
-    for (ci, e) in per_class.into_iter().enumerate() {
-        problem = problem.with(constraint!(e == a[ci]));
-    }
-    let solution = problem.solve().ok()?;
+    let Some((_, picked)) = program.solve(false, exact_time_budget(nodes.len(), time_limit)) else {
+        return Exact::GaveUp;
+    };
     let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
     for (j, &(ci, ni, _)) in nodes.iter().enumerate() {
-        if solution.value(x[j]) > 0.5 {
+        if picked[j] > 0.5 {
             choice.insert(classes[ci], egraph[classes[ci]].nodes[ni].clone());
         }
     }
@@ -345,16 +328,150 @@ pub fn exact_ilp(
         if reached.contains_key(&c) {
             continue;
         }
-        let node = choice.get(&c)?.clone();
+        let Some(node) = choice.get(&c).cloned() else {
+            return Exact::GaveUp;
+        };
         cost_reached += cost(egraph, &node);
         for &k in egg::Language::children(&node) {
             stack.push(egraph.find(k));
         }
         reached.insert(c, node);
     }
-    Some(Extraction {
+    Exact::Found(Extraction {
         choice: reached,
         cost: cost_reached,
         best: BTreeMap::new(),
     })
+}
+
+/// What [`exact_ilp`] found.
+#[derive(Debug)]
+pub enum Exact {
+    /// The optimal extraction.
+    Found(Extraction),
+    /// The greedy extraction's cost meets the LP bound: it is optimal already.
+    GreedyOptimal,
+    /// The region has more usable nodes than the limit.
+    TooLarge,
+    /// The solver failed or ran out of time.
+    GaveUp,
+}
+
+/// The branch and bound's time for a problem of `nodes` usable e-nodes: 1 ms per node,
+/// at least 10 ms, at most `limit`. Small regions, where exact extraction pays, are solved
+/// in full; large ones cannot eat the whole pass's budget for a result they rarely improve.
+pub fn exact_time_budget(nodes: usize, limit: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_millis(nodes.max(10) as u64).min(limit)
+}
+
+/// The integer program of an extraction (see [`exact_ilp`]).
+struct Program<'a> {
+    egraph: &'a TEGraph,
+    roots: &'a [Id],
+    classes: &'a [Id],
+    index: &'a BTreeMap<Id, usize>,
+    nodes: &'a [(usize, usize, f64)],
+    cyclic: bool,
+}
+
+impl Program<'_> {
+    /// Solves the program (its LP relaxation when `relaxed`): the objective's value in
+    /// seconds and each node's `x`.
+    fn solve(&self, relaxed: bool, time_limit: std::time::Duration) -> Option<(f64, Vec<f64>)> {
+        use good_lp::{
+            Expression, ProblemVariables, Solution, SolverModel, WithTimeLimit, constraint,
+            microlp, variable,
+        };
+        let (egraph, classes, index, nodes) = (self.egraph, self.classes, self.index, self.nodes);
+        let nc = classes.len();
+        let flag = || {
+            if relaxed {
+                variable().min(0.0).max(1.0)
+            } else {
+                variable().binary()
+            }
+        };
+        let mut vars = ProblemVariables::new();
+        let x: Vec<_> = nodes.iter().map(|_| vars.add(flag())).collect();
+        let a: Vec<_> = (0..nc).map(|_| vars.add(flag())).collect();
+        let t: Vec<_> = (0..if self.cyclic { nc } else { 0 })
+            .map(|_| vars.add(variable().min(0.0).max(nc as f64)))
+            .collect();
+        // Costs in nanoseconds keep the solver's numbers well scaled.
+        let objective: Expression = nodes
+            .iter()
+            .zip(&x)
+            .map(|(&(_, _, k), &v)| k * 1e9 * v)
+            .sum();
+        let mut problem = vars.minimise(objective.clone()).using(microlp);
+        problem = problem.with_time_limit(time_limit.as_secs_f64());
+        for r in self.roots {
+            let ri = index[&egraph.find(*r)];
+            problem = problem.with(constraint!(a[ri] == 1.0));
+        }
+        let mut per_class: Vec<Expression> = vec![Expression::from(0.0); nc];
+        for (j, &(ci, ni, _)) in nodes.iter().enumerate() {
+            per_class[ci] += x[j];
+            let node = &egraph[classes[ci]].nodes[ni];
+            for &ch in egg::Language::children(node) {
+                let ki = index[&egraph.find(ch)];
+                problem = problem.with(constraint!(x[j] <= a[ki]));
+                if self.cyclic {
+                    problem = problem.with(constraint!(
+                        t[ci] - t[ki] - (nc as f64 + 1.0) * x[j] >= -(nc as f64)
+                    ));
+                }
+            }
+        }
+        for (ci, e) in per_class.into_iter().enumerate() {
+            problem = problem.with(constraint!(e == a[ci]));
+        }
+        let solution = problem.solve().ok()?;
+        let picked: Vec<f64> = x.iter().map(|&v| solution.value(v)).collect();
+        Some((solution.eval(&objective) / 1e9, picked))
+    }
+}
+
+/// Whether the usable nodes (`(class index, node index, cost)`) make a cycle among the
+/// classes: a class whose node needs, through children, the class itself. Iterative
+/// three-colour depth-first search, so its depth does not grow with the e-graph.
+fn has_cycle(
+    egraph: &TEGraph,
+    classes: &[Id],
+    index: &BTreeMap<Id, usize>,
+    nodes: &[(usize, usize, f64)],
+) -> bool {
+    let nc = classes.len();
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); nc];
+    for &(ci, ni, _) in nodes {
+        for &ch in egg::Language::children(&egraph[classes[ci]].nodes[ni]) {
+            succ[ci].push(index[&egraph.find(ch)]);
+        }
+    }
+    // 0: unseen, 1: on the stack, 2: done.
+    let mut state = vec![0u8; nc];
+    for start in 0..nc {
+        if state[start] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        state[start] = 1;
+        while let Some(&mut (c, ref mut next)) = stack.last_mut() {
+            if let Some(&k) = succ[c].get(*next) {
+                *next += 1;
+                match state[k] {
+                    1 => return true,
+                    0 => {
+                        state[k] = 1;
+                        stack.push((k, 0));
+                    }
+                    _ => {}
+                }
+            } else {
+                state[c] = 2;
+                stack.pop();
+            }
+        }
+    }
+    false
 }

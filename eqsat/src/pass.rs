@@ -12,7 +12,7 @@ use tessera_targets::{CostModel, Target};
 
 use crate::analysis::{TEGraph, node_op, node_types};
 use crate::convert::{emit, region_to_egraph};
-use crate::extract::{UNUSABLE, exact_ilp, greedy_dag};
+use crate::extract::{Exact, UNUSABLE, exact_ilp, greedy_dag};
 use crate::ir::{ConstId, Dim, Graph, Op, OpId, TensorType, ValueDef, ValueId};
 use crate::lang::TNode;
 use crate::rules::{Rule, all_rules};
@@ -440,22 +440,37 @@ pub fn run_eqsat(
                 1,
             );
             let limit = settings.time_limit.min(Duration::from_secs(1));
-            if let Some(exact) = exact_ilp(
+            match exact_ilp(
                 &egraph,
                 &roots,
                 |eg, n| costs.node(eg, n),
                 settings.exact_nodes,
                 limit,
-            ) && extraction
-                .as_ref()
-                .is_none_or(|g| exact.cost < g.cost * (1.0 - 1e-9))
-            {
-                stats.add(
-                    "exact-better",
-                    "regions where the exact extraction beat the greedy one",
+                extraction.as_ref().map(|g| g.cost),
+            ) {
+                Exact::Found(exact)
+                    if extraction
+                        .as_ref()
+                        .is_none_or(|g| exact.cost < g.cost * (1.0 - 1e-9)) =>
+                {
+                    stats.add(
+                        "exact-better",
+                        "regions where the exact extraction beat the greedy one",
+                        1,
+                    );
+                    extraction = Some(exact);
+                }
+                Exact::GreedyOptimal => stats.add(
+                    "exact-greedy-optimal",
+                    "regions whose greedy extraction met the LP bound (no search needed)",
                     1,
-                );
-                extraction = Some(exact);
+                ),
+                Exact::GaveUp => stats.add(
+                    "exact-gave-up",
+                    "regions whose exact search ran out of its time budget",
+                    1,
+                ),
+                Exact::Found(_) | Exact::TooLarge => {}
             }
         }
         let inputs: Vec<ValueId> = region
@@ -530,7 +545,12 @@ pub fn run_eqsat(
         };
         outputs.push(nv);
     }
-    out.set_outputs(outputs);
+    out.set_named_outputs(
+        outputs
+            .into_iter()
+            .zip(graph.output_names().iter().cloned())
+            .collect(),
+    );
     for (&old, &new) in graph.outputs().iter().zip(out.outputs().to_vec().iter()) {
         if let Some(n) = &graph.value(old).name
             && matches!(out.value(new).def, ValueDef::Result(..))
@@ -865,6 +885,10 @@ pub fn saturate_and_extract(
                 .or_else(|| graph.inputs().iter().position(|x| x == v).map(|i| map[i]))
         })
         .collect::<Option<_>>()?;
-    out.set_outputs(outs);
+    out.set_named_outputs(
+        outs.into_iter()
+            .zip(graph.output_names().iter().cloned())
+            .collect(),
+    );
     Some((out, applied))
 }

@@ -12,7 +12,7 @@ use egg::Runner;
 use proptest::prelude::*;
 use tessera_eqsat::analysis::TypeAnalysis;
 use tessera_eqsat::convert::{emit, region_to_egraph};
-use tessera_eqsat::extract::{Extraction, exact_ilp, greedy_dag};
+use tessera_eqsat::extract::{Exact, Extraction, exact_ilp, greedy_dag};
 use tessera_eqsat::ir::{ElemType::F32, Graph, Op, OpId, ValueId, interp, text, verify};
 use tessera_eqsat::lang::TNode;
 use tessera_eqsat::rules::all_rules;
@@ -153,8 +153,21 @@ proptest! {
             })
             .sum();
         {
-            let exact = exact_ilp(&egraph, &roots, cost, 2000, Duration::from_secs(20))
-                .expect("the exact extraction finishes on small e-graphs");
+            let Exact::Found(exact) = exact_ilp(&egraph, &roots, cost, 2000, Duration::from_secs(20), None)
+            else {
+                panic!("the exact extraction finishes on small e-graphs");
+            };
+            // Given the greedy cost, the LP bound may prove it optimal: then it is.
+            if let Exact::GreedyOptimal =
+                exact_ilp(&egraph, &roots, cost, 2000, Duration::from_secs(20), Some(greedy.cost))
+            {
+                prop_assert!(
+                    (exact.cost - greedy.cost).abs() <= 1e-9 * greedy.cost.max(1e-12),
+                    "greedy {} called optimal, exact {}",
+                    greedy.cost,
+                    exact.cost
+                );
+            }
             prop_assert!(exact.cost <= greedy.cost + 1e-9, "exact {} > greedy {}", exact.cost, greedy.cost);
             prop_assert!(exact.cost <= original_cost + 1e-9);
             let e = extract_graph(&graph, &exact, &region_view, &egraph);

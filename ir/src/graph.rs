@@ -210,6 +210,9 @@ pub struct Graph {
     consts: Vec<Constant>,
     inputs: Vec<ValueId>,
     outputs: Vec<ValueId>,
+    /// The model's name of each output (parallel to `outputs`); `None` for an output that
+    /// takes its value's printed name.
+    output_names: Vec<Option<String>>,
 }
 
 impl Graph {
@@ -340,9 +343,38 @@ impl Graph {
         removed
     }
 
-    /// Sets the graph outputs.
+    /// Sets the graph outputs, unnamed: each takes its value's printed name (see
+    /// [`output_names`](crate::text::output_names)).
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
+        self.output_names = vec![None; outputs.len()];
         self.outputs = outputs;
+    }
+
+    /// Sets the graph outputs with their names. An output's name is the graph's interface
+    /// (`run` names its files after it); it is independent of the name of the value that
+    /// computes it, so passes that replace an output's value keep its name.
+    pub fn set_named_outputs(&mut self, outputs: Vec<(ValueId, Option<String>)>) {
+        (self.outputs, self.output_names) = outputs.into_iter().unzip();
+    }
+
+    /// Replaces the values of the outputs, keeping their names: `values` must have one value
+    /// per output.
+    ///
+    /// # Panics
+    /// If `values` has another length than [`Graph::outputs`] (a pass's bug, not input's).
+    pub fn replace_output_values(&mut self, values: Vec<ValueId>) {
+        assert_eq!(
+            values.len(),
+            self.outputs.len(),
+            "replace_output_values: one value per output"
+        );
+        self.outputs = values;
+    }
+
+    /// The outputs' own names, parallel to [`Graph::outputs`]: `None` where the output is
+    /// named by its value.
+    pub fn output_names(&self) -> &[Option<String>] {
+        &self.output_names
     }
 
     /// Gives a value a name.

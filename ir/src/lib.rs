@@ -13,6 +13,7 @@
 
 mod graph;
 pub mod infer;
+pub mod names;
 pub mod interp;
 mod op;
 mod tensor;

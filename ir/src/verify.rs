@@ -25,7 +25,8 @@
 //!    2^32]` is too large, because no array library can represent it. No extent computation
 //!    overflowed or went negative either (inference reports that).
 //! 6. **Outputs**: the graph has at least one output; each is a live value (a graph input or a
-//!    result of an op in the body).
+//!    result of an op in the body). Outputs have one name slot each; the names given
+//!    ([`Graph::output_names`]) are non-empty and unique.
 //! 7. **Constants**: names are unique and non-empty; shapes are static; the data is exactly
 //!    `size_bytes` long; `const` ops name an existing constant.
 //! 8. **Names**: live values with names have unique names.
@@ -176,6 +177,29 @@ impl Verifier<'_> {
                         "output {i} ({what}) is not defined by a graph input or an op in the body"
                     ),
                 );
+            }
+        }
+        if g.output_names().len() != g.outputs().len() {
+            self.error(
+                Entity::Graph,
+                format!(
+                    "the graph has {} outputs but {} output names",
+                    g.outputs().len(),
+                    g.output_names().len()
+                ),
+            );
+        }
+        let mut out_names = BTreeSet::new();
+        for (i, name) in g.output_names().iter().enumerate() {
+            match name {
+                Some(n) if n.is_empty() => {
+                    self.error(Entity::Graph, format!("output {i} has an empty name"))
+                }
+                Some(n) if !out_names.insert(n.as_str()) => self.error(
+                    Entity::Graph,
+                    format!("output {i} is named `{n}` like an earlier output"),
+                ),
+                _ => {}
             }
         }
     }

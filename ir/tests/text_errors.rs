@@ -5,6 +5,19 @@ use tessera_ir::text;
 
 /// (source, expected start of `line:col: message`).
 const CASES: &[(&str, &str)] = &[
+    // Output names.
+    (
+        "graph @g(%x: f32[2]) {\n  return %x as \"y\", %x as \"y\"\n}",
+        "2:27: two outputs are named `y`",
+    ),
+    (
+        "graph @g(%x: f32[2]) {\n  return %x as \"\"\n}",
+        "2:16: an output's name is empty",
+    ),
+    (
+        "graph @g(%x: f32[2]) {\n  return %x as y\n}",
+        "2:16: expected a string",
+    ),
     // Ops and attributes.
     (
         "graph @g(%x: f32[2]) {\n  %y = relux %x : f32[2]\n  return %y\n}",

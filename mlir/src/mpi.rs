@@ -14,7 +14,8 @@
 //!
 //! Usage: `mpirun -np K DIR/program INPUT.npy... OUTDIR` (inputs in the manifest's order; the
 //! weights are read from `weights.safetensors` next to the program). The host rank writes
-//! `OUTDIR/output_<i>.npy` for every output `i`.
+//! `OUTDIR/<name>.npy` for every output, under the output's name made file-safe
+//! ([`tessera_ir::names::file_stems`], as `tessera run --output-dir` names them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -645,11 +646,14 @@ fn main_c(
             all.extend(args);
             let _ = writeln!(c, "    _mlir_ciface_rank{r}({});", all.join(", "));
             let mut at = 0;
-            for (i, t) in f.outputs.iter().enumerate() {
+            let stems = tessera_ir::names::file_stems(
+                program.manifest.outputs.iter().map(|o| o.name.as_str()),
+            );
+            for (i, (t, stem)) in f.outputs.iter().zip(&stems).enumerate() {
                 let d = shape_c(t);
                 let _ = writeln!(
                     c,
-                    "    static const int64_t os{i}[] = {{{}}};\n    if (write_npy(argv[{}], {i}, \"{}\", {}, os{i}, res + {at}, {})) {{ MPI_Abort(MPI_COMM_WORLD, 1); }}",
+                    "    static const int64_t os{i}[] = {{{}}};\n    if (write_npy(argv[{}], \"{stem}\", \"{}\", {}, os{i}, res + {at}, {})) {{ MPI_Abort(MPI_COMM_WORLD, 1); }}",
                     dims_list(&d),
                     ninputs + 1,
                     npy_descr(t.elem)?,

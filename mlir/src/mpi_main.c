@@ -103,11 +103,12 @@ static int64_t *descriptor(void *data, int rank, const int64_t *shape) {
   return d;
 }
 
-/* Writes output `index` from a result descriptor to OUTDIR/output_<index>.npy. */
-static int write_npy(const char *dir, int index, const char *descr, int rank,
+/* Writes an output from a result descriptor to OUTDIR/<stem>.npy (the stem is the output's
+   name made file-safe). */
+static int write_npy(const char *dir, const char *stem, const char *descr, int rank,
                      const int64_t *shape, const int64_t *desc, size_t esize) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/output_%d.npy", dir, index);
+  snprintf(path, sizeof path, "%s/%s.npy", dir, stem);
   char header[512];
   int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
   for (int i = 0; i < rank; i++)

@@ -11,11 +11,28 @@ use tessera_ir::{ElemType, TensorType};
 
 use crate::proto::{ModelProto, TensorProto, tensor_proto};
 
-/// Memory-maps a file as shared bytes (empty files give empty bytes).
+/// Memory-maps a file as shared bytes (empty files give empty bytes). Anything but a regular
+/// file (a directory, a FIFO, a device) is refused before it is opened: opening a FIFO blocks
+/// until a writer comes.
 #[allow(unsafe_code)]
 pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
+    let kind = std::fs::metadata(path)?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file (it is {})", file_kind(kind)),
+        ));
+    }
     let file = File::open(path)?;
-    if file.metadata()?.len() == 0 {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        // Replaced between the check and the open.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file (it is {})", file_kind(meta.file_type())),
+        ));
+    }
+    if meta.len() == 0 {
         return Ok(Bytes::new());
     }
     // SAFETY: the map is read-only and private to this process. As with every tool that maps
@@ -23,6 +40,30 @@ pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
     // guard against.
     let map = unsafe { memmap2::Mmap::map(&file)? };
     Ok(Bytes::from_owner(map))
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
+    }
 }
 
 /// Decodes a model; `bytes` fields of the result are slices of `data`.
@@ -63,9 +104,17 @@ pub(crate) fn elem_type_name(code: i32) -> String {
 
 /// Resolves tensors' external data files relative to the model's folder, mapping each file
 /// once.
+///
+/// A location must be a relative path without `..` whose real path (symbolic links resolved)
+/// lies inside the model's real folder and is a regular file, all checked before the file is
+/// opened: a link to `/etc/passwd` or a linked folder pointing elsewhere would otherwise turn
+/// another file's bytes into weights, and opening a FIFO blocks forever.
 #[derive(Default)]
 pub(crate) struct ExternalFiles {
     base: Option<PathBuf>,
+    /// The model folder's real path, resolved at the first external tensor.
+    real_base: Option<PathBuf>,
+    /// The mapped files, by real path.
     maps: BTreeMap<PathBuf, Bytes>,
 }
 
@@ -73,11 +122,14 @@ impl ExternalFiles {
     pub(crate) fn new(base: Option<PathBuf>) -> Self {
         ExternalFiles {
             base,
+            real_base: None,
             maps: BTreeMap::new(),
         }
     }
 
-    fn slice(&mut self, location: &str, offset: u64, length: Option<u64>) -> Result<Bytes, String> {
+    /// The real path of an external data file, checked to be a regular file inside the
+    /// model's folder.
+    fn resolve(&mut self, location: &str) -> Result<PathBuf, String> {
         let rel = Path::new(location);
         if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
             return Err(format!(
@@ -90,12 +142,52 @@ impl ExternalFiles {
             ));
         };
         let path = base.join(rel);
-        if !self.maps.contains_key(&path) {
-            let data = map_file(&path)
-                .map_err(|e| format!("external data file {}: {e}", path.display()))?;
-            self.maps.insert(path.clone(), data);
+        let real_base = match &self.real_base {
+            Some(b) => b.clone(),
+            None => {
+                let b = std::fs::canonicalize(base).map_err(|e| {
+                    format!(
+                        "external data file {}: the model's folder {}: {e}",
+                        path.display(),
+                        base.display()
+                    )
+                })?;
+                self.real_base = Some(b.clone());
+                b
+            }
+        };
+        let real = std::fs::canonicalize(&path)
+            .map_err(|e| format!("external data file {}: {e}", path.display()))?;
+        if !real.starts_with(&real_base) {
+            return Err(format!(
+                "external data file {} resolves to {}, outside the model's folder {}",
+                path.display(),
+                real.display(),
+                real_base.display()
+            ));
         }
-        let data = &self.maps[&path];
+        let kind = std::fs::metadata(&real)
+            .map_err(|e| format!("external data file {}: {e}", path.display()))?
+            .file_type();
+        if !kind.is_file() {
+            return Err(format!(
+                "external data file {} is {}, not a regular file",
+                path.display(),
+                file_kind(kind)
+            ));
+        }
+        Ok(real)
+    }
+
+    fn slice(&mut self, location: &str, offset: u64, length: Option<u64>) -> Result<Bytes, String> {
+        let real = self.resolve(location)?;
+        if !self.maps.contains_key(&real) {
+            let data = map_file(&real)
+                .map_err(|e| format!("external data file {}: {e}", real.display()))?;
+            self.maps.insert(real.clone(), data);
+        }
+        let path = &real;
+        let data = &self.maps[&real];
         let len = data.len() as u64;
         let end = match length {
             Some(l) => offset.checked_add(l),
@@ -121,6 +213,13 @@ pub(crate) fn tensor_data(
     ext: &mut ExternalFiles,
 ) -> Result<(TensorType, Bytes), String> {
     let elem = elem_type(t.data_type())?;
+    if t.dims.len() > crate::MAX_RANK {
+        return Err(format!(
+            "rank {} is more than the limit of {}",
+            t.dims.len(),
+            crate::MAX_RANK
+        ));
+    }
     let mut dims = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
         dims.push(

@@ -11,7 +11,7 @@ use tessera_ir::{Constant, Dim, Graph, Op, Tensor, TensorType, ValueId};
 use crate::decode::{self, ExternalFiles};
 use crate::ops::{self, Node};
 use crate::proto::{GraphProto, ModelProto, TensorProto, tensor_shape_proto, type_proto};
-use crate::{IR_VERSION_RANGE, ImportError, ImportOptions, OPSET_RANGE, Unsupported};
+use crate::{IR_VERSION_RANGE, ImportError, ImportOptions, MAX_RANK, OPSET_RANGE, Unsupported};
 
 /// Results with at most this many elements are folded when every operand is known.
 pub(crate) const FOLD_LIMIT: u64 = 1 << 16;
@@ -110,6 +110,7 @@ fn import_with(
         ExternalFiles::new(base),
         path,
     );
+    cx.fold_limit_bytes = options.fold_limit_bytes;
     cx.import_main(graph, options)?;
     // Initializers read only at import time (shapes, axes) and values folded away leave
     // dead `const` ops behind.
@@ -264,15 +265,17 @@ pub(crate) struct Ctx<'p> {
     /// Graph inputs with values given for specialization ([`ImportOptions::input_values`]).
     input_values: BTreeMap<ValueId, Tensor>,
     /// Constant names in use.
-    const_names: BTreeSet<String>,
+    const_names: Names,
     /// IR value names in use.
-    value_names: BTreeSet<String>,
+    value_names: Names,
     ext: ExternalFiles,
     path: &'p Path,
     /// The name of the node being imported, when it has one (new ops get it as location).
     loc: Option<String>,
     /// The first output name of the node being imported (a base for new constants' names).
     hint: String,
+    /// [`ImportOptions::fold_limit_bytes`].
+    pub fold_limit_bytes: u64,
 }
 
 impl<'p> Ctx<'p> {
@@ -289,12 +292,13 @@ impl<'p> Ctx<'p> {
             names: BTreeMap::new(),
             known: BTreeMap::new(),
             input_values: BTreeMap::new(),
-            const_names: BTreeSet::new(),
-            value_names: BTreeSet::new(),
+            const_names: Names::default(),
+            value_names: Names::default(),
             ext,
             path,
             loc: None,
             hint: String::new(),
+            fold_limit_bytes: crate::DEFAULT_FOLD_LIMIT_BYTES,
         }
     }
 
@@ -314,10 +318,24 @@ impl<'p> Ctx<'p> {
         // are constants, not inputs.
         self.add_initializers(graph)?;
         let mut bound: BTreeSet<&str> = BTreeSet::new();
+        let mut declared: BTreeSet<&str> = BTreeSet::new();
         let mut symbols = declared_symbols(graph);
         for vi in &graph.input {
             let name = vi.name();
-            if self.names.contains_key(name) {
+            if !declared.insert(name) {
+                return Err(self.graph_error(format!(
+                    "graph input `{name}` is declared twice (input names must be unique)"
+                )));
+            }
+            if let Some(Slot::Init(ty, _)) = self.names.get(name) {
+                // An initializer listed as an input (IR version < 4, or an input with a
+                // default): the declared type must be the initializer's.
+                if let Some(why) = shadow_conflict(vi, ty) {
+                    return Err(self.graph_error(format!(
+                        "graph input `{name}` has the same name as an initializer of type {ty} \
+                         but {why}"
+                    )));
+                }
                 continue;
             }
             let mut ty = value_info_type(vi, &mut symbols)
@@ -359,6 +377,7 @@ impl<'p> Ctx<'p> {
                 }
                 ty = TensorType::fixed(ty.elem, &dims);
             }
+            check_type_limits(&ty).map_err(|m| self.graph_error(format!("input `{name}`: {m}")))?;
             let vname = self.unique_value_name(name);
             let v = self.g.add_input(Some(vname), ty);
             if let Some(t) = options.input_values.get(name) {
@@ -385,7 +404,8 @@ impl<'p> Ctx<'p> {
 
         self.import_nodes(graph)?;
 
-        let mut outputs = Vec::new();
+        let mut outputs: Vec<(ValueId, Option<String>)> = Vec::new();
+        let mut output_names = BTreeSet::new();
         for vi in &graph.output {
             let v = self
                 .lookup(vi.name())
@@ -395,24 +415,38 @@ impl<'p> Ctx<'p> {
             // or already another output.
             let is_input = matches!(self.g.value(v).def, tessera_ir::ValueDef::Input(_));
             if !is_input
-                && !outputs.contains(&v)
+                && !outputs.iter().any(|(o, _)| *o == v)
                 && self.g.value(v).name.as_deref() != Some(vi.name())
                 && !self.value_names.contains(vi.name())
             {
                 let name = unique_name(&mut self.value_names, vi.name());
                 self.g.set_name(v, name);
             }
-            outputs.push(v);
+            // The output keeps the model's name whatever value computes it; a name given
+            // twice names the first output, the later ones are named after their values.
+            let given = (!vi.name().is_empty() && !output_names.contains(vi.name()))
+                .then(|| vi.name().to_string());
+            if let Some(n) = &given {
+                output_names.insert(n.clone());
+            }
+            outputs.push((v, given));
         }
         if outputs.is_empty() {
             return Err(self.graph_error("the graph has no outputs".into()));
         }
-        self.g.set_outputs(outputs);
+        self.g.set_named_outputs(outputs);
         Ok(())
     }
 
     fn add_initializers(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
         for t in &graph.initializer {
+            if !seen.insert(t.name()) {
+                return Err(self.graph_error(format!(
+                    "initializer `{}` is defined twice (initializer names must be unique)",
+                    t.name()
+                )));
+            }
             self.add_initializer(t)
                 .map_err(|m| self.graph_error(format!("initializer `{}`: {m}", t.name())))?;
         }
@@ -566,6 +600,9 @@ impl<'p> Ctx<'p> {
             return None;
         };
         let c = self.g.constant(c);
+        if !self.fits_fold_limit(&c.ty) {
+            return None;
+        }
         let t = Tensor::from_typed_le_bytes(&c.ty, &c.data).ok()?;
         if c.ty.num_elements().is_some_and(|n| n <= FOLD_LIMIT) {
             self.known.insert(v, t.clone());
@@ -581,7 +618,23 @@ impl<'p> Ctx<'p> {
         let tessera_ir::ValueDef::Result(op, 0) = self.g.value(v).def else {
             return false;
         };
-        matches!(self.g.op(op).op, Op::Const(_)) && self.g.ty(v).static_dims().is_some()
+        matches!(self.g.op(op).op, Op::Const(_))
+            && self.g.ty(v).static_dims().is_some()
+            && self.fits_fold_limit(self.g.ty(v))
+    }
+
+    /// Whether a tensor of type `ty` may be computed or read at import time: its byte size is
+    /// static and at most [`ImportOptions::fold_limit_bytes`].
+    pub(crate) fn fits_fold_limit(&self, ty: &TensorType) -> bool {
+        ty.size_bytes().is_some_and(|b| b <= self.fold_limit_bytes)
+    }
+
+    /// Whether an array of `count` elements of `elem` fits
+    /// [`ImportOptions::fold_limit_bytes`] (overflow-checked), for tables built at import.
+    pub(crate) fn fits_fold_limit_count(&self, count: u64, elem: tessera_ir::ElemType) -> bool {
+        count
+            .checked_mul(elem.size_bytes() as u64)
+            .is_some_and(|b| b <= self.fold_limit_bytes)
     }
 
     /// A base name for values the current node creates (its first output's name).
@@ -593,12 +646,32 @@ impl<'p> Ctx<'p> {
     /// a `const` op for an initializer that is only read at import time.
     pub(crate) fn known_name(&mut self, name: &str) -> Option<Tensor> {
         match self.names.get(name)? {
+            Slot::Init(ty, _) if !self.fits_fold_limit(ty) => None,
             Slot::Init(ty, data) => Tensor::from_typed_le_bytes(ty, data).ok(),
             Slot::Value(v) => {
                 let v = *v;
                 self.known(v).or_else(|| self.input_values.get(&v).cloned())
             }
         }
+    }
+
+    /// The byte size of the ONNX value `name` when it is a constant too large to be read at
+    /// import time ([`ImportOptions::fold_limit_bytes`]).
+    pub(crate) fn over_fold_limit(&self, name: &str) -> Option<u64> {
+        let ty = match self.names.get(name)? {
+            Slot::Init(ty, _) => ty,
+            Slot::Value(v) => {
+                let tessera_ir::ValueDef::Result(op, 0) = self.g.value(*v).def else {
+                    return None;
+                };
+                if !matches!(self.g.op(op).op, Op::Const(_)) {
+                    return None;
+                }
+                self.g.ty(*v)
+            }
+        };
+        let bytes = ty.size_bytes().unwrap_or(u64::MAX);
+        (bytes > self.fold_limit_bytes).then_some(bytes)
     }
 
     /// The type of a value.
@@ -613,6 +686,9 @@ impl<'p> Ctx<'p> {
             let tys: Vec<&TensorType> = operands.iter().map(|&v| self.g.ty(v)).collect();
             infer(&self.g, &op, &tys).map_err(|e| format!("{}: {}", op.name(), e.message))?
         };
+        for (i, t) in types.iter().enumerate() {
+            check_type_limits(t).map_err(|m| format!("{}: result {i}: {m}", op.name()))?;
+        }
         let small = types
             .iter()
             .all(|t| t.num_elements().is_some_and(|n| n <= FOLD_LIMIT));
@@ -629,7 +705,17 @@ impl<'p> Ctx<'p> {
             }
             if inputs.len() == operands.len() {
                 let refs: Vec<&Tensor> = inputs.iter().collect();
-                if let Ok(outs) = tessera_ir::interp::eval_op(&op, &refs) {
+                // Under the fold limit: an op's tables may be larger than its result.
+                let limit = tessera_ir::interp::RunOptions {
+                    memory_limit: self.fold_limit_bytes,
+                };
+                let folded = tessera_ir::interp::eval_op_limited(
+                    &op,
+                    &refs,
+                    &tessera_ir::interp::Bindings::new(),
+                    &limit,
+                );
+                if let Ok(outs) = folded {
                     let hint = self.hint.clone();
                     return Ok(outs
                         .into_iter()
@@ -649,21 +735,50 @@ impl<'p> Ctx<'p> {
     }
 }
 
-/// `base`, or `base_1`, `base_2`, ... : the first not in `taken`, which it joins.
-fn unique_name(taken: &mut BTreeSet<String>, base: &str) -> String {
-    let mut candidate = base.to_string();
-    let mut i = 1;
-    while taken.contains(&candidate) {
-        candidate = format!("{base}_{i}");
-        i += 1;
+/// A set of names in use, with a counter per base name so that [`unique_name`] does not
+/// probe `base_1`, `base_2`, ... from 1 every time (10,000 uses of one name would take
+/// 50 million probes). Names are never removed.
+#[derive(Default)]
+pub(crate) struct Names {
+    taken: BTreeSet<String>,
+    /// For each base [`unique_name`] has suffixed: the suffix its next probe starts at. Every
+    /// `base_j` with `1 <= j < next[base]` is taken, so starting there finds the same name as
+    /// probing from 1.
+    next: BTreeMap<String, u64>,
+}
+
+impl Names {
+    /// Whether `name` is in use.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.taken.contains(name)
     }
-    taken.insert(candidate.clone());
-    candidate
+
+    /// Marks `name` as in use; false if it already was.
+    pub(crate) fn insert(&mut self, name: String) -> bool {
+        self.taken.insert(name)
+    }
+}
+
+/// `base`, or `base_1`, `base_2`, ... : the first not in `taken`, which it joins.
+fn unique_name(taken: &mut Names, base: &str) -> String {
+    if !taken.taken.contains(base) {
+        taken.taken.insert(base.to_string());
+        return base.to_string();
+    }
+    let next = taken.next.entry(base.to_string()).or_insert(1);
+    loop {
+        let candidate = format!("{base}_{next}");
+        *next += 1;
+        if !taken.taken.contains(&candidate) {
+            taken.taken.insert(candidate.clone());
+            return candidate;
+        }
+    }
 }
 
 /// The symbols graph inputs declare (`dim_param`), which generated symbols must avoid.
-fn declared_symbols(graph: &GraphProto) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+fn declared_symbols(graph: &GraphProto) -> Names {
+    let mut out = Names::default();
     for vi in &graph.input {
         if let Some(type_proto::Value::TensorType(t)) =
             vi.r#type.as_ref().and_then(|t| t.value.as_ref())
@@ -683,7 +798,7 @@ fn declared_symbols(graph: &GraphProto) -> BTreeSet<String> {
 /// (`<input>_<axis>`, made unique against `taken`, which holds every symbol in use).
 fn value_info_type(
     vi: &crate::proto::ValueInfoProto,
-    taken: &mut BTreeSet<String>,
+    taken: &mut Names,
 ) -> Result<TensorType, String> {
     let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
@@ -693,9 +808,19 @@ fn value_info_type(
     let Some(shape) = &t.shape else {
         return Err("the input has no declared shape (rank unknown)".into());
     };
+    if shape.dim.len() > MAX_RANK {
+        return Err(format!(
+            "the declared shape has rank {}, more than the limit of {MAX_RANK}",
+            shape.dim.len()
+        ));
+    }
     let mut dims = Vec::with_capacity(shape.dim.len());
     for (i, d) in shape.dim.iter().enumerate() {
         dims.push(match &d.value {
+            // Some exporters write -1 for an unknown extent: a symbol, like an empty dim.
+            Some(tensor_shape_proto::dimension::Value::DimValue(-1)) => {
+                Dim::Sym(unique_name(taken, &format!("{}_{i}", vi.name())))
+            }
             Some(tensor_shape_proto::dimension::Value::DimValue(n)) => Dim::Static(
                 u64::try_from(*n).map_err(|_| format!("negative extent {n} on axis {i}"))?,
             ),
@@ -706,4 +831,102 @@ fn value_info_type(
         });
     }
     Ok(TensorType::new(elem, dims))
+}
+
+/// Why a graph input's declared type does not fit the initializer of the same name (type
+/// `init`), if it does not. A missing shape or a symbolic extent fits anything; `-1` is a
+/// symbolic extent.
+fn shadow_conflict(vi: &crate::proto::ValueInfoProto, init: &TensorType) -> Option<String> {
+    let value = vi.r#type.as_ref().and_then(|t| t.value.as_ref())?;
+    let type_proto::Value::TensorType(t) = value else {
+        return Some("it is declared as a non-tensor".into());
+    };
+    match decode::elem_type(t.elem_type()) {
+        Ok(e) if e == init.elem => {}
+        // 0 is UNDEFINED: no element type declared.
+        _ if t.elem_type() == 0 => {}
+        _ => {
+            return Some(format!(
+                "it is declared with element type {}",
+                decode::elem_type_name(t.elem_type())
+            ));
+        }
+    }
+    let shape = t.shape.as_ref()?;
+    let declared: Vec<String> = shape
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(tensor_shape_proto::dimension::Value::DimValue(n)) if *n != -1 => n.to_string(),
+            Some(tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => p.clone(),
+            _ => "?".to_string(),
+        })
+        .collect();
+    let fits = shape.dim.len() == init.rank()
+        && shape
+            .dim
+            .iter()
+            .zip(&init.shape)
+            .all(|(d, e)| match &d.value {
+                Some(tensor_shape_proto::dimension::Value::DimValue(n)) if *n != -1 => {
+                    u64::try_from(*n).ok() == e.as_static()
+                }
+                _ => true,
+            });
+    (!fits).then(|| format!("it is declared with shape [{}]", declared.join(", ")))
+}
+
+/// Checks a type against the importer's limits: rank at most [`MAX_RANK`], and a byte size
+/// the IR can hold (the verifier's rule, [`tessera_ir::checked_byte_size`]).
+pub(crate) fn check_type_limits(ty: &TensorType) -> Result<(), String> {
+    if ty.rank() > MAX_RANK {
+        return Err(format!(
+            "rank {} is more than the limit of {MAX_RANK}",
+            ty.rank()
+        ));
+    }
+    let extents = ty.shape.iter().filter_map(Dim::as_static);
+    tessera_ir::checked_byte_size(ty.elem, extents)
+        .map_err(|why| format!("type {ty} is too large: {why}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::{Names, unique_name};
+
+    /// The probe from 1 that the counter replaces, as the reference.
+    fn reference(taken: &mut BTreeSet<String>, base: &str) -> String {
+        let mut candidate = base.to_string();
+        let mut i = 1;
+        while taken.contains(&candidate) {
+            candidate = format!("{base}_{i}");
+            i += 1;
+        }
+        taken.insert(candidate.clone());
+        candidate
+    }
+
+    #[test]
+    fn unique_names_are_those_of_the_probe_from_one() {
+        // Bases that collide with each other's suffixed forms, names taken directly in
+        // between, and repeats.
+        let mut names = Names::default();
+        let mut set = BTreeSet::new();
+        let bases = [
+            "y", "y", "y_1", "y", "y_2", "y_1", "y", "a", "y_1_1", "y_1", "", "", "_1", "a_3", "a",
+            "a", "a", "a", "y_5", "y", "y", "y", "y",
+        ];
+        for (round, base) in bases.iter().cycle().take(400).enumerate() {
+            if round % 7 == 3 {
+                // A name taken by other means (as the symbols of declared inputs are).
+                let direct = format!("{base}_{}", round % 11);
+                assert_eq!(names.insert(direct.clone()), set.insert(direct));
+            }
+            assert_eq!(unique_name(&mut names, base), reference(&mut set, base));
+        }
+        assert_eq!(names.taken, set);
+    }
 }

@@ -43,8 +43,15 @@ pub const IR_VERSION_RANGE: std::ops::RangeInclusive<i64> = 3..=14;
 /// that the importer handles (SpaceToDepth's `mode`, Range's `stash_type`).
 pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 7..=28;
 
+/// The default of [`ImportOptions::fold_limit_bytes`]: 1 GiB.
+pub const DEFAULT_FOLD_LIMIT_BYTES: u64 = 1 << 30;
+
+/// The highest tensor rank the importer accepts (numpy's `NPY_MAXDIMS`): a graph input, an
+/// initializer or a node result of a higher rank is an error naming it.
+pub const MAX_RANK: usize = 64;
+
 /// Options of an import.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ImportOptions {
     /// Static shapes for graph inputs by name (`--input-shape x=1x3x224x224`); they replace
     /// the model's declared (possibly symbolic) shapes, and must have the same rank.
@@ -55,6 +62,23 @@ pub struct ImportOptions {
     /// compiler specializes shapes. The inputs stay graph inputs (their shapes become the
     /// given values' shapes) and are never folded into other computations.
     pub input_values: BTreeMap<String, tessera_ir::Tensor>,
+    /// The most bytes a tensor computed at import time may take (default
+    /// [`DEFAULT_FOLD_LIMIT_BYTES`]). A table the importer would build as a constant (a
+    /// `OneHot` depth's positions, `EyeLike`'s indices, an attention mask) that is larger is
+    /// emitted as ops instead; a known value larger than this is not read at import time (it
+    /// is not folded, and an operator that needs its contents at import time refuses it);
+    /// folding an op evaluates it under this memory limit.
+    pub fold_limit_bytes: u64,
+}
+
+impl Default for ImportOptions {
+    fn default() -> ImportOptions {
+        ImportOptions {
+            input_shapes: BTreeMap::new(),
+            input_values: BTreeMap::new(),
+            fold_limit_bytes: DEFAULT_FOLD_LIMIT_BYTES,
+        }
+    }
 }
 
 /// One unsupported feature of a model: an operator (domain, op type, opset) or an element

@@ -92,11 +92,13 @@ fn if_branch_names_stay_inside_the_branch() {
             name: Some("then_branch".into()),
             g: Some(then_branch),
             graphs: vec![],
+            ..Default::default()
         },
         proto::Attribute {
             name: Some("else_branch".into()),
             g: Some(else_branch),
             graphs: vec![],
+            ..Default::default()
         },
     ];
     let m = model(

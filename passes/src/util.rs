@@ -61,7 +61,7 @@ impl Substitution {
             }
             new.push(r);
         }
-        graph.set_outputs(new);
+        graph.replace_output_values(new);
     }
 
     /// Whether there is nothing to replace.

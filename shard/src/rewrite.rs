@@ -181,5 +181,5 @@ fn redirect(g: &mut Graph, from: ValueId, to: ValueId, kept: impl Fn(OpId) -> bo
         .iter()
         .map(|&x| if x == from { to } else { x })
         .collect();
-    g.set_outputs(outputs);
+    g.replace_output_values(outputs);
 }

@@ -75,9 +75,7 @@ pub struct Compiled {
 
 /// Runs `tessera compile`.
 pub fn run(req: &CompileRequest<'_>) -> Result<()> {
-    let target =
-        tessera_targets::resolve(req.target, &super::targets::search_path(req.target_path))
-            .context("--target")?;
+    let target = super::targets::resolve(req.target, req.target_path).context("--target")?;
     let calibration = match req.calibration {
         Some(path) => {
             let c = Calibration::load(path)?;
@@ -90,6 +88,26 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     let clock = Instant::now();
     let graph = super::load_model(req.model, req.shapes)?;
     stages.push(stage("import and verify", clock));
+    let inputs: Vec<(String, tessera_ir::TensorType)> = graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let name = graph.value(v).name.clone().unwrap_or_else(|| v.to_string());
+            (name, graph.ty(v).clone())
+        })
+        .collect();
+    compile_loaded(req, target, calibration, graph, stages)
+        .map_err(|e| super::with_unbound_hint(e, &inputs))
+}
+
+/// `tessera compile` once the model is loaded.
+fn compile_loaded(
+    req: &CompileRequest<'_>,
+    target: std::sync::Arc<dyn Target>,
+    calibration: Option<Calibration>,
+    graph: Graph,
+    mut stages: Vec<crate::report::StageTiming>,
+) -> Result<()> {
     tessera_targets::set_default_target(Some(target.clone()));
     let pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
@@ -118,11 +136,14 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     if req.output.is_none() && !req.emits.is_empty() {
         bail!("--emit writes files into the output directory: give -o DIR");
     }
-    if let Some(dir) = req.output {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(final_dir) = req.output {
+        // Written into a fresh sibling and swapped into place at the end (see `outdir`).
+        let out = super::outdir::OutputDir::create(final_dir)?;
+        let dir = out.path();
         let clock = Instant::now();
         super::emit::write(
             dir,
+            final_dir,
             &compiled.graph,
             target.spec(),
             req.model,
@@ -168,6 +189,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
             graph: &compiled.graph,
         });
         super::write_atomically(&dir.join(crate::report::HTML_FILE), page.as_bytes())?;
+        out.commit()?;
     }
     super::print_stdout(&summary)
 }
@@ -211,7 +233,7 @@ pub fn compile(
     samples: usize,
     settings: &PlaceSettings<'_>,
 ) -> Result<Compiled> {
-    let stages = crate::instrument::Stages::new(graph.ops().len());
+    let stages = crate::instrument::Stages::new();
     stages.stage("building the placement problem");
     let cost = CostModel::new(target, calibration);
     let built = tessera_place::build::build(&graph, &cost)?;

@@ -52,16 +52,18 @@ pub fn lower_graph(graph: &Graph, target: &TargetSpec, model: &Path) -> Result<P
 }
 
 /// Lowers `graph`, checks every module with MLIR's verifier, and writes the modules, the
-/// manifest, the weights and the `emits` to `dir`.
+/// manifest, the weights and the `emits` to `dir`, which becomes `shown` when the compile
+/// ends (the name messages give it).
 pub fn write(
     dir: &Path,
+    shown: &Path,
     graph: &Graph,
     target: &TargetSpec,
     model: &Path,
     emits: &[Emit],
     flags: &PassFlags,
 ) -> Result<Program> {
-    let stages = crate::instrument::Stages::new(graph.ops().len());
+    let stages = crate::instrument::Stages::new();
     stages.stage("lowering to MLIR");
     let program = lower_graph(graph, target, model)?;
     let mlir = Mlir::new();
@@ -185,7 +187,7 @@ pub fn write(
                     ranks.len(),
                     ranks.join(", "),
                     ranks.len(),
-                    dir.display(),
+                    shown.display(),
                     tessera_mlir::mpi::input_args(&program)
                 );
             }

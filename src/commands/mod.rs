@@ -6,6 +6,7 @@ pub mod emit;
 pub mod fmt;
 pub mod import;
 pub mod opt;
+pub mod outdir;
 pub mod passes;
 pub mod place;
 pub mod report;
@@ -17,7 +18,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use tessera_ir::{Graph, text};
+use tessera_ir::{Dim, Graph, TensorType, text};
 use tessera_onnx::ImportOptions;
 
 /// One `--input-shape NAME=D0xD1x...`.
@@ -52,7 +53,16 @@ pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
             input_shapes: shape_map(shapes)?,
             ..ImportOptions::default()
         };
-        return import_verified(path, &options);
+        return import_verified(path, &options).map_err(|e| {
+            let declared = tessera_onnx::model_inputs(path)
+                .map(|(_, inputs)| inputs)
+                .unwrap_or_default();
+            let unbound: Vec<(String, TensorType)> = declared
+                .into_iter()
+                .filter(|(n, _)| !options.input_shapes.contains_key(n))
+                .collect();
+            with_unbound_hint(e, &unbound)
+        });
     }
     check_readable(path)?;
     // Verify the file as written first: binding shapes infers every type again, which would
@@ -66,6 +76,43 @@ pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
     verified(graph, path, " after --input-shape")
 }
 
+/// Adds to a failure the inputs whose extents are still symbolic, when there are any: an
+/// unbound dimension is the usual cause of a shape error or an unsized buffer, and the user
+/// may not know that `--input-shape` exists.
+pub fn with_unbound_hint(e: anyhow::Error, inputs: &[(String, TensorType)]) -> anyhow::Error {
+    let unbound: Vec<&(String, TensorType)> = inputs
+        .iter()
+        .filter(|(_, t)| t.shape.iter().any(|d| !matches!(d, Dim::Static(_))))
+        .collect();
+    if unbound.is_empty() {
+        return e;
+    }
+    let mut hint = String::from(
+        "the model has inputs with symbolic extents, not bound by --input-shape (a shape \
+         error may come from them):",
+    );
+    let mut example = Vec::new();
+    for (name, ty) in &unbound {
+        hint.push_str(&format!("\n  {name}: {ty}"));
+        let dims: Vec<String> = ty
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Dim::Static(n) => n.to_string(),
+                Dim::Sym(_) if i == 0 => "1".to_string(),
+                Dim::Sym(_) => "8".to_string(),
+            })
+            .collect();
+        example.push(format!("--input-shape {name}={}", dims.join("x")));
+    }
+    hint.push_str(&format!(
+        "\nbind every one, for example: {}",
+        example.join(" ")
+    ));
+    anyhow::anyhow!("{e:#}\n{hint}")
+}
+
 /// Imports an ONNX model (whatever its extension) and runs the verifier on the result.
 pub fn import_verified(path: &Path, options: &ImportOptions) -> Result<Graph> {
     check_readable(path)?;
@@ -74,7 +121,7 @@ pub fn import_verified(path: &Path, options: &ImportOptions) -> Result<Graph> {
     let mut data = path.as_os_str().to_owned();
     data.push(".data");
     let size = len(path) + len(Path::new(&data));
-    let stages = crate::instrument::Stages::for_file(size);
+    let stages = crate::instrument::Stages::new();
     stages.stage(format!(
         "importing {} ({})",
         path.display(),

@@ -94,12 +94,7 @@ pub fn run(
         );
     }
 
-    let labels: Vec<String> = graph
-        .outputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| output_label(&graph, v, i))
-        .collect();
+    let labels = tessera_ir::text::output_names(&graph);
     show_outputs(output_dir, &labels, &outputs)
 }
 
@@ -162,7 +157,7 @@ fn run_compiled(
     exec: &Execution<'_>,
 ) -> Result<()> {
     let mlir = tessera_mlir::Mlir::new();
-    let stages = crate::instrument::Stages::new(usize::MAX);
+    let stages = crate::instrument::Stages::new();
     stages.stage(format!("JIT-compiling {}", dir.display()));
     let runner = tessera_mlir::Runner::load(&mlir, dir, 2)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
@@ -195,8 +190,7 @@ fn run_model_jit(
     output_dir: Option<&Path>,
     exec: &Execution<'_>,
 ) -> Result<()> {
-    let target = tessera_targets::resolve(target, &super::targets::search_path(exec.target_path))
-        .context("--target")?;
+    let target = super::targets::resolve(target, exec.target_path).context("--target")?;
     tessera_targets::set_default_target(Some(target.clone()));
     let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
     let flags = crate::instrument::PassFlags::default();
@@ -299,6 +293,7 @@ fn prepare_onnx(
     let options = tessera_onnx::ImportOptions {
         input_shapes,
         input_values,
+        ..tessera_onnx::ImportOptions::default()
     };
     let graph = super::import_verified(path, &options)?;
     if graph.inputs().len() != inputs.len() {
@@ -410,15 +405,6 @@ fn input_label(graph: &Graph, v: ValueId) -> String {
 
 fn value_label(graph: &Graph, v: ValueId) -> String {
     graph.value(v).name.clone().unwrap_or_else(|| v.to_string())
-}
-
-/// An output's name: its value name, or `output<i>` when it has none.
-fn output_label(graph: &Graph, v: ValueId, i: usize) -> String {
-    graph
-        .value(v)
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("output{i}"))
 }
 
 fn write_outputs(dir: &Path, labels: &[String], outputs: &[Tensor]) -> Result<()> {

@@ -13,6 +13,28 @@ pub fn search_path(dirs: &[PathBuf]) -> Vec<PathBuf> {
     path
 }
 
+/// Resolves `--target NAME` (a file, a plugin's target, a built-in or a file on the search
+/// path); an unknown name gets "did you mean" with the closest known target.
+pub fn resolve(
+    name: &str,
+    dirs: &[PathBuf],
+) -> Result<std::sync::Arc<dyn tessera_targets::Target>> {
+    let path = search_path(dirs);
+    tessera_targets::resolve(name, &path).map_err(|e| {
+        if let tessera_targets::TargetError::UnknownTarget { .. } = e {
+            let known: Vec<String> = tessera_targets::list_targets(&path)
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            let names: Vec<&str> = known.iter().map(String::as_str).collect();
+            if let Some(c) = tessera_passes::closest(name, &names) {
+                return anyhow::anyhow!("{e}; did you mean `{c}`?");
+            }
+        }
+        e.into()
+    })
+}
+
 /// Lists the built-in targets and those on the search path, with their descriptions.
 pub fn list(dirs: &[PathBuf]) -> Result<()> {
     let entries = tessera_targets::list_targets(&search_path(dirs));
@@ -34,7 +56,7 @@ pub fn list(dirs: &[PathBuf]) -> Result<()> {
 
 /// Prints one target resolved: its devices, links and host.
 pub fn show(name: &str, dirs: &[PathBuf]) -> Result<()> {
-    let target = tessera_targets::resolve(name, &search_path(dirs))?;
+    let target = resolve(name, dirs)?;
     super::print_stdout(&render(target.spec()))
 }
 

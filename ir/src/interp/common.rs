@@ -824,7 +824,8 @@ pub(crate) fn zip2<A: Copy, B: Copy, C>(
     mut f: impl FnMut(A, B) -> C,
 ) -> R<ArrayD<C>> {
     let shape = broadcast_shapes(a.shape(), b.shape())?;
-    numel(&shape)?;
+    let n = numel(&shape)?;
+    check_alloc(n, size_of::<C>(), &format!("a tensor of shape {shape:?}"))?;
     let (av, bv) = (bview(a, &shape)?, bview(b, &shape)?);
     Ok(Zip::from(&av).and(&bv).map_collect(|&x, &y| f(x, y)))
 }
@@ -859,6 +860,11 @@ pub(crate) fn remap<T: Copy>(x: &ArrayD<T>, maps: &[Vec<Option<usize>>], fill: T
     let st = strides_of(x.shape());
     let shape: Vec<usize> = maps.iter().map(Vec::len).collect();
     let total = numel(&shape)?;
+    check_alloc(
+        total,
+        size_of::<T>(),
+        &format!("a tensor of shape {shape:?}"),
+    )?;
     let offs: Vec<Vec<Option<usize>>> = maps
         .iter()
         .zip(&st)

@@ -227,7 +227,7 @@ pub(crate) fn select(c: &Tensor, x: &Tensor, y: &Tensor) -> R<Tensor> {
     dispatch_any!(x.elem(), T => {
         let (xa, ya) = (arr::<T>(x)?, arr::<T>(y)?);
         let shape = broadcast_shapes(&broadcast_shapes(c.shape(), xa.shape())?, ya.shape())?;
-        numel(&shape)?;
+        numel_of(&shape, x.elem())?;
         let (cv, xv, yv) = (bview(c, &shape)?, bview(xa, &shape)?, bview(ya, &shape)?);
         Ok(T::wrap(Zip::from(&cv).and(&xv).and(&yv).map_collect(|&c, &x, &y| if c { x } else { y })))
     })

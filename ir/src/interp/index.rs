@@ -22,6 +22,7 @@ use ndarray::{ArrayD, Axis, IxDyn};
 use super::common::*;
 use crate::op::ScatterReduction;
 use crate::tensor::Tensor;
+use crate::types::ElemType;
 
 /// `gather` along an axis.
 pub(crate) fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> R<Tensor> {
@@ -38,7 +39,7 @@ pub(crate) fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> R<Tensor> {
     let mut out_shape = shape[..axis].to_vec();
     out_shape.extend(ind.shape());
     out_shape.extend(&shape[axis + 1..]);
-    let total = numel(&out_shape)?;
+    let total = numel_of(&out_shape, x.elem())?;
     dispatch_any!(x.elem(), T => {
         let data = row_major(arr::<T>(x)?.view());
         let mut out = Vec::with_capacity(total);
@@ -138,7 +139,7 @@ pub(crate) fn gather_nd(x: &Tensor, idx: &Tensor, batch_dims: usize) -> R<Tensor
     let m = ind.shape()[q - 1];
     let mut out_shape = ind.shape()[..q - 1].to_vec();
     out_shape.extend(&x.shape()[batch_dims + m..]);
-    let total = numel(&out_shape)?;
+    let total = numel_of(&out_shape, x.elem())?;
     dispatch_any!(x.elem(), T => {
         let data = row_major(arr::<T>(x)?.view());
         let mut out = Vec::with_capacity(total);
@@ -223,7 +224,8 @@ pub(crate) fn top_k(x: &Tensor, k: u64, axis: usize, largest: bool) -> R<Vec<Ten
     }
     let mut out_shape = shape.to_vec();
     out_shape[axis] = k;
-    numel(&out_shape)?;
+    numel_of(&out_shape, x.elem())?;
+    numel_of(&out_shape, ElemType::I64)?;
     dispatch_any!(x.elem(), T => {
         let a = arr::<T>(x)?;
         #[allow(clippy::eq_op)]

@@ -247,7 +247,7 @@ fn einsum_t<T: Num>(eq: &Equation, xs: &[&ArrayD<T>]) -> R<ArrayD<T>> {
     }
     let extents: Vec<usize> = extents.into_iter().map(|e| e.unwrap_or(0)).collect();
     let out_shape: Vec<usize> = extents[..eq.output.len()].to_vec();
-    numel(&out_shape)?;
+    numel_of(&out_shape, T::ELEM)?;
 
     if let Some(r) = einsum_as_matmul(eq, xs, &letters, &extents)? {
         return Ok(r);

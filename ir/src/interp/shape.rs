@@ -58,7 +58,7 @@ pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> R<Tensor> {
 pub(crate) fn expand(x: &Tensor, shape: &[Dim], b: &Bindings) -> R<Tensor> {
     let dims = resolve_dims(shape, b)?;
     let target = broadcast_shapes(x.shape(), &dims)?;
-    numel(&target)?;
+    numel_of(&target, x.elem())?;
     dispatch_any!(x.elem(), T => Ok(T::wrap(bview(arr::<T>(x)?, &target)?.to_owned())))
 }
 
@@ -89,7 +89,7 @@ pub(crate) fn concat(xs: &[&Tensor], axis: usize) -> R<Tensor> {
     }
     let mut shape = s0.to_vec();
     shape[axis] = total;
-    numel(&shape)?;
+    numel_of(&shape, xs[0].elem())?;
     dispatch_any!(xs[0].elem(), T => {
         let views = xs.iter().map(|t| arr::<T>(t).map(|a| a.view())).collect::<R<Vec<_>>>()?;
         ndarray::concatenate(Axis(axis), &views).map(T::wrap).map_err(|e| ierr!("internal: {e}"))
@@ -406,6 +406,8 @@ pub(crate) fn range(
             bail!("invalid element count {count}");
         }
         let n = if count > 0.0 { count as usize } else { 0 };
+        // The count comes from the operands' values: check it before collecting.
+        numel_of(&[n], T::ELEM)?;
         if let Some(e) = expected
             && e != n
         {

@@ -19,7 +19,7 @@
 //!   %y = relu %0 : f32[N, 16] device("gpu0") loc("fc1/Relu")
 //!   %vals, %idx = top-k %y {axis = 1, k = 5, largest = true} : f32[N, 5], i64[N, 5]
 //!   %"weird/name:0" = reduce-sum %vals {axes = [1], keep-dims = false} : f32[N]
-//!   return %y, %idx
+//!   return %y as "probs", %idx
 //! }
 //! ```
 //!
@@ -42,7 +42,8 @@
 //! mesh      := "mesh" @name "=" "[" [ integer { "," integer } ] "]"
 //!                  "devices(" [ string { "," string } ] ")"
 //! graph     := "graph" @name "(" [ %name ":" vtype { "," %name ":" vtype } ] ")" "{"
-//!                  op* "return" [ %name { "," %name } ] "}"
+//!                  op* "return" [ output { "," output } ] "}"
+//! output    := %name [ "as" string ]
 //! op        := [ %name { "," %name } "=" ] op-name [ "const" @name ]
 //!                  [ %name { "," %name } ] [ "{" attr { "," attr } "}" ]
 //!                  [ ":" vtype { "," vtype } ] [ "device(" string ")" ] [ "loc(" string ")" ]
@@ -74,6 +75,12 @@
 //!   ([`Mesh`](crate::Mesh)). An op that runs on the whole mesh prints `device("@grid")`.
 //!   Collectives name mesh axes: `all-reduce %p {axes = [0, 1]}`; a transfer names its
 //!   devices: `transfer %x {from = "chip0", to = "chip1"}`.
+//! - **Outputs.** `return` lists the outputs in order. Each output has a name of its own, the
+//!   model's interface (`run` writes its file under it), kept by every pass whatever value
+//!   computes it. It is printed as `as "name"` after the value when it differs from the
+//!   value's printed name; without `as`, the output is named after its value, and a value
+//!   returned twice gets `_1`, `_2`, ... for its later outputs ([`output_names`]). Output
+//!   names are unique.
 //! - **Ops.** The results, `=`, the op's name ([`Op::name`](crate::Op::name)), the operands,
 //!   the attributes, `:` and one type per result, then ` device("...")` and ` loc("...")`
 //!   when set. An op with no results (a `split` with no pieces) omits `... =` and `: ...`.
@@ -125,7 +132,7 @@ use crate::graph::{Entity, Graph};
 
 pub use attrs::OP_NAMES;
 pub use dot::to_dot;
-pub use printer::{const_names, value_names};
+pub use printer::{const_names, output_names, value_names};
 pub use sidecar::{LoadError, SaveError, Sidecar, dtype_of, sidecar_path, write_atomically};
 
 /// Constants with at most this many elements print their data inline; larger ones are

@@ -198,15 +198,40 @@ impl Parser {
         }
         self.next();
         let mut outputs = Vec::new();
+        let mut names: Vec<(String, Option<String>)> = Vec::new();
         if matches!(self.peek(), Tok::Value(_)) {
             loop {
+                let (written, _) = self.value_name()?;
+                self.i -= 1;
                 outputs.push(self.operand()?);
+                let given = match self.peek() {
+                    Tok::Ident(s) if s == "as" => {
+                        self.next();
+                        let pos = self.pos();
+                        let name = self.string()?;
+                        if name.is_empty() {
+                            return Err(pos.error("an output's name is empty"));
+                        }
+                        if names.iter().any(|(_, n)| n.as_ref() == Some(&name)) {
+                            return Err(pos.error(format!("two outputs are named `{name}`")));
+                        }
+                        Some(name)
+                    }
+                    _ => None,
+                };
+                names.push((written, given));
                 if !self.eat_punct(',') {
                     break;
                 }
             }
         }
-        self.graph.set_outputs(outputs);
+        let names = super::printer::resolve_output_names(names);
+        self.graph.set_named_outputs(
+            outputs
+                .into_iter()
+                .zip(names.into_iter().map(Some))
+                .collect(),
+        );
         self.expect_punct('}')?;
         if *self.peek() != Tok::Eof {
             return self.unexpected("end of file after the graph");

@@ -35,7 +35,7 @@ pub fn value_names(graph: &Graph) -> Vec<String> {
         }
     }
     let mut names = vec![String::new(); graph.num_values()];
-    let mut taken = BTreeSet::new();
+    let mut taken = Unique::default();
     let mut unnamed = 0usize;
     for v in all {
         let base = match &graph.value(v).name {
@@ -45,30 +45,77 @@ pub fn value_names(graph: &Graph) -> Vec<String> {
                 (unnamed - 1).to_string()
             }
         };
-        names[v.index()] = unique(base, &mut taken);
+        names[v.index()] = taken.claim(base);
     }
     names
+}
+
+/// The name of every graph output, in order, as `run` and the compiled program write them:
+/// the output's own name ([`Graph::output_names`]) where it has one, else its value's
+/// printed name ([`value_names`]). An unnamed output that would repeat an earlier output's
+/// name (the same value returned twice) gets `_1`, `_2`, ... appended, so the names are
+/// distinct.
+pub fn output_names(graph: &Graph) -> Vec<String> {
+    let printed = value_names(graph);
+    let outputs: Vec<(String, Option<String>)> = graph
+        .outputs()
+        .iter()
+        .zip(graph.output_names().iter().chain(std::iter::repeat(&None)))
+        .map(|(&v, name)| {
+            let value = printed.get(v.index()).cloned();
+            (value.unwrap_or_else(|| v.to_string()), name.clone())
+        })
+        .collect();
+    resolve_output_names(outputs)
+}
+
+/// Each output's name from its value's name and its own name, if given (see
+/// [`output_names`]); shared with the parser, which resolves `return` the same way.
+pub(crate) fn resolve_output_names(outputs: Vec<(String, Option<String>)>) -> Vec<String> {
+    let mut taken = Unique::default();
+    for n in outputs.iter().filter_map(|(_, n)| n.as_ref()) {
+        taken.taken.insert(n.clone());
+    }
+    outputs
+        .into_iter()
+        .map(|(value, name)| name.unwrap_or_else(|| taken.claim(value)))
+        .collect()
 }
 
 /// The names the printer shows for the constants (indexed by [`ConstId::index`](crate::ConstId::index)), without
 /// the `@`, made unique the same way as [`value_names`].
 pub fn const_names(graph: &Graph) -> Vec<String> {
-    let mut taken = BTreeSet::new();
+    let mut taken = Unique::default();
     graph
         .consts()
-        .map(|(_, c)| unique(c.name.clone(), &mut taken))
+        .map(|(_, c)| taken.claim(c.name.clone()))
         .collect()
 }
 
-fn unique(base: String, taken: &mut BTreeSet<String>) -> String {
-    let mut name = base.clone();
-    let mut k = 0;
-    while taken.contains(&name) {
-        k += 1;
-        name = format!("{base}_{k}");
+/// Names made unique by appending `_1`, `_2`, ...: the first free suffix for each base.
+/// Each base remembers where its probe stopped, so claiming `n` equal names is linear, not
+/// quadratic, and gives the same names as probing from `_1` every time (a suffix below the
+/// remembered one is taken already).
+#[derive(Default)]
+struct Unique {
+    taken: BTreeSet<String>,
+    next: BTreeMap<String, usize>,
+}
+
+impl Unique {
+    fn claim(&mut self, base: String) -> String {
+        if self.taken.insert(base.clone()) {
+            return base;
+        }
+        let k = self.next.entry(base.clone()).or_insert(0);
+        loop {
+            *k += 1;
+            let name = format!("{base}_{k}");
+            if self.taken.insert(name.clone()) {
+                return name;
+            }
+        }
     }
-    taken.insert(name.clone());
-    name
 }
 
 /// Whether a constant is printed inline (else it is `external`, stored in the sidecar).
@@ -166,7 +213,20 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         note(&mut out, Line::Op(o), "  ");
     }
     out.push_str("  return");
-    let outputs: Vec<String> = graph.outputs().iter().map(|&v| p.value(v)).collect();
+    let out_names = output_names(graph);
+    let outputs: Vec<String> = graph
+        .outputs()
+        .iter()
+        .zip(&out_names)
+        .map(|(&v, name)| {
+            let value = p.value(v);
+            if p.names.get(v.index()) == Some(name) {
+                value
+            } else {
+                format!("{value} as {}", quote(name))
+            }
+        })
+        .collect();
     if !outputs.is_empty() {
         out.push(' ');
         out.push_str(&outputs.join(", "));

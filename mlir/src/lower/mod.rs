@@ -403,9 +403,9 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         });
     }
     let mut outputs = Vec::new();
-    for (i, &v) in g.outputs().iter().enumerate() {
+    let output_names = tessera_ir::text::output_names(g);
+    for (i, (&v, name)) in g.outputs().iter().zip(output_names).enumerate() {
         let ty = g.ty(v).to_string();
-        let name = value_name(g, v);
         let source = match g.value(v).def {
             ValueDef::Input(k) => Arg::Input {
                 input: input_name(g, k),

@@ -5,13 +5,22 @@ use tessera_ir::{
     BinaryOp, Dim, ElemType, Op, PadMode, ReduceKind, Scalar, Tensor, UnaryOp, ValueId,
 };
 
+use super::Arity;
 use super::{
     Node, Registry, bin, cast_to, constant, input, opt_input, reshape, scalar, slice_axis,
     transpose, un,
 };
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("Attention", &[(23, 3, 6), (24, 3, 7)]),
+    ("RotaryEmbedding", &[(23, 3, 4)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("Attention", 23, attention);
     r.add("RotaryEmbedding", 23, rotary_embedding);
 }
@@ -424,20 +433,30 @@ fn attention_bias(cx: &mut Ctx<'_>, m: AttnMasking<'_>) -> Result<Option<ValueId
             None => None,
         };
         if m.is_causal || windowed {
-            // e[i, j] = j - i, compared with the offset (scalar or [B, 1, 1, 1]).
-            let e: Vec<i64> = (0..sqi)
-                .flat_map(|i| (0..skvi).map(move |j| j - i))
-                .collect();
-            let e = constant(
-                cx,
-                Tensor::I64(
-                    ndarray::ArrayD::from_shape_vec(
-                        ndarray::IxDyn(&[sq as usize, skv as usize]),
-                        e,
-                    )
-                    .map_err(|e| e.to_string())?,
-                ),
-            );
+            // e[i, j] = j - i, compared with the offset (scalar or [B, 1, 1, 1]); computed
+            // by ops when the table would exceed the import-time limit.
+            let e = if sq
+                .checked_mul(skv)
+                .is_some_and(|n| cx.fits_fold_limit_count(n, ElemType::I64))
+            {
+                let e: Vec<i64> = (0..sqi)
+                    .flat_map(|i| (0..skvi).map(move |j| j - i))
+                    .collect();
+                constant(
+                    cx,
+                    Tensor::I64(
+                        ndarray::ArrayD::from_shape_vec(
+                            ndarray::IxDyn(&[sq as usize, skv as usize]),
+                            e,
+                        )
+                        .map_err(|e| e.to_string())?,
+                    ),
+                )
+            } else {
+                let cols = super::iota(cx, skv, 1, 2)?;
+                let rows = super::iota(cx, sq, 0, 2)?;
+                bin(cx, BinaryOp::Sub, cols, rows)?
+            };
             let offset = match (&m.past_len, nonpad) {
                 (Some(p), _) => {
                     let p = static_dim(p, "the past sequence length")?;
@@ -467,7 +486,7 @@ fn attention_bias(cx: &mut Ctx<'_>, m: AttnMasking<'_>) -> Result<Option<ValueId
             }
         }
         if let Some(np) = nonpad {
-            let j = constant(cx, super::i64_tensor(&(0..skvi).collect::<Vec<_>>()));
+            let j = super::iota(cx, skv, 0, 1)?;
             let c = bin(cx, BinaryOp::Less, j, np)?;
             and(cx, c)?;
         }

@@ -6,10 +6,16 @@
 
 use tessera_ir::{Op, ValueId};
 
+use super::Arity;
 use super::{Node, Registry, input};
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[("If", &[(1, 1, 1)])];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("If", 1, |cx, n| {
         let name = n.p.input.first().map_or("", String::as_str);
         match cx.known_name(name) {

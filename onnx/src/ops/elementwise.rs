@@ -4,12 +4,85 @@
 
 use tessera_ir::{BinaryOp, ElemType, Op, UnaryOp, ValueId};
 
+use super::{Arity, VARIADIC};
 use super::{
     Node, Registry, bin, cast_to, elem, input, inputs, known_input, opt_input, scalar, un,
 };
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("Abs", &[(1, 1, 1)]),
+    ("Acos", &[(7, 1, 1)]),
+    ("Acosh", &[(9, 1, 1)]),
+    ("Add", &[(1, 2, 2)]),
+    ("And", &[(1, 2, 2)]),
+    ("Asin", &[(7, 1, 1)]),
+    ("Asinh", &[(9, 1, 1)]),
+    ("Atan", &[(7, 1, 1)]),
+    ("Atanh", &[(9, 1, 1)]),
+    ("Cast", &[(1, 1, 1)]),
+    ("CastLike", &[(15, 2, 2)]),
+    ("Ceil", &[(1, 1, 1)]),
+    ("Celu", &[(12, 1, 1)]),
+    ("Clip", &[(1, 1, 1), (11, 1, 3)]),
+    ("Cos", &[(7, 1, 1)]),
+    ("Cosh", &[(9, 1, 1)]),
+    ("Div", &[(1, 2, 2)]),
+    ("Dropout", &[(1, 1, 1), (12, 1, 3)]),
+    ("Elu", &[(1, 1, 1)]),
+    ("Equal", &[(1, 2, 2)]),
+    ("Erf", &[(9, 1, 1)]),
+    ("Exp", &[(1, 1, 1)]),
+    ("Floor", &[(1, 1, 1)]),
+    ("Gelu", &[(20, 1, 1)]),
+    ("Greater", &[(1, 2, 2)]),
+    ("GreaterOrEqual", &[(12, 2, 2)]),
+    ("HardSigmoid", &[(1, 1, 1)]),
+    ("HardSwish", &[(14, 1, 1)]),
+    ("Identity", &[(1, 1, 1)]),
+    ("IsInf", &[(10, 1, 1)]),
+    ("IsNaN", &[(9, 1, 1)]),
+    ("LeakyRelu", &[(1, 1, 1)]),
+    ("Less", &[(1, 2, 2)]),
+    ("LessOrEqual", &[(12, 2, 2)]),
+    ("Log", &[(1, 1, 1)]),
+    ("Max", &[(1, 1, VARIADIC)]),
+    ("Mean", &[(1, 1, VARIADIC)]),
+    ("Min", &[(1, 1, VARIADIC)]),
+    ("Mish", &[(18, 1, 1)]),
+    ("Mod", &[(10, 2, 2)]),
+    ("Mul", &[(1, 2, 2)]),
+    ("Neg", &[(1, 1, 1)]),
+    ("Not", &[(1, 1, 1)]),
+    ("Or", &[(1, 2, 2)]),
+    ("PRelu", &[(1, 2, 2)]),
+    ("Pow", &[(1, 2, 2)]),
+    ("Reciprocal", &[(1, 1, 1)]),
+    ("Relu", &[(1, 1, 1)]),
+    ("Round", &[(11, 1, 1)]),
+    ("Selu", &[(1, 1, 1)]),
+    ("Shrink", &[(9, 1, 1)]),
+    ("Sigmoid", &[(1, 1, 1)]),
+    ("Sign", &[(9, 1, 1)]),
+    ("Sin", &[(7, 1, 1)]),
+    ("Sinh", &[(9, 1, 1)]),
+    ("Softplus", &[(1, 1, 1)]),
+    ("Softsign", &[(1, 1, 1)]),
+    ("Sqrt", &[(1, 1, 1)]),
+    ("Sub", &[(1, 2, 2)]),
+    ("Sum", &[(1, 1, VARIADIC)]),
+    ("Swish", &[(24, 1, 1)]),
+    ("Tan", &[(7, 1, 1)]),
+    ("Tanh", &[(1, 1, 1)]),
+    ("ThresholdedRelu", &[(10, 1, 1)]),
+    ("Where", &[(9, 3, 3)]),
+    ("Xor", &[(1, 2, 2)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     macro_rules! unary {
         ($($name:literal => $op:expr),* $(,)?) => {
             $(r.add($name, 1, |cx, n| {

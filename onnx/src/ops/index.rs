@@ -3,16 +3,38 @@
 //! index-generated OneHot and EyeLike, and CenterCropPad (a pad whose negative pads crop).
 
 use tessera_ir::{
-    ArgKind, BinaryOp, Dim, ElemType, Op, PadMode, Scalar, ScatterReduction, Tensor, ValueId,
+    ArgKind, BinaryOp, Dim, ElemType, Op, PadMode, Scalar, ScatterReduction, ValueId,
 };
 
+use super::Arity;
 use super::{
-    Node, Registry, bin, cast_to, const_ints, constant, input, norm_axes, norm_axis, reshape,
-    scalar, slice_axis,
+    Node, Registry, bin, cast_to, const_ints, input, iota, norm_axes, norm_axis, reshape, scalar,
+    slice_axis,
 };
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("ArgMax", &[(1, 1, 1)]),
+    ("ArgMin", &[(1, 1, 1)]),
+    ("CenterCropPad", &[(18, 2, 2)]),
+    ("CumProd", &[(26, 2, 2)]),
+    ("CumSum", &[(11, 2, 2)]),
+    ("EyeLike", &[(9, 1, 1)]),
+    ("Gather", &[(1, 2, 2)]),
+    ("GatherElements", &[(11, 2, 2)]),
+    ("GatherND", &[(11, 2, 2)]),
+    ("OneHot", &[(9, 3, 3)]),
+    ("Scatter", &[(9, 3, 3)]),
+    ("ScatterElements", &[(11, 3, 3)]),
+    ("ScatterND", &[(11, 3, 3)]),
+    ("TopK", &[(1, 1, 1), (10, 2, 2)]),
+    ("Trilu", &[(14, 1, 2)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("OneHot", 9, one_hot);
     r.add("EyeLike", 9, eye_like);
     r.add("CenterCropPad", 18, center_crop_pad);
@@ -200,16 +222,6 @@ fn arg_reduce(cx: &mut Ctx<'_>, n: &Node<'_>, kind: ArgKind) -> Result<Vec<Value
         select_last: n.attr_i_or("select_last_index", 0)? != 0,
     };
     Ok(vec![cx.emit1(op, &[x])?])
-}
-
-/// An i64 `0..len` laid along axis `axis` of a rank-`rank` tensor (extent 1 elsewhere).
-fn iota(cx: &mut Ctx<'_>, len: u64, axis: usize, rank: usize) -> Result<ValueId, String> {
-    let mut shape = vec![1usize; rank];
-    shape[axis] = usize::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
-    let data = (0..len as i64).collect::<Vec<_>>();
-    let a =
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), data).map_err(|e| e.to_string())?;
-    Ok(constant(cx, Tensor::I64(a)))
 }
 
 /// OneHot-9/11: for indices `[d...]`, depth D (known) and values `[off, on]`, the result

@@ -2,9 +2,19 @@
 
 use tessera_ir::Op;
 
+use super::{Arity, VARIADIC};
 use super::{Registry, input, opt_input};
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("Einsum", &[(12, 1, VARIADIC)]),
+    ("Gemm", &[(1, 3, 3), (11, 2, 3)]),
+    ("MatMul", &[(1, 2, 2)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("MatMul", 1, |cx, n| {
         let (a, b) = (input(cx, n, 0)?, input(cx, n, 1)?);
         Ok(vec![cx.emit1(Op::MatMul, &[a, b])?])

@@ -3,10 +3,19 @@
 
 use tessera_ir::{BinaryOp, Dim, ElemType, Op, ReduceKind, UnaryOp, ValueId};
 
+use super::Arity;
 use super::{Node, Registry, bin, cast_to, input, opt_input, reshape, scalar, un};
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("NegativeLogLikelihoodLoss", &[(12, 2, 3)]),
+    ("SoftmaxCrossEntropyLoss", &[(12, 2, 3)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("NegativeLogLikelihoodLoss", 12, |cx, n| {
         let x = input(cx, n, 0)?;
         Ok(vec![nll(cx, n, x)?])

@@ -29,9 +29,20 @@ use crate::proto::{
 /// A builder: imports one node.
 pub(crate) type Builder = fn(&mut Ctx<'_>, &Node<'_>) -> Result<Vec<ValueId>, String>;
 
-/// The op table: op type -> (first supported opset, builder).
+/// How many inputs an op takes from an opset on, as its ONNX schema says: `(since, min, max)`.
+/// An op's rows are sorted by `since`; the row in force at an opset is the last one whose
+/// `since` is not above it. `min` counts the leading inputs that must be given (not empty),
+/// `max` the inputs there may be at most ([`VARIADIC`]: any number). Each op family lists
+/// its ops' rows in an `ARITY` table next to its `register`; onnx.checker's rule.
+pub(crate) type Arity = (i64, usize, usize);
+
+/// The `max` of a variadic op's [`Arity`] (`Concat`, `Sum`, `Max`, ...): unbounded.
+pub(crate) const VARIADIC: usize = usize::MAX;
+
+/// The op table: op type -> (first supported opset, builder), and the input counts.
 pub(crate) struct Registry {
     ops: BTreeMap<&'static str, (i64, Builder)>,
+    arity: BTreeMap<&'static str, &'static [Arity]>,
 }
 
 impl Registry {
@@ -40,6 +51,52 @@ impl Registry {
         let previous = self.ops.insert(op_type, (since, b));
         assert!(previous.is_none(), "ONNX op {op_type} registered twice");
     }
+
+    /// Registers the input counts of a family's ops (its `ARITY` table).
+    pub(crate) fn arities(&mut self, table: &'static [(&'static str, &'static [Arity])]) {
+        for &(op_type, rows) in table {
+            let previous = self.arity.insert(op_type, rows);
+            assert!(previous.is_none(), "ONNX op {op_type} has two arity rows");
+        }
+    }
+}
+
+/// The `(min, max)` input counts of `op_type` at `opset`, when the tables know it.
+pub(crate) fn arity(op_type: &str, opset: i64) -> Option<(usize, usize)> {
+    let rows = registry().arity.get(op_type)?;
+    rows.iter()
+        .rev()
+        .find(|(since, _, _)| *since <= opset)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// onnx.checker's node rules that do not depend on the op's meaning: no attribute given
+/// twice, and the number of inputs the op's schema allows at `opset`.
+fn check_node(node: &Node<'_>, opset: i64) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for a in &node.p.attribute {
+        if !seen.insert(a.name()) {
+            return Err(format!("attribute `{}` is given twice", a.name()));
+        }
+    }
+    let Some((min, max)) = arity(node.op_type(), opset) else {
+        return Ok(());
+    };
+    let given = node.num_inputs();
+    if given > max {
+        return Err(format!(
+            "{} inputs given, but {} takes at most {max} at opset {opset}",
+            given,
+            node.op_type()
+        ));
+    }
+    if let Some(i) = (0..min).find(|&i| !node.has_input(i)) {
+        return Err(format!(
+            "input {i} is missing, but {} takes at least {min} input(s) at opset {opset}",
+            node.op_type()
+        ));
+    }
+    Ok(())
 }
 
 fn registry() -> &'static Registry {
@@ -47,6 +104,7 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let mut r = Registry {
             ops: BTreeMap::new(),
+            arity: BTreeMap::new(),
         };
         attention::register(&mut r);
         control::register(&mut r);
@@ -78,7 +136,10 @@ pub(crate) fn is_supported(op_type: &str, opset: i64) -> bool {
 /// Imports one node.
 pub(crate) fn build(cx: &mut Ctx<'_>, node: &Node<'_>) -> Result<Vec<ValueId>, String> {
     match registry().ops.get(node.op_type()) {
-        Some((_, b)) => b(cx, node),
+        Some((_, b)) => {
+            check_node(node, cx.opset)?;
+            b(cx, node)
+        }
         None => Err("unsupported operator".into()),
     }
 }
@@ -286,6 +347,13 @@ pub(crate) fn const_input(
             if known.is_none() {
                 // Report an undefined name as such.
                 cx.lookup(name)?;
+                if let Some(bytes) = cx.over_fold_limit(name) {
+                    return Err(format!(
+                        "input {i} ({what}) must be known at import time, but `{name}` takes \
+                         {bytes} bytes, more than the import-time limit of {} bytes",
+                        cx.fold_limit_bytes
+                    ));
+                }
             }
             known
         }
@@ -392,6 +460,41 @@ pub(crate) fn constant(cx: &mut Ctx<'_>, t: Tensor) -> ValueId {
     cx.constant_tensor(&hint, t)
 }
 
+/// An i64 `0..len` laid along axis `axis` of a rank-`rank` tensor (extent 1 elsewhere): a
+/// constant when it fits [`crate::ImportOptions::fold_limit_bytes`], else a `range` op
+/// (reshaped), so that a table as long as an extent the model controls (a `OneHot` depth, an
+/// `EyeLike` shape) is never built at import.
+pub(crate) fn iota(
+    cx: &mut Ctx<'_>,
+    len: u64,
+    axis: usize,
+    rank: usize,
+) -> Result<ValueId, String> {
+    let extent = usize::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
+    let end = i64::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
+    if cx.fits_fold_limit_count(len, ElemType::I64) {
+        let mut shape = vec![1usize; rank];
+        shape[axis] = extent;
+        let data = (0..end).collect::<Vec<_>>();
+        let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), data)
+            .map_err(|e| e.to_string())?;
+        return Ok(constant(cx, Tensor::I64(a)));
+    }
+    let i64_scalar = |x: i64| Tensor::I64(ndarray::arr0(x).into_dyn());
+    let start = constant(cx, i64_scalar(0));
+    let limit = constant(cx, i64_scalar(end));
+    let delta = constant(cx, i64_scalar(1));
+    let r = cx.emit1(
+        tessera_ir::Op::Range {
+            size: tessera_ir::Dim::Static(len),
+        },
+        &[start, limit, delta],
+    )?;
+    let mut shape = vec![tessera_ir::Dim::Static(1); rank];
+    shape[axis] = tessera_ir::Dim::Static(len);
+    reshape(cx, r, shape)
+}
+
 /// An i64 vector as a tensor.
 pub(crate) fn i64_tensor(v: &[i64]) -> Tensor {
     Tensor::I64(
@@ -452,4 +555,92 @@ pub(crate) fn bin(
     b: ValueId,
 ) -> Result<ValueId, String> {
     cx.emit1(tessera_ir::Op::Binary(op), &[a, b])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{VARIADIC, arity, registry};
+
+    #[test]
+    fn every_registered_op_has_an_arity_and_every_arity_an_op() {
+        let r = registry();
+        for op in r.ops.keys() {
+            assert!(r.arity.contains_key(op), "{op} has no ARITY row");
+        }
+        for (op, rows) in &r.arity {
+            assert!(r.ops.contains_key(op), "ARITY row for unregistered {op}");
+            assert!(!rows.is_empty(), "{op}");
+            assert!(
+                rows.windows(2).all(|w| w[0].0 < w[1].0),
+                "{op}: rows not sorted by opset"
+            );
+            assert!(rows.iter().all(|&(_, lo, hi)| lo <= hi), "{op}: min > max");
+            // Rows start at the schema's first version, which may be after the opset the
+            // importer registers the op from (Erf is a schema from opset 9; the unary ops are
+            // registered from 1): below it there is no schema and no check.
+            assert!(rows[0].0 >= 1, "{op}");
+        }
+    }
+
+    /// Spot checks, each against `onnx.defs.get_schema(op, opset).min_input / max_input`
+    /// (onnx 1.23.2), covering ops whose input counts changed between opsets.
+    #[test]
+    fn arities_match_the_onnx_schemas() {
+        let cases: &[(&str, i64, usize, usize)] = &[
+            ("Relu", 17, 1, 1),
+            ("Add", 7, 2, 2),
+            ("Gemm", 9, 3, 3),
+            ("Gemm", 13, 2, 3),
+            ("Clip", 10, 1, 1),
+            ("Clip", 13, 1, 3),
+            ("Dropout", 10, 1, 1),
+            ("Dropout", 13, 1, 3),
+            ("Concat", 13, 1, VARIADIC),
+            ("Sum", 13, 1, VARIADIC),
+            ("Max", 13, 1, VARIADIC),
+            ("Min", 13, 1, VARIADIC),
+            ("Mean", 13, 1, VARIADIC),
+            ("Einsum", 12, 1, VARIADIC),
+            ("Pad", 10, 1, 1),
+            ("Pad", 13, 2, 3),
+            ("Pad", 18, 2, 4),
+            ("Resize", 10, 2, 2),
+            ("Resize", 11, 3, 4),
+            ("Resize", 19, 1, 4),
+            ("Slice", 9, 1, 1),
+            ("Slice", 10, 3, 5),
+            ("Split", 11, 1, 1),
+            ("Split", 18, 1, 2),
+            ("Squeeze", 11, 1, 1),
+            ("Squeeze", 13, 1, 2),
+            ("Unsqueeze", 13, 2, 2),
+            ("ReduceSum", 11, 1, 1),
+            ("ReduceSum", 13, 1, 2),
+            ("ReduceMean", 17, 1, 1),
+            ("ReduceMean", 18, 1, 2),
+            ("TopK", 9, 1, 1),
+            ("TopK", 11, 2, 2),
+            ("Upsample", 8, 1, 1),
+            ("Upsample", 9, 2, 2),
+            ("Tile", 7, 2, 2),
+            ("Reshape", 7, 2, 2),
+            ("LSTM", 14, 3, 8),
+            ("GRU", 14, 3, 6),
+            ("Attention", 23, 3, 6),
+            ("Attention", 24, 3, 7),
+            ("RotaryEmbedding", 23, 3, 4),
+            ("BatchNormalization", 15, 5, 5),
+            ("Conv", 11, 2, 3),
+            ("LayerNormalization", 17, 2, 3),
+            ("Constant", 13, 0, 0),
+            ("If", 13, 1, 1),
+            ("Where", 16, 3, 3),
+            ("Range", 11, 3, 3),
+            ("Trilu", 14, 1, 2),
+            ("NegativeLogLikelihoodLoss", 13, 2, 3),
+        ];
+        for &(op, opset, min, max) in cases {
+            assert_eq!(arity(op, opset), Some((min, max)), "{op} at opset {opset}");
+        }
+    }
 }

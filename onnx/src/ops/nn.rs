@@ -3,17 +3,41 @@
 //! (Softmax, LogSoftmax, Hardmax).
 
 use tessera_ir::{
-    ArgKind, BinaryOp, ConvAttrs, Dim, ElemType, Op, PoolAttrs, PoolKind, ReduceKind, Tensor,
-    TensorType, UnaryOp, ValueId,
+    ArgKind, BinaryOp, ConvAttrs, Dim, ElemType, Op, PoolAttrs, PoolKind, ReduceKind, TensorType,
+    UnaryOp, ValueId,
 };
 
+use super::Arity;
 use super::{
-    Node, Registry, bin, cast_to, constant, input, norm_axes, norm_axis, opt_input, reshape,
-    scalar, un,
+    Node, Registry, bin, cast_to, input, norm_axes, norm_axis, opt_input, reshape, scalar, un,
 };
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("AveragePool", &[(1, 1, 1)]),
+    ("BatchNormalization", &[(1, 5, 5)]),
+    ("Conv", &[(1, 2, 3)]),
+    ("ConvTranspose", &[(1, 2, 3)]),
+    ("GlobalAveragePool", &[(1, 1, 1)]),
+    ("GlobalMaxPool", &[(1, 1, 1)]),
+    ("GroupNormalization", &[(18, 3, 3)]),
+    ("Hardmax", &[(1, 1, 1)]),
+    ("InstanceNormalization", &[(1, 3, 3)]),
+    ("LRN", &[(1, 1, 1)]),
+    ("LayerNormalization", &[(17, 2, 3)]),
+    ("LogSoftmax", &[(1, 1, 1)]),
+    ("LpNormalization", &[(1, 1, 1)]),
+    ("LpPool", &[(1, 1, 1)]),
+    ("MaxPool", &[(1, 1, 1)]),
+    ("MeanVarianceNormalization", &[(9, 1, 1)]),
+    ("RMSNormalization", &[(23, 2, 2)]),
+    ("Softmax", &[(1, 1, 1)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("Conv", 1, conv);
     r.add("ConvTranspose", 1, conv_transpose);
     r.add("MaxPool", 1, |cx, n| pool(cx, n, PoolKind::Max));
@@ -485,14 +509,7 @@ fn hardmax(cx: &mut Ctx<'_>, x: ValueId, axis: usize) -> Result<ValueId, String>
         },
         &[x],
     )?;
-    let mut shape = vec![1usize; ty.rank()];
-    shape[axis] = usize::try_from(extent).map_err(|_| "extent too large")?;
-    let iota = ndarray::ArrayD::from_shape_vec(
-        ndarray::IxDyn(&shape),
-        (0..extent as i64).collect::<Vec<_>>(),
-    )
-    .map_err(|e| e.to_string())?;
-    let iota = constant(cx, Tensor::I64(iota));
+    let iota = super::iota(cx, extent, axis, ty.rank())?;
     let hot = cx.emit1(Op::Binary(BinaryOp::Equal), &[arg, iota])?;
     cast_to(cx, hot, ty.elem)
 }

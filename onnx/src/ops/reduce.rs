@@ -3,11 +3,28 @@
 
 use tessera_ir::{ElemType, Op, ReduceKind, UnaryOp, ValueId};
 
+use super::Arity;
 use super::shape::axes_arg;
 use super::{Node, Registry, cast_to, input, norm_axes};
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("ReduceL1", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceL2", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceLogSum", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceLogSumExp", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceMax", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceMean", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceMin", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceProd", &[(1, 1, 1), (18, 1, 2)]),
+    ("ReduceSum", &[(1, 1, 1), (13, 1, 2)]),
+    ("ReduceSumSquare", &[(1, 1, 1), (18, 1, 2)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     macro_rules! reduce {
         ($($name:literal => $kind:expr),* $(,)?) => {
             $(r.add($name, 1, |cx, n| Ok(vec![reduce(cx, n, $kind)?]));)*

@@ -7,10 +7,20 @@
 
 use tessera_ir::{BinaryOp, Dim, ElemType, Op, Scalar, UnaryOp, ValueId};
 
+use super::Arity;
 use super::{Node, Registry, input, opt_input, reshape, scalar, slice_axis, transpose};
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("GRU", &[(1, 3, 6)]),
+    ("LSTM", &[(1, 3, 8)]),
+    ("RNN", &[(1, 3, 6)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("RNN", 7, |cx, n| recurrent(cx, n, Cell::Rnn));
     r.add("GRU", 7, |cx, n| recurrent(cx, n, Cell::Gru));
     r.add("LSTM", 7, |cx, n| recurrent(cx, n, Cell::Lstm));

@@ -11,13 +11,40 @@ use tessera_ir::{
     ResizeMode, Scalar, Tensor, ValueId,
 };
 
+use super::{Arity, VARIADIC};
 use super::{
     Node, Registry, const_input, const_ints, constant, i64_tensor, input, inputs, known_input,
     norm_axes, norm_axis, tensor_ints,
 };
 use crate::import::Ctx;
 
+/// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+pub(crate) const ARITY: &[(&str, &[Arity])] = &[
+    ("Concat", &[(1, 1, VARIADIC)]),
+    ("Constant", &[(1, 0, 0)]),
+    ("ConstantOfShape", &[(9, 1, 1)]),
+    ("DepthToSpace", &[(1, 1, 1)]),
+    ("Expand", &[(8, 2, 2)]),
+    ("Flatten", &[(1, 1, 1)]),
+    ("Pad", &[(1, 1, 1), (11, 2, 3), (18, 2, 4)]),
+    ("Range", &[(11, 3, 3)]),
+    ("Reshape", &[(1, 1, 1), (5, 2, 2)]),
+    ("Resize", &[(10, 2, 2), (11, 3, 4), (13, 1, 4)]),
+    ("Shape", &[(1, 1, 1)]),
+    ("Size", &[(1, 1, 1)]),
+    ("Slice", &[(1, 1, 1), (10, 3, 5)]),
+    ("SpaceToDepth", &[(1, 1, 1)]),
+    ("Split", &[(1, 1, 2), (2, 1, 1), (13, 1, 2)]),
+    ("Squeeze", &[(1, 1, 1), (13, 1, 2)]),
+    ("Tile", &[(1, 3, 3), (6, 2, 2)]),
+    ("Transpose", &[(1, 1, 1)]),
+    ("Unsqueeze", &[(1, 1, 1), (13, 2, 2)]),
+    ("Upsample", &[(1, 1, 1), (9, 2, 2)]),
+];
+
 pub(crate) fn register(r: &mut Registry) {
+    r.arities(ARITY);
     r.add("Reshape", 5, reshape_op);
     r.add("Flatten", 1, flatten);
     r.add("Squeeze", 1, squeeze);

@@ -164,6 +164,21 @@ pub fn model_ops(model: &Path) -> Vec<String> {
     all
 }
 
+/// The names of the model's graph outputs.
+pub fn model_output_names(model: &Path) -> Vec<String> {
+    std::fs::read(model)
+        .ok()
+        .and_then(|bytes| proto::Model::decode(bytes.as_slice()).ok())
+        .and_then(|m| m.graph)
+        .map(|g| {
+            g.output
+                .iter()
+                .map(|o| o.name.clone().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// How an import error classifies a case: unsupported (with the op types concerned) or
 /// failed.
 pub fn import_outcome(e: ImportError, ops: &[String]) -> (Outcome, Vec<String>) {
@@ -273,6 +288,7 @@ pub fn run_case(dir: &Path, exec: Exec<'_>) -> (Outcome, Vec<String>) {
         let options = ImportOptions {
             input_shapes,
             input_values,
+            ..ImportOptions::default()
         };
         let graph = match import_file(&model, &options) {
             Ok(g) => g,
@@ -290,6 +306,14 @@ pub fn run_case(dir: &Path, exec: Exec<'_>) -> (Outcome, Vec<String>) {
             return fail(format!(
                 "verifier: {} error(s), first: {first}",
                 errors.len()
+            ));
+        }
+        // The outputs keep the model's names (they name `run`'s files).
+        let names = tessera_ir::text::output_names(&graph);
+        let wanted = model_output_names(&model);
+        if names != wanted {
+            return fail(format!(
+                "output names {names:?}, the model's are {wanted:?}"
             ));
         }
         let got = match exec(&graph, &inputs) {

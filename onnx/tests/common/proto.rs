@@ -54,7 +54,7 @@ pub struct NodeP {
     pub attribute: Vec<Attribute>,
 }
 
-/// Only the subgraph fields, to walk nested graphs.
+/// The subgraph fields (to walk nested graphs) and the int, float and ints values.
 #[derive(Clone, PartialEq, Message)]
 pub struct Attribute {
     #[prost(string, optional, tag = "1")]
@@ -63,6 +63,15 @@ pub struct Attribute {
     pub g: Option<GraphP>,
     #[prost(message, repeated, tag = "11")]
     pub graphs: Vec<GraphP>,
+    /// `AttributeProto.AttributeType`: 1 float, 2 int, 7 ints, 5 graph.
+    #[prost(int32, optional, tag = "20")]
+    pub r#type: Option<i32>,
+    #[prost(float, optional, tag = "2")]
+    pub f: Option<f32>,
+    #[prost(int64, optional, tag = "3")]
+    pub i: Option<i64>,
+    #[prost(int64, repeated, tag = "8")]
+    pub ints: Vec<i64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -109,6 +118,8 @@ pub struct TensorP {
     pub data_type: Option<i32>,
     #[prost(float, repeated, tag = "4")]
     pub float_data: Vec<f32>,
+    #[prost(int64, repeated, tag = "7")]
+    pub int64_data: Vec<i64>,
     #[prost(string, optional, tag = "8")]
     pub name: Option<String>,
     #[prost(bytes = "vec", optional, tag = "9")]
@@ -182,6 +193,37 @@ pub fn float_init(name: &str, dims: &[i64], data: &[f32]) -> TensorP {
         data_type: Some(FLOAT),
         float_data: data.to_vec(),
         name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// An i64 initializer with data in `int64_data`.
+pub fn int64_init(name: &str, dims: &[i64], data: &[i64]) -> TensorP {
+    TensorP {
+        dims: dims.to_vec(),
+        data_type: Some(INT64),
+        int64_data: data.to_vec(),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// An int attribute.
+pub fn attr_i(name: &str, i: i64) -> Attribute {
+    Attribute {
+        name: Some(name.to_string()),
+        r#type: Some(2),
+        i: Some(i),
+        ..Default::default()
+    }
+}
+
+/// An ints attribute.
+pub fn attr_ints(name: &str, ints: &[i64]) -> Attribute {
+    Attribute {
+        name: Some(name.to_string()),
+        r#type: Some(7),
+        ints: ints.to_vec(),
         ..Default::default()
     }
 }
