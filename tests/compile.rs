@@ -804,16 +804,15 @@ fn dir_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let out = scratch.path().join("build");
+    const ARGS: [&str; 5] = [
+        "compile",
+        "testdata/models/mlp.tir",
+        "--input-shape",
+        "x=4x16",
+        "-o",
+    ];
     let compile = |cmd: &mut assert_cmd::Command| {
-        cmd.args([
-            "compile",
-            "testdata/models/mlp.tir",
-            "--input-shape",
-            "x=4x16",
-            "-o",
-        ])
-        .arg(&out)
-        .env("SOURCE_DATE_EPOCH", "0");
+        cmd.args(ARGS).arg(&out).env("SOURCE_DATE_EPOCH", "0");
     };
     let mut cmd = tessera();
     compile(&mut cmd);
@@ -839,17 +838,11 @@ fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
         let existed = out.exists();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
         cmd.current_dir(repo());
-        cmd.args([
-            "compile",
-            "testdata/models/mlp.tir",
-            "--input-shape",
-            "x=4x16",
-            "-o",
-        ])
-        .arg(&out)
-        .env("SOURCE_DATE_EPOCH", "0")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+        cmd.args(ARGS)
+            .arg(&out)
+            .env("SOURCE_DATE_EPOCH", "0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
         let mut child = cmd.spawn().expect("spawns");
         std::thread::sleep(took.mul_f64(f64::from(k % 6 + 1) / 6.5));
         let _ = child.kill(); // SIGKILL
