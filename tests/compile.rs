@@ -678,12 +678,18 @@ fn bad_placement_problems_are_clear_errors() {
         err.contains("bad.json: ") && err.contains("line 1"),
         "{err}"
     );
-    let err = fails(tessera().args([
-        "place",
-        "testdata/placement/two-chips.json",
-        "--strategy",
-        "magic",
-    ]));
+    // An unknown strategy is a usage error (exit code 2), found while parsing.
+    let out = tessera()
+        .args([
+            "place",
+            "testdata/placement/two-chips.json",
+            "--strategy",
+            "magic",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown strategy `magic`"), "{err}");
     // A bad objective is a usage error (exit code 2).
     let out = tessera()

@@ -13,8 +13,8 @@
 
 mod graph;
 pub mod infer;
-pub mod names;
 pub mod interp;
+pub mod names;
 mod op;
 mod tensor;
 pub mod text;
