@@ -336,6 +336,12 @@ impl Stages {
     }
 }
 
+impl Default for Stages {
+    fn default() -> Self {
+        Stages::new()
+    }
+}
+
 impl Drop for Stages {
     fn drop(&mut self) {
         if let Some(bar) = &self.bar {
