@@ -406,6 +406,7 @@ impl<'p> Ctx<'p> {
 
         let mut outputs: Vec<(ValueId, Option<String>)> = Vec::new();
         let mut output_names = BTreeSet::new();
+        let mut output_values = BTreeSet::new();
         for vi in &graph.output {
             let v = self
                 .lookup(vi.name())
@@ -415,7 +416,7 @@ impl<'p> Ctx<'p> {
             // or already another output.
             let is_input = matches!(self.g.value(v).def, tessera_ir::ValueDef::Input(_));
             if !is_input
-                && !outputs.iter().any(|(o, _)| *o == v)
+                && !output_values.contains(&v)
                 && self.g.value(v).name.as_deref() != Some(vi.name())
                 && !self.value_names.contains(vi.name())
             {
@@ -429,6 +430,7 @@ impl<'p> Ctx<'p> {
             if let Some(n) = &given {
                 output_names.insert(n.clone());
             }
+            output_values.insert(v);
             outputs.push((v, given));
         }
         if outputs.is_empty() {

@@ -135,9 +135,14 @@ impl Parser {
 
     /// A use of a value.
     fn operand(&mut self) -> PResult<ValueId> {
+        Ok(self.named_operand()?.0)
+    }
+
+    /// A use of a value, with its name as written.
+    fn named_operand(&mut self) -> PResult<(ValueId, String)> {
         let (name, pos) = self.value_name()?;
         match self.values.get(&name) {
-            Some(&(v, _)) => Ok(v),
+            Some(&(v, _)) => Ok((v, name)),
             None => Err(pos.error(format!("undefined value `%{name}`"))),
         }
     }
@@ -201,9 +206,8 @@ impl Parser {
         let mut names: Vec<(String, Option<String>)> = Vec::new();
         if matches!(self.peek(), Tok::Value(_)) {
             loop {
-                let (written, _) = self.value_name()?;
-                self.i -= 1;
-                outputs.push(self.operand()?);
+                let (v, written) = self.named_operand()?;
+                outputs.push(v);
                 let given = match self.peek() {
                     Tok::Ident(s) if s == "as" => {
                         self.next();

@@ -56,7 +56,11 @@ pub fn value_names(graph: &Graph) -> Vec<String> {
 /// name (the same value returned twice) gets `_1`, `_2`, ... appended, so the names are
 /// distinct.
 pub fn output_names(graph: &Graph) -> Vec<String> {
-    let printed = value_names(graph);
+    output_names_with(graph, &value_names(graph))
+}
+
+/// [`output_names`] given the printed value names (the printer has them already).
+fn output_names_with(graph: &Graph, printed: &[String]) -> Vec<String> {
     let outputs: Vec<(String, Option<String>)> = graph
         .outputs()
         .iter()
@@ -213,7 +217,7 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         note(&mut out, Line::Op(o), "  ");
     }
     out.push_str("  return");
-    let out_names = output_names(graph);
+    let out_names = output_names_with(graph, &p.names);
     let outputs: Vec<String> = graph
         .outputs()
         .iter()
