@@ -17,7 +17,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # draws `report.html` with.
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 \
 	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev metis \
-	chromium
+	chromium g++
 # Python modules for the model and test-data scripts (import names = pip names). onnx is
 # pinned: the ONNX conformance manifest (testdata/onnx-conformance/) lists the node test
 # cases of that release.
@@ -27,7 +27,13 @@ DEMO_ONNX := testdata/models/onnx/mlp
 
 TESSERA := $(CARGO) run --quiet -p tessera --
 
-.PHONY: help deps build demo test fmt lint check-mlir models
+.PHONY: help deps build demo test fmt lint check-mlir models fuzz
+
+# The fuzz harness's input kinds (fuzz/run.sh); FUZZ_KIND selects some for `make fuzz`.
+FUZZ_KINDS := onnx onnx_structured text_ir target_toml calibration_toml placement_json npy
+FUZZ_KIND ?=
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= 0
 
 help:
 	@echo "make deps        install missing system, Python and Rust dependencies (Debian 12)"
@@ -38,6 +44,9 @@ help:
 	@echo "make lint        clippy with warnings as errors"
 	@echo "make check-mlir  lower and run testdata/mlir/smoke.mlir with MLIR 22"
 	@echo "make models      regenerate testdata/models/ (needs numpy, safetensors)"
+	@echo "make fuzz        fuzz every input kind (stable Rust, libFuzzer): FUZZ_SECONDS=60 per kind,"
+	@echo "                 FUZZ_KIND=\"onnx npy\" (default all: $(FUZZ_KINDS)),"
+	@echo "                 FUZZ_RUNS=N stops a kind after N runs; crashes land in fuzz/artifacts/KIND/"
 
 deps:
 	@missing=""; \
@@ -93,16 +102,26 @@ demo: deps
 
 # deps installs Chromium, so the report's browser test must run, not skip.
 test: export TESSERA_REQUIRE_CHROMIUM := 1
+# Each step says what it is first (`== make test: ...`), so a failure's log names its step.
 test: deps
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --no-fail-fast; \
-		$(CARGO) test --workspace --doc; \
+		echo "== make test: cargo nextest run --workspace"; \
+		$(CARGO) nextest run --workspace --no-fail-fast </dev/null; \
+		echo "== make test: cargo test --workspace --doc"; \
+		$(CARGO) test --workspace --doc </dev/null; \
 	else \
-		$(CARGO) test --workspace --no-fail-fast; \
+		echo "== make test: cargo test --workspace"; \
+		$(CARGO) test --workspace --no-fail-fast </dev/null; \
 	fi
-	scripts/check-mlir.sh
+	@echo "== make test: scripts/check-mlir.sh"
+	scripts/check-mlir.sh </dev/null
+	@# Fuzzing: every saved crash input (testdata/fuzz/KIND/crashes/) replayed, then a few
+	@# seconds of fuzzing per kind from its seeds.
+	@echo "== make test: fuzz/run.sh check"
+	FUZZ_CHECK_SECONDS=3 fuzz/run.sh check </dev/null
+	@echo "== make test: cargo fmt --check, cargo clippy"
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings </dev/null
 
 fmt:
 	$(CARGO) fmt --all
@@ -112,6 +131,9 @@ lint:
 
 check-mlir:
 	scripts/check-mlir.sh
+
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) nice -n 19 fuzz/run.sh fuzz $(FUZZ_KIND)
 
 models:
 	$(PYTHON) testdata/models/make_mlp.py

@@ -170,8 +170,10 @@ enum Command {
     /// pipeline's timing and statistics. This command draws it again from DIR's report.json,
     /// plan.json and placed.tir, and prints the page's path.
     #[command(
-        after_help = "Example:\n  tessera compile model.onnx --target mcm-2x2 -o out\n  \
-        tessera report out -o out/placement.html"
+        after_help = "Examples:\n  tessera compile model.onnx --target mcm-2x2 -o out\n  \
+        tessera report out -o out/placement.html\n  \
+        tessera compile model.onnx --target mcm-4x4 -o out4\n  \
+        tessera report --compare out out4 -o compare.html"
     )]
     Report(ReportArgs),
     /// List every pass with its summary and options.
@@ -189,6 +191,40 @@ enum Command {
         tessera targets show my-board --target-path boards/\n  \
         tessera targets show boards/my-board.toml")]
     Targets(TargetsArgs),
+    /// Write a plugin crate: your own `tessera` binary with extra targets and passes.
+    ///
+    /// `plugin new NAME` writes a crate in ./NAME (or --path DIR, which must be new or
+    /// empty) that builds outside this repository: Cargo.toml with path dependencies on the
+    /// tessera crates of the checkout this binary was built from (and its Cargo.lock),
+    /// .cargo/config.toml with the MLIR environment melior needs, a target file, src/lib.rs
+    /// (a target whose accelerator has its own MLIR pipeline and artifact, and a pass),
+    /// src/main.rs (the driver) and a README. NAME is a crate name: lowercase letters and
+    /// digits in words joined by `-` or `_`.
+    #[command(after_help = "Examples:\n  \
+        tessera plugin new acme-npu\n  \
+        tessera plugin new acme-npu --path ~/src/acme-npu && cd ~/src/acme-npu && cargo build")]
+    Plugin(PluginArgs),
+}
+
+/// Arguments of `tessera plugin`.
+#[derive(Debug, Args)]
+struct PluginArgs {
+    #[command(subcommand)]
+    action: PluginAction,
+}
+
+/// `tessera plugin` subcommands.
+#[derive(Debug, Subcommand)]
+enum PluginAction {
+    /// Write a new plugin crate (see `tessera plugin --help`).
+    New {
+        /// The crate's name (also its binary's, its target's and its lowering's).
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The folder to write it in (default: ./NAME); it must be new or empty.
+        #[arg(long, value_name = "DIR")]
+        path: Option<PathBuf>,
+    },
 }
 
 /// Arguments of `tessera targets`.
@@ -329,9 +365,19 @@ struct ExplainArgs {
 #[derive(Debug, Args)]
 struct ReportArgs {
     /// The output directory of `tessera compile -o`.
-    #[arg(value_name = "DIR")]
-    dir: PathBuf,
-    /// Write the page here instead of DIR/report.html.
+    #[arg(value_name = "DIR", required_unless_present = "compare")]
+    dir: Option<PathBuf>,
+    /// Compare two compiles (output directories of `tessera compile -o`) side by side:
+    /// period, latency, the placement's numbers, each device's load, the ops whose device
+    /// changed. Writes DIR_B/compare.html unless -o says where.
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["DIR_A", "DIR_B"],
+        conflicts_with = "dir"
+    )]
+    compare: Option<Vec<PathBuf>>,
+    /// Write the page here instead of DIR/report.html (or DIR_B/compare.html).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 }
@@ -498,7 +544,13 @@ pub fn main_named(name: &str) -> ExitCode {
             !a.no_explain,
         ),
         Command::Explain(a) => crate::commands::place::explain(&a.plan, &a.op),
-        Command::Report(a) => crate::commands::report::run(&a.dir, a.output.as_deref()),
+        Command::Report(a) => match (&a.compare, &a.dir) {
+            (Some(dirs), _) => {
+                crate::commands::report::compare(&dirs[0], &dirs[1], a.output.as_deref())
+            }
+            (None, Some(dir)) => crate::commands::report::run(dir, a.output.as_deref()),
+            (None, None) => Err(anyhow::anyhow!("give DIR, or --compare DIR_A DIR_B")),
+        },
         Command::Import(a) => {
             crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
         }
@@ -529,6 +581,9 @@ pub fn main_named(name: &str) -> ExitCode {
             Some(TargetsAction::Show { name }) => {
                 crate::commands::targets::show(name, &a.target_path)
             }
+        },
+        Command::Plugin(a) => match &a.action {
+            PluginAction::New { name, path } => crate::commands::plugin::new(name, path.as_deref()),
         },
     };
     match result {

@@ -14,10 +14,13 @@ use tessera_passes::{Failure, Instrumentation, PassSpec, Report};
 /// Instrumentation flags (flattened into every command that runs passes).
 #[derive(Debug, Clone, Default, Args)]
 pub struct PassFlags {
-    /// Print the IR before the named passes (comma-separated pass names).
+    /// Print the IR before the named passes (comma-separated pass names: tessera's, or the
+    /// MLIR passes of the device pipelines, by argument or by the class name that
+    /// --print-ir-after-all shows).
     #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
     pub print_ir_before: Vec<String>,
-    /// Print the IR after the named passes (comma-separated pass names).
+    /// Print the IR after the named passes (comma-separated pass names: tessera's, or the
+    /// MLIR passes of the device pipelines, as for --print-ir-before).
     #[arg(long, value_name = "PASS,...", value_delimiter = ',')]
     pub print_ir_after: Vec<String>,
     /// Print the IR before every pass.
@@ -58,6 +61,12 @@ pub struct PassFlags {
         default_value = "tessera-reproducer.tir"
     )]
     pub crash_reproducer: PathBuf,
+    /// Print each pipeline before it runs, to stderr: tessera's passes as the `--passes`
+    /// string `tessera opt` takes, and (for `compile`) each device's MLIR pipeline as the
+    /// `--pass-pipeline` string `mlir-opt` takes, every option spelled out as MLIR expands it
+    /// (mlir-opt's flag of the same name).
+    #[arg(long)]
+    pub dump_pass_pipeline: bool,
     /// Explain what the passes did: turns on `eqsat`'s `explain` option and prints, after the
     /// pipeline, the chain of rules behind each op it rewrote (to stderr).
     #[arg(long)]
@@ -74,6 +83,8 @@ pub struct CliInstrumentation<'a> {
     before: BTreeSet<String>,
     after: BTreeSet<String>,
     progress: Option<indicatif::ProgressBar>,
+    /// The weights file the next IR dump shares when its large constants are all in it.
+    dump_weights: PathBuf,
     /// The first error writing a dump.
     pub dump_error: Option<anyhow::Error>,
 }
@@ -96,15 +107,25 @@ impl<'a> CliInstrumentation<'a> {
             show_later(&bar);
             bar
         });
-        let me = CliInstrumentation {
+        let mut me = CliInstrumentation {
             flags,
             before: flags.print_ir_before.iter().cloned().collect(),
             after: flags.print_ir_after.iter().cloned().collect(),
             progress,
+            dump_weights: PathBuf::new(),
             dump_error: None,
         };
+        // Names that are not tessera passes may be MLIR passes of the device pipelines
+        // (`convert-linalg-to-loops`, or `ConvertLinalgToLoopsPass` as the headers of
+        // `--print-ir-after-all` print it): the lowering prints after those.
+        let mut mlir: Option<tessera_mlir::Mlir> = None;
         for name in me.before.iter().chain(&me.after) {
-            if tessera_passes::lookup(name).is_none() {
+            if tessera_passes::lookup(name).is_none()
+                && !tessera_mlir::context::is_mlir_pass(
+                    mlir.get_or_insert_with(tessera_mlir::Mlir::new),
+                    name,
+                )
+            {
                 let names: Vec<&str> = tessera_passes::registry().iter().map(|p| p.name).collect();
                 let hint = tessera_passes::closest(name, &names)
                     .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
@@ -115,6 +136,9 @@ impl<'a> CliInstrumentation<'a> {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
             dump(dir, "00-input.tir", graph)?;
+        }
+        if let Some(dir) = &flags.ir_dump_dir {
+            me.dump_weights = dir.join("00-input.safetensors");
         }
         Ok(me)
     }
@@ -148,6 +172,47 @@ fn dump(dir: &Path, file: &str, graph: &Graph) -> Result<()> {
     text::save(graph, &path).with_context(|| format!("cannot write the IR dump {}", path.display()))
 }
 
+/// Writes `NN-after-NAME.tir` (NN = `index`) into an IR dump folder after a compile step
+/// that is not a pass (placement, scheduling, transfer insertion), sharing the previous
+/// dump's weights when they hold the graph's large constants.
+pub fn dump_after(dir: &Path, index: usize, name: &str, graph: &Graph) -> Result<()> {
+    let previous = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "safetensors")
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.get(..2))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .is_some_and(|k| k < index)
+        })
+        .max();
+    let shared = match previous {
+        Some(p) => match std::fs::read_link(&p) {
+            Ok(target) => dir.join(target),
+            Err(_) => p,
+        },
+        None => dir.join("00-input.safetensors"),
+    };
+    dump_sharing(dir, &format!("{index:02}-after-{name}.tir"), graph, &shared).map(|_| ())
+}
+
+/// Writes an IR dump whose sidecar is a link to `shared` (an earlier dump's weights) when
+/// that holds every large constant of the graph; returns the sidecar the next dump may
+/// share: `shared`, or this dump's own when it had to write one.
+fn dump_sharing(dir: &Path, file: &str, graph: &Graph, shared: &Path) -> Result<PathBuf> {
+    let path = dir.join(file);
+    let linked = text::save_sharing(graph, &path, shared)
+        .with_context(|| format!("cannot write the IR dump {}", path.display()))?;
+    let own = text::sidecar_path(&path);
+    Ok(if linked || !own.exists() {
+        shared.to_path_buf()
+    } else {
+        own
+    })
+}
+
 impl Instrumentation for CliInstrumentation<'_> {
     fn before_pass(&mut self, index: usize, spec: &PassSpec, graph: &Graph) {
         if let Some(bar) = &self.progress {
@@ -173,9 +238,12 @@ impl Instrumentation for CliInstrumentation<'_> {
         }
         if let Some(dir) = &self.flags.ir_dump_dir
             && self.dump_error.is_none()
-            && let Err(e) = dump(dir, &format!("{:02}-after-{name}.tir", index + 1), graph)
         {
-            self.dump_error = Some(e);
+            let file = format!("{:02}-after-{name}.tir", index + 1);
+            match dump_sharing(dir, &file, graph, &self.dump_weights) {
+                Ok(next) => self.dump_weights = next,
+                Err(e) => self.dump_error = Some(e),
+            }
         }
         if let Some(bar) = &self.progress {
             bar.set_position(index as u64 + 1);

@@ -1,8 +1,166 @@
-//! The short printed summary of a tensor that `tessera run` shows for each output.
+//! Printed summaries: of a tensor, which `tessera run` shows for each output
+//! ([`summarize`]), and of a compile, which `tessera compile` prints and writes to
+//! `summary.txt` ([`compile_summary`]).
+//!
+//! The compile summary keeps two sets of numbers apart and names each: the **placement
+//! model**'s (the objective value of the chosen plan, the problem's lower bound, and the gap
+//! computed from those two, `(value - bound) / value`) and the **simulator**'s (latency,
+//! period and throughput of the placed graph, and the busiest resource's busy time, which no
+//! period can undercut). When the simulated period is longer than that busy time the `why`
+//! line says what the busiest resource waited for ([`crate::report::analysis`]). Transfers are
+//! counted both ways: the `transfer` ops of the placed graph, and the values the simulator
+//! moves per sample (those ops' operands, plus graph inputs and outputs and mesh pieces, which
+//! need no op).
 
 use std::fmt::Write;
+use std::path::Path;
 
-use tessera_ir::{ElemType, Tensor, format_f64};
+use tessera_ir::{ElemType, Op, Tensor, format_f64};
+use tessera_place::{Objective, Plan};
+use tessera_targets::TargetSpec;
+use tessera_targets::sim::{rate, seconds};
+
+use crate::commands::compile::Compiled;
+use crate::report::analysis::{SimNotes, TransferCount};
+
+/// `auto chose X for throughput: V per sample by the placement model, whose lower bound is B
+/// (component); gap G = (V - B) / V`, then the pinned ops and how `auto` selected.
+pub fn placement_line(plan: &Plan, pinned: usize) -> String {
+    let (per, what) = match plan.objective {
+        Objective::Throughput => (" per sample", "throughput"),
+        Objective::Latency => ("", "latency"),
+    };
+    let mut s = format!(
+        "{} chose {} for {what}: {}{per} by the placement model, whose lower bound is {} ({}); \
+         gap {}",
+        plan.strategy,
+        plan.chosen,
+        seconds(plan.value),
+        seconds(plan.lower_bound.value),
+        plan.lower_bound.binding(),
+        gap_text(plan.value, plan.lower_bound.value)
+    );
+    if pinned > 0 {
+        let _ = write!(s, "; {pinned} ops pinned by device annotations");
+    }
+    if let Some(why) = plan.selected_by.as_deref()
+        && !why.ends_with(": 1")
+    {
+        s.push_str("; the simulator preferred it to the model's best");
+    }
+    s
+}
+
+/// The gap of `value` to its lower `bound`, with how it is computed from the two:
+/// `35.1% = (3.241 us - 2.104 us) / 3.241 us`.
+pub fn gap_text(value: f64, bound: f64) -> String {
+    format!(
+        "{} = ({} - {}) / {}",
+        gap_percent(value, bound),
+        seconds(value),
+        seconds(bound),
+        seconds(value)
+    )
+}
+
+/// `(value - bound) / value` as a percentage with one decimal (`0.0%` for a zero value).
+pub fn gap_percent(value: f64, bound: f64) -> String {
+    let g = if value > 0.0 {
+        ((value - bound) / value).max(0.0)
+    } else {
+        0.0
+    };
+    format!("{:.1}%", 100.0 * g)
+}
+
+/// What the transfers per sample are, against the placed graph's `transfer` ops: `17 per
+/// sample (values the simulator moves between devices): 16 for transfer ops, 1 for graph
+/// outputs to the host; the placed graph has 16 transfer ops`.
+pub fn transfers_text(t: &TransferCount) -> String {
+    let mut s = format!(
+        "{} per sample (values the simulator moves between devices)",
+        t.per_sample
+    );
+    if !t.by_reason.is_empty() {
+        let parts: Vec<String> = t
+            .by_reason
+            .iter()
+            .map(|(why, n)| format!("{n} for {why}"))
+            .collect();
+        let _ = write!(s, ": {}", parts.join(", "));
+    }
+    let _ = write!(
+        s,
+        "; the placed graph has {} transfer op{}",
+        t.ops,
+        if t.ops == 1 { "" } else { "s" }
+    );
+    s
+}
+
+/// The text `tessera compile` prints and writes to `summary.txt`.
+pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String {
+    let mut s = String::new();
+    let ops = c
+        .graph
+        .ops()
+        .iter()
+        .filter(|&&op| !matches!(c.graph.op(op).op, Op::Const(_)))
+        .count();
+    let _ = writeln!(
+        s,
+        "compiled {} for {} ({} devices, {} links): {ops} ops",
+        model.display(),
+        spec.name,
+        spec.devices.len(),
+        spec.links.len()
+    );
+    let _ = writeln!(s, "placement    {}", c.placement);
+    simulation(&mut s, &c.report, &c.notes);
+    s
+}
+
+/// The simulator's part of the compile summary.
+fn simulation(s: &mut String, r: &tessera_targets::SimReport, notes: &SimNotes) {
+    let _ = writeln!(s, "latency      {}", seconds(r.latency));
+    let _ = writeln!(
+        s,
+        "throughput   {} (1 / the period {}, measured over {} samples; latency and period \
+         are the simulator's)",
+        if r.throughput.is_finite() {
+            format!("{}samples/s", rate(r.throughput))
+        } else {
+            "unbounded".to_string()
+        },
+        seconds(r.period),
+        r.samples
+    );
+    if r.bottleneck.is_empty() {
+        let _ = writeln!(s, "busiest      nothing is busy");
+    } else {
+        let _ = write!(
+            s,
+            "busiest      {}: busy {} per sample, the floor of any period; ",
+            r.bottleneck,
+            seconds(r.bound_period)
+        );
+        match &notes.period {
+            Some(p) => {
+                let _ = writeln!(
+                    s,
+                    "the period is {} longer",
+                    seconds(r.period - r.bound_period)
+                );
+                let _ = writeln!(s, "why          {}", p.why());
+            }
+            None => {
+                let _ = writeln!(s, "the period equals it");
+            }
+        }
+    }
+    let _ = writeln!(s, "transfers    {}", transfers_text(&notes.transfers));
+    let _ = r.write_tables(s);
+}
 
 /// How many leading values the summary shows.
 pub const FIRST_VALUES: usize = 8;
@@ -126,6 +284,38 @@ mod tests {
             summarize(&b).contains("first: [true, false, true]"),
             "{}",
             summarize(&b)
+        );
+    }
+
+    #[test]
+    fn gaps_and_transfers_read_from_their_numbers() {
+        assert_eq!(
+            gap_text(3.241e-6, 2.104e-6),
+            "35.1% = (3.241 us - 2.104 us) / 3.241 us"
+        );
+        assert_eq!(gap_percent(0.0, 0.0), "0.0%");
+        assert_eq!(gap_percent(1.0, 1.0), "0.0%");
+        let t = TransferCount {
+            ops: 16,
+            per_sample: 17,
+            by_reason: vec![
+                ("transfer ops".into(), 16),
+                ("graph outputs to the host".into(), 1),
+            ],
+        };
+        assert_eq!(
+            transfers_text(&t),
+            "17 per sample (values the simulator moves between devices): 16 for transfer ops, \
+             1 for graph outputs to the host; the placed graph has 16 transfer ops"
+        );
+        let none = TransferCount {
+            ops: 1,
+            ..TransferCount::default()
+        };
+        assert_eq!(
+            transfers_text(&none),
+            "0 per sample (values the simulator moves between devices); the placed graph has 1 \
+             transfer op"
         );
     }
 

@@ -886,3 +886,39 @@ fn the_spinner_shows_once_a_compile_runs_for_a_second() {
     );
     assert!(!quick.contains('\u{1b}'), "{quick}");
 }
+
+#[test]
+fn fmt_keeps_large_inline_constants_inline() {
+    // 20 elements: more than the printer keeps inline, so a plain print makes it
+    // `external`, which would not parse again without a sidecar.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let values: Vec<String> = (0..20).map(|i| format!("{i}.5")).collect();
+    let src = format!(
+        "const @w : f32[20] = [{}]\n\ngraph @g(%x: f32[20]) {{\n  %w = const @w : f32[20]\n  %y = add %x, %w : f32[20]\n  return %y\n}}\n",
+        values.join(", ")
+    );
+    let model = dir.path().join("big.tir");
+    fs::write(&model, &src).expect("write");
+    let out = tessera()
+        .arg("fmt")
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let printed = String::from_utf8(out).expect("utf-8");
+    assert!(!printed.contains("external"), "{printed}");
+    assert!(printed.contains("19.5"), "{printed}");
+    // The output parses again alone (another folder: no sidecar next to it) and prints the
+    // same.
+    let other = tempfile::tempdir().expect("tempdir");
+    let again = other.path().join("again.tir");
+    fs::write(&again, &printed).expect("write");
+    tessera()
+        .arg("fmt")
+        .arg(&again)
+        .assert()
+        .success()
+        .stdout(printed);
+}

@@ -132,7 +132,8 @@ latency = 1e-4
         .arg(&board));
     assert!(out.contains("latency      3.700 ms\n"), "{out}");
     assert!(
-        out.contains("(period 1.100 ms, 8 samples; bound 1.100 ms on a -> b)"),
+        out.contains("(1 / the period 1.100 ms, measured over 8 samples; ")
+            && out.contains("busiest      a -> b: busy 1.100 ms per sample"),
         "{out}"
     );
     assert!(
@@ -153,7 +154,10 @@ latency = 1e-4
         .arg("--calibration")
         .arg(&cal));
     assert!(out.contains("latency      8.200 ms\n"), "{out}");
-    assert!(out.contains("bound 5.000 ms on b)"), "{out}");
+    assert!(
+        out.contains("busiest      b: busy 5.000 ms per sample"),
+        "{out}"
+    );
     // A calibration naming a device the target lacks.
     let bad = write(
         dir.path(),
@@ -265,9 +269,9 @@ latency = 1e-4
 "#;
 
 #[test]
-fn a_device_without_links_is_skipped_by_placement() {
-    // `island` has no link: it cannot receive the inputs, so placement must pass it over
-    // and put the ops on the host, not fail the whole compile.
+fn a_device_without_a_route_to_the_host_is_an_error() {
+    // `island` has no link: it can never receive an input, so the target file is refused,
+    // naming the file, the device's line and the fix.
     let dir = tempfile::tempdir().expect("tempdir");
     let board = write(
         dir.path(),
@@ -294,13 +298,17 @@ lowering = "cpu"
         "m.tir",
         "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000]\n  return %0\n}\n",
     );
-    let out = ok(tessera()
-        .arg("compile")
-        .arg(&model)
-        .arg("--target")
-        .arg(&board));
-    assert!(out.contains("\na            1 "), "{out}");
-    assert!(!out.contains("\nisland "), "{out}");
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(&model)
+            .arg("--target")
+            .arg(&board),
+    );
+    assert!(
+        err.contains("isl.toml:10: device.name: device `island` has no route to the host `a`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -324,7 +332,12 @@ fn huge_shapes_are_errors_not_panics() {
             .arg("--target")
             .arg(&board),
     );
-    assert!(err.contains("more than its 1000000 bytes"), "{err}");
+    // The ops' modelled times (2^60 elements at 1e6 FLOP/s) are refused first, naming the op.
+    assert!(
+        err.contains("add op0: its modelled time on `cpu` devices is")
+            && err.contains("times must be 0 or up to 1e6 s"),
+        "{err}"
+    );
 }
 
 #[test]

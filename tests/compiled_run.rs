@@ -146,6 +146,34 @@ fn same_input_gives_byte_identical_outputs() {
         .collect();
     names.sort();
     assert!(names.iter().any(|n| n.ends_with(".mlir")));
+    // After the device pipelines too: bufferization names its constant globals in a
+    // run-dependent order and GPU serialization records its time, unless made canonical.
+    let (c, d) = (tmp.path().join("c"), tmp.path().join("d"));
+    let emits = [
+        "--strategy",
+        "round-robin",
+        "--emit",
+        "lowered,llvm,ptx,object",
+    ];
+    compile_gpt2(&c, "hetero-cpu-gpu", &emits);
+    compile_gpt2(&d, "hetero-cpu-gpu", &emits);
+    for n in [
+        "cpu0.lowered.mlir",
+        "cpu0.ll",
+        "cpu0.o",
+        "gpu0.lowered.mlir",
+        "gpu1.lowered.mlir",
+        "gpu0.ptx",
+        "gpu1.ptx",
+    ] {
+        assert_eq!(
+            fs::read(c.join(n)).expect("c"),
+            fs::read(d.join(n)).expect("d"),
+            "{n} differs between two compiles"
+        );
+    }
+    let lowered = fs::read_to_string(c.join("gpu0.lowered.mlir")).expect("lowered");
+    assert!(lowered.contains("gpu.binary") && !lowered.contains("LLVMIRToISATimeInMs"));
     // The report holds wall times (the only measurements among the outputs): its data must
     // agree apart from them, and the page is drawn from the data alone.
     let timeless = |dir: &Path| {
@@ -247,11 +275,12 @@ fn emit_lowered_llvm_object_and_ptx() {
         ])
         .arg(&gpu)
         .args(["--emit", "ptx"]));
-    for d in ["gpu0", "gpu1"] {
+    // Each GPU gets code for its own architecture: gpu0 is an A100, gpu1 a V100.
+    for (d, arch) in [("gpu0", "sm_80"), ("gpu1", "sm_70")] {
         let ptx = fs::read_to_string(gpu.join(format!("{d}.ptx"))).expect("ptx");
         assert!(
-            ptx.contains(".target sm_80") && ptx.contains(".entry "),
-            "{ptx}"
+            ptx.contains(&format!(".target {arch}\n")) && ptx.contains(".entry "),
+            "{d}: {ptx}"
         );
     }
     assert!(!gpu.join("cpu0.ptx").exists());
@@ -469,4 +498,180 @@ fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
 #[test]
 fn data_parallel_mlp_runs_with_an_all_gather() {
     sharded_mlp_runs("data", "all-gather");
+}
+
+#[test]
+fn print_ir_after_names_mlir_passes_of_the_device_pipelines() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let compile = |after: &str| {
+        tessera()
+            .args([
+                "compile",
+                "testdata/models/mlp.tir",
+                "--input-shape",
+                "x=8x16",
+            ])
+            .args(["--emit", "lowered", "--print-ir-after", after, "-o"])
+            .arg(tmp.path().join("o"))
+            .output()
+            .expect("runs")
+    };
+    // By argument and by the class name --print-ir-after-all's headers show, beside a
+    // tessera pass: exactly those passes' dumps, one per function for a function pass.
+    let out = compile("convert-linalg-to-loops,ReconcileUnrealizedCastsPass,cse");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let headers: Vec<&str> = err.lines().filter(|l| l.contains("IR Dump")).collect();
+    assert_eq!(
+        headers,
+        [
+            "// -----// IR Dump After cse //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @step0) //----- //",
+            "// -----// IR Dump After ReconcileUnrealizedCastsPass (reconcile-unrealized-casts) ('builtin.module' operation: @cpu0) //----- //",
+        ],
+        "{err}"
+    );
+    // After linalg to loops the matmul is an scf.for nest; after the last pass, LLVM.
+    let loops = err.split("(convert-linalg-to-loops)").nth(1).expect("dump");
+    assert!(loops.contains("scf.for") && !loops.contains("linalg.matmul"));
+    // A name neither tessera nor MLIR knows is an error.
+    let out = compile("convert-linalg-to-lops");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown pass `convert-linalg-to-lops`"));
+}
+
+/// `--dump-pass-pipeline` prints the tessera pipeline as `tessera opt --passes` takes it and
+/// each device's MLIR pipeline as `mlir-opt --pass-pipeline` takes it: `mlir-opt` given the
+/// module `-o` wrote and that string prints exactly the `--emit lowered` file.
+#[test]
+fn dump_pass_pipeline_prints_what_mlir_opt_runs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // No tensor constants: MLIR's own global names are then already canonical.
+    let model = tmp.path().join("mm.tir");
+    fs::write(
+        &model,
+        "graph @g(%a: f32[8, 16], %b: f32[16, 4]) {\n  %0 = matmul %a, %b : f32[8, 4] \
+         loc(\"fc\")\n  %1 = relu %0 : f32[8, 4]\n  return %1\n}\n",
+    )
+    .expect("write");
+    let out = tmp.path().join("o");
+    let run = tessera()
+        .arg("compile")
+        .arg(&model)
+        .args(["--emit", "lowered", "--dump-pass-pipeline", "-o"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let passes = err
+        .lines()
+        .find_map(|l| l.strip_prefix("// tessera passes: tessera opt --passes='"))
+        .and_then(|l| l.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("no tessera pipeline line in\n{err}"));
+    assert!(passes.starts_with("canonicalize{"), "{passes}");
+    // The printed tessera pipeline runs as it is.
+    ok(tessera()
+        .arg("opt")
+        .arg(&model)
+        .arg(format!("--passes={passes}")));
+    let pipeline = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("// cpu0 (lowering `cpu`): mlir-opt cpu0.mlir --pass-pipeline='")
+        })
+        .and_then(|l| l.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("no cpu0 pipeline line in\n{err}"));
+    // Every option spelled out, as MLIR expands the pipeline.
+    assert!(
+        pipeline.starts_with("builtin.module(convert-math-to-funcs{"),
+        "{pipeline}"
+    );
+    assert!(
+        pipeline.contains("bufferize-function-boundaries=true"),
+        "{pipeline}"
+    );
+    let llvm = std::env::var("LLVM_PREFIX").unwrap_or_else(|_| "/usr/lib/llvm-22".into());
+    let opt = std::process::Command::new(format!("{llvm}/bin/mlir-opt"))
+        .arg(out.join("cpu0.mlir"))
+        .arg(format!("--pass-pipeline={pipeline}"))
+        .output()
+        .expect("mlir-opt runs");
+    assert!(
+        opt.status.success(),
+        "{}",
+        String::from_utf8_lossy(&opt.stderr)
+    );
+    let lowered = fs::read_to_string(out.join("cpu0.lowered.mlir")).expect("lowered");
+    // mlir-opt ends its output with one more newline.
+    let printed = String::from_utf8_lossy(&opt.stdout);
+    assert!(
+        printed.trim_end() == lowered.trim_end(),
+        "mlir-opt with the printed pipeline differs from cpu0.lowered.mlir:\n{printed}"
+    );
+}
+
+#[test]
+fn weights_are_written_once_and_ir_dumps_share_them() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (out, dumps) = (tmp.path().join("o"), tmp.path().join("dumps"));
+    compile_gpt2(
+        &out,
+        "mcm-2x2",
+        &["--ir-dump-dir", dumps.to_str().expect("utf-8")],
+    );
+    // placed.tir's sidecar is a link to the weights file, which holds its large constants.
+    let link = fs::read_link(out.join("placed.safetensors")).expect("a link");
+    assert_eq!(link, Path::new("weights.safetensors"));
+    let placed = tessera_ir::text::load(&out.join("placed.tir")).expect("placed.tir loads");
+    assert!(
+        placed
+            .consts()
+            .any(|(_, c)| tessera_ir::text::is_external(c))
+    );
+    // The dumps: every pass, then placement, scheduling and transfer insertion; one
+    // weights file, the others links to it.
+    let mut names: Vec<String> = fs::read_dir(&dumps)
+        .expect("dumps")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let tirs: Vec<&String> = names.iter().filter(|n| n.ends_with(".tir")).collect();
+    assert_eq!(
+        tirs,
+        [
+            "00-input.tir",
+            "01-after-canonicalize.tir",
+            "02-after-cse.tir",
+            "03-after-eqsat.tir",
+            "04-after-dce.tir",
+            "05-after-place.tir",
+            "06-after-schedule.tir",
+            "07-after-transfers.tir",
+        ]
+    );
+    for n in names.iter().filter(|n| n.ends_with(".safetensors")) {
+        let meta = fs::symlink_metadata(dumps.join(n)).expect("meta");
+        assert_eq!(
+            meta.file_type().is_symlink(),
+            n != "00-input.safetensors",
+            "{n}"
+        );
+    }
+    let text = |n: &str| fs::read_to_string(dumps.join(n)).expect("dump");
+    assert!(text("05-after-place.tir").contains("device(\"chip0\")"));
+    assert!(!text("06-after-schedule.tir").contains(" = transfer "));
+    assert!(text("07-after-transfers.tir").contains(" = transfer "));
+    // The last dump is the placed graph.
+    assert_eq!(
+        text("07-after-transfers.tir"),
+        fs::read_to_string(out.join("placed.tir")).expect("placed")
+    );
+    for n in tirs {
+        tessera_ir::text::load(&dumps.join(n)).expect("each dump loads");
+    }
 }

@@ -32,7 +32,7 @@ memory = 1_073_741_824
 memory_bandwidth = 1e12
 compute = { bf16 = 64e12, i8 = 128e12 }
 supported_ops = ["matmul", "add"]
-lowering = "npu-plugin"
+lowering = "chiplet"
 
 [interconnect]
 topology = "fully-connected"
@@ -110,7 +110,7 @@ fn user_file_via_target_path_and_env() {
     let expected = [
         "target board: a test board",
         "host: host",
-        "npu1  npu  memory     1 GiB  bandwidth      1 TB/s  lowering npu-plugin",
+        "npu1  npu  memory     1 GiB  bandwidth      1 TB/s  lowering chiplet",
         "supported ops: [add, matmul]",
         "npu0 <-> npu1  bandwidth     25 GB/s  latency 500 ns",
         "host <-> npu0  bandwidth     16 GB/s  latency 1 us",

@@ -426,7 +426,12 @@ impl Program<'_> {
         for (ci, e) in per_class.into_iter().enumerate() {
             problem = problem.with(constraint!(e == a[ci]));
         }
-        let solution = problem.solve().ok()?;
+        // microlp is a third-party solver: an assertion inside it (it checks its numerics)
+        // must not take the process down; it counts as no solution, as a time-out does. The
+        // problem is consumed by the call, so nothing half-updated is seen after an unwind.
+        let solved =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || problem.solve()));
+        let solution = solved.ok()?.ok()?;
         let picked: Vec<f64> = x.iter().map(|&v| solution.value(v)).collect();
         Some((solution.eval(&objective) / 1e9, picked))
     }

@@ -326,11 +326,13 @@ pub fn run_eqsat(
     let (mut before_total, mut after_total) = (0.0, 0.0);
 
     // Regions: runs of at most `region-ops` unplaced ops. An op that already has a device is
-    // left as it is and ends the run (eqsat rewrites before placement, not across it).
-    let mut segments: Vec<(usize, usize, bool)> = Vec::new(); // (start, end, placed)
+    // left as it is and ends the run (eqsat rewrites before placement, not across it); so is
+    // a region op (`if`, `loop`, `scan`): eqsat does not enter nested graphs, and the op
+    // stays one opaque unit.
+    let mut segments: Vec<(usize, usize, bool)> = Vec::new(); // (start, end, kept as is)
     let mut start = 0;
     for (i, &o) in ops.iter().enumerate() {
-        if graph.op(o).device.is_some() {
+        if graph.op(o).device.is_some() || graph.op(o).op.has_regions() {
             if start < i {
                 segments.push((start, i, false));
             }

@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 
 use crate::graph::Graph;
-use crate::op::{ArgKind, BinaryOp, ConvAttrs, Op, PoolAttrs, ReduceKind, ResizeMode, UnaryOp};
+use crate::op::{
+    ArgKind, BinaryOp, ConvAttrs, Op, PoolAttrs, ReduceKind, ResizeMode, ScanAttrs, UnaryOp,
+};
 use crate::types::{Dim, ElemType, Shape, TensorType};
 
 /// Why an op's result types cannot be inferred (the op is ill-typed).
@@ -873,7 +875,210 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             }
             one(operands[0].clone())
         }
+        Op::If {
+            then_branch,
+            else_branch,
+        } => infer_if(then_branch, else_branch, operands),
+        Op::Loop {
+            carried,
+            trip,
+            body,
+        } => infer_loop(*carried, trip, body, operands),
+        Op::Scan(s) => infer_scan(s, operands),
     }
+}
+
+/// Checks that region `name`'s inputs have exactly the types `want`.
+fn region_inputs(name: &str, body: &Graph, want: &[TensorType]) -> Result<()> {
+    let got = body.inputs();
+    if got.len() != want.len() {
+        return err(format!(
+            "the {name} region takes {} inputs, the op gives it {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    for (i, (&v, w)) in got.iter().zip(want).enumerate() {
+        if !body.is_valid_value(v) {
+            return err(format!("the {name} region's input {i} is invalid"));
+        }
+        if body.ty(v) != w {
+            return err(format!(
+                "the {name} region's input {i} is declared {}, the op gives it {w}",
+                body.ty(v)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The types of a region's outputs.
+fn region_outputs(name: &str, body: &Graph) -> Result<Vec<TensorType>> {
+    body.outputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if body.is_valid_value(v) {
+                Ok(body.ty(v).clone())
+            } else {
+                err(format!("the {name} region's output {i} is invalid"))
+            }
+        })
+        .collect()
+}
+
+fn bool_scalar(t: &TensorType, what: &str) -> Result<()> {
+    if t.elem != ElemType::Bool || t.rank() != 0 {
+        return err(format!("{what} must be a bool scalar, got {t}"));
+    }
+    Ok(())
+}
+
+fn infer_if(then_b: &Graph, else_b: &Graph, operands: &[&TensorType]) -> Result<Vec<TensorType>> {
+    arity(operands, 1, usize::MAX)?;
+    bool_scalar(operands[0], "the condition (operand 0)")?;
+    let captured: Vec<TensorType> = operands[1..].iter().map(|&t| t.clone()).collect();
+    region_inputs("then", then_b, &captured)?;
+    region_inputs("else", else_b, &captured)?;
+    let t = region_outputs("then", then_b)?;
+    let e = region_outputs("else", else_b)?;
+    if t.len() != e.len() {
+        return err(format!(
+            "the then region returns {} values, the else region {}",
+            t.len(),
+            e.len()
+        ));
+    }
+    for (i, (a, b)) in t.iter().zip(&e).enumerate() {
+        if a != b {
+            return err(format!(
+                "result {i} is {a} in the then region but {b} in the else region"
+            ));
+        }
+    }
+    Ok(t)
+}
+
+fn infer_loop(
+    carried: usize,
+    trip: &Dim,
+    body: &Graph,
+    operands: &[&TensorType],
+) -> Result<Vec<TensorType>> {
+    arity(operands, 2 + carried, usize::MAX)?;
+    let i64_scalar = TensorType::new(ElemType::I64, vec![]);
+    if *operands[0] != i64_scalar {
+        return err(format!(
+            "the trip limit (operand 0) must be an i64 scalar, got {}",
+            operands[0]
+        ));
+    }
+    bool_scalar(operands[1], "the condition (operand 1)")?;
+    let mut want = vec![i64_scalar, TensorType::new(ElemType::Bool, vec![])];
+    want.extend(operands[2..].iter().map(|&t| t.clone()));
+    region_inputs("body", body, &want)?;
+    let outs = region_outputs("body", body)?;
+    if outs.len() < 1 + carried {
+        return err(format!(
+            "the body returns {} values, it must return the condition and {carried} carried values",
+            outs.len()
+        ));
+    }
+    bool_scalar(&outs[0], "the body's output 0 (the next condition)")?;
+    for i in 0..carried {
+        if outs[1 + i] != *operands[2 + i] {
+            return err(format!(
+                "carried value {i} enters the loop as {} but the body returns {}",
+                operands[2 + i],
+                outs[1 + i]
+            ));
+        }
+    }
+    let mut results: Vec<TensorType> = outs[1..1 + carried].to_vec();
+    for t in &outs[1 + carried..] {
+        let mut shape = vec![trip.clone()];
+        shape.extend(t.shape.iter().cloned());
+        results.push(TensorType::new(t.elem, shape));
+    }
+    Ok(results)
+}
+
+fn infer_scan(s: &ScanAttrs, operands: &[&TensorType]) -> Result<Vec<TensorType>> {
+    let inputs = s.input_axes.len();
+    if s.input_reverse.len() != inputs {
+        return err(format!(
+            "{} scan inputs but {} input directions",
+            inputs,
+            s.input_reverse.len()
+        ));
+    }
+    if s.output_reverse.len() != s.output_axes.len() {
+        return err(format!(
+            "{} scan outputs but {} output directions",
+            s.output_axes.len(),
+            s.output_reverse.len()
+        ));
+    }
+    if inputs == 0 {
+        return err("a scan needs at least one scan input");
+    }
+    arity(operands, s.state + inputs, usize::MAX)?;
+    let mut want: Vec<TensorType> = operands[..s.state].iter().map(|&t| t.clone()).collect();
+    let mut trip: Option<Dim> = None;
+    for (j, &axis) in s.input_axes.iter().enumerate() {
+        let t = operands[s.state + j];
+        if axis >= t.rank() {
+            return err(format!(
+                "scan input {j} ({t}) has no axis {axis} to scan along"
+            ));
+        }
+        let d = t.shape[axis].clone();
+        match &trip {
+            None => trip = Some(d),
+            Some(first) if *first != d => {
+                return err(format!(
+                    "scan inputs have different extents along their scan axes: {first} and {d}"
+                ));
+            }
+            Some(_) => {}
+        }
+        let mut shape = t.shape.clone();
+        shape.remove(axis);
+        want.push(TensorType::new(t.elem, shape));
+    }
+    want.extend(operands[s.state + inputs..].iter().map(|&t| t.clone()));
+    region_inputs("body", &s.body, &want)?;
+    let outs = region_outputs("body", &s.body)?;
+    if outs.len() != s.state + s.output_axes.len() {
+        return err(format!(
+            "the body returns {} values, the scan has {} state values and {} scan outputs",
+            outs.len(),
+            s.state,
+            s.output_axes.len()
+        ));
+    }
+    for i in 0..s.state {
+        if outs[i] != *operands[i] {
+            return err(format!(
+                "state value {i} enters the scan as {} but the body returns {}",
+                operands[i], outs[i]
+            ));
+        }
+    }
+    let trip = trip.unwrap_or(Dim::Static(0));
+    let mut results: Vec<TensorType> = outs[..s.state].to_vec();
+    for (k, &axis) in s.output_axes.iter().enumerate() {
+        let t = &outs[s.state + k];
+        if axis > t.rank() {
+            return err(format!(
+                "scan output {k} ({t} per iteration) has no axis {axis} to stack along"
+            ));
+        }
+        let mut shape = t.shape.clone();
+        shape.insert(axis, trip.clone());
+        results.push(TensorType::new(t.elem, shape));
+    }
+    Ok(results)
 }
 
 /// Numpy broadcasting of two shapes (see the crate's op conventions).

@@ -26,7 +26,7 @@ pub use graph::{
 };
 pub use op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,
-    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScatterReduction, UnaryOp,
+    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScanAttrs, ScatterReduction, UnaryOp,
 };
 pub use tensor::{DataSizeError, Tensor, TensorError, TooLargeError, checked_byte_size};
 pub use types::{Dim, ElemType, Scalar, Shape, TensorType, format_f32, format_f64};

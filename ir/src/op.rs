@@ -21,9 +21,18 @@
 //!   they are the identity; an `all-reduce`'s operand *is* the logical sum, its per-device
 //!   partial sums are never materialized by the IR.
 //!
+//! - **Region ops** (`if`, `loop`, `scan`) hold nested graphs, their *regions*. A region is
+//!   isolated from above: it reads only its own inputs (block arguments), never a value of
+//!   the graph around it, so everything a body needs from outside is an explicit operand of
+//!   the op (a *captured* operand) and arrives as one of the body's inputs. A region has no
+//!   constants of its own (the graph's constants are captured like any other value) and no
+//!   mesh, shardings or devices: the region op is one unit, placed as a whole. Passes that do
+//!   not know about regions see an ordinary op with operands and results. Symbols are scoped
+//!   per graph: a body binds its own from its inputs when it runs.
+//!
 //! Every op has a kebab-case text name ([`Op::name`]); attributes print as `{key = value}`.
 
-use crate::graph::ConstId;
+use crate::graph::{ConstId, Graph};
 use crate::types::{Dim, ElemType, Scalar};
 
 /// An operation kind with its attributes.
@@ -343,6 +352,58 @@ pub enum Op {
         /// Mesh axes gathered over, strictly increasing, non-empty.
         axes: Vec<u32>,
     },
+    /// `if %cond, %captured...`: runs one of two regions. `cond` is a bool scalar; both
+    /// branches take the captured operands as their inputs (same count and types) and return
+    /// the results (same count and types in both). Only the branch the condition selects runs,
+    /// so a branch may compute types, or fail in ways, that the other never does.
+    If {
+        /// Runs when the condition is true.
+        then_branch: Box<Graph>,
+        /// Runs when the condition is false.
+        else_branch: Box<Graph>,
+    },
+    /// A `while` loop with a trip limit (ONNX `Loop`). Operands: the trip limit `M` (i64
+    /// scalar), the initial condition (bool scalar), `carried` loop-carried values, then the
+    /// captured values. The body's inputs are the iteration number (i64 scalar, from 0), the
+    /// condition, the carried values and the captured values; its outputs are the next
+    /// condition (bool scalar), the next carried values (each of its input's type) and
+    /// per-iteration scan values. Iteration `i` runs while `i < M` and the condition is true.
+    /// Results: the final carried values, then each scan value stacked along a new leading
+    /// axis of extent `trip`, the number of iterations run.
+    Loop {
+        /// The number of loop-carried values.
+        carried: usize,
+        /// The leading extent of the scan results: the iteration count (symbolic unless known).
+        trip: Dim,
+        /// The loop body.
+        body: Box<Graph>,
+    },
+    /// ONNX `Scan`: a loop over slices. Operands: `state` state values, the scan inputs
+    /// (one per entry of `input_axes`), then the captured values. All scan inputs have the
+    /// same extent `T` along their scan axis; iteration `t` gives the body the state, slice
+    /// `t` of every scan input (the axis removed; slice `T - 1 - t` when reversed) and the
+    /// captured values, and the body returns the next state (same types) and one element of
+    /// every scan output. Results: the final state, then each scan output's elements stacked
+    /// along its axis (an axis of the result, in `0..=element rank`; last element first when
+    /// reversed).
+    Scan(Box<ScanAttrs>),
+}
+
+/// The attributes of [`Op::Scan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanAttrs {
+    /// The number of state values.
+    pub state: usize,
+    /// The scan axis of each scan input.
+    pub input_axes: Vec<usize>,
+    /// Whether each scan input is read from its last slice to its first.
+    pub input_reverse: Vec<bool>,
+    /// The axis each scan output is stacked along.
+    pub output_axes: Vec<usize>,
+    /// Whether each scan output is stacked from last to first.
+    pub output_reverse: Vec<bool>,
+    /// The body.
+    pub body: Graph,
 }
 
 /// Strides, pads, dilations and groups of a convolution.
@@ -700,6 +761,50 @@ impl Op {
             Op::Transfer { .. } => "transfer",
             Op::AllReduce { .. } => "all-reduce",
             Op::AllGather { .. } => "all-gather",
+            Op::If { .. } => "if",
+            Op::Loop { .. } => "loop",
+            Op::Scan(_) => "scan",
+        }
+    }
+
+    /// The regions (nested graphs) of a region op, in order (`if`: then, else); empty for
+    /// every other op.
+    pub fn regions(&self) -> Vec<&Graph> {
+        match self {
+            Op::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            Op::Loop { body, .. } => vec![body],
+            Op::Scan(s) => vec![&s.body],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The regions, mutably (see [`Op::regions`]).
+    pub fn regions_mut(&mut self) -> Vec<&mut Graph> {
+        match self {
+            Op::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            Op::Loop { body, .. } => vec![body],
+            Op::Scan(s) => vec![&mut s.body],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the op holds regions (`if`, `loop`, `scan`).
+    pub fn has_regions(&self) -> bool {
+        matches!(self, Op::If { .. } | Op::Loop { .. } | Op::Scan(_))
+    }
+
+    /// The names of a region op's regions, as the text format prints them.
+    pub fn region_names(&self) -> &'static [&'static str] {
+        match self {
+            Op::If { .. } => &["then", "else"],
+            Op::Loop { .. } | Op::Scan(_) => &["body"],
+            _ => &[],
         }
     }
 
@@ -708,6 +813,9 @@ impl Op {
         match self {
             Op::Split { sizes, .. } => sizes.len(),
             Op::TopK { .. } => 2,
+            Op::If { then_branch, .. } => then_branch.outputs().len(),
+            Op::Loop { body, .. } => body.outputs().len().saturating_sub(1),
+            Op::Scan(s) => s.body.outputs().len(),
             _ => 1,
         }
     }

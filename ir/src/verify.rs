@@ -44,6 +44,14 @@
 //!     the mesh (`@name`). An `all-gather`'s operand is split over each of its axes and its
 //!     result over none of them; an `all-reduce`'s operand and result are split over none of
 //!     its axes (the operand holds partial sums along them).
+//! 12. **Regions**: the regions (nested graphs) of `if`, `loop` and `scan` satisfy every
+//!     invariant above themselves, and besides have no constants, no mesh, no shardings and
+//!     no devices (the region op is placed as one unit, and what a body needs from outside
+//!     is a captured operand). Their inputs and outputs fit the op (invariant 4, through
+//!     inference: `if` branches take the captured operands and return the same types, a
+//!     loop body returns its carried values with their types). Regions nest at most
+//!     [`MAX_REGION_DEPTH`] deep. An error inside a region is reported on the region op,
+//!     with the region's name and the nested message.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -71,12 +79,21 @@ impl fmt::Display for VerifyError {
 
 impl std::error::Error for VerifyError {}
 
+/// How deep regions may nest (a region op inside a region counts one more level); the
+/// interpreter and the text parser share the limit.
+pub const MAX_REGION_DEPTH: usize = 64;
+
 /// Checks every invariant in the module doc; returns all violations found, in a
 /// deterministic order (graph, constants, then ops in body order, then outputs).
 pub fn verify(graph: &Graph) -> Result<(), Vec<VerifyError>> {
+    verify_at(graph, 0)
+}
+
+fn verify_at(graph: &Graph, depth: usize) -> Result<(), Vec<VerifyError>> {
     let mut v = Verifier {
         graph,
         errors: Vec::new(),
+        depth,
     };
     v.run();
     if v.errors.is_empty() {
@@ -89,6 +106,8 @@ pub fn verify(graph: &Graph) -> Result<(), Vec<VerifyError>> {
 struct Verifier<'g> {
     graph: &'g Graph,
     errors: Vec<VerifyError>,
+    /// How many regions enclose this graph (0: the top-level graph).
+    depth: usize,
 }
 
 impl Verifier<'_> {
@@ -451,6 +470,7 @@ impl Verifier<'_> {
             self.error(e, format!("{}: empty device name", self.op_desc(o)));
         }
         self.check_placement(o);
+        self.check_regions(o);
 
         // Declared types match inference.
         if operands_ok && results_ok && data.results.len() == want {
@@ -471,6 +491,68 @@ impl Verifier<'_> {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Invariant 12: a region op's regions, each verified as a graph of its own.
+    fn check_regions(&mut self, o: OpId) {
+        let data = self.graph.op(o);
+        let regions = data.op.regions();
+        if regions.is_empty() {
+            return;
+        }
+        let e = Entity::Op(o);
+        if self.depth + 1 > MAX_REGION_DEPTH {
+            self.error(
+                e,
+                format!(
+                    "{}: regions nest more than {MAX_REGION_DEPTH} deep",
+                    self.op_desc(o)
+                ),
+            );
+            return;
+        }
+        for (region, name) in regions.iter().zip(data.op.region_names()) {
+            let mut problems: Vec<String> = Vec::new();
+            if region.num_consts() > 0 {
+                problems.push(
+                    "it has constants of its own (a region captures constants as operands)".into(),
+                );
+            }
+            if region.mesh.is_some() {
+                problems.push("it has a mesh".into());
+            }
+            for &v in region.inputs() {
+                if region.is_valid_value(v) && region.value(v).sharding.is_some() {
+                    problems.push(format!("its input {v} has a sharding"));
+                }
+            }
+            for &ro in region.ops() {
+                if ro.index() >= region.num_op_handles() {
+                    continue;
+                }
+                let rd = region.op(ro);
+                if rd.device.is_some() {
+                    problems.push(format!(
+                        "its op {ro} (`{}`) has a device (the region op is placed as a whole)",
+                        rd.op.name()
+                    ));
+                }
+                for &r in &rd.results {
+                    if region.is_valid_value(r) && region.value(r).sharding.is_some() {
+                        problems.push(format!("its value {r} has a sharding"));
+                    }
+                }
+            }
+            if let Err(errors) = verify_at(region, self.depth + 1) {
+                problems.extend(errors.into_iter().map(|err| match err.entity {
+                    Entity::Graph => err.message,
+                    other => format!("{other}: {}", err.message),
+                }));
+            }
+            for p in problems {
+                self.error(e, format!("{}: in the {name} region: {p}", self.op_desc(o)));
             }
         }
     }

@@ -47,6 +47,49 @@ pub struct PipelineOptions {
     pub print_ir_before_all: bool,
     /// Report the time of every pass (`--mlir-timing`), to stderr.
     pub timing: bool,
+    /// Print the module after the named passes only, to stderr: a name is a pass's argument
+    /// (`convert-linalg-to-loops`) or its class name (`ConvertLinalgToLoopsPass`), as the
+    /// headers of [`PipelineOptions::print_ir_after_all`] show them.
+    pub print_ir_after: Vec<String>,
+    /// Print the module before the named passes only (names as for `print_ir_after`).
+    pub print_ir_before: Vec<String>,
+}
+
+impl PipelineOptions {
+    /// Whether a pass whose dump header is `header` is one of `names`: the header is MLIR's
+    /// `// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops)
+    /// ('func.func' operation: @step0) //----- //`.
+    fn header_names(header: &str, names: &[String]) -> bool {
+        let rest = header
+            .strip_prefix("// -----// IR Dump ")
+            .and_then(|r| r.split_once(' '))
+            .map_or("", |(_, r)| r);
+        let class = rest.split(' ').next().unwrap_or_default();
+        let argument = rest
+            .split_once('(')
+            .and_then(|(_, r)| r.split_once(')'))
+            .map_or("", |(a, _)| a);
+        names.iter().any(|n| n == class || n == argument)
+    }
+
+    /// The sections of MLIR's IR printing (`text`, every pass's dump) that the named passes
+    /// made; a section runs from its header to the next. What precedes the first header
+    /// (anything else written meanwhile) is kept.
+    fn selected_dumps(&self, text: &str) -> String {
+        let mut out = String::new();
+        let mut keep = true;
+        for line in text.split_inclusive('\n') {
+            if line.starts_with("// -----// IR Dump Before ") {
+                keep = Self::header_names(line.trim_end(), &self.print_ir_before);
+            } else if line.starts_with("// -----// IR Dump After ") {
+                keep = Self::header_names(line.trim_end(), &self.print_ir_after);
+            }
+            if keep {
+                out.push_str(line);
+            }
+        }
+        out
+    }
 }
 
 /// An MLIR context with everything registered and a diagnostic collector.
@@ -123,10 +166,12 @@ impl Mlir {
     }
 
     /// Runs a textual pass pipeline (`builtin.module(...)`, as `mlir-opt --pass-pipeline`
-    /// takes it) on a module in-process.
-    pub fn run_pipeline(
-        &self,
-        module: &mut Module<'_>,
+    /// takes it) on a module in-process. The result is the same in every run: where the
+    /// pipeline named constants in a run-dependent order or recorded a time, the module is
+    /// made canonical ([`crate::canonical`]).
+    pub fn run_pipeline<'c>(
+        &'c self,
+        module: &mut Module<'c>,
         pipeline: &str,
         options: &PipelineOptions,
         what: &str,
@@ -134,10 +179,16 @@ impl Mlir {
         self.diagnostics.borrow_mut().clear();
         let pm = PassManager::new(&self.context);
         pm.enable_verifier(true);
-        if options.print_ir_after_all || options.print_ir_before_all {
+        // Printing after (or before) named passes: MLIR's C API prints after all or none, so
+        // every dump goes to a temporary stderr and only the named passes' are passed on.
+        let named = !options.print_ir_after.is_empty() || !options.print_ir_before.is_empty();
+        let selective = named && !options.print_ir_after_all && !options.print_ir_before_all;
+        if options.print_ir_after_all || options.print_ir_before_all || selective {
             pm.enable_ir_printing(&melior::pass::PassIrPrintingOptions {
-                before_all: options.print_ir_before_all,
-                after_all: options.print_ir_after_all,
+                before_all: options.print_ir_before_all
+                    || (selective && !options.print_ir_before.is_empty()),
+                after_all: options.print_ir_after_all
+                    || (selective && !options.print_ir_after.is_empty()),
                 module_scope: true,
                 on_change: false,
                 on_failure: false,
@@ -152,25 +203,39 @@ impl Mlir {
                 mlir_sys::mlirPassManagerEnableTiming(pm.to_raw());
             }
         }
-        // The pipeline string is ours (targets), so a bad one is a bug worth a clear error.
-        let inner = pipeline
-            .strip_prefix("builtin.module(")
-            .and_then(|s| s.strip_suffix(')'))
-            .unwrap_or(pipeline);
-        parse_pass_pipeline(
-            pm.as_operation_pass_manager(),
-            &format!("builtin.module({inner})"),
-        )
-        .map_err(|e| Error::Mlir {
-            what: what.to_string(),
-            stage: "pipeline".into(),
-            message: format!("bad pipeline `{pipeline}`: {e}"),
-        })?;
-        pm.run(module).map_err(|_| Error::Mlir {
+        parse_pipeline(&pm, pipeline, what)?;
+        let ran = if selective {
+            let capture = StderrCapture::start().map_err(|e| Error::Mlir {
+                what: what.to_string(),
+                stage: "pipeline".into(),
+                message: format!("cannot capture MLIR's IR printing: {e}"),
+            })?;
+            let ran = pm.run(module);
+            let printed = capture.finish();
+            eprint!("{}", options.selected_dumps(&printed));
+            ran
+        } else {
+            pm.run(module)
+        };
+        ran.map_err(|_| Error::Mlir {
             what: what.to_string(),
             stage: "pipeline".into(),
             message: self.take_diagnostics(),
-        })
+        })?;
+        if needs_canonical(module)
+            && let Some(text) = crate::canonical::canonical_text(&Mlir::print(module))
+        {
+            *module = self.parse(&text, what)?;
+        }
+        Ok(())
+    }
+
+    /// `pipeline` as MLIR parses it, every pass option spelled out: what `mlir-opt
+    /// --dump-pass-pipeline` prints, and a string `mlir-opt --pass-pipeline=` accepts.
+    pub fn expand_pipeline(&self, pipeline: &str, what: &str) -> Result<String, Error> {
+        let pm = PassManager::new(&self.context);
+        parse_pipeline(&pm, pipeline, what)?;
+        Ok(pm.as_operation_pass_manager().to_string())
     }
 
     /// Prints a module as MLIR text (generic form off, debug info off).
@@ -208,4 +273,102 @@ impl Mlir {
             })
         }
     }
+}
+
+/// Whether a module's top level holds what [`crate::canonical`] rewrites: bufferization's
+/// constant globals or serialized GPU binaries (looked up without printing the module).
+fn needs_canonical(module: &Module<'_>) -> bool {
+    use melior::ir::BlockLike;
+    let body = module.body();
+    let mut op = body.first_operation();
+    while let Some(o) = op {
+        let name = o.name();
+        let name = name.as_string_ref();
+        match name.as_str() {
+            Ok("gpu.binary") => return true,
+            Ok("memref.global" | "llvm.mlir.global") => {
+                let constant = o
+                    .attribute("sym_name")
+                    .ok()
+                    .and_then(|a| melior::ir::attribute::StringAttribute::try_from(a).ok())
+                    .is_some_and(|s| s.value().starts_with(crate::canonical::CONSTANT_PREFIX));
+                if constant {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        op = o.next_in_block();
+    }
+    false
+}
+
+/// Standard error redirected to a temporary file until [`StderrCapture::finish`], which
+/// puts it back and returns what was written (MLIR's IR printing writes to file descriptor 2
+/// directly).
+struct StderrCapture {
+    saved: rustix::fd::OwnedFd,
+    file: std::fs::File,
+}
+
+impl StderrCapture {
+    fn start() -> std::io::Result<StderrCapture> {
+        use std::io::Write;
+        std::io::stderr().flush()?;
+        let file = tempfile::tempfile()?;
+        let saved = rustix::io::dup(rustix::stdio::stderr())?;
+        rustix::stdio::dup2_stderr(&file)?;
+        Ok(StderrCapture { saved, file })
+    }
+
+    fn finish(mut self) -> String {
+        use std::io::{Read, Seek};
+        let _ = rustix::stdio::dup2_stderr(&self.saved);
+        let mut text = String::new();
+        if self.file.rewind().is_ok() {
+            let mut bytes = Vec::new();
+            let _ = self.file.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        text
+    }
+}
+
+/// Whether MLIR knows `name` as a pass (its argument, `convert-linalg-to-loops`, parses as a
+/// pipeline on a module or a function) or it has the form of a pass's class name
+/// (`ConvertLinalgToLoopsPass`, as the IR printing's headers show it).
+pub fn is_mlir_pass(mlir: &Mlir, name: &str) -> bool {
+    let class_like = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric());
+    if class_like {
+        return true;
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return false;
+    }
+    ["builtin.module({})", "builtin.module(func.func({}))"]
+        .iter()
+        .any(|shape| {
+            let pm = PassManager::new(&mlir.context);
+            let text = shape.replace("{}", name);
+            parse_pass_pipeline(pm.as_operation_pass_manager(), &text).is_ok()
+        })
+}
+
+/// Parses `pipeline` (with or without its `builtin.module(...)` anchor) into `pm`.
+fn parse_pipeline(pm: &PassManager<'_>, pipeline: &str, what: &str) -> Result<(), Error> {
+    // The pipeline string is ours or a target's, so a bad one is a bug worth a clear error.
+    let inner = pipeline
+        .strip_prefix("builtin.module(")
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(pipeline);
+    parse_pass_pipeline(
+        pm.as_operation_pass_manager(),
+        &format!("builtin.module({inner})"),
+    )
+    .map_err(|e| Error::Mlir {
+        what: what.to_string(),
+        stage: "pipeline".into(),
+        message: format!("bad pipeline `{pipeline}`: {e}"),
+    })
 }

@@ -1,6 +1,7 @@
 //! Lowering of tessera's placed IR to MLIR, one module per device, and what runs it: MLIR
 //! pipelines in-process (melior), the JIT, LLVM IR, object files, PTX and MPI executables.
 
+pub mod canonical;
 pub mod context;
 pub mod jit;
 

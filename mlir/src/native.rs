@@ -65,15 +65,27 @@ pub fn object_file(llvm_ir: &str, out: &Path) -> Result<(), Error> {
 }
 
 /// Runs the NVIDIA pipeline on a module and returns the PTX of its kernels (one section
-/// per GPU module, headed by a comment naming it).
+/// per GPU module, headed by a comment naming it), for [`pipelines::DEFAULT_NVPTX_ARCH`].
 pub fn ptx(
     mlir: &Mlir,
     text: &str,
     what: &str,
     options: &PipelineOptions,
 ) -> Result<String, Error> {
+    ptx_for_arch(mlir, text, what, options, None)
+}
+
+/// [`ptx`] for the GPU architecture `arch` (a device's `arch`, `sm_70`); `None` is the
+/// default.
+pub fn ptx_for_arch(
+    mlir: &Mlir,
+    text: &str,
+    what: &str,
+    options: &PipelineOptions,
+    arch: Option<&str>,
+) -> Result<String, Error> {
     let mut m = mlir.parse(text, what)?;
-    mlir.run_pipeline(&mut m, pipelines::NVPTX, options, what)?;
+    mlir.run_pipeline(&mut m, &pipelines::nvptx(arch), options, what)?;
     let printed = Mlir::print(&m);
     let mut out = String::new();
     for (name, body) in gpu_objects(&printed) {

@@ -1,25 +1,64 @@
 //! The MLIR pass pipelines, per device lowering. Strings are `mlir-opt --pass-pipeline`
 //! syntax and run in-process (see [`crate::Mlir::run_pipeline`]).
+//!
+//! [`for_target_device`] chooses a device's pipeline: the target's own first
+//! ([`tessera_targets::Target::device_pipeline`], a plugin's backend), then tessera's for a
+//! built-in lowering, and for a lowering registered without a hook the portable loops
+//! ([`LOOPS`]), which [`DeviceLowering::fallback_note`] says aloud. [`lower_device`] runs the
+//! choice on a module.
+
+use std::borrow::Cow;
+
+use tessera_targets::{BUILTIN_LOWERINGS, Device, DevicePipeline, Target};
+
+use crate::{Error, Mlir, PipelineOptions};
 
 /// Tensors to the LLVM dialect for the CPU: bufferize (function boundaries with identity
-/// layouts), free what is no longer used, linalg to loops, everything to LLVM.
-pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+/// layouts; `scf.while`/`scf.for` bodies may yield new buffers, as region ops' loops do),
+/// free what is no longer used, linalg to loops, everything to LLVM.
+pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
 /// The same for a program with MPI calls: `buffer-deallocation-pipeline` rejects them, so
 /// buffers live until the process ends; `convert-shard-to-mpi` turns `shard.all_reduce` into
 /// `mpi.allreduce`; `symbol-dce` drops the (private) `shard.grid`; `convert-to-llvm` lowers the MPI dialect (for the
 /// implementation the module's `dlti.map` names); tensor-level `arith` casts of the
 /// messages become linalg first.
-pub const CPU_MPI: &str = "builtin.module(func.func(convert-shard-to-mpi),convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
+pub const CPU_MPI: &str = "builtin.module(func.func(convert-shard-to-mpi),convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
 /// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
 /// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA
 /// toolkit needed). The host side stays in the GPU dialect's runtime calls.
-pub const NVPTX: &str = "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-parallel-loops,gpu-map-parallel-loops,convert-parallel-loops-to-gpu),gpu-kernel-outlining,lower-affine,convert-scf-to-cf,gpu-lower-to-nvvm-pipeline{cubin-chip=sm_80 cubin-features=+ptx80 cubin-format=isa})";
+pub const NVPTX: &str = "builtin.module(one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-parallel-loops,gpu-map-parallel-loops,convert-parallel-loops-to-gpu),gpu-kernel-outlining,lower-affine,convert-scf-to-cf,gpu-lower-to-nvvm-pipeline{cubin-chip=sm_80 cubin-features=+ptx80 cubin-format=isa})";
+
+/// The GPU architecture [`NVPTX`] compiles for, and `nvptx` devices without an `arch`.
+pub const DEFAULT_NVPTX_ARCH: &str = "sm_80";
+
+/// The PTX ISA version (`ptx80` is PTX 8.0) LLVM's NVPTX backend needs for an architecture:
+/// 8.0, the default's, for everything up to `sm_90`, and the first version that knows each
+/// newer one.
+pub fn ptx_version(arch: &str) -> &'static str {
+    match arch {
+        "sm_100" | "sm_101" => "ptx86",
+        "sm_120" => "ptx87",
+        "sm_103" | "sm_121" => "ptx88",
+        "sm_88" | "sm_110" => "ptx90",
+        _ => "ptx80",
+    }
+}
+
+/// The NVIDIA pipeline ([`NVPTX`]) for the GPU architecture `arch` (`sm_70`; a target
+/// file's `arch`, validated there), [`DEFAULT_NVPTX_ARCH`] when `None`.
+pub fn nvptx(arch: Option<&str>) -> String {
+    let arch = arch.unwrap_or(DEFAULT_NVPTX_ARCH);
+    NVPTX.replace(
+        "cubin-chip=sm_80 cubin-features=+ptx80",
+        &format!("cubin-chip={arch} cubin-features=+{}", ptx_version(arch)),
+    )
+}
 
 /// Devices without a toolchain here (chiplets, plugins' lowerings): bufferize and lower
 /// linalg to affine loops on memrefs, the form a vendor backend takes.
-pub const LOOPS: &str = "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-affine-loops),canonicalize)";
+pub const LOOPS: &str = "builtin.module(one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-affine-loops),canonicalize)";
 
 /// The target pipeline of a device lowering (`cpu`, `nvptx`, anything else).
 pub fn for_lowering(lowering: &str) -> &'static str {
@@ -28,4 +67,95 @@ pub fn for_lowering(lowering: &str) -> &'static str {
         "nvptx" => NVPTX,
         _ => LOOPS,
     }
+}
+
+/// tessera's pipeline of a device: [`for_lowering`], with an `nvptx` device's own
+/// architecture ([`nvptx`]). A target's own pipeline is [`for_target_device`]'s.
+pub fn for_device(device: &Device) -> Cow<'static, str> {
+    if device.lowering == "nvptx" {
+        Cow::Owned(nvptx(device.arch.as_deref()))
+    } else {
+        Cow::Borrowed(for_lowering(&device.lowering))
+    }
+}
+
+/// The pipeline of one device, and where it comes from.
+#[derive(Clone, Debug)]
+pub enum DeviceLowering {
+    /// The target's own ([`Target::device_pipeline`]).
+    Target(DevicePipeline),
+    /// tessera's, for a built-in lowering ([`for_device`]; `chiplet` is the portable loops by
+    /// design: chiplets have no toolchain here).
+    Builtin(Cow<'static, str>),
+    /// A lowering registered by a plugin whose target gives no pipeline: the portable loops
+    /// ([`LOOPS`]), in place of a backend this binary does not have.
+    Portable,
+}
+
+impl DeviceLowering {
+    /// Whether the pipeline is the target's own (its artifacts are then asked for).
+    pub fn is_target_own(&self) -> bool {
+        matches!(self, DeviceLowering::Target(_))
+    }
+
+    /// The pass pipeline this choice runs (`None` for a target's function of the module).
+    pub fn passes(&self) -> Option<&str> {
+        match self {
+            DeviceLowering::Target(DevicePipeline::Module(_)) => None,
+            DeviceLowering::Target(DevicePipeline::Passes(p)) => Some(p),
+            DeviceLowering::Builtin(p) => Some(p),
+            DeviceLowering::Portable => Some(LOOPS),
+        }
+    }
+
+    /// What a user must be told about this choice for `device`: a fallback to the portable
+    /// loops is never silent. `None` for the other choices.
+    pub fn fallback_note(&self, device: &Device) -> Option<String> {
+        matches!(self, DeviceLowering::Portable).then(|| {
+            format!(
+                "{}: no MLIR pipeline for lowering `{}` in this binary (its target has no \
+                 device_pipeline hook): the portable affine loops stand in for its backend",
+                device.name, device.lowering
+            )
+        })
+    }
+}
+
+/// The pipeline of `device` of `target`: the target's hook, else tessera's for a built-in
+/// lowering, else [`DeviceLowering::Portable`].
+pub fn for_target_device(target: &dyn Target, device: &Device) -> DeviceLowering {
+    if let Some(p) = target.device_pipeline(device) {
+        DeviceLowering::Target(p)
+    } else if BUILTIN_LOWERINGS.contains(&device.lowering.as_str()) {
+        DeviceLowering::Builtin(for_device(device))
+    } else {
+        DeviceLowering::Portable
+    }
+}
+
+/// Lowers one device's module (MLIR text, `what` naming it in errors) with `lowering`, and
+/// returns the result as MLIR prints it. What a target's function returns is parsed and
+/// verified like any module; its error is an [`Error::Mlir`] naming the device.
+pub fn lower_device(
+    mlir: &Mlir,
+    lowering: &DeviceLowering,
+    device: &Device,
+    text: &str,
+    options: &PipelineOptions,
+    what: &str,
+) -> Result<String, Error> {
+    if let DeviceLowering::Target(DevicePipeline::Module(f)) = lowering {
+        let out = f(device, text).map_err(|message| Error::Mlir {
+            what: what.to_string(),
+            stage: format!("pipeline of {}'s target", device.name),
+            message,
+        })?;
+        let m = mlir.parse(&out, &format!("{what} (after {}'s pipeline)", device.name))?;
+        return Ok(Mlir::print(&m));
+    }
+    // Every other choice is a pass pipeline.
+    let pipeline = lowering.passes().unwrap_or(LOOPS);
+    let mut m = mlir.parse(text, what)?;
+    mlir.run_pipeline(&mut m, pipeline, options, what)?;
+    Ok(Mlir::print(&m))
 }

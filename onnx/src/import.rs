@@ -276,6 +276,32 @@ pub(crate) struct Ctx<'p> {
     hint: String,
     /// [`ImportOptions::fold_limit_bytes`].
     pub fold_limit_bytes: u64,
+    /// The graphs around the one being built, outermost first, while a region body is
+    /// imported (the current graph is `g`; `stack[0]` is then the main graph).
+    stack: Vec<Frame>,
+    /// The values of the enclosing graph the current region body captures, in the order of
+    /// the body inputs that receive them (after the body's own inputs).
+    captures: Vec<ValueId>,
+    /// For each captured enclosing value, the body input that receives it.
+    captured: BTreeMap<ValueId, ValueId>,
+}
+
+/// The state of an enclosing graph while a region body is imported.
+struct Frame {
+    g: Graph,
+    names: BTreeMap<String, Slot>,
+    known: BTreeMap<ValueId, Tensor>,
+    input_values: BTreeMap<ValueId, Tensor>,
+    value_names: Names,
+    captures: Vec<ValueId>,
+    captured: BTreeMap<ValueId, ValueId>,
+}
+
+/// A region body imported from an ONNX subgraph: the body graph (its own inputs first, then
+/// one input per captured value) and the enclosing graph's values it captures, in order.
+pub(crate) struct ImportedRegion {
+    pub body: Graph,
+    pub captures: Vec<ValueId>,
 }
 
 impl<'p> Ctx<'p> {
@@ -299,6 +325,9 @@ impl<'p> Ctx<'p> {
             loc: None,
             hint: String::new(),
             fold_limit_bytes: crate::DEFAULT_FOLD_LIMIT_BYTES,
+            stack: Vec::new(),
+            captures: Vec::new(),
+            captured: BTreeMap::new(),
         }
     }
 
@@ -557,14 +586,220 @@ impl<'p> Ctx<'p> {
                 self.names.insert(name.to_string(), Slot::Value(v));
                 Ok(v)
             }
-            None => Err(format!(
-                "`{name}` is not defined (not a graph input, initializer or earlier node output)"
-            )),
+            None => match self.capture_name(name) {
+                Some(v) => Ok(v),
+                None => Err(format!(
+                    "`{name}` is not defined (not a graph input, initializer or earlier node output)"
+                )),
+            },
         }
     }
 
-    /// Adds a graph constant and the `const` op that yields it.
+    /// While a region body is imported: the value of an enclosing graph's name, captured into
+    /// the body (through every region in between), and bound in the body's scope.
+    fn capture_name(&mut self, name: &str) -> Option<ValueId> {
+        let level = (0..self.stack.len())
+            .rev()
+            .find(|&l| self.stack[l].names.contains_key(name))?;
+        let v = match self.stack[level].names.get(name).cloned()? {
+            Slot::Value(v) => v,
+            Slot::Init(ty, data) => {
+                // An enclosing body's initializer: a constant of the main graph, captured
+                // down to that body and bound there.
+                let root = self.root_constant(name, ty, data);
+                let v = self.thread(root, 0, level);
+                self.stack[level]
+                    .names
+                    .insert(name.to_string(), Slot::Value(v));
+                v
+            }
+        };
+        let inner = self.thread(v, level, self.stack.len());
+        self.names.insert(name.to_string(), Slot::Value(inner));
+        Some(inner)
+    }
+
+    /// Inside a region body, captures `name` from an enclosing scope when the body does not
+    /// define it, so that its known contents can be read here.
+    fn in_scope(&mut self, name: &str) {
+        if !self.stack.is_empty() && !self.names.contains_key(name) {
+            self.capture_name(name);
+        }
+    }
+
+    /// A `const` op of the main graph (`self.g` when no region is being imported).
+    fn root_constant(&mut self, name: &str, ty: TensorType, data: Bytes) -> ValueId {
+        let cname = self.unique_const_name(name);
+        let g = match self.stack.first_mut() {
+            Some(f) => &mut f.g,
+            None => &mut self.g,
+        };
+        let c = g.add_const(Constant {
+            name: cname,
+            ty: ty.clone(),
+            data,
+        });
+        let op = g.push_op(Op::Const(c), vec![], vec![ty]);
+        let v = g.op(op).results[0];
+        let names = match self.stack.first_mut() {
+            Some(f) => &mut f.value_names,
+            None => &mut self.value_names,
+        };
+        let vname = unique_name(names, name);
+        let g = match self.stack.first_mut() {
+            Some(f) => &mut f.g,
+            None => &mut self.g,
+        };
+        g.set_name(v, vname);
+        v
+    }
+
+    /// Passes value `v` of the graph at `from` (an index into the stack; `stack.len()` is the
+    /// current graph) down into the graph at `to` (deeper), adding a body input at each level
+    /// that does not capture it yet. Known contents go along.
+    fn thread(&mut self, mut v: ValueId, from: usize, to: usize) -> ValueId {
+        for level in from + 1..=to {
+            // The enclosing graph is always on the stack (`level <= stack.len()`).
+            let outer = &self.stack[level - 1];
+            let outer_known = outer.known.get(&v).cloned().or_else(|| {
+                // A constant of the main graph not read at import time yet.
+                let tessera_ir::ValueDef::Result(op, 0) = outer.g.value(v).def else {
+                    return None;
+                };
+                let Op::Const(c) = outer.g.op(op).op else {
+                    return None;
+                };
+                let c = outer.g.constant(c);
+                let small = c.ty.num_elements().is_some_and(|n| n <= FOLD_LIMIT);
+                (small && self.fits_fold_limit(&c.ty))
+                    .then(|| Tensor::from_typed_le_bytes(&c.ty, &c.data).ok())
+                    .flatten()
+            });
+            // A graph input's specialization value stays one inside the body.
+            let outer_value = outer.input_values.get(&v).cloned();
+            let (outer_ty, outer_name) = (outer.g.ty(v).clone(), outer.g.value(v).name.clone());
+            let (g, captures, captured, known, names, values) = if level == self.stack.len() {
+                (
+                    &mut self.g,
+                    &mut self.captures,
+                    &mut self.captured,
+                    &mut self.known,
+                    &mut self.value_names,
+                    &mut self.input_values,
+                )
+            } else {
+                let f = &mut self.stack[level];
+                (
+                    &mut f.g,
+                    &mut f.captures,
+                    &mut f.captured,
+                    &mut f.known,
+                    &mut f.value_names,
+                    &mut f.input_values,
+                )
+            };
+            if let Some(&inner) = captured.get(&v) {
+                v = inner;
+                continue;
+            }
+            let vname = unique_name(names, outer_name.as_deref().unwrap_or("capture"));
+            let inner = g.add_input(Some(vname), outer_ty);
+            captures.push(v);
+            captured.insert(v, inner);
+            if let Some(t) = outer_known {
+                known.insert(inner, t);
+            }
+            if let Some(t) = outer_value {
+                values.insert(inner, t);
+            }
+            v = inner;
+        }
+        v
+    }
+
+    /// Imports an ONNX subgraph as a region body. The body's own inputs are `formals` (name,
+    /// type), bound to the subgraph's declared inputs in order; `preset` lists values of the
+    /// current graph to capture first (so that the branches of an `if` capture in one
+    /// order). Names of the current scope (and those around it) are visible in the body;
+    /// each one used becomes a captured value. Errors are flattened to text.
+    pub(crate) fn import_region(
+        &mut self,
+        graph: &GraphProto,
+        region: &str,
+        formals: &[TensorType],
+        preset: &[ValueId],
+    ) -> Result<ImportedRegion, String> {
+        if self.stack.len() + 1 > tessera_ir::verify::MAX_REGION_DEPTH {
+            return Err(format!(
+                "subgraphs nest more than {} deep",
+                tessera_ir::verify::MAX_REGION_DEPTH
+            ));
+        }
+        if graph.input.len() != formals.len() {
+            return Err(format!(
+                "{region}: the subgraph declares {} inputs, the operator gives it {}",
+                graph.input.len(),
+                formals.len()
+            ));
+        }
+        let frame = Frame {
+            g: std::mem::replace(&mut self.g, Graph::new(region)),
+            names: std::mem::take(&mut self.names),
+            known: std::mem::take(&mut self.known),
+            input_values: std::mem::take(&mut self.input_values),
+            value_names: std::mem::take(&mut self.value_names),
+            captures: std::mem::take(&mut self.captures),
+            captured: std::mem::take(&mut self.captured),
+        };
+        let (loc, hint) = (self.loc.clone(), self.hint.clone());
+        self.stack.push(frame);
+        self.g.set_outputs(Vec::new());
+        let result = (|| -> Result<Vec<ValueId>, String> {
+            for (vi, ty) in graph.input.iter().zip(formals) {
+                let vname = self.unique_value_name(vi.name());
+                let v = self.g.add_input(Some(vname), ty.clone());
+                if !vi.name().is_empty() {
+                    self.names.insert(vi.name().to_string(), Slot::Value(v));
+                }
+            }
+            let depth = self.stack.len();
+            for &p in preset {
+                self.thread(p, depth - 1, depth);
+            }
+            self.add_initializers(graph).map_err(|e| e.to_string())?;
+            self.import_nodes(graph).map_err(|e| e.to_string())?;
+            graph
+                .output
+                .iter()
+                .map(|o| {
+                    self.lookup(o.name())
+                        .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
+                })
+                .collect()
+        })();
+        let frame = self.stack.pop().expect("pushed above");
+        let mut body = std::mem::replace(&mut self.g, frame.g);
+        self.names = frame.names;
+        self.known = frame.known;
+        self.input_values = frame.input_values;
+        self.value_names = frame.value_names;
+        let captures = std::mem::replace(&mut self.captures, frame.captures);
+        self.captured = frame.captured;
+        self.loc = loc;
+        self.hint = hint;
+        let outputs = result.map_err(|m| format!("{region}: {m}"))?;
+        body.set_outputs(outputs);
+        tessera_passes::dce(&mut body, &mut tessera_passes::Statistics::default());
+        Ok(ImportedRegion { body, captures })
+    }
+
+    /// Adds a graph constant and the `const` op that yields it. Inside a region body the
+    /// constant belongs to the main graph and is captured into the body.
     pub(crate) fn add_constant(&mut self, name: &str, ty: TensorType, data: Bytes) -> ValueId {
+        if !self.stack.is_empty() {
+            let root = self.root_constant(name, ty, data);
+            return self.thread(root, 0, self.stack.len());
+        }
         let cname = self.unique_const_name(name);
         let c = self.g.add_const(Constant {
             name: cname,
@@ -647,12 +882,27 @@ impl<'p> Ctx<'p> {
     /// The contents of the ONNX value `name` when known at import time, without creating
     /// a `const` op for an initializer that is only read at import time.
     pub(crate) fn known_name(&mut self, name: &str) -> Option<Tensor> {
+        self.in_scope(name);
         match self.names.get(name)? {
             Slot::Init(ty, _) if !self.fits_fold_limit(ty) => None,
             Slot::Init(ty, data) => Tensor::from_typed_le_bytes(ty, data).ok(),
             Slot::Value(v) => {
                 let v = *v;
                 self.known(v).or_else(|| self.input_values.get(&v).cloned())
+            }
+        }
+    }
+
+    /// Like [`Ctx::known_name`], but never a graph input's specialization value
+    /// ([`ImportOptions::input_values`]): only contents that are constants of the model.
+    pub(crate) fn constant_name(&mut self, name: &str) -> Option<Tensor> {
+        self.in_scope(name);
+        match self.names.get(name)? {
+            Slot::Init(ty, _) if !self.fits_fold_limit(ty) => None,
+            Slot::Init(ty, data) => Tensor::from_typed_le_bytes(ty, data).ok(),
+            Slot::Value(v) => {
+                let v = *v;
+                self.known(v)
             }
         }
     }

@@ -574,6 +574,52 @@ fn range_lengths_from_values_are_checked_before_allocating() {
     assert!(e.to_string().contains("memory limit"), "{e}");
 }
 
+/// `y = Resize(x, sizes)` with `x: f32[1, 1, 4]`, `half_pixel_symmetric` coordinates (which
+/// the IR `resize` op does not have, so the importer builds gather tables) and `mode`.
+fn resize_model(mode: &str, size: i64) -> proto::Model {
+    let mut rs = node("Resize", "rs", &["x", "", "", "sizes"], &["y"]);
+    rs.attribute = vec![
+        proto::attr_s("mode", mode),
+        proto::attr_s("coordinate_transformation_mode", "half_pixel_symmetric"),
+    ];
+    let mut g = graph(
+        "resize",
+        vec![rs],
+        vec![value("x", FLOAT, &["1", "1", "4"])],
+        vec![value("y", FLOAT, &["1", "1", "N"])],
+    );
+    g.initializer.push(int64_init("sizes", &[3], &[1, 1, size]));
+    model(19, g)
+}
+
+#[test]
+fn resize_tap_tables_are_bounded_before_they_are_built() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("resize.onnx");
+    // 2^23 nearest outputs or 2^21 cubic ones: tables of 2^24 and 2^23 taps, over the limit
+    // of 2^22. Before the limit, a tiny model like these took seconds and gigabytes to import.
+    for (mode, size) in [
+        ("nearest", 1 << 23),
+        ("cubic", 1 << 21),
+        ("linear", i64::MAX / 2),
+    ] {
+        proto::write(&path, &resize_model(mode, size));
+        let msg = err(import_within(&path, Duration::from_secs(20)));
+        assert!(msg.contains("node `rs` (Resize)"), "{mode}: {msg}");
+        assert!(msg.contains("taps each"), "{mode}: {msg}");
+        assert!(msg.contains("4194304 taps"), "{mode}: {msg}");
+    }
+    // Within the limit the tables are built, and the resize runs.
+    proto::write(&path, &resize_model("cubic", 10));
+    let g = import(&path).expect("a small cubic resize");
+    assert_eq!(g.ty(g.outputs()[0]).to_string(), "f32[1, 1, 10]");
+    let x = f32_tensor(&[1, 1, 4], vec![1.0, 2.0, 3.0, 4.0]);
+    let y = tessera_ir::interp::run(&g, &[x]).expect("run")[0].to_f64_vec();
+    assert_eq!(y.len(), 10);
+    // (Its values are checked against onnxruntime by the ONNX node tests' resize cases.)
+    assert!(y.iter().all(|v| (0.5..4.5).contains(v)), "{y:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Many uses of one name, ranks
 

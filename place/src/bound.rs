@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::eval::Objective;
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::units;
+use crate::strategy::{unit_heads, units};
 
 /// The largest number of (unit, device) variables the LP bound is computed for.
 pub const LP_MAX_VARS: usize = 20_000;
@@ -107,19 +107,23 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         .max(1);
     let work: f64 = (0..inst.n).map(|o| inst.min_time(o)).sum();
     components.insert("work".to_string(), work / usable as f64);
-    let us = units(inst);
-    let largest = us
-        .iter()
-        .map(|u| {
+    let mut n_units = 0usize;
+    let largest = unit_heads(inst)
+        .map(|head| {
+            n_units += 1;
+            let members = match inst.group_of[head] {
+                Some(g) => &inst.groups[g][..],
+                None => std::slice::from_ref(&head),
+            };
             (0..inst.d)
-                .filter(|&k| inst.allowed(u[0], k))
-                .map(|k| u.iter().map(|&o| inst.t(o, k)).sum::<f64>())
+                .filter(|&k| inst.allowed(head, k))
+                .map(|k| members.iter().map(|&o| inst.t(o, k)).sum::<f64>())
                 .fold(f64::INFINITY, f64::min)
         })
         .fold(0.0, f64::max);
     components.insert("largest-op".to_string(), largest);
-    if us.len() * inst.d <= LP_MAX_VARS
-        && let Some(lp) = lp_bound(inst, &us)?
+    if n_units.saturating_mul(inst.d) <= LP_MAX_VARS
+        && let Some(lp) = lp_bound(inst, &units(inst))?
     {
         components.insert("lp".to_string(), lp);
     }
@@ -183,20 +187,23 @@ fn only_device(inst: &Instance) -> Vec<Option<usize>> {
 /// For each edge, the least time its transfer takes in any plan: 0 when its ends can share a
 /// device, else the fastest transfer between devices they may run on.
 fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
+    let mut to_allowed = vec![false; inst.d];
     inst.problem
         .edges
         .iter()
         .map(|edge| {
+            for (k, t) in to_allowed.iter_mut().enumerate() {
+                *t = inst.allowed(edge.to, k);
+            }
             let from: Vec<usize> = (0..inst.d)
                 .filter(|&k| inst.allowed(edge.from, k))
                 .collect();
-            let to: Vec<usize> = (0..inst.d).filter(|&k| inst.allowed(edge.to, k)).collect();
-            if from.iter().any(|k| to.contains(k)) {
+            if from.iter().any(|&k| to_allowed[k]) {
                 return 0.0;
             }
             let mut best = f64::INFINITY;
             for &a in &from {
-                for &b in &to {
+                for b in (0..inst.d).filter(|&b| to_allowed[b]) {
                     best = best.min(inst.transfer(a, b, edge.bytes));
                 }
             }
@@ -327,14 +334,152 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
         model = model.with(constraint!(l - t <= 0.0));
         model = model.with(constraint!(m <= inst.capacity[k] as f64 / 1e6));
     }
-    match model.solve() {
-        Ok(s) => Ok(Some(s.value(t) / 1e6 * (1.0 - 1e-9))),
-        Err(ResolutionError::Infeasible) => Err(ProblemError::Infeasible(
-            "the ops' memory cannot be spread over the devices that can run them (the ops need \
-             more memory on the devices that support them than those devices hold, even split \
-             fractionally)"
-                .into(),
-        )),
-        Err(_) => Ok(None),
+    // microlp is a third-party solver: an assertion inside it (it checks its numerics) must
+    // not take the process down. The inputs are validated (finite, in the ranges of
+    // `tessera_targets::limits`), so this is the last line of defence, not a code path; the
+    // model is consumed by the call, so nothing half-updated is seen after an unwind.
+    let solved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || model.solve()));
+    match solved {
+        Ok(Ok(s)) => {
+            let v = s.value(t) / 1e6 * (1.0 - 1e-9);
+            // A value the solver cannot have meant (round-off gone wrong) is no bound.
+            Ok((v.is_finite() && v >= 0.0).then_some(v))
+        }
+        // The relaxation is infeasible only through memory (every other row can be met by a
+        // large enough `T`); say which devices overflow, exactly. When the exact check finds
+        // room after all, the solver's answer was round-off and the component is skipped.
+        Ok(Err(ResolutionError::Infeasible)) => match memory_cut(inst, us) {
+            Some(why) => Err(ProblemError::Infeasible(why)),
+            None => Ok(None),
+        },
+        Ok(Err(_)) | Err(_) => Ok(None),
+    }
+}
+
+/// Whether the units' own memory can be spread over their allowed devices, even split
+/// fractionally (the LP relaxation's memory rows), decided exactly as a maximum flow (source
+/// to unit: its bytes; unit to each allowed device: unbounded; device to sink: its
+/// capacity). When it cannot, the minimum cut names a set of devices whose units need more
+/// than they hold together; that is the message.
+fn memory_cut(inst: &Instance, us: &[Vec<usize>]) -> Option<String> {
+    let nu = us.len();
+    let (src, sink) = (nu + inst.d, nu + inst.d + 1);
+    let mut g = Flow::new(nu + inst.d + 2);
+    let mut need = vec![0u128; nu];
+    for (i, u) in us.iter().enumerate() {
+        need[i] = u.iter().map(|&o| u128::from(inst.memory[o])).sum();
+        g.edge(src, i, need[i]);
+        for k in (0..inst.d).filter(|&k| inst.allowed(u[0], k)) {
+            g.edge(i, nu + k, u128::MAX / 4);
+        }
+    }
+    for k in 0..inst.d {
+        g.edge(nu + k, sink, u128::from(inst.capacity[k]));
+    }
+    let total: u128 = need.iter().sum();
+    if g.max_flow(src, sink) >= total {
+        return None;
+    }
+    let side = g.reachable(src);
+    let devices: Vec<usize> = (0..inst.d).filter(|&k| side[nu + k]).collect();
+    let held: u128 = devices.iter().map(|&k| u128::from(inst.capacity[k])).sum();
+    let needed: u128 = (0..nu).filter(|&i| side[i]).map(|i| need[i]).sum();
+    let names: Vec<&str> = devices.iter().map(|&k| inst.device_name(k)).collect();
+    Some(format!(
+        "the ops that can only run on {} need {needed} bytes of their own there, {} more than \
+         those devices hold together ({held} bytes), however they are split",
+        names.join(", "),
+        needed.saturating_sub(held)
+    ))
+}
+
+/// A flow network for [`memory_cut`] (Dinic's algorithm, with no recursion).
+struct Flow {
+    adj: Vec<Vec<usize>>,
+    to: Vec<usize>,
+    cap: Vec<u128>,
+}
+
+impl Flow {
+    fn new(n: usize) -> Flow {
+        Flow {
+            adj: vec![Vec::new(); n],
+            to: Vec::new(),
+            cap: Vec::new(),
+        }
+    }
+
+    /// An edge and its residual twin (`e ^ 1`).
+    fn edge(&mut self, a: usize, b: usize, cap: u128) {
+        self.adj[a].push(self.to.len());
+        self.to.push(b);
+        self.cap.push(cap);
+        self.adj[b].push(self.to.len());
+        self.to.push(a);
+        self.cap.push(0);
+    }
+
+    fn levels(&self, s: usize) -> Vec<usize> {
+        let mut level = vec![usize::MAX; self.adj.len()];
+        level[s] = 0;
+        let mut queue = std::collections::VecDeque::from([s]);
+        while let Some(v) = queue.pop_front() {
+            for &e in &self.adj[v] {
+                let w = self.to[e];
+                if self.cap[e] > 0 && level[w] == usize::MAX {
+                    level[w] = level[v] + 1;
+                    queue.push_back(w);
+                }
+            }
+        }
+        level
+    }
+
+    fn reachable(&self, s: usize) -> Vec<bool> {
+        self.levels(s).iter().map(|&l| l != usize::MAX).collect()
+    }
+
+    fn max_flow(&mut self, s: usize, t: usize) -> u128 {
+        let mut flow = 0u128;
+        loop {
+            let level = self.levels(s);
+            if level[t] == usize::MAX {
+                return flow;
+            }
+            let mut next = vec![0usize; self.adj.len()];
+            // Blocking flow: walk the level graph with an explicit path of edges.
+            let mut path: Vec<usize> = Vec::new();
+            loop {
+                let v = path.last().map_or(s, |&e| self.to[e]);
+                if v == t {
+                    let push = path.iter().map(|&e| self.cap[e]).min().unwrap_or(0);
+                    for &e in &path {
+                        self.cap[e] -= push;
+                        self.cap[e ^ 1] += push;
+                    }
+                    flow += push;
+                    path.clear();
+                    continue;
+                }
+                let mut advanced = false;
+                while next[v] < self.adj[v].len() {
+                    let e = self.adj[v][next[v]];
+                    let w = self.to[e];
+                    if self.cap[e] > 0 && level[w] == level[v] + 1 {
+                        path.push(e);
+                        advanced = true;
+                        break;
+                    }
+                    next[v] += 1;
+                }
+                if !advanced {
+                    // A dead end: never try it again in this phase.
+                    match path.pop() {
+                        Some(e) => next[self.to[e ^ 1]] += 1,
+                        None => break,
+                    }
+                }
+            }
+        }
     }
 }

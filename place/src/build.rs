@@ -2,21 +2,21 @@
 //! --emit-placement-problem`, and the `place` pass).
 //!
 //! - **Devices**: the target's devices that compute; devices with no compute and no memory
-//!   (switches) become routers. Devices with identical descriptions (apart from name and
-//!   capacity) share a kind, so op times are listed once per kind; the kind is the target's
+//!   (switches) become routers. Devices with identical descriptions (apart from name,
+//!   capacity and GPU `arch`, which do not change op times) share a kind, so op times are listed once per kind; the kind is the target's
 //!   `kind` when that is unambiguous, else `kind-N`. (A plugin whose cost hooks tell devices
 //!   of one description apart by name is costed by the first of them.)
 //! - **Ops**: every op except `const`, in body order, named by its model location (`loc`), else
 //!   its first result's name, else its handle, made unique with `#N`. Times come from the
 //!   [`CostModel`] (calibration and plugin hooks included); a kind the op is unsupported on is
-//!   left out. Memory is the op's constant operands (weights, counted for every op that uses
+//!   left out, and a time over a problem's range (1e6 s) is an error naming the op. Memory is the op's constant operands (weights, counted for every op that uses
 //!   them) plus its results: an upper bound on what the simulator finds live, so a plan within
 //!   capacity is within capacity in the simulator too. An op with a `device(...)` is pinned.
 //! - **Graph inputs and outputs** are ops too (`input:NAME`, `output:NAME`), pinned to the host
 //!   with no time, as in the simulator: inputs start on the host and outputs end there.
 //! - **Edges**: one per (producer, consumer) pair of ops and operand, with the value's bytes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
 use tessera_targets::sim::{collective_piece_bytes, describe_op, shard_factor};
@@ -80,6 +80,23 @@ fn bytes_of(graph: &Graph, v: ValueId, op: &dyn Fn() -> String) -> Result<u64, B
     })
 }
 
+/// An op's modelled time on devices of kind `kind`, checked against the range of a placement
+/// problem ([`tessera_targets::limits::MAX_SECONDS`]): a time the cost model makes too large
+/// (a huge op on a slow device) is an error naming the op, not a problem `Instance` refuses.
+fn check_seconds(seconds: f64, kind: &str, op: &dyn Fn() -> String) -> Result<(), BuildError> {
+    if tessera_targets::limits::is_seconds(seconds) {
+        return Ok(());
+    }
+    Err(BuildError::Op {
+        op: op(),
+        message: format!(
+            "its modelled time on `{kind}` devices is {seconds} s; a placement problem's times \
+             must be 0 or up to {:e} s",
+            tessera_targets::limits::MAX_SECONDS
+        ),
+    })
+}
+
 /// The problem op of an op on the graph's device mesh (`device("@mesh")`, from the `shard`
 /// pass): pinned to the mesh's first device and running on all of them at once (`spmd`),
 /// each for its share of the work (the simulator's rule: the op's shard factor), or for the
@@ -124,6 +141,7 @@ fn mesh_op(
                 message: e.to_string(),
             })?;
         for c in class_names {
+            check_seconds(t, c, &describe)?;
             time.insert(c.clone(), t);
         }
     } else {
@@ -136,6 +154,7 @@ fn mesh_op(
                     message: e.to_string(),
                 })?;
             if let OpTime::Time { seconds, .. } = t {
+                check_seconds(seconds, &class_names[c], &describe)?;
                 time.insert(class_names[c].clone(), seconds);
             }
         }
@@ -231,8 +250,9 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     for (pd, dev) in devices.iter_mut().enumerate() {
         dev.kind = class_names[class_of[pd]].clone();
     }
+    let by_name = spec.device_map();
     let host = device_index
-        .get(spec.device_index(&spec.host).unwrap_or(0))
+        .get(by_name.get(spec.host.as_str()).copied().unwrap_or(0))
         .copied()
         .flatten()
         .unwrap_or(0);
@@ -245,19 +265,28 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     let mut ops: Vec<OpSpec> = Vec::new();
     let mut graph_ops: Vec<Option<OpId>> = Vec::new();
     let mut edges: Vec<Edge> = Vec::new();
-    let mut used_names: BTreeSet<String> = BTreeSet::new();
+    // Looked up only, never iterated: hash sets and maps (a million names stay fast).
+    let mut used_names: HashSet<String> = HashSet::new();
+    // Per base name, the suffix to try next: every `base#j` below it is taken, so the probe
+    // never starts over (many ops sharing one model name stay linear).
+    let mut next_suffix: HashMap<String, usize> = HashMap::new();
     let mut unique = |base: String| -> String {
         let mut name = base.clone();
-        let mut k = 1;
-        while used_names.contains(&name) {
-            name = format!("{base}#{k}");
-            k += 1;
+        if used_names.contains(&name) {
+            let k = next_suffix.entry(base.clone()).or_insert(1);
+            loop {
+                name = format!("{base}#{k}");
+                *k += 1;
+                if !used_names.contains(&name) {
+                    break;
+                }
+            }
         }
         used_names.insert(name.clone());
         name
     };
     // Where each value is produced: (problem op, result index).
-    let mut producer: BTreeMap<ValueId, (usize, u32)> = BTreeMap::new();
+    let mut producer: Vec<Option<(usize, u32)>> = vec![None; graph.num_values()];
     for (i, &v) in graph.inputs().iter().enumerate() {
         let name = graph
             .value(v)
@@ -265,7 +294,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             .clone()
             .unwrap_or_else(|| format!("input{i}"));
         let memory = bytes_of(graph, v, &|| format!("graph input `{name}`"))?;
-        producer.insert(v, (ops.len(), 0));
+        producer[v.index()] = Some((ops.len(), 0));
         ops.push(OpSpec {
             name: unique(format!("input:{name}")),
             kind: "input".into(),
@@ -294,7 +323,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
                     }
                 }
                 _ => {
-                    if let Some(&(from, tensor)) = producer.get(&v)
+                    if let Some((from, tensor)) = producer.get(v.index()).copied().flatten()
                         && seen_inputs.insert(v)
                     {
                         edges.push(Edge {
@@ -309,12 +338,14 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         }
         for (r, &v) in data.results.iter().enumerate() {
             memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
-            producer.insert(v, (me, r as u32));
+            producer[v.index()] = Some((me, r as u32));
         }
         let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
         if data.device.is_some() && data.device == mesh_device {
             let spec_op = mesh_op(graph, op, cost, &class_names, &representative, &|name| {
-                spec.device_index(name)
+                by_name
+                    .get(name)
+                    .copied()
                     .and_then(|i| device_index[i].map(|_| i))
             })?;
             ops.push(OpSpec {
@@ -334,6 +365,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             })?;
             match t {
                 OpTime::Time { seconds, .. } => {
+                    check_seconds(seconds, &class_names[c], &describe)?;
                     time.insert(class_names[c].clone(), seconds);
                 }
                 OpTime::Unsupported(why) => {
@@ -342,7 +374,11 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             }
         }
         let pin = match &data.device {
-            Some(name) => match spec.device_index(name).and_then(|i| device_index[i]) {
+            Some(name) => match by_name
+                .get(name.as_str())
+                .copied()
+                .and_then(|i| device_index[i])
+            {
                 Some(pd) => {
                     if let Some(why) = refusals.get(&class_of[pd]) {
                         return Err(BuildError::Unsupported {
@@ -381,7 +417,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             .clone()
             .unwrap_or_else(|| format!("output{i}"));
         let me = ops.len();
-        if let Some(&(from, tensor)) = producer.get(&v) {
+        if let Some((from, tensor)) = producer.get(v.index()).copied().flatten() {
             edges.push(Edge {
                 from,
                 to: me,

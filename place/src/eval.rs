@@ -113,7 +113,6 @@ pub fn transfers(inst: &Instance, assign: &[usize]) -> Vec<(usize, usize, u64)> 
 /// Evaluates `assign` (a device per op), with `order` (a topological order of all ops) as the
 /// order each device runs its ops in.
 pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluation {
-    let d = inst.d;
     let mut device_load = inst.base_load.clone();
     let mut memory = inst.base_memory.clone();
     for o in 0..inst.n {
@@ -125,7 +124,7 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
     for (u, to, bytes) in transfers(inst, assign) {
         let from = assign[u];
         let t = inst.transfer(from, to, bytes);
-        for &c in &inst.channels[from * d + to] {
+        for c in inst.route_channels(from, to) {
             channel_load[c] += t;
         }
         memory[to] = memory[to].saturating_add(bytes);

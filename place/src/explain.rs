@@ -180,14 +180,14 @@ fn decide(
             if old_from != old_to {
                 let t = inst.transfer(old_from, old_to, edge.bytes);
                 link_delta -= t;
-                for &c in &inst.channels[old_from * d + old_to] {
+                for c in inst.route_channels(old_from, old_to) {
                     channel[c] -= t;
                 }
             }
             if new_from != new_to {
                 let t = inst.transfer(new_from, new_to, edge.bytes);
                 link_delta += t;
-                for &c in &inst.channels[new_from * d + new_to] {
+                for c in inst.route_channels(new_from, new_to) {
                     channel[c] += t;
                 }
                 if incoming {

@@ -105,10 +105,32 @@ pub fn place_graph(
     objective: Objective,
     explain: bool,
 ) -> Result<Placed, PlaceError> {
-    let built = build(graph, cost)?;
-    let inst = Instance::new(built.problem.clone())?;
+    let mut built = build(graph, cost)?;
+    // The instance holds the problem while it is solved, and gives it back (no copy).
+    let inst = Instance::new(std::mem::replace(
+        &mut built.problem,
+        crate::problem::Problem {
+            version: crate::problem::VERSION,
+            name: String::new(),
+            devices: Vec::new(),
+            routers: Vec::new(),
+            links: Vec::new(),
+            ops: Vec::new(),
+            edges: Vec::new(),
+        },
+    ))?;
     let (plan, sol) = solve_with_solution(&inst, strategy, objective, explain)?;
-    write_devices(graph, &built, &inst, &sol.assign);
+    built.problem = inst.problem;
+    for (o, &k) in sol.assign.iter().enumerate() {
+        if let (Some(Some(op)), Some(spec), Some(dev)) = (
+            built.graph_ops.get(o),
+            built.problem.ops.get(o),
+            built.problem.devices.get(k),
+        ) && spec.spmd.is_empty()
+        {
+            graph.op_mut(*op).device = Some(dev.name.clone());
+        }
+    }
     Ok(Placed { plan, built })
 }
 
@@ -172,12 +194,16 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
     // Insert from the back so positions stay valid; ties keep value order.
     inserts.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     let count = inserts.len();
+    // The transfers go into the body in one pass at the end (inserting each into the body
+    // would move the rest of it every time: quadratic in a long graph with many cuts). Before
+    // each position they stand in the order one-by-one insertion from the back gave them: the
+    // last created first.
+    let mut before: Vec<Vec<OpId>> = vec![Vec::new(); graph.ops().len() + 1];
     for (pos, v, to, users) in inserts {
         let from = home[&v].clone();
         let ty = graph.ty(v).clone();
         let sharding = graph.value(v).sharding.clone();
-        let t = graph.insert_op(
-            pos,
+        let t = graph.create_detached_op(
             Op::Transfer {
                 from,
                 to: to.clone(),
@@ -185,6 +211,9 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
             vec![v],
             vec![ty],
         );
+        if let Some(slot) = before.get_mut(pos) {
+            slot.push(t);
+        }
         graph.op_mut(t).device = Some(to.clone());
         let r = graph.op(t).results[0];
         graph.value_mut(r).sharding = sharding;
@@ -200,6 +229,17 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
                 }
             }
         }
+    }
+    if count > 0 {
+        let old = graph.ops().to_vec();
+        let mut body = Vec::with_capacity(old.len() + count);
+        for (pos, slot) in before.iter().enumerate() {
+            body.extend(slot.iter().rev());
+            if let Some(&op) = old.get(pos) {
+                body.push(op);
+            }
+        }
+        graph.set_ops(body);
     }
     count
 }

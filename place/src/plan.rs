@@ -144,6 +144,7 @@ pub fn solve_with_solution(
         explain,
     )?;
     plan.attempts = records(attempts);
+    plan.check_finite()?;
     Ok((plan, sol))
 }
 
@@ -217,7 +218,7 @@ pub fn plan_of(
         })
         .collect();
     let identity = sol.order.iter().enumerate().all(|(i, &o)| i == o);
-    Ok(Plan {
+    let plan = Plan {
         problem: inst.problem.name.clone(),
         objective,
         strategy: strategy_name.to_string(),
@@ -249,11 +250,66 @@ pub fn plan_of(
         } else {
             Vec::new()
         },
-    })
+    };
+    plan.check_finite()?;
+    Ok(plan)
 }
 
 impl Plan {
-    /// The plan as pretty JSON with a final newline.
+    /// Checks that every number of the plan is finite: JSON has no infinity or NaN (serde
+    /// writes them as `null`, which [`Plan::parse`] refuses), so such a plan is an error,
+    /// naming the field, rather than a file that cannot be read back. The ranges of
+    /// [`crate::problem`] keep a solved plan's numbers finite; this is the check that they did.
+    pub fn check_finite(&self) -> Result<(), ProblemError> {
+        let mut fields: Vec<(String, f64)> = vec![
+            ("value".into(), self.value),
+            ("period".into(), self.period),
+            ("throughput".into(), self.throughput),
+            ("latency".into(), self.latency),
+            ("lower_bound.value".into(), self.lower_bound.value),
+            ("gap".into(), self.gap),
+        ];
+        for (name, &v) in &self.lower_bound.components {
+            fields.push((format!("lower_bound.components.{name}"), v));
+        }
+        for d in &self.devices {
+            fields.push((format!("devices ({}).load", d.name), d.load));
+        }
+        for l in &self.links {
+            fields.push((format!("links ({} -> {}).load", l.from, l.to), l.load));
+        }
+        for a in &self.attempts {
+            if let Some(v) = a.value {
+                fields.push((format!("attempts ({}).value", a.strategy), v));
+            }
+        }
+        for e in &self.explanations {
+            for (dev, c) in &e.costs {
+                if let Some(v) = *c {
+                    fields.push((format!("explanations ({}).costs.{dev}", e.op), v));
+                }
+            }
+        }
+        match fields.into_iter().find(|(_, v)| !v.is_finite()) {
+            Some((at, v)) => Err(ProblemError::Invalid {
+                at: format!("plan {at}"),
+                message: format!(
+                    "is {v}, which JSON cannot hold; the problem's numbers are too large for \
+                     its sums"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The plan as pretty JSON with a final newline, after [`Plan::check_finite`].
+    pub fn try_to_json(&self) -> Result<String, ProblemError> {
+        self.check_finite()?;
+        Ok(self.to_json())
+    }
+
+    /// The plan as pretty JSON with a final newline (a non-finite number is written as
+    /// `null`: use [`Plan::try_to_json`] for a plan not made by [`solve`] or [`plan_of`]).
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
         s.push('\n');

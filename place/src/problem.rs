@@ -22,16 +22,29 @@
 //! - *Edges* carry `bytes` from producer to consumer; `tensor` says which of the producer's
 //!   results it is, so that two consumers of one tensor on one device receive it once.
 //!   Received tensors also take memory on the receiving device.
+//!
+//! **Ranges** (those of [`tessera_targets::limits`], so that no sum a solver forms can
+//! overflow): times and latencies are seconds in `[0, 1e6]`; bandwidths are bytes per second
+//! in `[1, 1e18]`; memory capacities, op memory and edge bytes are at most 2^60. A problem has
+//! at most [`MAX_NODES`] devices and routers and [`MAX_OP_DEVICE_PAIRS`] (op, device) pairs.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tessera_targets::limits::{MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, is_rate, is_seconds};
 use tessera_targets::{Device as TargetDevice, Link as TargetLink, TargetSpec};
 
 /// The schema version this build reads and writes.
 pub const VERSION: u32 = 1;
+
+/// The most devices and routers a problem may have together: the solvers keep tables per
+/// pair of devices and a route tree per device.
+pub const MAX_NODES: usize = 4096;
+
+/// The most (op, device) pairs a problem may have: the solvers keep a table of them.
+pub const MAX_OP_DEVICE_PAIRS: usize = 1 << 27;
 
 /// A placement problem, as written to and read from JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -152,9 +165,23 @@ pub enum ProblemError {
         /// What is wrong.
         message: String,
     },
-    /// No assignment respects the constraints.
+    /// No assignment respects the constraints (the message says which: memory over a
+    /// capacity, an op no device may run, devices without a route between them, ...).
     #[error("infeasible: {0}")]
     Infeasible(String),
+    /// A strategy gave no plan for a reason other than infeasibility: the problem is over
+    /// its size limit, it does not model the objective, or its solver failed or hit a limit.
+    #[error("{0}")]
+    Unsolved(String),
+}
+
+/// A number for a message: `1e308`, not its 309 digits.
+fn num(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-4..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }
 
 fn invalid(at: impl Into<String>, message: impl Into<String>) -> ProblemError {
@@ -219,8 +246,12 @@ pub struct Instance {
     pub latency: Vec<f64>,
     /// `inv_bandwidth[a * d + b]`: seconds per byte on the route's narrowest link.
     pub inv_bandwidth: Vec<f64>,
-    /// `channels[a * d + b]`: the directed channels (`2 * link + direction`) of the route.
-    pub channels: Vec<Vec<usize>>,
+    /// The routes' labels: (the label before, the directed channel of this hop), one tree per
+    /// source device; see [`Instance::route_channels`].
+    route_labels: Vec<(u32, u32)>,
+    /// `route_last[a * d + b]`: the route's last label (`u32::MAX` when `a == b` or no
+    /// route exists).
+    route_last: Vec<u32>,
     /// Hops between devices.
     pub hops: Vec<usize>,
     /// Number of channels (two per link).
@@ -234,7 +265,8 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Checks `problem` and builds the tables. Errors name the field and the reason.
+    /// Checks `problem` and builds the tables. Errors name the field and the reason; numbers
+    /// must lie in the ranges of the module doc.
     pub fn new(problem: Problem) -> Result<Instance, ProblemError> {
         if problem.version != VERSION {
             return Err(invalid(
@@ -249,12 +281,42 @@ impl Instance {
         if d == 0 {
             return Err(invalid("devices", "a problem needs at least one device"));
         }
+        if d + problem.routers.len() > MAX_NODES {
+            return Err(invalid(
+                "devices",
+                format!(
+                    "{} devices and {} routers, more than the {MAX_NODES} a problem may have",
+                    d,
+                    problem.routers.len()
+                ),
+            ));
+        }
+        let n = problem.ops.len();
+        if n.saturating_mul(d) > MAX_OP_DEVICE_PAIRS {
+            return Err(invalid(
+                "ops",
+                format!(
+                    "{n} ops on {d} devices make {} (op, device) pairs, more than the \
+                     {MAX_OP_DEVICE_PAIRS} a problem may have",
+                    n.saturating_mul(d)
+                ),
+            ));
+        }
         let mut nodes: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, dev) in problem.devices.iter().enumerate() {
             if nodes.insert(dev.name.as_str(), i).is_some() {
                 return Err(invalid(
                     format!("devices[{i}]"),
                     format!("the name `{}` is used twice", dev.name),
+                ));
+            }
+            if dev.memory > MAX_BYTES {
+                return Err(invalid(
+                    format!("devices[{i}].memory"),
+                    format!(
+                        "must be at most 2^60 = {MAX_BYTES} bytes, not {}",
+                        dev.memory
+                    ),
                 ));
             }
         }
@@ -281,21 +343,29 @@ impl Instance {
                     "a link joins two different nodes",
                 ));
             }
-            if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
+            if !is_rate(l.bandwidth) {
                 return Err(invalid(
                     format!("links[{i}].bandwidth"),
-                    format!("must be a positive number, not {}", l.bandwidth),
+                    format!(
+                        "must be a number from {MIN_RATE} to {MAX_RATE:e} (bytes per second), \
+                         not {}",
+                        num(l.bandwidth)
+                    ),
                 ));
             }
-            if !(l.latency.is_finite() && l.latency >= 0.0) {
+            if !is_seconds(l.latency) {
                 return Err(invalid(
                     format!("links[{i}].latency"),
-                    format!("must be a number >= 0, not {}", l.latency),
+                    format!(
+                        "must be a number >= 0 and <= {MAX_SECONDS:e} (seconds), not {}",
+                        num(l.latency)
+                    ),
                 ));
             }
         }
-        let n = problem.ops.len();
-        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        // Membership only (nothing iterates it), so a hash set: a million names check fast.
+        let mut names: std::collections::HashSet<&str> =
+            std::collections::HashSet::with_capacity(n);
         let mut group_index: BTreeMap<&str, usize> = BTreeMap::new();
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut group_of = vec![None; n];
@@ -305,33 +375,42 @@ impl Instance {
         let mut base_memory = vec![0u64; d];
         let mut spmd: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (o, op) in problem.ops.iter().enumerate() {
-            let at = format!("ops[{o}] ({})", op.name);
-            if names.insert(op.name.as_str(), o).is_some() {
-                return Err(invalid(at, "the name is used twice"));
+            let at = || format!("ops[{o}] ({})", op.name);
+            if !names.insert(op.name.as_str()) {
+                return Err(invalid(at(), "the name is used twice"));
             }
             for (kind, &t) in &op.time {
-                if !(t.is_finite() && t >= 0.0) {
+                if !is_seconds(t) {
                     return Err(invalid(
-                        format!("{at}.time.{kind}"),
-                        format!("must be a number >= 0, not {t}"),
+                        format!("{}.time.{kind}", at()),
+                        format!(
+                            "must be a number >= 0 and <= {MAX_SECONDS:e} (seconds), not {}",
+                            num(t)
+                        ),
                     ));
                 }
             }
+            if op.memory > MAX_BYTES {
+                return Err(invalid(
+                    format!("{}.memory", at()),
+                    format!(
+                        "must be at most 2^60 = {MAX_BYTES} bytes, not {}",
+                        op.memory
+                    ),
+                ));
+            }
             let pin = match &op.pin {
                 Some(p) => Some(*nodes.get(p.as_str()).filter(|&&i| i < d).ok_or_else(|| {
-                    invalid(format!("{at}.pin"), format!("`{p}` is not a device"))
+                    invalid(format!("{}.pin", at()), format!("`{p}` is not a device"))
                 })?),
                 None => None,
             };
             for (k, dev) in problem.devices.iter().enumerate() {
-                if pin.is_some_and(|p| p != k) || dev.unsupported_ops.contains(&op.kind) {
+                if pin.is_some_and(|p| p != k) {
                     continue;
                 }
-                // An op whose own memory exceeds a device cannot run there.
-                if let Some(&t) = op.time.get(&dev.kind)
-                    && op.memory <= dev.memory
-                {
-                    time[o * d + k] = t;
+                if why_not(op, dev).is_none() {
+                    time[o * d + k] = op.time.get(&dev.kind).copied().unwrap_or(f64::INFINITY);
                 }
             }
             if (0..d).all(|k| time[o * d + k].is_infinite()) {
@@ -347,6 +426,11 @@ impl Instance {
                                 op.memory - dev.memory,
                                 dev.memory
                             )
+                        } else if !op.time.contains_key(&dev.kind) {
+                            format!(
+                                "it is pinned to {}, but has no time for its kind `{}`",
+                                dev.name, dev.kind
+                            )
                         } else {
                             format!(
                                 "`{}` cannot run on {} (where it is pinned)",
@@ -355,15 +439,16 @@ impl Instance {
                         }
                     }
                     None => format!(
-                        "no device can run it (no time for its kind, unsupported, or its {} \
-                         bytes exceed the device's memory)",
-                        op.memory
+                        "no device can run it: {}",
+                        summarize(problem.devices.iter().map(|dev| {
+                            (dev.name.as_str(), why_not(op, dev).unwrap_or_default())
+                        }))
                     ),
                 };
-                return Err(ProblemError::Infeasible(format!("{at}: {why}")));
+                return Err(ProblemError::Infeasible(format!("{}: {why}", at())));
             }
             for (i, name) in op.spmd.iter().enumerate() {
-                let at = format!("{at}.spmd[{i}]");
+                let at = format!("{}.spmd[{i}]", at());
                 if pin.is_none() {
                     return Err(invalid(at, "an op with spmd devices must be pinned"));
                 }
@@ -403,15 +488,26 @@ impl Instance {
             }
             if (0..d).all(|k| time[members[0] * d + k].is_infinite()) {
                 let g = problem.ops[members[0]].colocate.clone().unwrap_or_default();
+                // For each device, the first member that cannot run there, and why.
+                let reasons = problem.devices.iter().enumerate().map(|(k, dev)| {
+                    let why = members
+                        .iter()
+                        .find_map(|&o| why_not_here(&problem, o, k))
+                        .unwrap_or_default();
+                    (dev.name.as_str(), why)
+                });
                 return Err(ProblemError::Infeasible(format!(
-                    "colocation group `{g}`: no device can run all of its {} ops",
-                    members.len()
+                    "colocation group `{g}`: no device can run all of its {} ops: {}",
+                    members.len(),
+                    summarize(reasons)
                 )));
             }
         }
         let mut out_edges = vec![Vec::new(); n];
         let mut in_edges = vec![Vec::new(); n];
-        let mut tensor_bytes: BTreeMap<(usize, u32), (usize, u64)> = BTreeMap::new();
+        // Looked up only (never iterated): a hash map.
+        let mut tensor_bytes: std::collections::HashMap<(usize, u32), (usize, u64)> =
+            std::collections::HashMap::with_capacity(problem.edges.len());
         for (i, e) in problem.edges.iter().enumerate() {
             if e.from >= n || e.to >= n {
                 return Err(invalid(
@@ -427,6 +523,12 @@ impl Instance {
                          order, so edges go forward",
                         e.from, e.to
                     ),
+                ));
+            }
+            if e.bytes > MAX_BYTES {
+                return Err(invalid(
+                    format!("edges[{i}].bytes"),
+                    format!("must be at most 2^60 = {MAX_BYTES} bytes, not {}", e.bytes),
                 ));
             }
             if let Some(&(j, bytes)) = tensor_bytes.get(&(e.from, e.tensor))
@@ -447,45 +549,50 @@ impl Instance {
             out_edges[e.from].push(i);
             in_edges[e.to].push(i);
         }
-        // Routes, from the targets crate so that they match the simulator's.
+        // Routes, from the targets crate so that they match the simulator's: one search per
+        // source device, kept as its tree of labels (memory linear in the devices per source,
+        // however long the routes).
         let spec = routing_spec(&problem);
+        let router = spec.router();
         let mut latency = vec![0.0; d * d];
         let mut inv_bandwidth = vec![0.0; d * d];
-        let mut channels = vec![Vec::new(); d * d];
         let mut hops = vec![0; d * d];
+        let mut route_labels: Vec<(u32, u32)> = Vec::new();
+        let mut route_last = vec![u32::MAX; d * d];
         for a in 0..d {
-            let routes = spec.routes_from(a);
+            let tree = router.tree(a);
+            let (labels, last) = tree.parts();
+            let offset = route_labels.len();
+            if offset + labels.len() >= u32::MAX as usize {
+                return Err(invalid(
+                    "links",
+                    "the routes between the devices are too many to keep",
+                ));
+            }
+            let offset = offset as u32;
+            route_labels.extend(labels.iter().map(|&(parent, channel)| {
+                let parent = if parent == u32::MAX {
+                    u32::MAX
+                } else {
+                    offset + parent
+                };
+                (parent, channel)
+            }));
             for b in 0..d {
                 if a == b {
                     continue;
                 }
-                let Some(route) = &routes[b] else {
+                let Some(l) = last[b] else {
                     // Unreachable pairs cost infinitely much: a plan using them is invalid.
                     latency[a * d + b] = f64::INFINITY;
                     inv_bandwidth[a * d + b] = f64::INFINITY;
                     hops[a * d + b] = usize::MAX;
                     continue;
                 };
-                let mut at = a;
-                let mut lat = 0.0;
-                let mut bw = f64::INFINITY;
-                let mut ch = Vec::with_capacity(route.len());
-                for &li in route {
-                    let l = &spec.links[li];
-                    let forward = spec.device_index(&l.a) == Some(at);
-                    ch.push(2 * li + usize::from(!forward));
-                    at = if forward {
-                        spec.device_index(&l.b).unwrap_or(at)
-                    } else {
-                        spec.device_index(&l.a).unwrap_or(at)
-                    };
-                    lat += l.latency;
-                    bw = bw.min(l.bandwidth);
-                }
-                latency[a * d + b] = lat;
-                inv_bandwidth[a * d + b] = 1.0 / bw;
-                hops[a * d + b] = route.len();
-                channels[a * d + b] = ch;
+                latency[a * d + b] = tree.latency(b).unwrap_or(f64::INFINITY);
+                inv_bandwidth[a * d + b] = 1.0 / tree.bandwidth(b).unwrap_or(0.0);
+                hops[a * d + b] = tree.hops(b).unwrap_or(usize::MAX);
+                route_last[a * d + b] = offset + l;
             }
         }
         let capacity = problem.devices.iter().map(|x| x.memory).collect();
@@ -503,13 +610,28 @@ impl Instance {
             in_edges,
             latency,
             inv_bandwidth,
-            channels,
+            route_labels,
+            route_last,
             hops,
             num_channels,
             base_load,
             base_memory,
             spmd,
         })
+    }
+
+    /// The directed channels (`2 * link + direction`, direction 1 from the link's `b` to its
+    /// `a`) of the route from device `a` to device `b`, from `b` back to `a`; none when
+    /// `a == b` or no route exists. A route never crosses a channel twice.
+    pub fn route_channels(&self, a: usize, b: usize) -> RouteChannels<'_> {
+        RouteChannels {
+            labels: &self.route_labels,
+            at: self
+                .route_last
+                .get(a * self.d + b)
+                .copied()
+                .unwrap_or(u32::MAX),
+        }
     }
 
     /// Seconds of op `o` on device `k` (infinite where not allowed).
@@ -552,6 +674,79 @@ impl Instance {
     }
 }
 
+/// The channels of one route, from its end back to its start ([`Instance::route_channels`]).
+#[derive(Clone, Debug)]
+pub struct RouteChannels<'a> {
+    labels: &'a [(u32, u32)],
+    at: u32,
+}
+
+impl Iterator for RouteChannels<'_> {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        let &(parent, channel) = self.labels.get(self.at as usize)?;
+        if parent == u32::MAX {
+            return None;
+        }
+        self.at = parent;
+        Some(channel as usize)
+    }
+}
+
+/// Why `op` cannot run on `dev` whatever its pin (unsupported, no time for the device's kind,
+/// too big), or `None` when it can.
+fn why_not(op: &OpSpec, dev: &Device) -> Option<String> {
+    if dev.unsupported_ops.contains(&op.kind) {
+        Some(format!("`{}` is unsupported", op.kind))
+    } else if !op.time.contains_key(&dev.kind) {
+        Some(format!("no time for kind `{}`", dev.kind))
+    } else if op.memory > dev.memory {
+        Some(format!(
+            "{} bytes, less than the {} it needs",
+            dev.memory, op.memory
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why op `o` cannot run on device `k` by itself (its pin included), or `None` when it can.
+fn why_not_here(p: &Problem, o: usize, k: usize) -> Option<String> {
+    let op = &p.ops[o];
+    let dev = &p.devices[k];
+    if let Some(pin) = &op.pin
+        && *pin != dev.name
+    {
+        return Some(format!("`{}` is pinned to {pin}", op.name));
+    }
+    why_not(op, dev).map(|why| format!("`{}`: {why}", op.name))
+}
+
+/// `DEVICES: REASON` groups, the devices with one reason together (at most four named), in
+/// the order the reasons first occur, `; `-separated.
+fn summarize<'a>(reasons: impl Iterator<Item = (&'a str, String)>) -> String {
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for (dev, why) in reasons {
+        match groups.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, devs)) => devs.push(dev),
+            None => groups.push((why, vec![dev])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(why, devs)| {
+            let shown: Vec<&str> = devs.iter().take(4).copied().collect();
+            let more = if devs.len() > shown.len() {
+                format!(" and {} more", devs.len() - shown.len())
+            } else {
+                String::new()
+            };
+            format!("{}{more}: {why}", shown.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A [`TargetSpec`] with the problem's devices and routers as nodes and its links, used only
 /// for routing (so routes match the simulator's).
 fn routing_spec(p: &Problem) -> TargetSpec {
@@ -563,6 +758,7 @@ fn routing_spec(p: &Problem) -> TargetSpec {
         compute: BTreeMap::new(),
         supported_ops: None,
         lowering: String::new(),
+        arch: None,
         efficiency: BTreeMap::new(),
         op_overhead: 0.0,
     };
@@ -586,6 +782,7 @@ fn routing_spec(p: &Problem) -> TargetSpec {
             })
             .collect(),
         host: p.devices[0].name.clone(),
+        layouts: Vec::new(),
     }
 }
 

@@ -333,3 +333,249 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn absurd_numbers_are_refused_when_a_problem_is_read() {
+    // Each passed validation and then panicked inside the LP bound (microlp) or summed to
+    // infinity, which `place -o` wrote as `null`.
+    let at = |f: &dyn Fn(&mut Problem)| {
+        let mut p = example();
+        f(&mut p);
+        err(p)
+    };
+    assert_eq!(
+        at(&|p| {
+            p.ops[1].time.insert("chiplet".into(), 1e308);
+        }),
+        "ops[1] (fc1).time.chiplet: must be a number >= 0 and <= 1e6 (seconds), not 1e308"
+    );
+    assert_eq!(
+        at(&|p| {
+            p.ops[1].time.insert("cpu".into(), f64::INFINITY);
+        }),
+        "ops[1] (fc1).time.cpu: must be a number >= 0 and <= 1e6 (seconds), not inf"
+    );
+    assert_eq!(
+        at(&|p| {
+            p.ops[1].time.insert("cpu".into(), 1e-320);
+        }),
+        "ops[1] (fc1).time.cpu: must be a number >= 0 and <= 1e6 (seconds), not 1e-320"
+    );
+    assert_eq!(
+        at(&|p| p.links[0].latency = 1e308),
+        "links[0].latency: must be a number >= 0 and <= 1e6 (seconds), not 1e308"
+    );
+    assert_eq!(
+        at(&|p| p.links[1].bandwidth = 1e-308),
+        "links[1].bandwidth: must be a number from 1 to 1e18 (bytes per second), not 1e-308"
+    );
+    assert_eq!(
+        at(&|p| p.links[1].bandwidth = 1e300),
+        "links[1].bandwidth: must be a number from 1 to 1e18 (bytes per second), not 1e300"
+    );
+    assert_eq!(
+        at(&|p| p.devices[0].memory = u64::MAX),
+        "devices[0].memory: must be at most 2^60 = 1152921504606846976 bytes, not \
+         18446744073709551615"
+    );
+    assert_eq!(
+        at(&|p| p.ops[2].memory = 1 << 62),
+        "ops[2] (gelu).memory: must be at most 2^60 = 1152921504606846976 bytes, not \
+         4611686018427387904"
+    );
+    assert_eq!(
+        at(&|p| p.edges[0].bytes = u64::MAX),
+        "edges[0].bytes: must be at most 2^60 = 1152921504606846976 bytes, not \
+         18446744073709551615"
+    );
+    // The problem JSON says the same when read from a file.
+    let text = example()
+        .to_json()
+        .replace("\"latency\": 1e-6", "\"latency\": 1e308");
+    let p = Problem::parse(&text, "p.json").expect("parses");
+    assert!(err(p).starts_with("links[0].latency: must be a number >= 0"));
+}
+
+#[test]
+fn the_largest_numbers_allowed_solve_to_finite_plans() {
+    // Every number at the edge of its range: the sums stay finite, no solver panics, and the
+    // plan's JSON holds numbers (not `null`) that read back.
+    let mut p = example();
+    for op in &mut p.ops {
+        for t in op.time.values_mut() {
+            *t = 1e6;
+        }
+    }
+    for l in &mut p.links {
+        l.bandwidth = 1.0;
+        l.latency = 1e6;
+    }
+    for d in &mut p.devices {
+        d.memory = 1 << 60;
+    }
+    for e in &mut p.edges {
+        e.bytes = 1 << 40;
+    }
+    p.ops[1].memory = 1 << 58;
+    let inst = Instance::new(p).expect("valid");
+    for objective in [Objective::Throughput, Objective::Latency] {
+        for strategy in tessera_place::STRATEGIES.iter().map(|s| s.0) {
+            let plan = match tessera_place::solve(&inst, strategy, objective, true) {
+                Ok(plan) => plan,
+                // ilp models throughput only.
+                Err(ProblemError::Unsolved(why)) if strategy == "ilp" => {
+                    assert!(why.contains("throughput only"), "{why}");
+                    continue;
+                }
+                Err(e) => panic!("{strategy} {objective}: {e}"),
+            };
+            plan.check_finite().expect("finite");
+            assert!(
+                plan.value.is_finite() && plan.value >= 1e6,
+                "{}",
+                plan.value
+            );
+            let json = plan.try_to_json().expect("finite");
+            // The only nulls are the explanations' "cannot run there" costs.
+            let cannot: usize = plan
+                .explanations
+                .iter()
+                .map(|e| e.costs.values().filter(|c| c.is_none()).count())
+                .sum();
+            assert_eq!(json.matches("null").count(), cannot, "{json}");
+            let again = tessera_place::Plan::parse(&json, "plan.json").expect("reads back");
+            assert_eq!(again, plan);
+        }
+    }
+}
+
+#[test]
+fn a_plan_with_a_non_finite_number_is_an_error_not_null() {
+    let inst = Instance::new(example()).expect("valid");
+    let mut plan =
+        tessera_place::solve(&inst, "greedy", Objective::Throughput, true).expect("plan");
+    plan.check_finite().expect("a solved plan is finite");
+    plan.devices[1].load = f64::INFINITY;
+    let e = plan.try_to_json().expect_err("infinite load");
+    assert_eq!(
+        e.to_string(),
+        "plan devices (chip0).load: is inf, which JSON cannot hold; the problem's numbers are \
+         too large for its sums"
+    );
+    plan.devices[1].load = 0.0;
+    plan.lower_bound.components.insert("lp".into(), f64::NAN);
+    assert!(
+        plan.check_finite()
+            .expect_err("NaN")
+            .to_string()
+            .starts_with("plan lower_bound.components.lp: is NaN")
+    );
+}
+
+#[test]
+fn infeasibility_says_what_it_is() {
+    // An op no device may run: each device's reason, not "support or memory".
+    let mut p = example();
+    p.ops[4].time.remove("cpu");
+    p.ops[4].memory = 3_500_000;
+    assert_eq!(
+        err(p),
+        "infeasible: ops[4] (softmax): no device can run it: host: no time for kind `cpu`; \
+         chip0: 3000000 bytes, less than the 3500000 it needs; chip1: `softmax` is unsupported"
+    );
+    // Pinned to a device of a kind it has no time for.
+    let mut p = example();
+    p.ops[1].time.remove("cpu");
+    p.ops[1].pin = Some("host".into());
+    assert_eq!(
+        err(p),
+        "infeasible: ops[1] (fc1): it is pinned to host, but has no time for its kind `cpu`"
+    );
+    // A colocation group whose members exclude every device between them.
+    let mut p = example();
+    p.ops[3].pin = Some("chip1".into());
+    p.ops[2].time.remove("chiplet");
+    assert_eq!(
+        err(p),
+        "infeasible: colocation group `mlp`: no device can run all of its 2 ops: host: `fc2` is \
+         pinned to chip1; chip0, chip1: `gelu`: no time for kind `chiplet`"
+    );
+    // Memory that fits in total, and on every device one op at a time, but not spread over
+    // the devices that may run the ops (only the chiplets): the LP relaxation is infeasible,
+    // and the exact check names the devices and the overflow.
+    let mut p = example();
+    for op in &mut p.ops[1..5] {
+        op.time.remove("cpu");
+        op.memory = 1_700_000;
+        op.colocate = None;
+    }
+    let inst = Instance::new(p).expect("each op fits somewhere");
+    assert_eq!(
+        lower_bound(&inst, Objective::Throughput)
+            .expect_err("no room")
+            .to_string(),
+        "infeasible: the ops that can only run on chip0, chip1 need 6800000 bytes of their own \
+         there, 800000 more than those devices hold together (6000000 bytes), however they are \
+         split"
+    );
+    // Devices that no route connects: not a memory problem (exhaustive said "no assignment
+    // fits in memory"); ilp says both.
+    let p = Problem {
+        version: 1,
+        name: "islands".into(),
+        devices: ["d0", "d1"]
+            .iter()
+            .map(|n| Device {
+                name: n.to_string(),
+                kind: "x".into(),
+                memory: 100,
+                unsupported_ops: Vec::new(),
+            })
+            .collect(),
+        routers: Vec::new(),
+        links: Vec::new(),
+        ops: ["a", "b"]
+            .iter()
+            .zip(["d0", "d1"])
+            .map(|(n, pin)| OpSpec {
+                name: n.to_string(),
+                kind: "k".into(),
+                time: BTreeMap::from([("x".to_string(), 1.0)]),
+                memory: 1,
+                colocate: None,
+                pin: Some(pin.into()),
+                spmd: Vec::new(),
+            })
+            .collect(),
+        edges: vec![Edge {
+            from: 0,
+            to: 1,
+            bytes: 8,
+            tensor: 0,
+        }],
+    };
+    let inst = Instance::new(p).expect("valid");
+    let opts = SolveOptions {
+        objective: Objective::Throughput,
+    };
+    let e = strategy::run("exhaustive", &inst, &opts).expect_err("no route");
+    assert_eq!(
+        e.to_string(),
+        "infeasible: exhaustive: none of the 1 assignments that fit the ops' own memory is \
+         feasible; the first fails because `a` on `d0` feeds `b` on `d1`, but no route leads \
+         from `d0` to `d1`"
+    );
+    let e = strategy::run("ilp", &inst, &opts).expect_err("no route");
+    assert!(e.to_string().contains("on devices a route connects"), "{e}");
+    // Size limits and unmodelled objectives are not infeasibility.
+    let e = strategy::run(
+        "ilp",
+        &inst,
+        &SolveOptions {
+            objective: Objective::Latency,
+        },
+    )
+    .expect_err("latency");
+    assert!(matches!(e, ProblemError::Unsolved(_)), "{e}");
+    assert!(!e.to_string().starts_with("infeasible"), "{e}");
+}

@@ -6,12 +6,11 @@
 //! are ordered by the `schedule` pass's rule, and the result is simulated.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use tessera_ir::{Graph, Op, OpId, text};
+use tessera_ir::{Graph, OpId, text};
 use tessera_passes::Pipeline;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order, write_devices};
 use tessera_place::plan::{plan_of, records, solve_with_solution};
@@ -71,6 +70,8 @@ pub struct Compiled {
     /// The placement problem's name of each op the problem has (the names `plan.json` and
     /// its explanations use), by op.
     pub problem_names: BTreeMap<OpId, String>,
+    /// What the simulator's timeline says about the transfers and the period.
+    pub notes: crate::report::analysis::SimNotes,
 }
 
 /// Runs `tessera compile`.
@@ -119,6 +120,11 @@ fn compile_loaded(
         strategy: req.strategy,
         objective: req.objective,
         emit_problem: req.emit_problem,
+        ir_dump: req
+            .flags
+            .ir_dump_dir
+            .as_deref()
+            .map(|d| (d, pipeline.passes.len() + 1)),
     };
     let compiled = compile(
         graph,
@@ -129,7 +135,13 @@ fn compile_loaded(
     )
     .with_context(|| format!("{}: compiling for {}", req.model.display(), req.target))?;
     stages.push(stage("placement and simulation", clock));
-    let summary = summary(req.model, &*target, &compiled);
+    if req.flags.dump_pass_pipeline {
+        eprint!(
+            "{}",
+            super::emit::pipelines_text(&compiled.graph, &*target)?
+        );
+    }
+    let mut summary = summary(req.model, &*target, &compiled);
     if let Some(dot) = req.dot {
         super::write_atomically(dot, text::to_dot(&compiled.graph).as_bytes())?;
     }
@@ -141,21 +153,36 @@ fn compile_loaded(
         let out = super::outdir::OutputDir::create(final_dir)?;
         let dir = out.path();
         let clock = Instant::now();
-        super::emit::write(
+        let written = super::emit::write(
             dir,
             final_dir,
             &compiled.graph,
-            target.spec(),
+            &*target,
             req.model,
             req.emits,
             req.flags,
         )?;
+        // Devices lowered by their target's own pipeline, with the artifacts written, and
+        // fallbacks to the portable loops: never silent.
+        for note in &written.notes {
+            summary.push_str(note);
+            summary.push('\n');
+        }
         stages.push(stage("lowering to MLIR", clock));
         let placed = dir.join("placed.tir");
-        text::save(&compiled.graph, &placed)
-            .with_context(|| format!("cannot write {}", placed.display()))?;
+        // Its sidecar is a link to the weights file when that holds its large constants
+        // (it does, from `emit::write`): the weights are written once.
+        text::save_sharing(
+            &compiled.graph,
+            &placed,
+            &dir.join(tessera_mlir::manifest::WEIGHTS_FILE),
+        )
+        .with_context(|| format!("cannot write {}", placed.display()))?;
         super::write_atomically(&dir.join("summary.txt"), summary.as_bytes())?;
-        super::write_atomically(&dir.join("plan.json"), compiled.plan.to_json().as_bytes())?;
+        super::write_atomically(
+            &dir.join("plan.json"),
+            compiled.plan.try_to_json()?.as_bytes(),
+        )?;
         let cost = CostModel::new(&*target, calibration.as_ref());
         let devices = placement_from_graph(&compiled.graph, target.spec(), None)?;
         let trace = tessera_targets::trace(
@@ -213,6 +240,10 @@ pub struct PlaceSettings<'a> {
     pub objective: Objective,
     /// Where to write the placement problem, if anywhere.
     pub emit_problem: Option<&'a Path>,
+    /// `--ir-dump-dir`: the folder, and the number of the first dump placement writes (the
+    /// graph after placement, after scheduling and after transfer insertion, numbered on
+    /// from the pass pipeline's dumps).
+    pub ir_dump: Option<(&'a Path, usize)>,
 }
 
 impl Default for PlaceSettings<'_> {
@@ -221,6 +252,7 @@ impl Default for PlaceSettings<'_> {
             strategy: "auto",
             objective: Objective::Throughput,
             emit_problem: None,
+            ir_dump: None,
         }
     }
 }
@@ -262,7 +294,10 @@ pub fn compile(
     let opts = SolveOptions {
         objective: settings.objective,
     };
-    let (plan, (graph, report, transfers)) = if settings.strategy == "auto" {
+    let chosen: Vec<usize>;
+    // The graph before placement, for the IR dumps of the chosen plan's steps.
+    let unplaced = settings.ir_dump.map(|_| graph.clone());
+    let (plan, (graph, report, _transfers)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
         // contention and the stream's start, which the model leaves out).
         stages.stage("placement: lower bound");
@@ -286,6 +321,7 @@ pub fn compile(
             bail!("placement found no plan");
         };
         let (name, sol, _) = &ranked[i];
+        chosen = sol.assign.clone();
         let mut plan = plan_of(&inst, sol, settings.objective, "auto", name, bound, true)?;
         plan.attempts = records(attempts);
         plan.selected_by = Some(format!(
@@ -298,29 +334,19 @@ pub fn compile(
     } else {
         stages.stage(format!("placement: {}", settings.strategy));
         let (plan, sol) = solve_with_solution(&inst, settings.strategy, settings.objective, true)?;
+        chosen = sol.assign.clone();
         (plan, realize(&sol.assign)?)
     };
-    let placement = format!(
-        "{} chose {}: {} {} per sample (lower bound {}, {}; gap {:.1}%); {transfers} transfer \
-         ops{}{}",
-        plan.strategy,
-        plan.chosen,
-        plan.objective,
-        tessera_targets::sim::seconds(plan.value),
-        tessera_targets::sim::seconds(plan.lower_bound.value),
-        plan.lower_bound.binding(),
-        plan.gap * 100.0,
-        if pinned > 0 {
-            format!("; {pinned} ops pinned by device annotations")
-        } else {
-            String::new()
-        },
-        match plan.selected_by.as_deref() {
-            Some(why) if !why.ends_with(": 1") =>
-                "; the simulator preferred it to the model's best",
-            _ => "",
-        }
-    );
+    if let (Some((dir, first)), Some(mut g)) = (settings.ir_dump, unplaced) {
+        // The chosen plan's graph after each step of `realize`.
+        write_devices(&mut g, &built, &inst, &chosen);
+        crate::instrument::dump_after(dir, first, "place", &g)?;
+        apply_order(&mut g, &built, &rank_order(&inst, &chosen));
+        crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
+        insert_transfers(&mut g, host);
+        crate::instrument::dump_after(dir, first + 2, "transfers", &g)?;
+    }
+    let placement = crate::summary::placement_line(&plan, pinned);
     // Placement never overflows a device; annotations written by hand or by a pass can.
     if let Some(d) = report.devices.iter().find(|d| d.peak_memory > d.capacity) {
         bail!(
@@ -332,6 +358,9 @@ pub fn compile(
             d.capacity
         );
     }
+    // What the transfers move, and why the period exceeds the busiest resource, if it does.
+    let devices = placement_from_graph(&graph, target.spec(), None)?;
+    let notes = crate::report::analysis::analyze(&graph, &cost, &devices, &report)?;
     let problem_names = built
         .graph_ops
         .iter()
@@ -344,27 +373,12 @@ pub fn compile(
         plan,
         report,
         problem_names,
+        notes,
     })
 }
 
-/// The text `tessera compile` prints and writes to `summary.txt`.
+/// The text `tessera compile` prints and writes to `summary.txt`
+/// ([`crate::summary::compile_summary`]).
 pub fn summary(model: &Path, target: &dyn Target, c: &Compiled) -> String {
-    let mut s = String::new();
-    let ops = c
-        .graph
-        .ops()
-        .iter()
-        .filter(|&&op| !matches!(c.graph.op(op).op, Op::Const(_)))
-        .count();
-    let _ = writeln!(
-        s,
-        "compiled {} for {} ({} devices, {} links): {ops} ops",
-        model.display(),
-        target.spec().name,
-        target.spec().devices.len(),
-        target.spec().links.len()
-    );
-    let _ = writeln!(s, "placement    {}", c.placement);
-    let _ = write!(s, "{}", c.report);
-    s
+    crate::summary::compile_summary(model, target.spec(), c)
 }

@@ -1,23 +1,33 @@
 //! What `tessera compile -o DIR` writes after placement: the per-device MLIR modules, the
-//! manifest, the weights, and the further outputs `--emit` asks for (MLIR after the target
-//! pipeline, LLVM IR, object files, PTX, an MPI executable).
+//! manifest, the weights, the artifacts of devices whose target brings its own pipeline, and
+//! the further outputs `--emit` asks for (MLIR after the target pipeline, LLVM IR, object
+//! files, PTX, an MPI executable).
+//!
+//! A device whose target has a pipeline hook (`Target::device_pipeline`, a plugin's backend)
+//! is lowered with it at every `-o`, and the target's `device_artifact` files are written
+//! from the result. A device whose lowering is a plugin's name without a hook gets the
+//! portable affine loops, and the summary and its `--emit lowered` file say so. `tessera run`
+//! runs the portable `<device>.mlir` modules on this CPU, whatever the pipelines.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use tessera_ir::Graph;
 use tessera_mlir::lower::{LowerOptions, Program, lower};
+use tessera_mlir::pipelines::DeviceLowering;
 use tessera_mlir::{Mlir, PipelineOptions, pipelines};
-use tessera_targets::TargetSpec;
+use tessera_targets::{Artifact, Target, TargetSpec};
 
 use crate::instrument::PassFlags;
 
 /// A further output of `tessera compile -o DIR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Emit {
-    /// `<device>.lowered.mlir`: each module after its device's MLIR pipeline (CPU: the LLVM
-    /// dialect; NVIDIA GPU: GPU host code with the PTX kernels; others: affine loops).
+    /// `<device>.lowered.mlir`: each module after its device's MLIR pipeline (a plugin
+    /// target's own when it has one; else CPU: the LLVM dialect; NVIDIA GPU: GPU host code
+    /// with the PTX kernels; others: affine loops, headed by a comment when they stand in for
+    /// a plugin's backend).
     Lowered,
     /// `<device>.ll`: LLVM IR of each CPU device's module.
     Llvm,
@@ -36,7 +46,20 @@ pub fn pipeline_options(flags: &PassFlags) -> PipelineOptions {
         print_ir_after_all: flags.print_ir_after_all,
         print_ir_before_all: flags.print_ir_before_all,
         timing: flags.timing,
+        // The names that are not tessera passes are MLIR passes (checked by the
+        // instrumentation).
+        print_ir_after: mlir_names(&flags.print_ir_after),
+        print_ir_before: mlir_names(&flags.print_ir_before),
     }
+}
+
+/// The names among `names` that are not tessera passes.
+fn mlir_names(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| tessera_passes::lookup(n).is_none())
+        .cloned()
+        .collect()
 }
 
 /// Lowers a placed graph; the error names the model.
@@ -51,18 +74,69 @@ pub fn lower_graph(graph: &Graph, target: &TargetSpec, model: &Path) -> Result<P
     .map_err(|e| anyhow::anyhow!("{}: lowering to MLIR: {}", model.display(), e.0))
 }
 
+/// `--dump-pass-pipeline`'s lines for the devices with work in a placed graph: the MLIR
+/// pipeline each device's module gets (what `--emit lowered` runs), as the `mlir-opt` command
+/// line that runs it on the module `-o` writes. A target's function of the module is named
+/// as such.
+pub fn pipelines_text(graph: &Graph, target_hooks: &dyn Target) -> Result<String> {
+    let target = target_hooks.spec();
+    let used: BTreeSet<&str> = graph
+        .ops()
+        .iter()
+        .filter_map(|&op| graph.op(op).device.as_deref())
+        .collect();
+    let mlir = Mlir::new();
+    let mut out = String::new();
+    for d in &target.devices {
+        // Unplaced ops run on the host.
+        let has_work = used.contains(d.name.as_str()) || (used.is_empty() && d.name == target.host);
+        if !has_work {
+            continue;
+        }
+        let head = format!("// {} (lowering `{}`):", d.name, d.lowering);
+        let choice = pipelines::for_target_device(target_hooks, d);
+        let Some(pipeline) = choice.passes() else {
+            out.push_str(&format!(
+                "{head} target {}'s own function of the module, not a pass pipeline\n",
+                target.name
+            ));
+            continue;
+        };
+        let expanded = mlir.expand_pipeline(pipeline, &format!("{}'s pipeline", d.name))?;
+        out.push_str(&format!(
+            "{head} mlir-opt {}.mlir --pass-pipeline='{expanded}'\n",
+            d.name
+        ));
+    }
+    Ok(out)
+}
+
+/// What [`write`] did.
+pub struct Written {
+    /// The lowered program.
+    pub program: Program,
+    /// Lines for the compile's summary (`lowering     npu0: ...`): each device lowered by its
+    /// target's own pipeline with the artifacts written, and each device whose lowering fell
+    /// back to the portable loops. Empty when every device has a built-in lowering.
+    pub notes: Vec<String>,
+}
+
+/// The summary's label column, as `placement    `.
+const NOTE: &str = "lowering     ";
+
 /// Lowers `graph`, checks every module with MLIR's verifier, and writes the modules, the
-/// manifest, the weights and the `emits` to `dir`, which becomes `shown` when the compile
-/// ends (the name messages give it).
+/// manifest, the weights, the target's device artifacts and the `emits` to `dir`, which
+/// becomes `shown` when the compile ends (the name messages give it).
 pub fn write(
     dir: &Path,
     shown: &Path,
     graph: &Graph,
-    target: &TargetSpec,
+    target_hooks: &dyn Target,
     model: &Path,
     emits: &[Emit],
     flags: &PassFlags,
-) -> Result<Program> {
+) -> Result<Written> {
+    let target = target_hooks.spec();
     let stages = crate::instrument::Stages::new();
     stages.stage("lowering to MLIR");
     let program = lower_graph(graph, target, model)?;
@@ -84,18 +158,65 @@ pub fn write(
         let _ = std::fs::remove_file(&wpath);
         Vec::new()
     } else {
-        let bytes = tessera_mlir::weights::serialize(&program.weights)?;
+        // The placed graph's large constants too, so that `placed.tir`'s sidecar can be a
+        // link to this file instead of a second copy of the weights.
+        let mut all = program.weights.clone();
+        for (_, c) in graph.consts() {
+            if tessera_ir::text::is_external(c) && !all.contains_key(&c.name) {
+                all.insert(c.name.clone(), (c.ty.clone(), c.data.clone()));
+            }
+        }
+        let bytes = tessera_mlir::weights::serialize(&all)?;
         super::write_atomically(&wpath, &bytes)?;
         bytes
     };
-    let lowering = |dev: &str| {
-        target
-            .devices
-            .iter()
-            .find(|d| d.name == dev)
-            .map(|d| d.lowering.clone())
-            .unwrap_or_default()
-    };
+    let device = |dev: &str| target.devices.iter().find(|d| d.name == dev);
+    let lowering = |dev: &str| device(dev).map(|d| d.lowering.clone()).unwrap_or_default();
+    // Each device's pipeline; the target's own run now, for their artifacts.
+    let choices: BTreeMap<&str, DeviceLowering> = program
+        .modules
+        .iter()
+        .filter_map(|(dev, _)| {
+            let d = device(dev)?;
+            Some((dev.as_str(), pipelines::for_target_device(target_hooks, d)))
+        })
+        .collect();
+    let mut notes = Vec::new();
+    let mut own: BTreeMap<&str, String> = BTreeMap::new();
+    let mut taken = own_files(target, &program);
+    for (dev, text) in &program.modules {
+        let (Some(d), Some(choice)) = (device(dev), choices.get(dev.as_str())) else {
+            continue;
+        };
+        if let Some(note) = choice.fallback_note(d) {
+            notes.push(format!("{NOTE}{note}"));
+        }
+        if !choice.is_target_own() {
+            continue;
+        }
+        stages.stage(format!("{dev}: the target's pipeline"));
+        let what = format!("{dev}.mlir");
+        let lowered = pipelines::lower_device(&mlir, choice, d, text, &popts, &what)?;
+        let artifacts = target_hooks
+            .device_artifact(d, &lowered)
+            .map_err(|m| anyhow::anyhow!("{dev}: the artifact of target {}: {m}", target.name))?;
+        let mut names = Vec::new();
+        for a in &artifacts {
+            check_artifact(dev, a, &mut taken)?;
+            super::write_atomically(&dir.join(&a.name), &a.bytes)?;
+            names.push(format!("{} ({} bytes)", a.name, a.bytes.len()));
+        }
+        notes.push(format!(
+            "{NOTE}{dev}: {}'s own pipeline{}",
+            target.name,
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!("; wrote {}", names.join(", "))
+            }
+        ));
+        own.insert(dev.as_str(), lowered);
+    }
     // Each CPU device's module after the CPU pipeline (printed) and as LLVM IR, made once for
     // `lowered`, `llvm` and `object` together.
     let mut cpu: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -115,15 +236,30 @@ pub fn write(
         match e {
             Emit::Lowered => {
                 for (dev, text) in &program.modules {
-                    let out = if lowering(dev) == "cpu" {
+                    let choice = choices.get(dev.as_str());
+                    let out = if let Some(done) = own.get(dev.as_str()) {
+                        done.clone()
+                    } else if lowering(dev) == "cpu" {
                         cpu_outputs(&mut cpu, dev, text)?;
                         cpu[dev].0.clone()
                     } else {
                         let what = format!("{dev}.mlir");
-                        let mut m = mlir.parse(text, &what)?;
-                        let l = lowering(dev);
-                        mlir.run_pipeline(&mut m, pipelines::for_lowering(&l), &popts, &what)?;
-                        Mlir::print(&m)
+                        match (device(dev), choice) {
+                            (Some(d), Some(c)) => {
+                                let out =
+                                    pipelines::lower_device(&mlir, c, d, text, &popts, &what)?;
+                                match c.fallback_note(d) {
+                                    Some(note) => format!("// tessera: {note}\n{out}"),
+                                    None => out,
+                                }
+                            }
+                            _ => {
+                                let mut m = mlir.parse(text, &what)?;
+                                let pipeline = pipelines::for_lowering(&lowering(dev));
+                                mlir.run_pipeline(&mut m, pipeline, &popts, &what)?;
+                                Mlir::print(&m)
+                            }
+                        }
                     };
                     super::write_atomically(
                         &dir.join(format!("{dev}.lowered.mlir")),
@@ -161,8 +297,9 @@ pub fn write(
                         continue;
                     }
                     any = true;
-                    let ptx =
-                        tessera_mlir::native::ptx(&mlir, text, &format!("{dev}.mlir"), &popts)?;
+                    let arch = device(dev).and_then(|d| d.arch.as_deref());
+                    let what = format!("{dev}.mlir");
+                    let ptx = tessera_mlir::native::ptx_for_arch(&mlir, text, &what, &popts, arch)?;
                     super::write_atomically(&dir.join(format!("{dev}.ptx")), ptx.as_bytes())?;
                 }
                 if !any {
@@ -193,5 +330,127 @@ pub fn write(
             }
         }
     }
-    Ok(program)
+    Ok(Written { program, notes })
+}
+
+/// The files of the output directory that are tessera's, which no artifact may replace.
+fn own_files(target: &TargetSpec, program: &Program) -> BTreeSet<String> {
+    let mut taken: BTreeSet<String> = [
+        "manifest.json",
+        tessera_mlir::manifest::WEIGHTS_FILE,
+        "placed.tir",
+        "placed.safetensors",
+        "summary.txt",
+        "plan.json",
+        crate::report::DATA_FILE,
+        crate::report::HTML_FILE,
+        "program",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    let devices = target.devices.iter().map(|d| d.name.as_str());
+    for dev in devices.chain(program.modules.iter().map(|(d, _)| d.as_str())) {
+        for ext in OWN_EXTENSIONS {
+            taken.insert(format!("{dev}.{ext}"));
+        }
+    }
+    taken
+}
+
+/// What tessera names `<device>.<ext>` itself (modules, `--emit` outputs).
+const OWN_EXTENSIONS: [&str; 5] = ["mlir", "lowered.mlir", "ll", "o", "ptx"];
+
+/// An artifact of device `dev` must be a plain file `<dev>.<something>` that is not one of
+/// tessera's own files nor another artifact; it is then taken.
+fn check_artifact(dev: &str, a: &Artifact, taken: &mut BTreeSet<String>) -> Result<()> {
+    let name = a.name.as_str();
+    let rest = name.strip_prefix(dev).and_then(|r| r.strip_prefix('.'));
+    let plain = !name.contains(['/', '\\', '\0']) && name != "." && name != "..";
+    if !plain || rest.is_none_or(str::is_empty) {
+        bail!(
+            "{dev}: the target's artifact `{}` must be a file name `{dev}.<something>` in the \
+             output directory",
+            name.escape_debug()
+        );
+    }
+    if !taken.insert(name.to_string()) {
+        bail!(
+            "{dev}: the target's artifact `{name}` would replace a file tessera writes there \
+             (or another artifact)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tessera_targets::{DevicePipeline, parse_target};
+
+    use super::*;
+
+    fn board() -> TargetSpec {
+        parse_target(
+            "host = \"h\"\n[[device]]\nname = \"h\"\nkind = \"cpu\"\nmemory = 1e9\n\
+             memory_bandwidth = 1e9\nlowering = \"cpu\"\n",
+            "board.toml",
+        )
+        .expect("valid target file")
+    }
+
+    #[test]
+    fn artifact_names_stay_in_their_devices_namespace() {
+        let mut taken: BTreeSet<String> = ["h.mlir", "manifest.json"].map(String::from).into();
+        let a = |name: &str| Artifact {
+            name: name.to_string(),
+            bytes: Vec::new(),
+        };
+        assert!(check_artifact("h", &a("h.bin"), &mut taken).is_ok());
+        for (bad, why) in [
+            ("h.bin", "would replace"),
+            ("h.mlir", "would replace"),
+            ("manifest.json", "must be a file name `h.<something>`"),
+            ("h.", "must be a file name"),
+            ("h./x", "must be a file name"),
+            ("../h.bin", "must be a file name"),
+            ("hx.bin", "must be a file name"),
+        ] {
+            let err = check_artifact("h", &a(bad), &mut taken).expect_err(bad);
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_module_function_is_a_pipeline_and_its_output_is_verified() {
+        let spec = board();
+        let dev = &spec.devices[0];
+        let mlir = Mlir::new();
+        let text = "module {\n  func.func @step0() {\n    return\n  }\n}\n";
+        let f: tessera_targets::ModuleFn =
+            Arc::new(|d, t| Ok(t.replace("@step0", &format!("@{}_kernel", d.name))));
+        let choice = DeviceLowering::Target(DevicePipeline::Module(f));
+        let popts = PipelineOptions::default();
+        let out =
+            pipelines::lower_device(&mlir, &choice, dev, text, &popts, "h.mlir").expect("lowers");
+        assert!(out.contains("func.func @h_kernel()"), "{out}");
+        let broken: tessera_targets::ModuleFn = Arc::new(|_, _| Ok("module {".to_string()));
+        let choice = DeviceLowering::Target(DevicePipeline::Module(broken));
+        let err = pipelines::lower_device(&mlir, &choice, dev, text, &popts, "h.mlir")
+            .expect_err("not MLIR");
+        assert!(
+            err.to_string().contains("h.mlir (after h's pipeline)"),
+            "{err}"
+        );
+        let refuses: tessera_targets::ModuleFn = Arc::new(|_, _| Err("no backend".into()));
+        let choice = DeviceLowering::Target(DevicePipeline::Module(refuses));
+        let err = pipelines::lower_device(&mlir, &choice, dev, text, &popts, "h.mlir")
+            .expect_err("refused");
+        assert!(err.to_string().contains("no backend"), "{err}");
+        let choice = DeviceLowering::Target(DevicePipeline::Passes(
+            "builtin.module(no-such-pass)".into(),
+        ));
+        assert!(pipelines::lower_device(&mlir, &choice, dev, text, &popts, "h.mlir").is_err());
+    }
 }

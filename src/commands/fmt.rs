@@ -1,4 +1,7 @@
-//! `tessera fmt MODEL`: load (or import), verify, print the canonical text.
+//! `tessera fmt MODEL`: load (or import), verify, print the canonical text. Constants whose
+//! data a `.tir` model keeps in its sidecar stay `external` (the output goes with that
+//! sidecar); every other constant prints its data inline, whatever its size, so the output
+//! parses again (`tessera opt MODEL -o FILE.tir` writes large constants to a sidecar).
 
 use std::path::Path;
 
@@ -10,5 +13,17 @@ use super::InputShape;
 /// Runs `tessera fmt`.
 pub fn run(path: &Path, shapes: &[InputShape]) -> Result<()> {
     let graph = super::load_model(path, shapes)?;
-    super::print_stdout(&text::print(&graph))
+    let sidecar = text::sidecar_path(path);
+    let in_sidecar: std::collections::BTreeSet<String> =
+        if path.extension().is_some_and(|e| e == "tir") && sidecar.exists() {
+            text::Sidecar::open(&sidecar)?
+                .names()
+                .map(str::to_string)
+                .collect()
+        } else {
+            Default::default()
+        };
+    super::print_stdout(&text::print_with_externals(&graph, &|c| {
+        text::is_external(c) && in_sidecar.contains(&c.name)
+    }))
 }

@@ -17,7 +17,9 @@ pub fn run(path: &Path, output: Option<&Path>, shapes: &[InputShape]) -> Result<
     };
     let graph = super::import_verified(path, &options)?;
     let Some(out) = output else {
-        return super::print_stdout(&text::print(&graph));
+        // Standard output has no sidecar: every constant prints its data inline, so the
+        // text parses again (`-o` writes large constants to a sidecar).
+        return super::print_stdout(&text::print_with_externals(&graph, &|_| false));
     };
     text::save(&graph, out).with_context(|| format!("cannot write {}", out.display()))?;
     let external = graph.consts().any(|(_, c)| {

@@ -9,6 +9,7 @@ pub mod opt;
 pub mod outdir;
 pub mod passes;
 pub mod place;
+pub mod plugin;
 pub mod report;
 pub mod run;
 pub mod targets;

@@ -70,6 +70,9 @@ pub fn run_pipeline(
     flags: &PassFlags,
     origin: &Path,
 ) -> Result<(Graph, tessera_passes::Report)> {
+    if flags.dump_pass_pipeline {
+        eprintln!("// tessera passes: tessera opt --passes='{pipeline}'");
+    }
     let mut inst = CliInstrumentation::new(flags, &graph, pipeline.passes.len())?;
     let mut pipeline = pipeline.clone();
     if flags.explain {

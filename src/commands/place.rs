@@ -32,7 +32,7 @@ pub fn run(
         plan.gap * 100.0,
         elapsed
     );
-    let json = plan.to_json();
+    let json = plan.try_to_json()?;
     match output {
         Some(path) => super::write_atomically(path, json.as_bytes()),
         None => super::print_stdout(&json),

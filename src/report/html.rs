@@ -36,7 +36,7 @@ const SAMPLE_COLOURS: [&str; 3] = ["#4263eb", "#f08c00", "#2b8a3e"];
 /// Above this many spans the timeline draws the first sample only.
 const MAX_SPANS: usize = 40_000;
 
-const CSS: &str = r#"
+pub(super) const CSS: &str = r#"
 :root { --fg: #212529; --muted: #6c757d; --line: #dee2e6; --bg: #ffffff; --panel: #f8f9fa; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
@@ -69,6 +69,16 @@ svg text { font-family: system-ui, "DejaVu Sans", sans-serif; }
 .why { color: var(--muted); }
 .hidden { display: none; }
 code { font-size: 12.5px; }
+.zoom { margin: 0 0 6px; }
+.zoom button { font: inherit; font-size: 12px; padding: 2px 10px; border: 1px solid #adb5bd; border-radius: 4px; background: #fff; cursor: pointer; }
+#timeline { cursor: grab; user-select: none; }
+#timeline a.span-link rect { cursor: pointer; }
+#op-tree tr.op { cursor: pointer; }
+#op-tree tr.op.picked td { background: #fff3bf; }
+#op-tree tr.drill > td { background: var(--panel); }
+.drill-body { padding: 4px 2px 8px; font-size: 13px; }
+.drill-body table { margin: 4px 0; }
+.drill-body tr.chosen td { font-weight: 600; }
 "#;
 
 const SCRIPT: &str = r#"
@@ -86,6 +96,8 @@ const SCRIPT: &str = r#"
     rows.forEach(function (r) {
       var hit = q === '' || r.getAttribute('data-search').indexOf(q) >= 0;
       r.classList.toggle('hidden', !hit);
+      var drill = document.getElementById('drill-' + r.id);
+      if (!hit && drill) drill.classList.add('hidden');
       if (hit) shown++;
     });
     groups.forEach(function (d, i) {
@@ -95,11 +107,134 @@ const SCRIPT: &str = r#"
     });
     document.getElementById('op-count').textContent = shown + ' of ' + rows.length + ' ops';
   });
+  // A click on an op shows or hides its drill-down row.
+  rows.forEach(function (r) {
+    r.addEventListener('click', function () {
+      var drill = document.getElementById('drill-' + r.id);
+      if (drill) drill.classList.toggle('hidden');
+    });
+  });
+  // Shows op `id` (`op-7`): opens the modules holding it and its drill-down, marks it.
+  function showOp(id) {
+    var row = document.getElementById(id);
+    if (!row) return;
+    for (var e = row.parentElement; e; e = e.parentElement) {
+      if (e.tagName === 'DETAILS') { e.open = true; e.classList.remove('hidden'); }
+    }
+    row.classList.remove('hidden');
+    tree.querySelectorAll('tr.op.picked').forEach(function (p) { p.classList.remove('picked'); });
+    row.classList.add('picked');
+    var drill = document.getElementById('drill-' + id);
+    if (drill) drill.classList.remove('hidden');
+    row.scrollIntoView({block: 'center'});
+  }
+  document.querySelectorAll('#timeline a.span-link').forEach(function (a) {
+    a.addEventListener('click', function (ev) {
+      ev.preventDefault();
+      var id = a.getAttribute('href').slice(1);
+      showOp(id);
+      if (history.replaceState) history.replaceState(null, '', '#' + id);
+    });
+  });
+  if (location.hash.indexOf('#op-') === 0) showOp(location.hash.slice(1));
+  window.addEventListener('hashchange', function () {
+    if (location.hash.indexOf('#op-') === 0) showOp(location.hash.slice(1));
+  });
+})();
+(function () {
+  // The timeline's zoom: spans are redrawn for the time window [t0, t1].
+  var svg = document.getElementById('timeline');
+  if (!svg) return;
+  var L = +svg.getAttribute('data-label'), P = +svg.getAttribute('data-plot');
+  var END = +svg.getAttribute('data-end');
+  var top = +svg.getAttribute('data-top'), bottom = +svg.getAttribute('data-bottom');
+  var rects = Array.prototype.slice.call(svg.querySelectorAll('rect.span'));
+  var ticks = document.getElementById('timeline-ticks');
+  var range = document.getElementById('timeline-range');
+  var view = [0, END > 0 ? END : 1];
+  var NS = 'http://www.w3.org/2000/svg';
+  function secs(s) {
+    if (s === 0) return '0.000 s';
+    var u = [[1e-9, 'ns'], [1e-6, 'us'], [1e-3, 'ms'], [1, 's']], i = 0;
+    if (s >= 1) i = 3; else if (s >= 1e-3) i = 2; else if (s >= 1e-6) i = 1;
+    return (s / u[i][0]).toFixed(3) + ' ' + u[i][1];
+  }
+  function step(span) {
+    var raw = span / 6, p = Math.pow(10, Math.floor(Math.log10(raw)));
+    var m = [1, 2, 5, 10];
+    for (var i = 0; i < m.length; i++) if (span / (m[i] * p) <= 8) return m[i] * p;
+    return 10 * p;
+  }
+  function draw() {
+    var t0 = view[0], t1 = view[1], k = P / (t1 - t0);
+    rects.forEach(function (r) {
+      var s = +r.getAttribute('data-start'), e = +r.getAttribute('data-end');
+      if (e < t0 || s > t1) { r.style.display = 'none'; return; }
+      r.style.display = '';
+      var a = Math.max(s, t0), b = Math.min(e, t1);
+      r.setAttribute('x', (L + (a - t0) * k).toFixed(2));
+      r.setAttribute('width', Math.max((b - a) * k, 0.6).toFixed(2));
+    });
+    while (ticks.firstChild) ticks.removeChild(ticks.firstChild);
+    var d = step(t1 - t0);
+    for (var t = Math.ceil(t0 / d) * d; t <= t1 + d * 1e-9; t += d) {
+      var x = L + (t - t0) * k;
+      var line = document.createElementNS(NS, 'line');
+      line.setAttribute('x1', x); line.setAttribute('x2', x);
+      line.setAttribute('y1', top); line.setAttribute('y2', bottom);
+      line.setAttribute('stroke', '#e9ecef');
+      var text = document.createElementNS(NS, 'text');
+      text.setAttribute('x', x); text.setAttribute('y', 14);
+      text.setAttribute('font-size', 10); text.setAttribute('fill', '#6c757d');
+      text.setAttribute('text-anchor', 'middle');
+      text.textContent = secs(t);
+      ticks.appendChild(line); ticks.appendChild(text);
+    }
+    range.textContent = secs(t0) + ' to ' + secs(t1);
+  }
+  // Zooms by `f` (below 1: in) around time `at`, within the whole stream.
+  function zoom(f, at) {
+    var w = Math.min((view[1] - view[0]) * f, END > 0 ? END : 1);
+    var a = at - (at - view[0]) * f;
+    a = Math.max(0, Math.min(a, (END > 0 ? END : 1) - w));
+    view = [a, a + w];
+    draw();
+  }
+  function timeAt(clientX) {
+    var box = svg.getBoundingClientRect();
+    var x = (clientX - box.left) * (svg.viewBox.baseVal.width / box.width);
+    return view[0] + (x - L) * (view[1] - view[0]) / P;
+  }
+  document.querySelectorAll('#timeline-zoom button').forEach(function (b) {
+    b.addEventListener('click', function () {
+      var mid = (view[0] + view[1]) / 2, z = b.getAttribute('data-zoom');
+      if (z === 'in') zoom(0.5, mid);
+      else if (z === 'out') zoom(2, mid);
+      else { view = [0, END > 0 ? END : 1]; draw(); }
+    });
+  });
+  svg.addEventListener('wheel', function (ev) {
+    ev.preventDefault();
+    zoom(ev.deltaY < 0 ? 0.8 : 1.25, timeAt(ev.clientX));
+  }, {passive: false});
+  var drag = null;
+  svg.addEventListener('mousedown', function (ev) { drag = [ev.clientX, view[0], view[1]]; });
+  window.addEventListener('mouseup', function () { drag = null; });
+  window.addEventListener('mousemove', function (ev) {
+    if (!drag) return;
+    var box = svg.getBoundingClientRect();
+    var dt = (ev.clientX - drag[0]) * (svg.viewBox.baseVal.width / box.width) * (drag[2] - drag[1]) / P;
+    var w = drag[2] - drag[1], a = Math.max(0, Math.min(drag[1] - dt, (END > 0 ? END : 1) - w));
+    view = [a, a + w];
+    draw();
+  });
+  window.tesseraTimeline = { zoom: function (t0, t1) { view = [t0, t1]; draw(); }, view: function () { return view.slice(); } };
+  range.textContent = secs(0) + ' to ' + secs(view[1]);
 })();
 "#;
 
 /// Escapes text for HTML and SVG.
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -168,18 +303,28 @@ pub fn render(inputs: &Page<'_>) -> String {
         esc(&d.target.name),
         esc(&d.target.description)
     );
+    // Each op's element id (`op-7`, from its position in the body, which survives writing
+    // and reading `placed.tir`; handles do not), by its key.
+    let names = tessera_ir::text::value_names(inputs.graph);
+    let ids: BTreeMap<String, String> = inputs
+        .graph
+        .ops()
+        .iter()
+        .enumerate()
+        .map(|(pos, &op)| (op_key(inputs.graph, &names, op), format!("op-{pos}")))
+        .collect();
     summary(&mut h, inputs);
     topology(&mut h, d);
-    timeline(&mut h, d);
+    timeline(&mut h, d, &ids);
     memory(&mut h, d);
     placement(&mut h, inputs);
-    ops(&mut h, inputs);
+    ops(&mut h, inputs, &ids);
     passes(&mut h, d);
     let _ = write!(h, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
     h
 }
 
-fn file_name(path: &str) -> String {
+pub(super) fn file_name(path: &str) -> String {
     let p = std::path::Path::new(path);
     // `model.onnx` says little: name the model by its folder then.
     match (p.file_stem(), p.parent().and_then(|q| q.file_name())) {
@@ -201,35 +346,122 @@ fn card(h: &mut String, key: &str, value: &str) {
 fn summary(h: &mut String, inputs: &Page<'_>) {
     let s = &inputs.data.simulation;
     let plan = &inputs.plan;
-    h.push_str("<section id=\"summary\">\n<div class=\"cards\">");
-    card(h, "simulated latency (one sample)", &seconds(s.latency));
+    // The simulator's numbers and the placement model's, each group with its own bound.
+    h.push_str("<section id=\"summary\">\n<h3>Simulated (the placed graph in the simulator)</h3>\n<div class=\"cards\">");
+    card(h, "latency (one sample)", &seconds(s.latency));
     card(
         h,
-        "simulated throughput",
+        "throughput (1 / period)",
         &if s.throughput.is_finite() {
             format!("{}samples/s", tessera_targets::sim::rate(s.throughput))
         } else {
             "unbounded".to_string()
         },
     );
-    card(h, "period (per sample)", &seconds(s.period));
     card(
         h,
-        "bottleneck",
-        if s.bottleneck.is_empty() {
-            "none"
+        &format!("period (over {} samples)", s.samples),
+        &seconds(s.period),
+    );
+    card(
+        h,
+        &format!(
+            "busiest resource: {}",
+            if s.bottleneck.is_empty() {
+                "none"
+            } else {
+                &s.bottleneck
+            }
+        ),
+        &format!("{} per sample", seconds(s.bound_period)),
+    );
+    card(
+        h,
+        "period over the busiest's busy time",
+        &if s.bound_period > 0.0 {
+            format!("{:.1}%", 100.0 * (s.period / s.bound_period - 1.0).max(0.0))
         } else {
-            &s.bottleneck
+            "-".to_string()
         },
     );
     card(
         h,
-        &format!("placement lower bound ({})", plan.lower_bound.binding()),
+        &format!(
+            "transfers per sample ({} transfer ops)",
+            s.transfer_count.ops
+        ),
+        &s.transfers.to_string(),
+    );
+    h.push_str("</div>\n");
+    let _ = writeln!(
+        h,
+        "<p id=\"transfers-why\" class=\"legend\">Transfers: {}.</p>",
+        esc(&crate::summary::transfers_text(&s.transfer_count))
+    );
+    match &s.period_excess {
+        Some(p) => {
+            let _ = writeln!(
+                h,
+                "<p id=\"period-why\">The period {} is {} longer than the busiest resource's \
+                 busy time ({}, {} per sample): {}.</p>",
+                seconds(s.period),
+                seconds(s.period - s.bound_period),
+                esc(&p.resource),
+                seconds(p.busy),
+                esc(&p.why())
+            );
+            if !p.chain.is_empty() {
+                let _ = writeln!(
+                    h,
+                    "<details id=\"period-chain\"><summary>The critical chain, from the last \
+                     completion back ({} steps{})</summary><ol>",
+                    p.chain_steps,
+                    if p.chain_steps > p.chain.len() {
+                        format!(", the first {}", p.chain.len())
+                    } else {
+                        String::new()
+                    }
+                );
+                for step in &p.chain {
+                    let _ = writeln!(h, "<li><code>{}</code></li>", esc(step));
+                }
+                h.push_str("</ol></details>\n");
+            }
+        }
+        None if !s.bottleneck.is_empty() => {
+            let _ = writeln!(
+                h,
+                "<p id=\"period-why\" class=\"legend\">The period equals the busiest \
+                 resource's busy time: {} is the bottleneck.</p>",
+                esc(&s.bottleneck)
+            );
+        }
+        None => {}
+    }
+    let (per, what) = match plan.objective {
+        tessera_place::Objective::Throughput => (" per sample", "throughput"),
+        tessera_place::Objective::Latency => ("", "latency"),
+    };
+    let _ = write!(
+        h,
+        "<h3>Placement model (the plan's objective, {what})</h3>\n<div class=\"cards\">"
+    );
+    card(
+        h,
+        &format!("objective value ({})", plan.chosen),
+        &format!("{}{per}", seconds(plan.value)),
+    );
+    card(
+        h,
+        &format!("lower bound ({})", plan.lower_bound.binding()),
         &seconds(plan.lower_bound.value),
     );
-    card(h, "gap to the bound", &pct(plan.gap));
-    card(h, "strategy", &plan.chosen);
-    card(h, "transfers per sample", &s.transfers.to_string());
+    card(
+        h,
+        "gap = (value - bound) / value",
+        &crate::summary::gap_percent(plan.value, plan.lower_bound.value),
+    );
+    card(h, "strategy", &plan.strategy);
     h.push_str("</div>\n</section>\n");
 }
 
@@ -293,18 +525,34 @@ fn topology(h: &mut String, d: &ReportData) {
     const PAD: f64 = 24.0;
     let sim = &d.simulation;
     let period = sim.period;
-    let layers = layers(d);
-    let rows = layers.iter().map(Vec::len).max().unwrap_or(1).max(1);
-    let width = PAD * 2.0 + W + DX * (layers.len().max(1) - 1) as f64;
-    let height = PAD * 2.0 + H + DY * (rows - 1) as f64;
-    let mut pos = vec![(0.0, 0.0); d.target.devices.len()];
-    for (c, layer) in layers.iter().enumerate() {
-        let top = PAD + (height - 2.0 * PAD - H - DY * (layer.len() - 1) as f64) / 2.0;
-        for (r, &i) in layer.iter().enumerate() {
-            pos[i] = (PAD + DX * c as f64, top + DY * r as f64);
+    let (pos, width, height) = if d.target.layouts.is_empty() {
+        let layers = layers(d);
+        let rows = layers.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        let width = PAD * 2.0 + W + DX * (layers.len().max(1) - 1) as f64;
+        let height = PAD * 2.0 + H + DY * (rows - 1) as f64;
+        let mut pos = vec![(0.0, 0.0); d.target.devices.len()];
+        for (c, layer) in layers.iter().enumerate() {
+            let top = PAD + (height - 2.0 * PAD - H - DY * (layer.len() - 1) as f64) / 2.0;
+            for (r, &i) in layer.iter().enumerate() {
+                pos[i] = (PAD + DX * c as f64, top + DY * r as f64);
+            }
         }
-    }
+        (pos, width, height)
+    } else {
+        geometry(d, W, H, DX, DY, PAD)
+    };
     let index = device_index(d);
+    let layout_of: BTreeMap<&str, &str> = d
+        .target
+        .layouts
+        .iter()
+        .flat_map(|l| {
+            l.members
+                .iter()
+                .map(|m| (m.as_str(), l.kind.as_str()))
+                .chain(l.hub.as_deref().map(|hub| (hub, l.kind.as_str())))
+        })
+        .collect();
     let _ = writeln!(
         h,
         "<section>\n<h2>Topology</h2>\n<p class=\"legend\">Devices filled by load (busy time per \
@@ -333,14 +581,27 @@ fn topology(h: &mut String, d: &ReportData) {
         let u = util(busy[0].max(busy[1]));
         let (x1, y1) = (pos[a].0 + W / 2.0, pos[a].1 + H / 2.0);
         let (x2, y2) = (pos[b].0 + W / 2.0, pos[b].1 + H / 2.0);
-        // Links within one column bow out to the right of the boxes (the curve's peak is half
-        // way to its control point), so they do not run through the devices between.
-        let path = if (x1 - x2).abs() < 1.0 {
+        // A link whose straight line would run through another device bows out to the side
+        // (the curve's peak is half way to its control point): within one column of the
+        // layered drawing to the right, elsewhere (a torus's wrap-around) away from the line.
+        let crosses = d.target.devices.len() <= 512
+            && (0..pos.len())
+                .any(|k| k != a && k != b && segment_hits_box((x1, y1), (x2, y2), pos[k], W, H));
+        let path = if d.target.layouts.is_empty() && (x1 - x2).abs() < 1.0 {
             let bow = x1 + W + 36.0 + 0.1 * (y2 - y1).abs();
             format!(
                 "M{x1:.1},{y1:.1} Q{bow:.1},{:.1} {x2:.1},{y2:.1}",
                 (y1 + y2) / 2.0
             )
+        } else if crosses {
+            let (dx, dy) = (x2 - x1, y2 - y1);
+            let len = (dx * dx + dy * dy).sqrt().max(1.0);
+            let off = 2.0 * (0.5 * H + 30.0);
+            let (cx, cy) = (
+                (x1 + x2) / 2.0 + dy / len * off,
+                (y1 + y2) / 2.0 - dx / len * off,
+            );
+            format!("M{x1:.1},{y1:.1} Q{cx:.1},{cy:.1} {x2:.1},{y2:.1}")
         } else {
             format!("M{x1:.1},{y1:.1} L{x2:.1},{y2:.1}")
         };
@@ -411,7 +672,7 @@ fn topology(h: &mut String, d: &ReportData) {
         };
         let _ = writeln!(
             h,
-            "<g class=\"device\" data-device=\"{name}\"><title>{name}{host}: {kind}\n{ops} ops, \
+            "<g class=\"device\" data-device=\"{name}\"{layout}><title>{name}{host}: {kind}\n{ops} ops, \
              busy {busy} per sample ({load} of the period)\npeak memory {peak} of {cap} ({mem})</title>\
              <rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{W}\" height=\"{H}\" rx=\"8\" fill=\"{fill}\" \
              stroke=\"{stroke}\" stroke-width=\"{sw}\"/>\
@@ -419,6 +680,10 @@ fn topology(h: &mut String, d: &ReportData) {
              <text x=\"{tx:.1}\" y=\"{ty2:.1}\" font-size=\"11\" fill=\"{text}\">{kind}{host} · {ops} ops · {load}</text>\
              {memory}</g>",
             name = esc(&dev.name),
+            layout = layout_of
+                .get(dev.name.as_str())
+                .map(|k| format!(" data-layout=\"{}\"", esc(k)))
+                .unwrap_or_default(),
             kind = esc(&dev.kind),
             busy = seconds(busy),
             load = pct(load),
@@ -436,6 +701,144 @@ fn topology(h: &mut String, d: &ReportData) {
     h.push_str("</svg></div>\n</section>\n");
 }
 
+/// Whether the segment from `p` to `q` runs through the box at `at` (top-left) of `w` x `h`,
+/// shrunk a little so that lines grazing a corner do not count.
+fn segment_hits_box(p: (f64, f64), q: (f64, f64), at: (f64, f64), w: f64, h: f64) -> bool {
+    let (x0, y0, x1, y1) = (at.0 + 6.0, at.1 + 6.0, at.0 + w - 6.0, at.1 + h - 6.0);
+    // Liang-Barsky clipping of the segment against the box.
+    let (dx, dy) = (q.0 - p.0, q.1 - p.1);
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for (pk, qk) in [
+        (-dx, p.0 - x0),
+        (dx, x1 - p.0),
+        (-dy, p.1 - y0),
+        (dy, y1 - p.1),
+    ] {
+        if pk == 0.0 {
+            if qk < 0.0 {
+                return false;
+            }
+        } else {
+            let r = qk / pk;
+            if pk < 0.0 {
+                lo = lo.max(r);
+            } else {
+                hi = hi.min(r);
+            }
+        }
+    }
+    lo < hi
+}
+
+/// A layout's devices with their positions relative to its top-left, and its width and height.
+type Region = (Vec<(usize, (f64, f64))>, f64, f64);
+
+/// Device positions (top-left corners of `w` x `h` boxes) in the geometry of the target's
+/// generators: a mesh or torus as its grid, a ring or fully-connected group on a circle, a
+/// switch's members on a circle around it; the devices of no layout (the host, explicit
+/// extras) in a column on the left. Returns the positions and the drawing's size.
+fn geometry(
+    d: &ReportData,
+    w: f64,
+    h: f64,
+    dx: f64,
+    dy: f64,
+    pad: f64,
+) -> (Vec<(f64, f64)>, f64, f64) {
+    const GAP: f64 = 110.0;
+    let n = d.target.devices.len();
+    let index = device_index(d);
+    let mut pos: Vec<Option<(f64, f64)>> = vec![None; n];
+    // Each layout's region: positions relative to its top-left, and its size.
+    let mut regions: Vec<Region> = Vec::new();
+    let mut placed = vec![false; n];
+    for l in &d.target.layouts {
+        let members: Vec<usize> = l
+            .members
+            .iter()
+            .filter_map(|m| index.get(m.as_str()).copied())
+            .filter(|&i| !placed[i])
+            .collect();
+        let hub = l
+            .hub
+            .as_deref()
+            .and_then(|hub| index.get(hub).copied())
+            .filter(|&i| !placed[i]);
+        if members.is_empty() {
+            continue;
+        }
+        let mut at = Vec::new();
+        let (rw, rh);
+        if (l.kind == "mesh2d" || l.kind == "torus2d")
+            && l.cols > 0
+            && l.rows * l.cols == members.len()
+        {
+            for (k, &i) in members.iter().enumerate() {
+                at.push((i, (dx * (k % l.cols) as f64, dy * (k / l.cols) as f64)));
+            }
+            rw = w + dx * (l.cols - 1) as f64;
+            rh = h + dy * (l.rows - 1) as f64;
+        } else {
+            // On a circle, first member at the top, clockwise; boxes whose centres are
+            // further apart than their diagonal cannot overlap.
+            let m = members.len();
+            let apart = (w * w + h * h).sqrt() + 12.0;
+            let mut r = if m > 1 {
+                apart / (2.0 * (std::f64::consts::PI / m as f64).sin())
+            } else {
+                0.0
+            };
+            if hub.is_some() {
+                r = r.max(apart);
+            }
+            let (cx, cy) = (r + w / 2.0, r + h / 2.0);
+            for (k, &i) in members.iter().enumerate() {
+                let t =
+                    -std::f64::consts::FRAC_PI_2 + 2.0 * std::f64::consts::PI * k as f64 / m as f64;
+                at.push((i, (cx + r * t.cos() - w / 2.0, cy + r * t.sin() - h / 2.0)));
+            }
+            if let Some(hub) = hub {
+                at.push((hub, (cx - w / 2.0, cy - h / 2.0)));
+            }
+            rw = 2.0 * r + w;
+            rh = 2.0 * r + h;
+        }
+        for &(i, _) in &at {
+            placed[i] = true;
+        }
+        regions.push((at, rw, rh));
+    }
+    let others: Vec<usize> = (0..n).filter(|&i| !placed[i]).collect();
+    let column = if others.is_empty() {
+        0.0
+    } else {
+        h + dy * (others.len() - 1) as f64
+    };
+    let tallest = regions.iter().map(|r| r.2).fold(column, f64::max);
+    let height = 2.0 * pad + tallest;
+    let mut x = pad;
+    if !others.is_empty() {
+        let top = pad + (tallest - column) / 2.0;
+        for (k, &i) in others.iter().enumerate() {
+            pos[i] = Some((x, top + dy * k as f64));
+        }
+        x += w + GAP;
+    }
+    for (at, rw, rh) in &regions {
+        let top = pad + (tallest - rh) / 2.0;
+        for &(i, (px, py)) in at {
+            pos[i] = Some((x + px, top + py));
+        }
+        x += rw + GAP;
+    }
+    let width = x - GAP + pad;
+    (
+        pos.into_iter().map(|p| p.unwrap_or((pad, pad))).collect(),
+        width.max(2.0 * pad + w),
+        height,
+    )
+}
+
 /// Tick spacing for an axis of `max` seconds: 1, 2 or 5 times a power of ten, at most 8 ticks.
 fn tick(max: f64) -> f64 {
     if max <= 0.0 {
@@ -450,7 +853,7 @@ fn tick(max: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn timeline(h: &mut String, d: &ReportData) {
+fn timeline(h: &mut String, d: &ReportData, ids: &BTreeMap<String, String>) {
     const LABEL: f64 = 150.0;
     const PLOT: f64 = 880.0;
     const LANE: f64 = 22.0;
@@ -495,10 +898,10 @@ fn timeline(h: &mut String, d: &ReportData) {
          {} samples queued at once{}: ops on devices and transfers on link directions. Colour = \
          sample:",
         tl.samples,
-        if spans.len() < all {
-            format!(" (only sample 0 drawn: {all} spans)")
-        } else {
-            String::new()
+        match (spans.len() < all, tl.omitted) {
+            (true, _) => format!(" (only sample 0 drawn: {all} spans)"),
+            (false, 0) => String::new(),
+            (false, n) => format!(" (the {all} longest of {} spans)", all + n),
         }
     );
     for (i, c) in SAMPLE_COLOURS.iter().enumerate().take(tl.samples.max(1)) {
@@ -508,12 +911,21 @@ fn timeline(h: &mut String, d: &ReportData) {
         );
     }
     h.push_str(
-        "; transfers and collectives are lighter with a dark edge. Hover for details.</p>\n",
+        "; transfers and collectives are lighter with a dark edge. Hover for details; click a \
+         span for its op.</p>\n<div class=\"zoom\" id=\"timeline-zoom\"><button type=\"button\" \
+         data-zoom=\"in\">zoom in</button> <button type=\"button\" data-zoom=\"out\">zoom \
+         out</button> <button type=\"button\" data-zoom=\"reset\">whole stream</button> \
+         <span class=\"legend\">showing <span id=\"timeline-range\"></span> (the wheel zooms \
+         at the pointer, dragging pans)</span></div>\n",
     );
     let _ = writeln!(
         h,
         "<div class=\"chart\"><svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" \
-         width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">"
+         width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" \
+         data-label=\"{LABEL}\" data-plot=\"{PLOT}\" data-end=\"{end}\" data-top=\"{:.1}\" \
+         data-bottom=\"{:.1}\">",
+        TOP - 4.0,
+        height - 6.0
     );
     let step = tick(end);
     let ticks = if scale > 0.0 && step > 0.0 && end.is_finite() {
@@ -521,6 +933,7 @@ fn timeline(h: &mut String, d: &ReportData) {
     } else {
         0
     };
+    h.push_str("<g id=\"timeline-ticks\">");
     for k in 0..=ticks {
         let t = step * k as f64;
         let x = LABEL + t * scale;
@@ -533,6 +946,7 @@ fn timeline(h: &mut String, d: &ReportData) {
             seconds(t)
         );
     }
+    h.push_str("</g>\n");
     for (i, lane) in lanes.iter().enumerate() {
         let y = TOP + LANE * i as f64;
         let _ = write!(
@@ -559,12 +973,19 @@ fn timeline(h: &mut String, d: &ReportData) {
                 "fill=\"{colour}\" fill-opacity=\"0.45\" stroke=\"#343a40\" stroke-width=\"0.6\""
             )
         };
-        let _ = writeln!(
+        let link = s.op.as_ref().and_then(|k| ids.get(k));
+        if let Some(id) = link {
+            let _ = write!(h, "<a class=\"span-link\" href=\"#{id}\">");
+        }
+        let _ = write!(
             h,
-            "<rect class=\"span {}\" x=\"{x:.2}\" y=\"{y:.1}\" width=\"{w:.2}\" height=\"{:.1}\" {style}>\
+            "<rect class=\"span {}\" x=\"{x:.2}\" y=\"{y:.1}\" width=\"{w:.2}\" height=\"{:.1}\" \
+             data-start=\"{}\" data-end=\"{}\" {style}>\
              <title>sample {}: {} {} ({}) on {}\n{} .. {} ({})</title></rect>",
             esc(&s.kind),
             LANE - 6.0,
+            s.start,
+            s.end,
             s.sample,
             esc(&s.kind),
             esc(&s.name),
@@ -574,6 +995,7 @@ fn timeline(h: &mut String, d: &ReportData) {
             seconds(s.end),
             seconds(s.end - s.start)
         );
+        h.push_str(if link.is_some() { "</a>\n" } else { "\n" });
     }
     h.push_str("</svg></div>\n</section>\n");
 }
@@ -726,7 +1148,7 @@ fn placement(h: &mut String, inputs: &Page<'_>) {
     h.push_str("</section>\n");
 }
 
-fn ops(h: &mut String, inputs: &Page<'_>) {
+fn ops(h: &mut String, inputs: &Page<'_>, ids: &BTreeMap<String, String>) {
     let g = inputs.graph;
     let colours: BTreeMap<&str, &str> = inputs
         .data
@@ -745,22 +1167,42 @@ fn ops(h: &mut String, inputs: &Page<'_>) {
          model's own module names (from node names, else from the weights they use, else from \
          their inputs' producers), with their devices and why placement put them there.</p>\n\
          <input id=\"op-search\" type=\"search\" placeholder=\"filter by name, op, device or \
-         reason\" aria-label=\"filter ops\"> <span id=\"op-count\" class=\"legend\">{total} ops</span>\n\
-         <div id=\"op-tree\">"
+         reason\" aria-label=\"filter ops\"> <span id=\"op-count\" class=\"legend\">{total} ops</span>{}\n\
+         <div id=\"op-tree\">",
+        if total > super::MAX_LISTED {
+            format!(
+                " <span class=\"legend\">(the first {} listed one by one; placed.tir and \
+                 plan.json have every op)</span>",
+                super::MAX_LISTED
+            )
+        } else {
+            String::new()
+        }
     );
+    let mut runs: BTreeMap<&str, Vec<&super::TimelineSpan>> = BTreeMap::new();
+    let mut moves: BTreeMap<&str, Vec<&super::TimelineSpan>> = BTreeMap::new();
+    for s in inputs.data.timeline.spans.iter().filter(|s| s.sample == 0) {
+        if s.kind == "transfer" {
+            moves.entry(s.name.as_str()).or_default().push(s);
+        } else if let Some(k) = &s.op {
+            runs.entry(k.as_str()).or_default().push(s);
+        }
+    }
     let ctx = OpsCtx {
         g,
         names: &names,
         colours: &colours,
         why: &inputs.data.reasons,
+        costs: &inputs.data.costs,
+        ids,
+        runs,
+        moves,
+        rows_left: std::cell::Cell::new(super::MAX_LISTED),
     };
     // The root's own ops (no scope) first, as a group of their own.
     if !tree.ops.is_empty() {
-        let top = Scope {
-            name: "(top level)".into(),
-            children: Vec::new(),
-            ops: tree.ops.clone(),
-        };
+        let mut top = Scope::new("(top level)");
+        top.ops = tree.ops.clone();
         scope_html(h, &ctx, &top, 0);
     }
     for c in &tree.children {
@@ -774,6 +1216,16 @@ struct OpsCtx<'a> {
     names: &'a [String],
     colours: &'a BTreeMap<&'a str, &'a str>,
     why: &'a BTreeMap<String, String>,
+    /// Modelled seconds per device, by op key.
+    costs: &'a BTreeMap<String, BTreeMap<String, Option<f64>>>,
+    /// Each op's element id, by key.
+    ids: &'a BTreeMap<String, String>,
+    /// The first sample's runs of each op (one per device for a mesh op), by op key.
+    runs: BTreeMap<&'a str, Vec<&'a super::TimelineSpan>>,
+    /// The first sample's transfer spans, by moved value (`%x`).
+    moves: BTreeMap<&'a str, Vec<&'a super::TimelineSpan>>,
+    /// Op rows still to write ([`super::MAX_LISTED`] in all).
+    rows_left: std::cell::Cell<usize>,
 }
 
 fn device_chip(ctx: &OpsCtx<'_>, device: &str) -> String {
@@ -816,8 +1268,22 @@ fn scope_html(h: &mut String, ctx: &OpsCtx<'_>, scope: &Scope, depth: usize) {
     }
     if !s.ops.is_empty() {
         h.push_str("<table class=\"ops\"><tr><th>op</th><th>kind</th><th>result</th><th>device</th><th>why</th></tr>\n");
+        // (Each op row is followed by its drill-down row, shown by a click on the op.)
+        let mut skipped = 0;
         for &op in &s.ops {
-            op_row(h, ctx, op);
+            match ctx.rows_left.get() {
+                0 => skipped += 1,
+                n => {
+                    ctx.rows_left.set(n - 1);
+                    op_row(h, ctx, op);
+                }
+            }
+        }
+        if skipped > 0 {
+            let _ = writeln!(
+                h,
+                "<tr><td colspan=\"5\" class=\"legend\">{skipped} more ops, not listed</td></tr>"
+            );
         }
         h.push_str("</table>\n");
     }
@@ -845,8 +1311,11 @@ fn op_row(h: &mut String, ctx: &OpsCtx<'_>, op: OpId) {
     let search = format!("{label} {kind} {device} {why}").to_lowercase();
     let _ = writeln!(
         h,
-        "<tr class=\"op\" data-search=\"{}\"><td><code>{}</code></td><td>{}</td><td><code>{}</code></td>\
+        "<tr class=\"op\" id=\"{}\" data-search=\"{}\"><td><code>{}</code></td><td>{}</td><td><code>{}</code></td>\
          <td>{}</td><td class=\"why\">{}</td></tr>",
+        ctx.ids
+            .get(&op_key(ctx.g, ctx.names, op))
+            .map_or("", String::as_str),
         esc(&search),
         esc(&label),
         esc(kind),
@@ -854,6 +1323,125 @@ fn op_row(h: &mut String, ctx: &OpsCtx<'_>, op: OpId) {
         device_chip(ctx, &device),
         esc(why)
     );
+    drill(h, ctx, op, &device);
+}
+
+/// The drill-down row of an op: its work, its modelled time on every device, when it ran in
+/// the first sample, and the transfers of its operands and results.
+fn drill(h: &mut String, ctx: &OpsCtx<'_>, op: OpId, device: &str) {
+    let key = op_key(ctx.g, ctx.names, op);
+    let data = ctx.g.op(op);
+    let _ = write!(
+        h,
+        "<tr class=\"drill hidden\" id=\"drill-{}\"><td colspan=\"5\"><div class=\"drill-body\">",
+        ctx.ids.get(&key).map_or("", String::as_str)
+    );
+    let work = match tessera_targets::op_work(ctx.g, op) {
+        Ok(w) => format!(
+            "{} FLOPs, {} moved to and from memory (computed in {})",
+            flops(w.flops),
+            bytes(w.bytes as u64),
+            w.elem
+        ),
+        Err(e) => format!("not computable: {e}"),
+    };
+    let _ = write!(
+        h,
+        "<div class=\"drill-work\"><b>work</b>: {}</div>",
+        esc(&work)
+    );
+    if let Some(costs) = ctx.costs.get(&key) {
+        h.push_str(
+            "<table class=\"drill-costs\"><tr><th>device</th><th class=\"num\">modelled time</th></tr>",
+        );
+        for (dev, t) in costs {
+            let chosen = dev == device;
+            let _ = write!(
+                h,
+                "<tr{}><td>{}{}</td><td class=\"num\">{}</td></tr>",
+                if chosen { " class=\"chosen\"" } else { "" },
+                device_chip(ctx, dev),
+                if chosen { " (placed here)" } else { "" },
+                t.map_or_else(|| "cannot run".to_string(), seconds)
+            );
+        }
+        h.push_str("</table>");
+    }
+    match ctx.runs.get(key.as_str()) {
+        Some(runs) => {
+            h.push_str("<div class=\"drill-runs\"><b>sample 0</b>: ");
+            let parts: Vec<String> = runs
+                .iter()
+                .map(|s| {
+                    format!(
+                        "on {} from {} to {} ({})",
+                        esc(&s.lane),
+                        seconds(s.start),
+                        seconds(s.end),
+                        seconds(s.end - s.start)
+                    )
+                })
+                .collect();
+            h.push_str(&parts.join("; "));
+            h.push_str("</div>");
+        }
+        None => h.push_str(
+            "<div class=\"drill-runs\"><b>sample 0</b>: not on the timeline (free: its time is \
+             on links, or it does no work)</div>",
+        ),
+    }
+    let values: Vec<(&str, tessera_ir::ValueId)> = data
+        .operands
+        .iter()
+        .map(|&v| ("operand", v))
+        .chain(data.results.iter().map(|&v| ("result", v)))
+        .collect();
+    let mut rows = String::new();
+    for (role, v) in values {
+        let name = format!("%{}", ctx.names[v.index()]);
+        for s in ctx.moves.get(name.as_str()).into_iter().flatten() {
+            let _ = write!(
+                rows,
+                "<tr><td><code>{}</code> ({role})</td><td>{}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                esc(&name),
+                esc(&s.lane),
+                seconds(s.start),
+                seconds(s.end),
+                seconds(s.end - s.start)
+            );
+        }
+    }
+    if rows.is_empty() {
+        h.push_str("<div class=\"drill-none\"><b>transfers</b>: none of its operands or results moves</div>");
+    } else {
+        let _ = write!(
+            h,
+            "<table class=\"drill-transfers\"><tr><th>transfers (sample 0)</th><th>link direction</th>\
+             <th class=\"num\">start</th><th class=\"num\">end</th><th class=\"num\">time</th></tr>{rows}</table>"
+        );
+    }
+    h.push_str("</div></td></tr>\n");
+}
+
+/// A FLOP count with a unit: `1.23 MFLOP`-style, three significant digits.
+fn flops(f: f64) -> String {
+    let (v, unit) = if f >= 1e12 {
+        (f / 1e12, "T")
+    } else if f >= 1e9 {
+        (f / 1e9, "G")
+    } else if f >= 1e6 {
+        (f / 1e6, "M")
+    } else if f >= 1e3 {
+        (f / 1e3, "k")
+    } else {
+        (f, "")
+    };
+    if unit.is_empty() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3} {unit}")
+    }
 }
 
 fn passes(h: &mut String, d: &ReportData) {
@@ -947,6 +1535,28 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(load_colour(0.0), "#e9ecef");
+        // A line through a box hits it; one past its corner, or ending before it, does not.
+        assert!(segment_hits_box(
+            (0.0, 50.0),
+            (300.0, 50.0),
+            (100.0, 0.0),
+            100.0,
+            100.0
+        ));
+        assert!(!segment_hits_box(
+            (0.0, 0.0),
+            (90.0, 200.0),
+            (100.0, 0.0),
+            100.0,
+            100.0
+        ));
+        assert!(!segment_hits_box(
+            (0.0, 50.0),
+            (95.0, 50.0),
+            (100.0, 0.0),
+            100.0,
+            100.0
+        ));
         assert_eq!(load_colour(2.0), load_colour(1.0));
     }
 }

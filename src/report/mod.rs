@@ -7,6 +7,8 @@
 //! (`passes[].seconds`, `verify_seconds`, `stages[].seconds`), which are measurements; with
 //! `SOURCE_DATE_EPOCH` set they are recorded as 0 ([`ReportData::without_times`]).
 
+pub mod analysis;
+pub mod compare;
 pub mod html;
 pub mod scopes;
 
@@ -18,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tessera_ir::{Graph, Op, OpId};
 use tessera_passes::Report as PassReport;
 use tessera_place::Plan;
-use tessera_targets::{SpanKind, TargetSpec, Trace};
+use tessera_targets::{LayoutKind, SpanKind, TargetSpec, Trace};
 
 use crate::commands::compile::Compiled;
 
@@ -32,6 +34,12 @@ pub const HTML_FILE: &str = "report.html";
 pub const TIMELINE_SAMPLES: usize = 3;
 /// Graphs of more ops than this get a timeline of one sample (the page stays a few MB).
 pub const TIMELINE_OPS_FOR_ONE_SAMPLE: usize = 10_000;
+
+/// The most ops the report lists one by one (rows with their reasons and costs) and the most
+/// timeline spans it keeps: a larger graph's report (a million-op chain) keeps the first ops
+/// of the op list and the longest spans, says how many it leaves out, and stays a few MB.
+/// `placed.tir` and `plan.json` always have every op.
+pub const MAX_LISTED: usize = 10_000;
 
 /// The samples the timeline of a graph of `ops` ops shows, for a stream of `samples`.
 pub fn timeline_samples(ops: usize, samples: usize) -> usize {
@@ -63,6 +71,17 @@ pub struct ReportData {
     /// Why placement put each op where it is (from `plan.json`'s explanations), by the op's
     /// key ([`op_key`]: its first result's name in `placed.tir`).
     pub reasons: BTreeMap<String, String>,
+    /// Each op's modelled seconds on every device (`null` where it cannot run), from
+    /// `plan.json`'s explanations, by the op's key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub costs: BTreeMap<String, BTreeMap<String, Option<f64>>>,
+    /// Ops past [`MAX_LISTED`] in the op list, whose reasons and costs are left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted_ops: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The target's topology.
@@ -79,6 +98,47 @@ pub struct TargetInfo {
     pub devices: Vec<DeviceInfo>,
     /// Every link, in target order.
     pub links: Vec<LinkInfo>,
+    /// The geometry of the groups the target file's topology generator connected
+    /// ([`tessera_targets::Layout`]); the topology is drawn in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<LayoutInfo>,
+}
+
+/// A generator's geometry: `ring`, `mesh2d`, `torus2d` (with `rows` and `cols`), `switch`
+/// (with its `hub`) or `fully-connected`, over `members` in generator order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutInfo {
+    /// The generator (`mesh2d`, ...).
+    pub kind: String,
+    /// Rows of a mesh or torus (0 otherwise).
+    #[serde(default)]
+    pub rows: usize,
+    /// Columns of a mesh or torus (0 otherwise).
+    #[serde(default)]
+    pub cols: usize,
+    /// The switch device of a star.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    /// The devices, in generator order (row-major on a mesh).
+    pub members: Vec<String>,
+}
+
+impl LayoutInfo {
+    fn new(l: &tessera_targets::Layout) -> LayoutInfo {
+        let (rows, cols, hub) = match &l.kind {
+            LayoutKind::Mesh { rows, cols, .. } => (*rows, *cols, None),
+            LayoutKind::Switch { hub } => (0, 0, Some(hub.clone())),
+            _ => (0, 0, None),
+        };
+        LayoutInfo {
+            kind: l.kind.topology().to_string(),
+            rows,
+            cols,
+            hub,
+            members: l.members.clone(),
+        }
+    }
 }
 
 /// One device of the target.
@@ -126,6 +186,12 @@ pub struct Simulation {
     pub bottleneck: String,
     /// Transfers per sample.
     pub transfers: usize,
+    /// What those transfers move, against the placed graph's `transfer` ops.
+    #[serde(default)]
+    pub transfer_count: analysis::TransferCount,
+    /// Why the period exceeds the busiest resource's busy time, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_excess: Option<analysis::PeriodExcess>,
     /// Per device, in target order.
     pub devices: Vec<SimDevice>,
     /// Per link, in target order.
@@ -175,8 +241,11 @@ pub struct SimLink {
 pub struct Timeline {
     /// Samples shown.
     pub samples: usize,
-    /// Every interval, in start order.
+    /// Every interval, in start order (past [`MAX_LISTED`], the longest ones).
     pub spans: Vec<TimelineSpan>,
+    /// Spans of the simulation left out (the shortest, past [`MAX_LISTED`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: usize,
 }
 
 /// One interval of the timeline.
@@ -197,6 +266,10 @@ pub struct TimelineSpan {
     pub name: String,
     /// The op's kind (`matmul`), or the moved value's type.
     pub what: String,
+    /// The key ([`op_key`]) of the op the span belongs to: the op itself, or for a transfer
+    /// the `transfer` op that moves the value (else the value's producer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
 }
 
 /// One pass of the pipeline.
@@ -295,6 +368,7 @@ impl ReportData {
                     latency: l.latency,
                 })
                 .collect(),
+            layouts: spec.layouts.iter().map(LayoutInfo::new).collect(),
         };
         let simulation = Simulation {
             latency: sim.latency,
@@ -304,6 +378,8 @@ impl ReportData {
             bound_period: sim.bound_period,
             bottleneck: sim.bottleneck.clone(),
             transfers: sim.transfers,
+            transfer_count: compiled.notes.transfers.clone(),
+            period_excess: compiled.notes.period.clone(),
             devices: sim
                 .devices
                 .iter()
@@ -327,40 +403,88 @@ impl ReportData {
                 })
                 .collect(),
         };
-        let lane = |s: &tessera_targets::Span| match s.channel() {
-            None => spec.devices[s.lane].name.clone(),
-            Some((l, forward)) => {
-                let link = &spec.links[l];
-                if forward {
-                    format!("{} -> {}", link.a, link.b)
-                } else {
-                    format!("{} -> {}", link.b, link.a)
-                }
+        let lane = |s: &tessera_targets::Span| analysis::lane_name(spec, s);
+        // The op a transfer of a value belongs to: the `transfer` op moving it to the
+        // receiving device, else the value's producer.
+        let mut movers: BTreeMap<(tessera_ir::ValueId, &str), OpId> = BTreeMap::new();
+        for &op in graph.ops() {
+            let d = graph.op(op);
+            if let (Op::Transfer { .. }, Some(&v), Some(dev)) =
+                (&d.op, d.operands.first(), d.device.as_deref())
+            {
+                movers.entry((v, dev)).or_insert(op);
             }
+        }
+        let mover = |v: tessera_ir::ValueId, s: &tessera_targets::Span| -> Option<OpId> {
+            // The receiving end of the span's link direction.
+            let to = s.channel().map(|(l, fwd)| {
+                let link = &spec.links[l];
+                if fwd {
+                    link.b.as_str()
+                } else {
+                    link.a.as_str()
+                }
+            });
+            to.and_then(|to| movers.get(&(v, to)).copied())
+                .or_else(|| {
+                    // Any transfer of the value: the first key (v, _), found in log time.
+                    movers
+                        .range((v, "")..)
+                        .next()
+                        .filter(|((w, _), _)| *w == v)
+                        .map(|(_, &op)| op)
+                })
+                .or(match graph.value(v).def {
+                    tessera_ir::ValueDef::Result(p, _) => Some(p),
+                    _ => None,
+                })
         };
-        let spans = trace
-            .spans
+        // Past MAX_LISTED spans, the longest (in start order still).
+        let mut kept: Vec<usize> = (0..trace.spans.len()).collect();
+        if kept.len() > MAX_LISTED {
+            let length = |i: usize| trace.spans[i].end - trace.spans[i].start;
+            kept.sort_by(|&a, &b| length(b).total_cmp(&length(a)).then(a.cmp(&b)));
+            kept.truncate(MAX_LISTED);
+            kept.sort_unstable();
+        }
+        let omitted_spans = trace.spans.len() - kept.len();
+        // Past MAX_LISTED ops, the op list's first ones have reasons and costs.
+        let listed: Option<std::collections::BTreeSet<OpId>> = (graph.ops().len() > MAX_LISTED)
+            .then(|| scopes::tree(graph).all_ops())
+            .filter(|all| all.len() > MAX_LISTED)
+            .map(|all| all.into_iter().take(MAX_LISTED).collect());
+        let omitted_ops = listed.as_ref().map_or(0, |l| {
+            graph
+                .ops()
+                .iter()
+                .filter(|&&op| !matches!(graph.op(op).op, Op::Const(_)))
+                .count()
+                - l.len()
+        });
+        let is_listed = |op: &OpId| listed.as_ref().is_none_or(|l| l.contains(op));
+        let spans = kept
             .iter()
+            .map(|&i| &trace.spans[i])
             .map(|s| {
-                let (kind, name, what) = match s.kind {
-                    SpanKind::Op(op) => ("op", op_label(graph, &names, op), graph.op(op).op.name()),
+                let (kind, name, what, op) = match s.kind {
+                    SpanKind::Op(op) => (
+                        "op",
+                        op_label(graph, &names, op),
+                        graph.op(op).op.name().to_string(),
+                        Some(op),
+                    ),
                     SpanKind::Collective(op) => (
                         "collective",
                         op_label(graph, &names, op),
-                        graph.op(op).op.name(),
+                        graph.op(op).op.name().to_string(),
+                        Some(op),
                     ),
-                    SpanKind::Transfer(v) => {
-                        let name = &names[v.index()];
-                        return TimelineSpan {
-                            sample: s.sample,
-                            start: s.start,
-                            end: s.end,
-                            lane: lane(s),
-                            kind: "transfer".into(),
-                            name: format!("%{name}"),
-                            what: graph.ty(v).to_string(),
-                        };
-                    }
+                    SpanKind::Transfer(v) => (
+                        "transfer",
+                        format!("%{}", names[v.index()]),
+                        graph.ty(v).to_string(),
+                        mover(v, s),
+                    ),
                 };
                 TimelineSpan {
                     sample: s.sample,
@@ -369,24 +493,28 @@ impl ReportData {
                     lane: lane(s),
                     kind: kind.into(),
                     name,
-                    what: what.to_string(),
+                    what,
+                    op: op.map(|op| op_key(graph, &names, op)),
                 }
             })
             .collect();
-        let why: BTreeMap<&str, &str> = compiled
+        // Each listed op's reason and costs, from its explanation in the plan.
+        let explained: BTreeMap<&str, &tessera_place::explain::Explanation> = compiled
             .plan
             .explanations
             .iter()
-            .map(|e| (e.op.as_str(), e.reason.as_str()))
+            .map(|e| (e.op.as_str(), e))
             .collect();
-        let reasons = compiled
-            .problem_names
-            .iter()
-            .filter_map(|(&op, name)| {
-                let reason = why.get(name.as_str())?;
-                Some((op_key(graph, &names, op), reason.to_string()))
-            })
-            .collect();
+        let mut reasons = BTreeMap::new();
+        let mut costs = BTreeMap::new();
+        for (op, name) in &compiled.problem_names {
+            let Some(e) = explained.get(name.as_str()).filter(|_| is_listed(op)) else {
+                continue;
+            };
+            let key = op_key(graph, &names, *op);
+            reasons.insert(key.clone(), e.reason.clone());
+            costs.insert(key, e.costs.clone());
+        }
         let passes = passes
             .runs
             .iter()
@@ -416,10 +544,13 @@ impl ReportData {
             timeline: Timeline {
                 samples: trace.samples,
                 spans,
+                omitted: omitted_spans,
             },
             passes,
             stages,
             reasons,
+            costs,
+            omitted_ops,
         }
     }
 

@@ -15,7 +15,14 @@
 //! `transfer` ops are grouped under [`TRANSFERS`]. The tree keeps first-seen order, which is
 //! the body's order, so layers read in model order.
 
+use std::collections::BTreeMap;
+
 use tessera_ir::{Graph, Op, OpId, ValueDef};
+
+/// The deepest scope: a longer path keeps its first parts and joins the rest into its last
+/// one (`a/b/.../p/q/r` as `... , "p/q/r"`), so the tree's depth (and the page's nesting)
+/// does not grow with a name.
+pub const MAX_DEPTH: usize = 16;
 
 /// The group of the `transfer` ops placement inserted.
 pub const TRANSFERS: &str = "(transfers between devices)";
@@ -29,36 +36,55 @@ pub struct Scope {
     pub children: Vec<Scope>,
     /// Ops directly in it, in body order.
     pub ops: Vec<OpId>,
+    /// Each child's position in `children`, by name (a module of many submodules is built
+    /// in linear time).
+    index: BTreeMap<String, usize>,
 }
 
 impl Scope {
-    /// Ops in it and all its submodules.
+    /// A scope of no ops yet.
+    pub fn new(name: impl Into<String>) -> Scope {
+        Scope {
+            name: name.into(),
+            ..Scope::default()
+        }
+    }
+
+    /// Ops in it and all its submodules: its own, then each submodule's, in order.
     pub fn all_ops(&self) -> Vec<OpId> {
-        let mut out = self.ops.clone();
-        for c in &self.children {
-            out.extend(c.all_ops());
+        let mut out = Vec::new();
+        let mut stack = vec![self];
+        while let Some(s) = stack.pop() {
+            out.extend_from_slice(&s.ops);
+            stack.extend(s.children.iter().rev());
         }
         out
     }
 
     fn insert(&mut self, path: &[String], op: OpId) {
-        match path.split_first() {
-            None => self.ops.push(op),
-            Some((first, rest)) => {
-                let i = match self.children.iter().position(|c| &c.name == first) {
-                    Some(i) => i,
-                    None => {
-                        self.children.push(Scope {
-                            name: first.clone(),
-                            ..Scope::default()
-                        });
-                        self.children.len() - 1
-                    }
-                };
-                self.children[i].insert(rest, op);
-            }
+        let mut s = self;
+        for part in path {
+            let i = match s.index.get(part) {
+                Some(&i) => i,
+                None => {
+                    s.children.push(Scope::new(part.clone()));
+                    s.index.insert(part.clone(), s.children.len() - 1);
+                    s.children.len() - 1
+                }
+            };
+            s = &mut s.children[i];
         }
+        s.ops.push(op);
     }
+}
+
+/// `parts` at most [`MAX_DEPTH`] long: the parts past it joined into the last with `/`.
+fn capped(mut parts: Vec<String>) -> Vec<String> {
+    if parts.len() > MAX_DEPTH {
+        let rest = parts.split_off(MAX_DEPTH - 1).join("/");
+        parts.push(rest);
+    }
+    parts
 }
 
 /// Splits a dotted module path, keeping numbers on the part before them: `h.0.attn` is
@@ -87,13 +113,13 @@ fn from_loc(loc: &str) -> Option<Vec<String>> {
         .filter(|p| !p.is_empty())
         .map(str::to_string)
         .collect();
-    (parts.len() > 1).then(|| parts[..parts.len() - 1].to_vec())
+    (parts.len() > 1).then(|| capped(parts[..parts.len() - 1].to_vec()))
 }
 
 /// The module of a dotted weight name (rule 2).
 fn from_weight(name: &str) -> Option<Vec<String>> {
     let (module, _) = name.rsplit_once('.')?;
-    let parts = dotted(module);
+    let parts = capped(dotted(module));
     (!parts.is_empty()).then_some(parts)
 }
 
@@ -165,6 +191,33 @@ mod tests {
             ["transformer", "h.0", "attn"]
         );
         assert_eq!(from_loc("node_matmul_3"), None);
+    }
+
+    #[test]
+    fn deep_names_and_wide_modules_stay_bounded() {
+        // A name of 100,000 parts is a path of MAX_DEPTH scopes; 100,000 submodules of one
+        // module are found by name, not by a scan of the ones before.
+        let deep = format!("{}Op", "m/".repeat(100_000));
+        let path = from_loc(&deep).expect("path");
+        assert_eq!(path.len(), MAX_DEPTH);
+        assert_eq!(
+            path[MAX_DEPTH - 1].matches('/').count(),
+            100_000 - MAX_DEPTH
+        );
+        let mut root = Scope::default();
+        for i in 0..100_000u32 {
+            root.insert(
+                &[format!("layer{i}"), "fc".into()],
+                OpId::from_index(i as usize),
+            );
+        }
+        root.insert(&["layer7".into()], OpId::from_index(100_000));
+        assert_eq!(root.children.len(), 100_000);
+        assert_eq!(root.children[7].ops, [OpId::from_index(100_000)]);
+        let all = root.all_ops();
+        assert_eq!(all.len(), 100_001);
+        // Pre-order: layer7's own op before its fc's.
+        assert_eq!(&all[7..9], [OpId::from_index(100_000), OpId::from_index(7)]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! device = "gpu0"                               # a device name, or a device kind ("gpu")
 //! op = "matmul"                                 # an IR op name
 //! operands = ["f32[8, 512]", "f32[512, 512]"]   # optional: absent matches any shapes
-//! seconds = 12.5e-6
+//! seconds = 12.5e-6                            # 0 to 1e6 (crate::limits::MAX_SECONDS)
 //! ```
 //!
 //! For an op on a device the most specific measurement wins: the device's name with the op's
@@ -83,7 +83,7 @@ impl Calibration {
                         .collect::<Result<Vec<_>, _>>()?,
                 ),
             };
-            let seconds = cx.rate(&m.seconds, "measurement.seconds", true)?;
+            let seconds = cx.seconds(&m.seconds, "measurement.seconds")?;
             let line = cx.line(&m.device.span());
             if let Some((_, first)) = entries.insert((device, op, operands), (seconds, line)) {
                 return Err(cx.err(
@@ -120,12 +120,13 @@ impl Calibration {
 
     /// Checks that every measurement's device is a device name or kind of `spec`.
     pub fn check(&self, spec: &TargetSpec) -> Result<(), TargetError> {
+        let known: std::collections::BTreeSet<&str> = spec
+            .devices
+            .iter()
+            .flat_map(|d| [d.name.as_str(), d.kind.as_str()])
+            .collect();
         for ((device, _, _), (_, line)) in &self.entries {
-            if !spec
-                .devices
-                .iter()
-                .any(|d| &d.name == device || &d.kind == device)
-            {
+            if !known.contains(device.as_str()) {
                 return Err(TargetError::Invalid {
                     file: self.file.clone(),
                     line: *line,

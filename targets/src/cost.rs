@@ -33,9 +33,10 @@
 //!   the number of pieces its sharding cuts it into.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use crate::ir::{Graph, Mesh, Op, OpId};
-use crate::{Calibration, Device, Target, TargetError, TargetSpec, WorkError, op_work};
+use crate::{Calibration, Device, Router, Target, TargetError, TargetSpec, WorkError, op_work};
 
 /// Where an op's modelled time came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,12 +101,15 @@ struct Route {
     bandwidth: f64,
 }
 
-/// The cost model of one target, with routes between every pair of devices precomputed.
+/// The cost model of one target. Routes are found once per source device, when a transfer
+/// from it is first costed (a target of many devices costs only the sources it uses).
 pub struct CostModel<'a> {
     target: &'a dyn Target,
     calibration: Option<&'a Calibration>,
-    /// `routes[from][to]`; `None` where no route exists.
-    routes: Vec<Vec<Option<Route>>>,
+    /// The links indexed by device.
+    router: Router<'a>,
+    /// `routes[from]`, once asked for: `[to]`, `None` where no route exists.
+    routes: Vec<OnceLock<Vec<Option<Route>>>>,
 }
 
 impl std::fmt::Debug for CostModel<'_> {
@@ -119,10 +123,12 @@ impl std::fmt::Debug for CostModel<'_> {
 impl<'a> CostModel<'a> {
     /// The cost model of `target`, with measured op times from `calibration` if given.
     pub fn new(target: &'a dyn Target, calibration: Option<&'a Calibration>) -> CostModel<'a> {
+        let spec = target.spec();
         CostModel {
             target,
             calibration,
-            routes: all_routes(target.spec()),
+            router: spec.router(),
+            routes: (0..spec.devices.len()).map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -317,7 +323,19 @@ impl<'a> CostModel<'a> {
     }
 
     fn route(&self, from: usize, to: usize) -> Result<&Route, TargetError> {
-        self.routes[from][to]
+        let spec = self.spec();
+        let unknown = |i: usize| TargetError::UnknownDevice {
+            target: spec.name.clone(),
+            device: format!("#{i}"),
+        };
+        let routes = self
+            .routes
+            .get(from)
+            .ok_or_else(|| unknown(from))?
+            .get_or_init(|| routes_from(spec, &self.router, from));
+        routes
+            .get(to)
+            .ok_or_else(|| unknown(to))?
             .as_ref()
             .ok_or_else(|| TargetError::Unreachable {
                 target: self.spec().name.clone(),
@@ -421,34 +439,22 @@ pub fn roofline(d: &Device, op_name: &str, flops: f64, bytes: f64, elem: &str) -
     }
 }
 
-/// The routes between every pair of devices, as [`TargetSpec::route`] gives them, with one
-/// search per source device instead of one per pair.
-fn all_routes(spec: &TargetSpec) -> Vec<Vec<Option<Route>>> {
+/// The routes from device `src` to every device, as [`TargetSpec::route`] gives them, from
+/// one search.
+fn routes_from(spec: &TargetSpec, router: &Router<'_>, src: usize) -> Vec<Option<Route>> {
+    let tree = router.tree(src);
     (0..spec.devices.len())
-        .map(|src| {
-            spec.routes_from(src)
-                .into_iter()
-                .map(|links| links.map(|links| route_along(spec, src, &links)))
-                .collect()
+        .map(|dst| {
+            if !tree.reaches(dst) {
+                return None;
+            }
+            let mut channels: Vec<usize> = tree.channels_back(dst).collect();
+            channels.reverse();
+            Some(Route {
+                channels,
+                latency: tree.latency(dst).unwrap_or(0.0),
+                bandwidth: tree.bandwidth(dst).unwrap_or(f64::INFINITY),
+            })
         })
         .collect()
-}
-
-/// The route from device `from` along `links` (link indices in travel order).
-fn route_along(spec: &TargetSpec, from: usize, links: &[usize]) -> Route {
-    let mut at = spec.devices[from].name.as_str();
-    let mut route = Route {
-        channels: Vec::with_capacity(links.len()),
-        latency: 0.0,
-        bandwidth: f64::INFINITY,
-    };
-    for &li in links {
-        let l = &spec.links[li];
-        let forward = l.a == at;
-        at = if forward { &l.b } else { &l.a };
-        route.channels.push(2 * li + usize::from(!forward));
-        route.latency += l.latency;
-        route.bandwidth = route.bandwidth.min(l.bandwidth);
-    }
-    route
 }

@@ -1,5 +1,8 @@
 //! The TOML target file format: serde structures with spans, expansion of `count`, the
-//! topology generators, and validation with `FILE:LINE: FIELD: MESSAGE` errors.
+//! topology generators, and validation with `FILE:LINE: FIELD: MESSAGE` errors: numbers in
+//! the ranges of [`crate::limits`], lowerings that are built in ([`BUILTIN_LOWERINGS`]) or
+//! registered ([`crate::register_lowering`]), an `arch` from [`NVPTX_ARCHS`] on `nvptx`
+//! devices only, at most [`MAX_LINKS`] links, and a route from every device to the host.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -8,10 +11,28 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{Device, Link, TargetError, TargetSpec};
+use crate::limits::{MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_EFFICIENCY, MIN_RATE};
+use crate::{Device, Layout, LayoutKind, Link, TargetError, TargetSpec};
 
 /// The most devices one `[[device]]` entry may expand to.
 const MAX_COUNT: u64 = 1 << 16;
+
+/// The most links a target may have (explicit and generated together): a `fully-connected`
+/// topology over 1,449 devices already has more.
+pub const MAX_LINKS: usize = 1 << 20;
+
+/// The lowerings tessera itself knows: `cpu` (LLVM for this host), `nvptx` (PTX for NVIDIA
+/// GPUs) and `chiplet` (linalg to affine loops on memrefs, the form a vendor backend takes).
+/// A plugin adds its own with [`crate::register_lowering`].
+pub const BUILTIN_LOWERINGS: [&str; 3] = ["cpu", "nvptx", "chiplet"];
+
+/// The NVIDIA GPU architectures a device's `arch` may name (those LLVM 22's NVPTX backend
+/// knows, without the `a`/`f` feature-set suffixes).
+pub const NVPTX_ARCHS: [&str; 27] = [
+    "sm_20", "sm_21", "sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60",
+    "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89",
+    "sm_90", "sm_100", "sm_101", "sm_103", "sm_110", "sm_120", "sm_121",
+];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +58,7 @@ struct RawDevice {
     compute: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     supported_ops: Option<Vec<Spanned<String>>>,
     lowering: Spanned<String>,
+    arch: Option<Spanned<String>>,
     #[serde(default)]
     efficiency: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     op_overhead: Option<Spanned<toml::Value>>,
@@ -111,13 +133,8 @@ impl Ctx<'_> {
         }
     }
 
-    /// A number (integer or float) that must be `> 0` (or `>= 0` with `allow_zero`).
-    pub(crate) fn rate(
-        &self,
-        v: &Spanned<toml::Value>,
-        field: &str,
-        allow_zero: bool,
-    ) -> Result<f64, TargetError> {
+    /// A finite number (integer or float).
+    fn number(&self, v: &Spanned<toml::Value>, field: &str) -> Result<f64, TargetError> {
         let x = match v.get_ref() {
             toml::Value::Integer(i) => *i as f64,
             toml::Value::Float(f) => *f,
@@ -132,22 +149,82 @@ impl Ctx<'_> {
         if !x.is_finite() {
             return Err(self.err(&v.span(), field, "must be finite"));
         }
-        if allow_zero && x < 0.0 {
+        Ok(x)
+    }
+
+    /// Seconds: a number in `0 ..= MAX_SECONDS` (see [`crate::limits`]).
+    pub(crate) fn seconds(
+        &self,
+        v: &Spanned<toml::Value>,
+        field: &str,
+    ) -> Result<f64, TargetError> {
+        let x = self.number(v, field)?;
+        if x < 0.0 {
             return Err(self.err(&v.span(), field, "must not be negative"));
         }
-        if !allow_zero && x <= 0.0 {
-            return Err(self.err(&v.span(), field, "must be positive"));
+        if x > MAX_SECONDS {
+            return Err(self.err(
+                &v.span(),
+                field,
+                format!("must be at most {MAX_SECONDS:e} seconds"),
+            ));
+        }
+        if x != 0.0 && !x.is_normal() {
+            return Err(self.err(
+                &v.span(),
+                field,
+                format!("must be 0 or at least {:e} seconds", f64::MIN_POSITIVE),
+            ));
         }
         Ok(x)
     }
 
-    /// A positive whole number (counts, mesh sizes, byte sizes; `64e6` is accepted).
+    /// A rate (bytes or operations per second): a number in `MIN_RATE ..= MAX_RATE`.
+    fn per_second(&self, v: &Spanned<toml::Value>, field: &str) -> Result<f64, TargetError> {
+        let x = self.number(v, field)?;
+        if x <= 0.0 {
+            return Err(self.err(&v.span(), field, "must be positive"));
+        }
+        if !(MIN_RATE..=MAX_RATE).contains(&x) {
+            return Err(self.err(
+                &v.span(),
+                field,
+                format!("must be between {MIN_RATE} and {MAX_RATE:e} per second"),
+            ));
+        }
+        Ok(x)
+    }
+
+    /// A positive whole number (counts, mesh sizes; `64e6` is accepted).
     pub(crate) fn whole(&self, v: &Spanned<toml::Value>, field: &str) -> Result<u64, TargetError> {
-        let x = self.rate(v, field, false)?;
+        let x = self.number(v, field)?;
+        if x <= 0.0 {
+            return Err(self.err(&v.span(), field, "must be positive"));
+        }
         if x.fract() != 0.0 || x > u64::MAX as f64 {
             return Err(self.err(&v.span(), field, "must be a whole number"));
         }
         Ok(x as u64)
+    }
+
+    /// A byte size: a positive whole number of at most `MAX_BYTES`.
+    fn bytes(&self, v: &Spanned<toml::Value>, field: &str) -> Result<u64, TargetError> {
+        if self.number(v, field)? > MAX_BYTES as f64 {
+            return Err(self.err(
+                &v.span(),
+                field,
+                format!("must be at most 2^60 = {MAX_BYTES} bytes"),
+            ));
+        }
+        let x = self.whole(v, field)?;
+        if x > MAX_BYTES {
+            return Err(self.err(
+                &v.span(),
+                field,
+                format!("must be at most 2^60 = {MAX_BYTES} bytes"),
+            ));
+        }
+        Ok(x)
     }
 
     /// An IR op name (`matmul`, `reduce-sum`, ...), as `supported_ops` and `efficiency` use.
@@ -195,27 +272,42 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
     let mut devices: Vec<Device> = Vec::new();
     let mut spans: Vec<Range<usize>> = Vec::new();
     let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
     for d in &raw.device {
         let base = cx.name(&d.name, "device.name")?;
         let kind = cx.name(&d.kind, "device.kind")?;
-        let lowering = cx.name(&d.lowering, "device.lowering")?;
-        let memory_bytes = cx.whole(&d.memory, "device.memory")?;
-        let memory_bandwidth = cx.rate(&d.memory_bandwidth, "device.memory_bandwidth", false)?;
+        let lowering = cx.lowering(&d.lowering)?;
+        let arch = match &d.arch {
+            None => None,
+            Some(a) => Some(cx.arch(a, &lowering)?),
+        };
+        let memory_bytes = cx.bytes(&d.memory, "device.memory")?;
+        let memory_bandwidth = cx.per_second(&d.memory_bandwidth, "device.memory_bandwidth")?;
         let mut compute = BTreeMap::new();
         for (ty, v) in &d.compute {
             let field = format!("device.compute.{}", ty.get_ref());
             if crate::ir::ElemType::from_name(ty.get_ref()).is_none() {
                 return Err(cx.err(&ty.span(), &field, "not an element type"));
             }
-            compute.insert(ty.get_ref().clone(), cx.rate(v, &field, false)?);
+            compute.insert(ty.get_ref().clone(), cx.per_second(v, &field)?);
         }
         let mut efficiency = BTreeMap::new();
         for (op, v) in &d.efficiency {
             let field = format!("device.efficiency.{}", op.get_ref());
             cx.op_name(op, &field)?;
-            let e = cx.rate(v, &field, false)?;
+            let e = cx.number(v, &field)?;
+            if e <= 0.0 {
+                return Err(cx.err(&v.span(), &field, "must be positive"));
+            }
             if e > 1.0 {
                 return Err(cx.err(&v.span(), &field, "must be at most 1"));
+            }
+            if e < MIN_EFFICIENCY {
+                return Err(cx.err(
+                    &v.span(),
+                    &field,
+                    format!("must be at least {MIN_EFFICIENCY:e}"),
+                ));
             }
             efficiency.insert(op.get_ref().clone(), e);
         }
@@ -230,7 +322,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
             }
         };
         let op_overhead = match &d.op_overhead {
-            Some(v) => cx.rate(v, "device.op_overhead", true)?,
+            Some(v) => cx.seconds(v, "device.op_overhead")?,
             None => 0.0,
         };
         let names: Vec<String> = match &d.count {
@@ -257,7 +349,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
         }
         let mut members = Vec::new();
         for n in names {
-            if devices.iter().any(|x| x.name == n) {
+            if !taken.insert(n.clone()) {
                 return Err(cx.err(
                     &d.name.span(),
                     "device.name",
@@ -274,6 +366,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
                 compute: compute.clone(),
                 supported_ops: supported_ops.clone(),
                 lowering: lowering.clone(),
+                arch: arch.clone(),
                 efficiency: efficiency.clone(),
                 op_overhead,
             });
@@ -285,10 +378,30 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
     }
 
     let mut links = Vec::new();
+    let mut layouts = Vec::new();
     if let Some(ic) = &raw.interconnect {
         // Generate first so explicit links may name a generated switch; they still come first.
         let mut generated = Vec::new();
-        generate(&cx, ic, &groups, &mut devices, &mut generated)?;
+        let layout = generate(&cx, ic, &groups, &mut taken, &mut devices, &mut generated)?;
+        layouts.extend(layout);
+        if let Some(t) = &ic.topology {
+            // The generated switch, if any, is reported at the topology.
+            spans.resize(devices.len(), t.span());
+        }
+        if ic.link.len() + generated.len() > MAX_LINKS {
+            let span = ic
+                .topology
+                .as_ref()
+                .map_or_else(|| ic.link[0].a.span(), |t| t.span());
+            return Err(cx.err(
+                &span,
+                "interconnect",
+                format!(
+                    "{} links, more than the {MAX_LINKS} a target may have",
+                    ic.link.len() + generated.len()
+                ),
+            ));
+        }
         for l in &ic.link {
             let a = cx.name(&l.a, "interconnect.link.a")?;
             let b = cx.name(&l.b, "interconnect.link.b")?;
@@ -296,7 +409,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
                 (&a, &l.a, "interconnect.link.a"),
                 (&b, &l.b, "interconnect.link.b"),
             ] {
-                if !devices.iter().any(|d| &d.name == end) {
+                if !taken.contains(end.as_str()) {
                     return Err(cx.err(&v.span(), field, format!("unknown device `{end}`")));
                 }
             }
@@ -310,34 +423,111 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
             links.push(Link {
                 a,
                 b,
-                bandwidth: cx.rate(&l.bandwidth, "interconnect.link.bandwidth", false)?,
-                latency: cx.rate(&l.latency, "interconnect.link.latency", true)?,
+                bandwidth: cx.per_second(&l.bandwidth, "interconnect.link.bandwidth")?,
+                latency: cx.seconds(&l.latency, "interconnect.link.latency")?,
             });
         }
         links.extend(generated);
     }
 
     let host = cx.name(&raw.host, "host")?;
-    if !devices.iter().any(|d| d.name == host) {
+    if !taken.contains(host.as_str()) {
         return Err(cx.err(&raw.host.span(), "host", format!("unknown device `{host}`")));
     }
-    Ok(TargetSpec {
+    let spec = TargetSpec {
         name,
         description: raw.description.trim().to_string(),
         devices,
         links,
         host,
-    })
+        layouts,
+    };
+    // Every device must reach the host: it receives the graph's inputs from there and sends
+    // its results back (a generated switch reports at the topology).
+    let host_index = spec.device_index(&spec.host).unwrap_or(0);
+    let reached = spec.reachable_from(host_index);
+    if let Some(i) = reached.iter().position(|r| !r) {
+        let d = &spec.devices[i];
+        return Err(cx.err(
+            spans.get(i).unwrap_or(&raw.host.span()),
+            "device.name",
+            format!(
+                "device `{}` has no route to the host `{}`: no chain of links connects them \
+                 (add an [[interconnect.link]] or put it in the topology's group)",
+                d.name, spec.host
+            ),
+        ));
+    }
+    Ok(spec)
 }
 
-/// Appends the links (and a switch device) of the `topology` generator, if there is one.
+impl Ctx<'_> {
+    /// A device's `lowering`: a built-in one or one a plugin registered.
+    fn lowering(&self, v: &Spanned<String>) -> Result<String, TargetError> {
+        let s = self.name(v, "device.lowering")?;
+        let known = crate::known_lowerings();
+        if known.contains(&s) {
+            return Ok(s);
+        }
+        let hint = known
+            .iter()
+            .map(|n| (strsim::osa_distance(&s, n), n.as_str()))
+            .filter(|(d, _)| *d <= (s.len() / 3).max(1))
+            .min()
+            .map_or(String::new(), |(_, n)| format!("; did you mean `{n}`?"));
+        Err(self.err(
+            &v.span(),
+            "device.lowering",
+            format!(
+                "unknown lowering `{s}` (expected one of {}; a plugin registers its own with \
+                 register_lowering){hint}",
+                known.join(", ")
+            ),
+        ))
+    }
+
+    /// A device's `arch`: an NVIDIA GPU architecture (`sm_70`), only for `nvptx` devices.
+    fn arch(&self, v: &Spanned<String>, lowering: &str) -> Result<String, TargetError> {
+        let s = v.get_ref().trim();
+        if lowering != "nvptx" {
+            return Err(self.err(
+                &v.span(),
+                "device.arch",
+                format!("only for devices with lowering = \"nvptx\", not `{lowering}`"),
+            ));
+        }
+        let digits = s.strip_prefix("sm_").unwrap_or("");
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(self.err(
+                &v.span(),
+                "device.arch",
+                format!("`{s}` is not a GPU architecture of the form sm_<digits> (sm_70, sm_80)"),
+            ));
+        }
+        if !NVPTX_ARCHS.contains(&s) {
+            return Err(self.err(
+                &v.span(),
+                "device.arch",
+                format!(
+                    "unknown NVIDIA GPU architecture `{s}` (known: {})",
+                    NVPTX_ARCHS.join(", ")
+                ),
+            ));
+        }
+        Ok(s.to_string())
+    }
+}
+
+/// Appends the links (and a switch device) of the `topology` generator, if there is one, and
+/// returns the geometry it gave its devices.
 fn generate(
     cx: &Ctx<'_>,
     ic: &RawInterconnect,
     groups: &BTreeMap<String, Vec<usize>>,
+    taken: &mut BTreeSet<String>,
     devices: &mut Vec<Device>,
     links: &mut Vec<Link>,
-) -> Result<(), TargetError> {
+) -> Result<Option<Layout>, TargetError> {
     let Some(topology) = &ic.topology else {
         let stray = [
             ("devices", ic.devices.as_ref().map(|v| v.span())),
@@ -356,7 +546,7 @@ fn generate(
                 "needs a `topology`",
             ));
         }
-        return Ok(());
+        return Ok(None);
     };
     let t = topology.get_ref().as_str();
     if !matches!(
@@ -386,11 +576,11 @@ fn generate(
         )
     })?;
     let bandwidth = match &ic.bandwidth {
-        Some(v) => cx.rate(v, "interconnect.bandwidth", false)?,
+        Some(v) => cx.per_second(v, "interconnect.bandwidth")?,
         None => return Err(cx.err(&topology.span(), "interconnect.bandwidth", "missing")),
     };
     let latency = match &ic.latency {
-        Some(v) => cx.rate(v, "interconnect.latency", true)?,
+        Some(v) => cx.seconds(v, "interconnect.latency")?,
         None => return Err(cx.err(&topology.span(), "interconnect.latency", "missing")),
     };
     let member_names: Vec<String> = members.iter().map(|&m| devices[m].name.clone()).collect();
@@ -418,7 +608,11 @@ fn generate(
             format!("only for the switch topology, not {t}"),
         ));
     }
-    match t {
+    let layout = |kind: LayoutKind| Layout {
+        kind,
+        members: member_names.clone(),
+    };
+    let shape = match t {
         "ring" => {
             for i in 0..n {
                 let j = (i + 1) % n;
@@ -426,20 +620,34 @@ fn generate(
                     pairs.push((i, j));
                 }
             }
+            LayoutKind::Ring
         }
         "fully-connected" => {
+            if n.saturating_mul(n.saturating_sub(1)) / 2 > MAX_LINKS {
+                return Err(cx.err(
+                    &topology.span(),
+                    "interconnect.topology",
+                    format!(
+                        "fully-connected over the {n} devices of `{}` makes {} links, more than \
+                         the {MAX_LINKS} a target may have",
+                        group.get_ref(),
+                        n.saturating_mul(n.saturating_sub(1)) / 2
+                    ),
+                ));
+            }
             for i in 0..n {
                 for j in i + 1..n {
                     pairs.push((i, j));
                 }
             }
+            LayoutKind::FullyConnected
         }
         "switch" => {
             let sw = match &ic.switch {
                 Some(s) => cx.name(s, "interconnect.switch")?,
                 None => "switch".to_string(),
             };
-            if devices.iter().any(|d| d.name == sw) {
+            if !taken.insert(sw.clone()) {
                 let span = ic.switch.as_ref().map_or(topology.span(), |s| s.span());
                 return Err(cx.err(
                     &span,
@@ -455,6 +663,7 @@ fn generate(
                 compute: BTreeMap::new(),
                 supported_ops: Some(BTreeSet::new()),
                 lowering: "none".to_string(),
+                arch: None,
                 efficiency: BTreeMap::new(),
                 op_overhead: 0.0,
             });
@@ -466,7 +675,7 @@ fn generate(
                     latency,
                 });
             }
-            return Ok(());
+            return Ok(Some(layout(LayoutKind::Switch { hub: sw })));
         }
         _ => {
             let rows = ic
@@ -509,8 +718,13 @@ fn generate(
                     }
                 }
             }
+            LayoutKind::Mesh {
+                rows: r,
+                cols: c,
+                torus,
+            }
         }
-    }
+    };
     for (i, j) in pairs {
         links.push(Link {
             a: name(i),
@@ -519,7 +733,7 @@ fn generate(
             latency,
         });
     }
-    Ok(())
+    Ok(Some(layout(shape)))
 }
 
 /// Reads and resolves a target file; errors name the file as given.

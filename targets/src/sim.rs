@@ -137,17 +137,21 @@ pub fn placement_from_graph(
 ) -> Result<Vec<usize>, SimError> {
     let mut placement = vec![usize::MAX; graph.num_op_handles()];
     let mesh_device = graph.mesh.as_ref().map(|m| m.device_name());
+    let index = spec.device_map();
     for &op in graph.ops() {
         let data = graph.op(op);
         placement[op.index()] = match &data.device {
             Some(name) if Some(name) == mesh_device.as_ref() => ON_MESH,
-            Some(name) => spec
-                .device_index(name)
-                .ok_or_else(|| SimError::UnknownDevice {
-                    op: describe_op(graph, op),
-                    device: name.clone(),
-                    target: spec.name.clone(),
-                })?,
+            Some(name) => {
+                index
+                    .get(name.as_str())
+                    .copied()
+                    .ok_or_else(|| SimError::UnknownDevice {
+                        op: describe_op(graph, op),
+                        device: name.clone(),
+                        target: spec.name.clone(),
+                    })?
+            }
             None if matches!(data.op, Op::Const(_)) => default.unwrap_or(0),
             None => default.ok_or_else(|| SimError::Unplaced {
                 op: describe_op(graph, op),
@@ -1220,6 +1224,14 @@ impl fmt::Display for SimReport {
             }
         )?;
         writeln!(f, "transfers    {} per sample", self.transfers)?;
+        self.write_tables(f)
+    }
+}
+
+impl SimReport {
+    /// The per-device table (ops, busy time, weights, peak memory, capacity; devices without
+    /// ops or memory left out) and the link directions in use, as the summary prints them.
+    pub fn write_tables(&self, f: &mut impl fmt::Write) -> fmt::Result {
         let w = self
             .devices
             .iter()

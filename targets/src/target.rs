@@ -1,11 +1,62 @@
-//! The `Target` trait: a target's description plus what a file cannot say, and the registry of
-//! targets that plugins add in code.
+//! The `Target` trait: a target's description plus what a file cannot say (cost hooks, and a
+//! device's own MLIR pipeline and artifact), and the registry of targets that plugins add in
+//! code.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use crate::ir::{Graph, OpId};
 use crate::{Device, TargetError, TargetSpec, Work};
+
+/// A function that lowers a device's module: given the device and the module as MLIR text (the
+/// portable linalg-on-tensors module `tessera compile -o` writes as `<device>.mlir`), it
+/// returns the lowered module as MLIR text, or a message saying why it cannot.
+pub type ModuleFn = Arc<dyn Fn(&Device, &str) -> Result<String, String> + Send + Sync>;
+
+/// A device's own MLIR pipeline, what [`Target::device_pipeline`] returns.
+///
+/// This is the `mlir-opt` / IREE shape of a backend: a vendor's lowering is a pass pipeline
+/// (IREE's `buildTranslationPassPipeline`), written here as the textual pipeline MLIR tools
+/// already accept, so this crate never links MLIR and a pipeline can be tried with `mlir-opt
+/// --pass-pipeline='...'` first. Where a pipeline string is not enough (the transform dialect
+/// driven from Rust, an external compiler), [`DevicePipeline::Module`] is a function over
+/// MLIR text: text is the one form of a module that crosses crate (and tool) boundaries
+/// without a shared MLIR context, and the function may run `tessera_mlir` itself.
+///
+/// tessera parses and verifies what either one gives before using it, so a broken pipeline
+/// is an error naming the device, not a broken file.
+#[derive(Clone)]
+pub enum DevicePipeline {
+    /// An `mlir-opt --pass-pipeline` string anchored on the module (`builtin.module(...)`),
+    /// run in-process on the device's module. An unknown pass is an error; a pass nested at
+    /// the wrong level aborts MLIR itself (test the string with `mlir-opt` first).
+    Passes(String),
+    /// A function given the device's module as MLIR text, returning the lowered module.
+    Module(ModuleFn),
+}
+
+impl fmt::Debug for DevicePipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DevicePipeline::Passes(p) => f.debug_tuple("Passes").field(p).finish(),
+            DevicePipeline::Module(_) => f.write_str("Module(<fn>)"),
+        }
+    }
+}
+
+/// A file a device's backend writes into the output directory of `tessera compile -o`
+/// ([`Target::device_artifact`]): the program its runtime loads, IREE's serialized
+/// executable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Artifact {
+    /// The file name: `<device>.<something>` (`npu0.npu.mlir`), a plain name in the output
+    /// directory that is none of tessera's own files (`<device>.mlir`, `.lowered.mlir`, `.ll`,
+    /// `.o`, `.ptx`).
+    pub name: String,
+    /// Its contents.
+    pub bytes: Vec<u8>,
+}
 
 /// A hardware target as the compiler uses it.
 ///
@@ -13,6 +64,14 @@ use crate::{Device, TargetError, TargetSpec, Work};
 /// plugin crate implements it for what a description cannot say: measured or analytic op
 /// times that replace the roofline, its own transfer model, or extra rules about which ops a
 /// device can run. The cost model asks these hooks first and falls back to the description.
+///
+/// Two hooks make a vendor backend a plugin rather than a fork: [`Target::device_pipeline`]
+/// (the device's own MLIR pipeline) and [`Target::device_artifact`] (the file(s) it writes).
+/// `tessera compile -o DIR` runs a device's pipeline on its module, writes the artifacts the
+/// target makes of the result, and `--emit lowered` writes the result itself as
+/// `<device>.lowered.mlir`. `tessera run` does not use them: it runs every device's portable
+/// module (`<device>.mlir`) JIT-compiled on this CPU, a functional check of the program,
+/// whatever hardware the artifacts are for.
 pub trait Target: Send + Sync {
     /// The devices, links and host. Every hook below answers about devices of this spec.
     fn spec(&self) -> &TargetSpec;
@@ -40,6 +99,24 @@ pub trait Target: Send + Sync {
         let _ = (from, to, bytes);
         None
     }
+
+    /// The MLIR pipeline that lowers `device`'s module for its hardware, in place of the one
+    /// tessera has for the device's `lowering` (`cpu`, `nvptx`; `chiplet` and lowerings
+    /// registered without a hook get the portable affine loops, and `tessera compile` says
+    /// so). `None` keeps tessera's.
+    fn device_pipeline(&self, device: &Device) -> Option<DevicePipeline> {
+        let _ = device;
+        None
+    }
+
+    /// The files `tessera compile -o` writes for `device`, made from `lowered`, its module
+    /// after [`Target::device_pipeline`] (MLIR text, printed by MLIR). Asked only for devices
+    /// with work whose pipeline comes from that hook; the default writes nothing more. An
+    /// `Err` fails the compile with the message, naming the device.
+    fn device_artifact(&self, device: &Device, lowered: &str) -> Result<Vec<Artifact>, String> {
+        let _ = (device, lowered);
+        Ok(Vec::new())
+    }
 }
 
 impl Target for TargetSpec {
@@ -66,6 +143,45 @@ pub fn register_target(target: Arc<dyn Target>) -> Result<(), TargetError> {
 /// The targets registered in code, in registration order.
 pub fn registered_targets() -> Vec<Arc<dyn Target>> {
     REGISTERED.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Device lowerings registered in code, beyond [`crate::BUILTIN_LOWERINGS`].
+static LOWERINGS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Registers a device lowering name, so that target files may give it as a device's
+/// `lowering` (a plugin registers the name of its backend before it resolves targets).
+/// Registering a name twice, or a built-in one, does nothing; an empty name is refused.
+pub fn register_lowering(name: &str) -> Result<(), TargetError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(TargetError::Invalid {
+            file: "<register_lowering>".into(),
+            line: 1,
+            field: Some("lowering".into()),
+            message: "must not be empty".into(),
+        });
+    }
+    let mut all = LOWERINGS.write().unwrap_or_else(|e| e.into_inner());
+    if !crate::BUILTIN_LOWERINGS.contains(&name) && !all.iter().any(|n| n == name) {
+        all.push(name.to_string());
+    }
+    Ok(())
+}
+
+/// The lowerings a target file may name: the built-in ones, then those registered in code
+/// (in registration order).
+pub fn known_lowerings() -> Vec<String> {
+    crate::BUILTIN_LOWERINGS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(
+            LOWERINGS
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        )
+        .collect()
 }
 
 /// Finds a target by name, as `--target` does: a name ending in `.toml` is a file; otherwise

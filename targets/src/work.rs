@@ -58,6 +58,19 @@
 //! | `fill` | 0 | result |
 //! | `range` | `n` | result |
 //! | `transfer`, `all-reduce`, `all-gather` | 0 | 0 (communication: timed on links by the cost model) |
+//! | `if` | the larger of the two branches' sums | the larger of the branches' sums |
+//! | `loop` | `trip ×` the body's sum | `trip ×` the body's sum |
+//! | `scan` | `T ×` the body's sum | `T ×` the body's sum |
+//!
+//! Region ops cost what their bodies do: a body's work is the sum of its ops' work (region
+//! ops inside it recursively, at most [`MAX_REGION_DEPTH`](tessera_ir::verify::MAX_REGION_DEPTH)
+//! deep). An `if` runs one branch, so it costs the dearer one (flops and bytes taken
+//! separately), an upper bound. A `loop` runs its body `trip` times when its `trip` extent
+//! is static; when it is symbolic (the iteration count is data-dependent, known only at run
+//! time) the body is **counted once**, so a data-dependent loop is under-costed by its
+//! iteration count. A `scan` runs its body once per slice: `T` is the scan inputs' extent
+//! along the scan axis, counted once when symbolic. The compute element type is that of the
+//! body op with the most flops (the first result's when no body op computes).
 //!
 //! Where the symbols come from:
 //!
@@ -147,6 +160,20 @@ pub enum WorkError {
         name: String,
         /// The value's type.
         ty: TensorType,
+    },
+    /// The work of an op inside a region of a region op cannot be computed.
+    #[error("{}: in the {region} region: {inner}", op_context(*.op, .op_name, .loc.as_deref()))]
+    Region {
+        /// The region op.
+        op: OpId,
+        /// The op's text name ([`Op::name`]).
+        op_name: &'static str,
+        /// The op's source location, if known.
+        loc: Option<String>,
+        /// The region's name (`then`, `else`, `body`).
+        region: &'static str,
+        /// The error inside the region.
+        inner: Box<WorkError>,
     },
     /// The op does not have the structure its kind requires (the verifier would reject it:
     /// a missing operand, a rank that does not fit, an unparsable einsum equation).
@@ -402,6 +429,17 @@ impl Cx<'_> {
         let elem = match &self.data.op {
             Op::Cast { to } => first_operand.map(|from| wider(from, *to)),
             Op::Select => self.data.operands.get(1).map(|&v| ty(v)),
+            op if op.has_regions() => {
+                let mut best: Option<(f64, ElemType)> = None;
+                for (r, name) in op.regions().into_iter().zip(op.region_names()) {
+                    if let (f, _, Some(e)) = self.body(r, name)?
+                        && best.is_none_or(|(bf, _)| f > bf)
+                    {
+                        best = Some((f, e));
+                    }
+                }
+                best.map(|(_, e)| e).or(first_result)
+            }
             _ => first_operand.or(first_result),
         };
         elem.ok_or_else(|| self.malformed("the op has neither operands nor results"))
@@ -568,7 +606,56 @@ impl Cx<'_> {
                 let r = self.result(0)?;
                 Ok((r.elems(), r.bytes()))
             }
+            Op::If {
+                then_branch,
+                else_branch,
+            } => {
+                let t = self.body(then_branch, "then")?;
+                let e = self.body(else_branch, "else")?;
+                Ok((t.0.max(e.0), t.1.max(e.1)))
+            }
+            Op::Loop { trip, body, .. } => {
+                let (f, b, _) = self.body(body, "body")?;
+                let n = trip.as_static().map_or(1.0, |n| n as f64);
+                Ok((n * f, n * b))
+            }
+            Op::Scan(sc) => {
+                let (f, b, _) = self.body(&sc.body, "body")?;
+                let n = match (sc.input_axes.first(), self.data.operands.get(sc.state)) {
+                    (Some(&axis), Some(&v)) => self
+                        .graph
+                        .ty(v)
+                        .shape
+                        .get(axis)
+                        .and_then(|d| d.as_static())
+                        .map_or(1.0, |n| n as f64),
+                    _ => 1.0,
+                };
+                Ok((n * f, n * b))
+            }
         }
+    }
+
+    /// The summed flops and bytes of a region body's ops, and the element type of its op
+    /// with the most flops.
+    fn body(&self, body: &Graph, region: &'static str) -> Res<(f64, f64, Option<ElemType>)> {
+        let (mut flops, mut bytes) = (0.0, 0.0);
+        let mut best: Option<(f64, ElemType)> = None;
+        for &o in body.ops() {
+            let w = op_work(body, o).map_err(|inner| WorkError::Region {
+                op: self.id,
+                op_name: self.data.op.name(),
+                loc: self.data.loc.clone(),
+                region,
+                inner: Box::new(inner),
+            })?;
+            flops += w.flops;
+            bytes += w.bytes;
+            if best.is_none_or(|(f, _)| w.flops > f) {
+                best = Some((w.flops, w.elem));
+            }
+        }
+        Ok((flops, bytes, best.map(|(_, e)| e)))
     }
 }
 
@@ -974,9 +1061,11 @@ graph @g(%x: f32[N, 4]) {
             "nn.tir",
             "constants.tir",
             "sharding.tir",
+            "regions.tir",
         ] {
             let src = std::fs::read_to_string(root.join(file)).expect("catalogue file");
             let src = src
+                .replace("trips", "2")
                 .replace("[N, ", "[3, ")
                 .replace("[B, ", "[2, ")
                 .replace("[B]", "[2]")
@@ -995,6 +1084,32 @@ graph @g(%x: f32[N, 4]) {
         for name in text::OP_NAMES {
             assert!(costed.contains(name), "{name} is not in the catalogue");
         }
+    }
+
+    /// Region ops: an `if` costs its dearer branch, a loop with a static trip count its body
+    /// that many times, a data-dependent one its body once, a scan its body per slice.
+    #[test]
+    fn region_ops_cost_their_bodies() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/ir");
+        let src = std::fs::read_to_string(root.join("regions.tir")).expect("regions.tir");
+        let work = |src: &str| {
+            let g = text::parse(src, None).expect("parses");
+            tessera_ir::verify::verify(&g).expect("verifies");
+            g.ops()
+                .iter()
+                .map(|&o| (g.op(o).op.name(), op_work(&g, o).expect("costed")))
+                .filter(|(n, _)| matches!(*n, "if" | "loop" | "scan"))
+                .map(|(_, w)| w.flops)
+                .collect::<Vec<f64>>()
+        };
+        // if: then adds 3 elements (reshapes are free), else does nothing: 3 flops.
+        // loop body: add (3) + inner if (neg: 3) = 6 per iteration; scan body: mul (3).
+        assert_eq!(work(&src.replace("trips", "5")), vec![3.0, 30.0, 12.0]);
+        assert_eq!(
+            work(&src),
+            vec![3.0, 6.0, 12.0],
+            "a symbolic trip counts once"
+        );
     }
 
     #[test]

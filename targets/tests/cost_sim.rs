@@ -213,7 +213,8 @@ latency = 2e-6
 
 #[test]
 fn unreachable_devices_are_an_error() {
-    let spec = target(
+    // A target file must connect every device to its host; a target made in code need not.
+    let mut spec = target(
         r#"
 host = "a0"
 [[device]]
@@ -223,8 +224,14 @@ count = 2
 memory = 1
 memory_bandwidth = 1
 lowering = "cpu"
+[[interconnect.link]]
+a = "a0"
+b = "a1"
+bandwidth = 1
+latency = 0
 "#,
     );
+    spec.links.clear();
     let cost = CostModel::new(&spec, None);
     let err = cost.transfer_time(0, 1, 8.0).expect_err("no link");
     assert_eq!(err.to_string(), "target `test`: no route from `a0` to `a1`");
@@ -602,6 +609,19 @@ fn calibration_errors_name_file_line_and_field() {
         (
             "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = -1\n",
             "cal.toml:4: measurement.seconds: must not be negative",
+        ),
+        // Absurd or non-finite times (they overflowed sums downstream).
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1e308\n",
+            "cal.toml:4: measurement.seconds: must be at most 1e6 seconds",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = inf\n",
+            "cal.toml:4: measurement.seconds: must be finite",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = nan\n",
+            "cal.toml:4: measurement.seconds: must be finite",
         ),
         (
             "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1\n[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 2\n",
@@ -999,8 +1019,9 @@ fn route_channels(spec: &TargetSpec, from: usize, to: usize) -> Option<Vec<usize
 #[test]
 fn cost_model_routes_are_the_targets_routes() {
     let mut specs = tessera_targets::builtin_targets();
-    // Parallel links, a torus, an island and an explicit link to a generated switch.
-    specs.push(target(
+    // Parallel links, a torus, an island (its link to t0 removed after parsing: a file must
+    // connect it) and an explicit link to a generated switch.
+    let mut islanded = target(
         r#"
 host = "t0"
 [[device]]
@@ -1027,6 +1048,11 @@ a = "t0"
 b = "t8"
 bandwidth = 2e9
 latency = 0
+[[interconnect.link]]
+a = "island"
+b = "t0"
+bandwidth = 1e9
+latency = 0
 [interconnect]
 topology = "torus2d"
 devices = "t"
@@ -1035,7 +1061,10 @@ cols = 3
 bandwidth = 1e9
 latency = 1e-6
 "#,
-    ));
+    );
+    assert_eq!(islanded.links[2].a, "island");
+    islanded.links.remove(2);
+    specs.push(islanded);
     for spec in &specs {
         let cost = CostModel::new(spec, None);
         let n = spec.devices.len();

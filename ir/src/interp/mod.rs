@@ -47,6 +47,7 @@ mod index;
 mod linalg;
 mod norm;
 mod reduce;
+mod region;
 mod resize;
 pub use resize::resize_taps;
 mod shape;
@@ -145,6 +146,13 @@ pub fn run_with(
 }
 
 fn run_impl(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    run_refs(graph, &refs)
+}
+
+/// [`run_impl`] on borrowed inputs (region bodies run this way, so captured values are not
+/// copied per iteration).
+fn run_refs(graph: &Graph, inputs: &[&Tensor]) -> Result<Vec<Tensor>, InterpError> {
     let gin = graph.inputs();
     let nvals = graph.num_values();
     for &v in gin {
@@ -193,7 +201,7 @@ fn run_impl(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError
     let mut values: Vec<Option<Cow<'_, Tensor>>> = (0..nvals).map(|_| None).collect();
     for (&v, t) in gin.iter().zip(inputs) {
         if last_use[v.index()].is_some() {
-            values[v.index()] = Some(Cow::Borrowed(t));
+            values[v.index()] = Some(Cow::Borrowed(*t));
         }
     }
 
@@ -406,6 +414,9 @@ fn computes(op: &Op) -> bool {
             | Op::Transfer { .. }
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
+            | Op::If { .. }
+            | Op::Loop { .. }
+            | Op::Scan(_)
     )
 }
 
@@ -669,5 +680,11 @@ fn compute(op: &Op, xs: &[&Tensor], b: &Bindings) -> R<Vec<Tensor>> {
                 *cubic_coeff,
             ))
         }
+        Op::If {
+            then_branch,
+            else_branch,
+        } => region::if_op(then_branch, else_branch, xs),
+        Op::Loop { carried, body, .. } => region::loop_op(*carried, body, xs),
+        Op::Scan(s) => region::scan_op(s, xs),
     }
 }

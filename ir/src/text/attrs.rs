@@ -7,9 +7,10 @@
 
 use super::ParseError;
 use super::lexer::{Pos, is_plain_ident, quote};
+use crate::graph::Graph;
 use crate::op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,
-    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScatterReduction, UnaryOp,
+    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScanAttrs, ScatterReduction, UnaryOp,
 };
 use crate::types::{Dim, ElemType, Scalar, format_f64};
 
@@ -29,7 +30,7 @@ pub const OP_NAMES: &[&str] = &[
     "transpose", "expand", "concat", "split", "slice", "pad", "tile", "gather", "gather-elements",
     "gather-nd", "scatter-elements", "scatter-nd", "top-k", "trilu", "depth-to-space",
     "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "transfer",
-    "all-reduce", "all-gather",
+    "all-reduce", "all-gather", "if", "loop", "scan",
 ];
 
 const PAD_MODES: &[(&str, PadMode)] = &[
@@ -254,6 +255,19 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
             put("to", quote(to));
         }
         Op::AllReduce { axes } | Op::AllGather { axes } => put("axes", list(axes)),
+        Op::If { .. } => {}
+        Op::Loop { carried, trip, .. } => {
+            put("carried", carried.to_string());
+            put("trip", dim(trip));
+        }
+        Op::Scan(sc) => {
+            let dirs = |r: &[bool]| list(&r.iter().map(|&b| u64::from(b)).collect::<Vec<_>>());
+            put("input-axes", list(&sc.input_axes));
+            put("input-reverse", dirs(&sc.input_reverse));
+            put("output-axes", list(&sc.output_axes));
+            put("output-reverse", dirs(&sc.output_reverse));
+            put("state", sc.state.to_string());
+        }
     }
     a.sort_by_key(|&(k, _)| k);
     a
@@ -503,6 +517,27 @@ pub(crate) fn build_op(name: &str, a: &mut Attrs) -> Option<Op> {
         "all-gather" => Op::AllGather {
             axes: a.list("axes"),
         },
+        // The regions follow the op line; the parser fills them in.
+        "if" => Op::If {
+            then_branch: Box::default(),
+            else_branch: Box::default(),
+        },
+        "loop" => Op::Loop {
+            carried: a.int("carried"),
+            trip: a.dim("trip"),
+            body: Box::default(),
+        },
+        "scan" => {
+            let dirs = |v: Vec<u64>| v.into_iter().map(|d| d != 0).collect();
+            Op::Scan(Box::new(ScanAttrs {
+                state: a.int("state"),
+                input_axes: a.list("input-axes"),
+                input_reverse: dirs(a.list("input-reverse")),
+                output_axes: a.list("output-axes"),
+                output_reverse: dirs(a.list("output-reverse")),
+                body: Graph::default(),
+            }))
+        }
         _ => return None,
     })
 }

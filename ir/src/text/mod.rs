@@ -47,6 +47,8 @@
 //! op        := [ %name { "," %name } "=" ] op-name [ "const" @name ]
 //!                  [ %name { "," %name } ] [ "{" attr { "," attr } "}" ]
 //!                  [ ":" vtype { "," vtype } ] [ "device(" string ")" ] [ "loc(" string ")" ]
+//!                  [ "{" region+ "}" ]
+//! region    := graph                                     (no constants, no mesh)
 //! attr      := key "=" value
 //! value     := integer | float | "true" | "false" | string | identifier | "[" values "]"
 //! type      := elem "[" [ dim { "," dim } ] "]"          e.g. f32[N, 3, 224], i64[]
@@ -87,6 +89,28 @@
 //!   The constant of a `const` op follows its name: `%w = const @fc1.weight : f32[16, 8]`.
 //!   Reductions print as `reduce-sum`, ..., pooling as `max-pool`/`avg-pool`, unary and
 //!   binary elementwise ops as their function (`add`, `gelu {tanh = false}`).
+//! - **Regions.** A region op (`if`, `loop`, `scan`) ends its line with ` {`, then prints
+//!   each region as a nested `graph @name(...) { ... }` (names `then`/`else` for `if`,
+//!   `body` for loops, as the importer gives them), indented two spaces deeper than the op,
+//!   its ops two more, and closes with `}` at the op's indentation. A region has its own
+//!   value names (it is isolated from above: what it reads from outside is a captured
+//!   operand and arrives as its input). Its result count comes from its regions, so the
+//!   parser checks the result names once the regions are read. `const` is refused inside a
+//!   region; regions nest at most [`MAX_REGION_DEPTH`](crate::verify::MAX_REGION_DEPTH)
+//!   deep (deeper is a parse error, which bounds the parser's recursion). Annotations of
+//!   [`print_annotated`] on a region op follow its line, before its regions.
+//!
+//!   ```text
+//!   %r = if %c, %x : f32[3] {
+//!     graph @then(%a: f32[3]) {
+//!       %0 = neg %a : f32[3]
+//!       return %0
+//!     }
+//!     graph @else(%a: f32[3]) {
+//!       return %a
+//!     }
+//!   }
+//!   ```
 //! - **Attributes.** Kebab-case keys (`keep-dims`, `output-padding`), printed sorted by key,
 //!   every one of them; `clip`'s absent `min`/`max` are left out. The parser accepts any
 //!   order and rejects unknown, duplicate and missing keys. Floats print with
@@ -133,7 +157,9 @@ use crate::graph::{Entity, Graph};
 pub use attrs::OP_NAMES;
 pub use dot::to_dot;
 pub use printer::{const_names, output_names, value_names};
-pub use sidecar::{LoadError, SaveError, Sidecar, dtype_of, sidecar_path, write_atomically};
+pub use sidecar::{
+    LoadError, SaveError, Sidecar, dtype_of, save_sharing, sidecar_path, write_atomically,
+};
 
 /// Constants with at most this many elements print their data inline; larger ones are
 /// `external`.
@@ -154,6 +180,18 @@ pub struct ParseError {
 /// Prints a graph in the text format.
 pub fn print(graph: &Graph) -> String {
     printer::print_impl(graph, &[])
+}
+
+/// Whether [`save`] stores a constant in the sidecar (it is printed `= external`).
+pub fn is_external(c: &crate::Constant) -> bool {
+    !printer::is_inline(c)
+}
+
+/// Prints a graph with the data of every constant inline, whatever its size, except those
+/// `external` names (printed `= external`, their data in a sidecar the reader has): text that
+/// parses again with that sidecar, or alone when `external` names none (`tessera fmt`).
+pub fn print_with_externals(graph: &Graph, external: &dyn Fn(&crate::Constant) -> bool) -> String {
+    printer::print_with(graph, &[], Some(external))
 }
 
 /// Prints a graph with `// error: <msg>` lines after the line of each noted entity: an op's

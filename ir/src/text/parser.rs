@@ -31,6 +31,7 @@ pub(crate) fn parse_file(src: &str) -> Result<(Graph, Vec<PendingConst>), ParseE
         values: HashMap::new(),
         consts: Vec::new(),
         const_index: HashMap::new(),
+        depth: 0,
     };
     p.file()?;
     Ok((p.graph, p.consts))
@@ -44,6 +45,8 @@ struct Parser {
     values: HashMap<String, (ValueId, Pos)>,
     consts: Vec<PendingConst>,
     const_index: HashMap<String, usize>,
+    /// How many regions enclose the graph being parsed.
+    depth: usize,
 }
 
 type PResult<T> = Result<T, ParseError>;
@@ -175,6 +178,16 @@ impl Parser {
                 "`const`, `mesh` or `graph`"
             });
         }
+        self.graph_def()?;
+        if *self.peek() != Tok::Eof {
+            return self.unexpected("end of file after the graph");
+        }
+        Ok(())
+    }
+
+    /// `graph @name(inputs) { ops return ... }` into `self.graph` (whose values are in
+    /// `self.values`).
+    fn graph_def(&mut self) -> PResult<()> {
         self.next();
         let (name, _) = self.global()?;
         self.graph.name = name;
@@ -237,8 +250,54 @@ impl Parser {
                 .collect(),
         );
         self.expect_punct('}')?;
-        if *self.peek() != Tok::Eof {
-            return self.unexpected("end of file after the graph");
+        Ok(())
+    }
+
+    /// Whether a `{` here opens a region block (`{ graph ...`), not an attribute list.
+    fn at_regions(&self) -> bool {
+        self.is_punct('{')
+            && matches!(self.toks.get(self.i + 1), Some((Tok::Ident(s), _)) if s == "graph")
+    }
+
+    /// The region block of a region op: `{`, one `graph` per region, `}`. Each region is a
+    /// graph of its own, with its own names.
+    fn regions(&mut self, op: &mut Op, name: &str, pos: Pos) -> PResult<()> {
+        let want = op.regions().len();
+        if !self.at_regions() {
+            return self.unexpected(&format!(
+                "the {want} region{} of `{name}` (`{{ graph ...`)",
+                plural(want)
+            ));
+        }
+        if self.depth + 1 > crate::verify::MAX_REGION_DEPTH {
+            return Err(pos.error(format!(
+                "regions nest more than {} deep",
+                crate::verify::MAX_REGION_DEPTH
+            )));
+        }
+        self.next();
+        let mut parsed = Vec::with_capacity(want);
+        while self.is_keyword("graph") {
+            let outer_graph = std::mem::replace(&mut self.graph, Graph::new(""));
+            let outer_values = std::mem::take(&mut self.values);
+            self.depth += 1;
+            let r = self.graph_def();
+            self.depth -= 1;
+            let region = std::mem::replace(&mut self.graph, outer_graph);
+            self.values = outer_values;
+            r?;
+            parsed.push(region);
+        }
+        if parsed.len() != want {
+            return Err(pos.error(format!(
+                "`{name}` has {want} region{}, {} given",
+                plural(want),
+                parsed.len()
+            )));
+        }
+        self.expect_punct('}')?;
+        for (slot, region) in op.regions_mut().into_iter().zip(parsed) {
+            *slot = region;
         }
         Ok(())
     }
@@ -454,6 +513,11 @@ impl Parser {
             return self.unexpected("an op name");
         };
         let op = if name == "const" {
+            if self.depth > 0 {
+                return Err(name_pos.error(
+                    "a region has no constants: capture the constant as an operand of the region op",
+                ));
+            }
             let (cname, pos) = self.global()?;
             match self.const_index.get(&cname) {
                 Some(&k) => Op::Const(ConstId::from_index(k)),
@@ -477,7 +541,7 @@ impl Parser {
                 }
             }
         }
-        let entries = if self.is_punct('{') {
+        let entries = if self.is_punct('{') && !self.at_regions() {
             self.attr_dict()?
         } else {
             Vec::new()
@@ -499,7 +563,13 @@ impl Parser {
             attrs.finish()?;
             op
         };
-        let expected = op.num_results();
+        // A region op's result count comes from its regions, checked once they are read.
+        let has_regions = op.has_regions();
+        let expected = if has_regions {
+            results.len()
+        } else {
+            op.num_results()
+        };
         if results.len() != expected {
             let pos = results.first().map_or(name_pos, |r| r.1);
             return Err(pos.error(format!(
@@ -545,6 +615,20 @@ impl Parser {
             self.expect_punct('(')?;
             *slot = Some(self.string()?);
             self.expect_punct(')')?;
+        }
+        let mut op = op;
+        if has_regions {
+            self.regions(&mut op, &name, name_pos)?;
+            let n = op.num_results();
+            if results.len() != n {
+                let pos = results.first().map_or(name_pos, |r| r.1);
+                return Err(pos.error(format!(
+                    "`{name}` produces {n} result{} (its regions return them), but {} name{} given",
+                    plural(n),
+                    results.len(),
+                    if results.len() == 1 { " is" } else { "s are" }
+                )));
+            }
         }
         let (tys, shardings): (Vec<_>, Vec<_>) = types.into_iter().unzip();
         let id = self.graph.push_op(op, operands, tys);

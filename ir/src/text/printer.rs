@@ -138,6 +138,16 @@ enum Line {
 }
 
 pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
+    print_with(graph, notes, None)
+}
+
+/// [`print_impl`]; with `external`, a constant prints `= external` exactly when `external`
+/// says so (or its data does not match its type), else its data inline, whatever its size.
+pub(crate) fn print_with(
+    graph: &Graph,
+    notes: &[(Entity, String)],
+    external: Option<&dyn Fn(&Constant) -> bool>,
+) -> String {
     let live: BTreeSet<OpId> = graph.ops().iter().copied().collect();
     let mut by_line: BTreeMap<Line, Vec<&str>> = BTreeMap::new();
     for (entity, msg) in notes {
@@ -162,20 +172,20 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         }
     };
 
-    let p = Printer {
-        graph,
-        names: value_names(graph),
-        consts: const_names(graph),
-    };
+    let consts = const_names(graph);
     let mut out = String::new();
     for (id, c) in graph.consts() {
         let _ = write!(
             out,
             "const @{} : {} = ",
-            name_text(&p.consts[id.index()]),
+            name_text(&consts[id.index()]),
             ty(&c.ty)
         );
-        if is_inline(c) {
+        let inline = match external {
+            None => is_inline(c),
+            Some(f) => c.ty.size_bytes() == Some(c.data.len() as u64) && !f(c),
+        };
+        if inline {
             out.push_str(&inline_data(c));
         } else {
             out.push_str("external");
@@ -198,6 +208,25 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         out.push('\n');
     }
 
+    print_graph(&mut out, graph, "", &|out, line, indent| {
+        note(out, line, indent)
+    });
+    out
+}
+
+/// Prints `graph @name(...) { ... }` at `indent`, ops one level deeper; regions of region
+/// ops follow their op's line as nested graphs (see the module doc of `text`).
+fn print_graph(
+    out: &mut String,
+    graph: &Graph,
+    indent: &str,
+    note: &dyn Fn(&mut String, Line, &str),
+) {
+    let p = Printer {
+        graph,
+        names: value_names(graph),
+        consts: const_names(graph),
+    };
     let inputs: Vec<String> = graph
         .inputs()
         .iter()
@@ -205,18 +234,34 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "graph @{}({}) {{",
+        "{indent}graph @{}({}) {{",
         name_text(&graph.name),
         inputs.join(", ")
     );
-    note(&mut out, Line::Header, "");
+    note(out, Line::Header, indent);
+    let inner = format!("{indent}  ");
     for &o in graph.ops() {
-        out.push_str("  ");
-        p.op_line(&mut out, o);
-        out.push('\n');
-        note(&mut out, Line::Op(o), "  ");
+        out.push_str(&inner);
+        p.op_line(out, o);
+        let regions = graph.op(o).op.regions();
+        if regions.is_empty() {
+            out.push('\n');
+            note(out, Line::Op(o), &inner);
+            continue;
+        }
+        // A region op's notes follow its line, before its regions.
+        out.push_str(" {\n");
+        note(out, Line::Op(o), &inner);
+        let nested = format!("{inner}  ");
+        for r in regions {
+            // Notes belong to the top-level graph; regions print without them.
+            print_graph(out, r, &nested, &|_, _, _| {});
+        }
+        out.push_str(&inner);
+        out.push_str("}\n");
     }
-    out.push_str("  return");
+    out.push_str(&inner);
+    out.push_str("return");
     let out_names = output_names_with(graph, &p.names);
     let outputs: Vec<String> = graph
         .outputs()
@@ -235,8 +280,9 @@ pub(crate) fn print_impl(graph: &Graph, notes: &[(Entity, String)]) -> String {
         out.push(' ');
         out.push_str(&outputs.join(", "));
     }
-    out.push_str("\n}\n");
-    out
+    out.push('\n');
+    out.push_str(indent);
+    out.push_str("}\n");
 }
 
 struct Printer<'g> {

@@ -275,6 +275,19 @@ impl View for ConstView<'_> {
 
 /// See [`super::save`].
 pub(crate) fn save(graph: &Graph, path: &Path) -> Result<(), SaveError> {
+    save_impl(graph, path, None).map(|_| ())
+}
+
+/// [`save`](super::save), sharing the data with `shared`, a safetensors file in the same
+/// folder as `path` that already holds every external constant of the graph (under its
+/// name, with its type and bytes; it may hold more): the sidecar is then a relative
+/// symbolic link to `shared`, so the weights are on disk once. Otherwise the sidecar is
+/// written as `save` writes it. Returns whether the data was shared.
+pub fn save_sharing(graph: &Graph, path: &Path, shared: &Path) -> Result<bool, SaveError> {
+    save_impl(graph, path, Some(shared))
+}
+
+fn save_impl(graph: &Graph, path: &Path, shared: Option<&Path>) -> Result<bool, SaveError> {
     let text = print_impl(graph, &[]);
     let names = const_names(graph);
     let side = sidecar_path(path);
@@ -305,28 +318,78 @@ pub(crate) fn save(graph: &Graph, path: &Path) -> Result<(), SaveError> {
         views.push((names[id.index()].clone(), view));
     }
     // Sidecar first, so that a text that names external constants never lacks its data.
+    let mut linked = false;
     if !views.is_empty() {
-        // safetensors sorts tensors by dtype alignment then name, and writes no other
-        // metadata, so equal graphs give equal bytes.
-        // The serializer streams tensor data to the file, so saving needs no second copy of
-        // the weights in memory.
-        write_sidecar(&side, views).map_err(side_err)?;
+        match shared.and_then(|sh| link_target(&side, sh, &views)) {
+            Some(target) => {
+                link_atomically(&side, &target).map_err(side_err)?;
+                linked = true;
+            }
+            // safetensors sorts tensors by dtype alignment then name, and writes no other
+            // metadata, so equal graphs give equal bytes.
+            // The serializer streams tensor data to the file, so saving needs no second copy
+            // of the weights in memory.
+            None => write_sidecar(&side, views).map_err(side_err)?,
+        }
     }
-    write_atomic(path, text.as_bytes())
+    write_atomic(path, text.as_bytes())?;
+    Ok(linked)
+}
+
+/// The relative link from the sidecar `side` to `shared` when `shared` is a safetensors
+/// file next to it that holds every one of `views` (same name, dtype, shape and bytes).
+fn link_target(side: &Path, shared: &Path, views: &[(String, ConstView<'_>)]) -> Option<PathBuf> {
+    let dir = |p: &Path| {
+        p.parent()
+            .map(|d| {
+                if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                }
+            })
+            .and_then(|d| d.canonicalize().ok())
+    };
+    let name = shared.file_name()?;
+    if dir(side)? != dir(shared)? || side.file_name() == Some(name) {
+        return None;
+    }
+    let sidecar = Sidecar::open(shared).ok()?;
+    let all = views.iter().all(|(n, v)| {
+        sidecar.tensors.get(n).is_some_and(|(dtype, shape, range)| {
+            *dtype == v.dtype && *shape == v.shape && sidecar.data[range.clone()] == *v.data
+        })
+    });
+    all.then(|| PathBuf::from(name))
+}
+
+/// A private temporary folder next to `path`, where a file is staged before it is renamed
+/// over `path`.
+fn staging_dir(path: &Path) -> Result<tempfile::TempDir, String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(".tessera-")
+        .tempdir_in(dir)
+        .map_err(|e| format!("cannot create a temporary folder in {}: {e}", dir.display()))
+}
+
+/// Makes `path` a symbolic link to `target` (relative to `path`'s folder), replacing what
+/// was there in one rename.
+fn link_atomically(path: &Path, target: &Path) -> Result<(), String> {
+    let tmp = staging_dir(path)?;
+    let staged = tmp.path().join("link");
+    std::os::unix::fs::symlink(target, &staged).map_err(|e| e.to_string())?;
+    std::fs::rename(&staged, path).map_err(|e| e.to_string())
 }
 
 /// Streams the safetensors file into a private temporary folder next to `path`, gives it the
 /// permissions a plain create would (or those of the file it replaces), syncs it and renames
 /// it over `path`.
 fn write_sidecar(path: &Path, views: Vec<(String, ConstView<'_>)>) -> Result<(), String> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".tessera-")
-        .tempdir_in(dir)
-        .map_err(|e| format!("cannot create a temporary folder in {}: {e}", dir.display()))?;
+    let tmp = staging_dir(path)?;
     let staged = tmp.path().join("sidecar.safetensors");
     safetensors::serialize_to_file(views, None, &staged).map_err(|e| e.to_string())?;
     // A plain create's mode (the umask applied) unless an existing file's mode is kept.

@@ -112,11 +112,21 @@ pub struct In<'a> {
 }
 
 /// The function body being written.
+///
+/// While an op of the model is lowered ([`Body::with_loc`]), every MLIR op written at its
+/// own nesting level ends with `loc("<model node>")`: one-line ops, and ops with regions on
+/// their closing line (`} -> tensor<...>`). Ops inside their regions keep the position MLIR
+/// gives them, unless they lower a model op of their own (an `If` body's ops).
 #[derive(Default)]
 pub struct Body {
     lines: Vec<String>,
     next: usize,
     indent: usize,
+    /// How many regions (`{` ... `}`) are open at the end of the written lines.
+    depth: usize,
+    /// The locations of the model ops being lowered, innermost last, with the region depth
+    /// their own ops are written at.
+    locs: Vec<(String, usize)>,
 }
 
 impl Body {
@@ -127,10 +137,46 @@ impl Body {
         format!("%v{n}")
     }
 
-    /// Appends a line at the current nesting.
+    /// Appends a line at the current nesting (an op, an op's first line ending in `{`, a
+    /// region's closing line starting with `}`, a block label or a `//` comment).
     pub fn line(&mut self, s: impl AsRef<str>) {
+        let s = s.as_ref();
         let pad = "  ".repeat(self.indent + 1);
-        self.lines.push(format!("{pad}{}", s.as_ref()));
+        let (opens, closes) = if s.starts_with("//") {
+            (false, false)
+        } else {
+            (s.ends_with('{'), s.starts_with('}'))
+        };
+        if closes {
+            self.depth = self.depth.saturating_sub(1);
+        }
+        // An op ends on this line at the lowered model op's own level: it gets the location.
+        let loc = match self.locs.last() {
+            Some((loc, at)) if *at == self.depth && !opens && !s.starts_with("//") => {
+                format!(" {loc}")
+            }
+            _ => String::new(),
+        };
+        if opens {
+            self.depth += 1;
+        }
+        self.lines.push(format!("{pad}{s}{loc}"));
+    }
+
+    /// Runs `f` (the lowering of one model op) with `loc` (the model node's name) as the
+    /// location of the ops it writes; `None` leaves them as they are.
+    pub fn with_loc<T>(&mut self, loc: Option<&str>, f: impl FnOnce(&mut Body) -> T) -> T {
+        let Some(loc) = loc else { return f(self) };
+        self.locs.push((format!("loc({})", quote(loc)), self.depth));
+        let out = f(self);
+        self.locs.pop();
+        out
+    }
+
+    /// Writes `// <op> <op kind> "<model node>"`, the comment that heads an op's code.
+    pub fn op_comment(&mut self, op: impl std::fmt::Display, kind: &str, loc: Option<&str>) {
+        let at = loc.map(|l| format!(" {}", quote(l))).unwrap_or_default();
+        self.line(format!("// {op} {kind}{at}"));
     }
 
     /// Appends `%vN = rhs` and returns `%vN`.
@@ -138,6 +184,16 @@ impl Body {
         let v = self.fresh();
         self.line(format!("{v} = {}", rhs.as_ref()));
         v
+    }
+
+    /// Writes the following lines one level deeper (inside an scf region).
+    pub fn open(&mut self) {
+        self.indent += 1;
+    }
+
+    /// Ends a level opened with [`Body::open`].
+    pub fn close(&mut self) {
+        self.indent = self.indent.saturating_sub(1);
     }
 
     /// The written lines.
@@ -356,6 +412,27 @@ impl Body {
         let c = self.index(b);
         self.assign(format!("arith.muli {a}, {c} : index"))
     }
+}
+
+/// An MLIR string literal: `"..."`, with `"`, `\\` and every byte outside printable ASCII
+/// escaped as `\\XX`, as MLIR reads them back.
+pub fn quote(s: &str) -> String {
+    let mut q = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => q.push_str("\\22"),
+            '\\' => q.push_str("\\5C"),
+            c if c.is_ascii_graphic() || c == ' ' => q.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                for byte in c.encode_utf8(&mut buf).bytes() {
+                    let _ = write!(q, "\\{byte:02X}");
+                }
+            }
+        }
+    }
+    q.push('"');
+    q
 }
 
 /// The literal of a scalar constant of element type `e` (without the type).

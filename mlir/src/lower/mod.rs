@@ -21,6 +21,7 @@ mod index;
 mod linalg;
 mod nn;
 mod reduce;
+mod region;
 mod resize;
 mod shape;
 pub mod spmd;
@@ -31,7 +32,7 @@ use std::fmt::Write as _;
 use tessera_ir::{ConstId, Graph, Mesh, Op, OpId, TensorType, ValueDef, ValueId};
 use tessera_targets::TargetSpec;
 
-use body::{Body, LResult, Val, dims};
+use body::{Body, LResult, Val, dims, quote};
 pub use body::{LowerError, tensor_ty};
 
 use crate::manifest::{Arg, Manifest, ManifestDevice, ManifestStep, Output, StepResult, Transfer};
@@ -558,26 +559,6 @@ fn value_name(g: &Graph, v: ValueId) -> String {
     g.value(v).name.clone().unwrap_or_else(|| v.to_string())
 }
 
-/// A string attribute's literal.
-fn quote(s: &str) -> String {
-    let mut q = String::from("\"");
-    for ch in s.chars() {
-        match ch {
-            '"' => q.push_str("\\22"),
-            '\\' => q.push_str("\\5C"),
-            c if c.is_ascii_graphic() || c == ' ' => q.push(c),
-            c => {
-                let mut buf = [0u8; 4];
-                for byte in c.encode_utf8(&mut buf).bytes() {
-                    let _ = write!(q, "\\{byte:02X}");
-                }
-            }
-        }
-    }
-    q.push('"');
-    q
-}
-
 fn module_text(target: &TargetSpec, d: &tessera_targets::Device, funcs: &[String]) -> String {
     let mut entries = vec![
         format!("\"kind\" = {}", quote(&d.kind)),
@@ -684,6 +665,8 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
     let mut consts: BTreeMap<ValueId, Val> = BTreeMap::new();
     for &op in &st.ops {
         let data = g.op(op);
+        // The comment heads everything the op needs, its inline constants too.
+        b.op_comment(op, data.op.name(), data.loc.as_deref());
         let mut args = Vec::new();
         for &v in &data.operands {
             if let Some(val) = env.get(&v) {
@@ -733,14 +716,6 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
                 .unwrap_or_default();
             LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
         })?;
-        b.line(format!(
-            "// {op} {}{}",
-            data.op.name(),
-            data.loc
-                .as_deref()
-                .map(|l| format!(" {l:?}"))
-                .unwrap_or_default()
-        ));
         for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {
             env.insert(r, Val { name, ty });
         }
@@ -826,7 +801,21 @@ pub fn dense_literal(ty: &TensorType, data: &[u8]) -> LResult<String> {
 }
 
 /// Lowers one op; returns the SSA names of its results.
+/// Lowers one op, its MLIR ops located at its model node (`loc("<node>")`).
 fn lower_op(
+    b: &mut Body,
+    g: &Graph,
+    op: OpId,
+    args: &[Val],
+    results: &[TensorType],
+) -> LResult<Vec<String>> {
+    b.with_loc(g.op(op).loc.as_deref(), |b| {
+        lower_op_code(b, g, op, args, results)
+    })
+}
+
+/// [`lower_op`]'s code, op by op.
+fn lower_op_code(
     b: &mut Body,
     g: &Graph,
     op: OpId,
@@ -926,6 +915,12 @@ fn lower_op(
         | Op::Trilu { .. }
         | Op::DepthToSpace { .. }
         | Op::SpaceToDepth { .. } => shape::lower(b, &data.op, args, results),
+        Op::If {
+            then_branch,
+            else_branch,
+        } => region::lower_if(b, then_branch, else_branch, args, results),
+        Op::Loop { carried, body, .. } => region::lower_loop(b, *carried, body, args, results),
+        Op::Scan(s) => region::lower_scan(b, s, args, results),
     }
 }
 

@@ -1007,9 +1007,33 @@ fn coefficients(spec: &ResizeSpec, ratio: f64, scale: f64) -> Vec<f64> {
     }
 }
 
-/// One axis of a resize: per output index, (clamped source index, weight) taps, and whether
-/// the output lies outside the input (tf_crop_and_resize extrapolation).
-type AxisTaps = (Vec<Vec<(i64, f64)>>, Vec<bool>);
+/// One axis of a resize: for each output index, `k` (clamped source index, weight) taps, stored
+/// flat (output-major), and whether the output lies outside the input (tf_crop_and_resize
+/// extrapolation).
+struct AxisTaps {
+    k: usize,
+    idx: Vec<i64>,
+    w: Vec<f64>,
+    outside: Vec<bool>,
+}
+
+/// The number of taps [`coefficients`] gives each output of a resize with `scale` (it does not
+/// depend on the output's position), as a float so that a tiny scale cannot overflow it.
+fn taps_per_output(spec: &ResizeSpec, scale: f64) -> f64 {
+    match spec.mode {
+        ResizeMode::Nearest => 2.0,
+        ResizeMode::Linear if spec.antialias && scale < 1.0 => -2.0 * (-1.0 / scale).floor(),
+        ResizeMode::Linear => 2.0,
+        ResizeMode::Cubic if spec.antialias && scale < 1.0 => -2.0 * (-2.0 / scale).floor(),
+        ResizeMode::Cubic => 4.0,
+    }
+}
+
+/// The most taps (outputs times taps per output) a resize builds for one axis. Its index and
+/// weight tables become constants of the graph (32 MiB each at this limit, far below the fold
+/// limit); a resize past it is refused at its node instead of taking seconds and gigabytes to
+/// import (found by fuzzing). An axis of a million outputs with cubic taps fits.
+const MAX_RESIZE_TAPS: f64 = (1u64 << 22) as f64;
 
 fn axis_taps(
     spec: &ResizeSpec,
@@ -1018,16 +1042,32 @@ fn axis_taps(
     scale: f64,
     roi: (f64, f64),
 ) -> Result<AxisTaps, String> {
-    let mut taps = Vec::with_capacity(out as usize);
-    let mut outside = Vec::with_capacity(out as usize);
+    let per = taps_per_output(spec, scale);
+    if !(per >= 1.0 && out as f64 * per <= MAX_RESIZE_TAPS) {
+        return Err(format!(
+            "resizing to {out} outputs with {per} taps each (scale {scale}) needs a table of more \
+             than {MAX_RESIZE_TAPS} taps"
+        ));
+    }
+    let k = per as usize;
+    let n = out as usize;
+    let (mut idx, mut w) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    let mut outside = Vec::with_capacity(n);
     let fin = inn as f64;
+    let last = inn.saturating_sub(1) as i64;
     for o in 0..out {
         let x = source_coord(&spec.coord, o as f64, fin, scale, out, roi)?;
         outside.push(spec.coord == "tf_crop_and_resize" && (x < 0.0 || x > fin - 1.0));
         let xi = x.floor();
         let ratio = if x == xi { 1.0 } else { x - xi };
         let mut c = coefficients(spec, ratio, scale);
-        let k = c.len() as i64;
+        if c.len() != k {
+            return Err(format!(
+                "resize taps: {} coefficients, expected {k}",
+                c.len()
+            ));
+        }
+        let k = k as i64;
         // The k indices nearest to x, ties to the smaller (k even: centred between pixels).
         let pad = (k + 1) / 2;
         let xp = x + pad as f64;
@@ -1041,9 +1081,8 @@ fn axis_taps(
             -((k - 1) / 2) + 1
         };
         let start = p as i64 + off - pad;
-        let idx: Vec<i64> = (start..start + k).collect();
         if spec.exclude_outside {
-            for (w, &i) in c.iter_mut().zip(&idx) {
+            for (w, i) in c.iter_mut().zip(start..) {
                 if i < 0 || i >= inn as i64 {
                     *w = 0.0;
                 }
@@ -1053,19 +1092,11 @@ fn axis_taps(
                 c.iter_mut().for_each(|w| *w /= s);
             }
         }
-        let last = inn.saturating_sub(1) as i64;
-        taps.push(
-            idx.iter()
-                .map(|&i| i.clamp(0, last))
-                .zip(c)
-                .collect::<Vec<_>>(),
-        );
+        idx.extend((start..start + k).map(|i| i.clamp(0, last)));
+        w.extend(c);
     }
-    Ok((taps, outside))
+    Ok(AxisTaps { k, idx, w, outside })
 }
-
-/// The largest output extent the gather-based resize builds tap tables for.
-const MAX_RESIZE_EXTENT: u64 = 1 << 24;
 
 /// Resize with per-axis `scales` (used in the coordinate mapping) and output `sizes`. Uses the
 /// IR `resize` op when its semantics coincide, else gathers and weighs source elements axis
@@ -1118,14 +1149,10 @@ fn resize_with(
         if dims[a] == 0 {
             return Err(format!("cannot resize the empty axis {a}"));
         }
-        if sizes[a] > MAX_RESIZE_EXTENT {
-            return Err(format!(
-                "output extent {} of axis {a} is too large",
-                sizes[a]
-            ));
-        }
-        let (taps, outside) = axis_taps(spec, dims[a], sizes[a], scales[a], r)?;
+        let taps = axis_taps(spec, dims[a], sizes[a], scales[a], r)
+            .map_err(|why| format!("axis {a}: {why}"))?;
         y = resize_axis(cx, y, a, &taps, spec)?;
+        let outside = taps.outside;
         if outside.iter().any(|&b| b) {
             let mut shape = vec![1usize; rank];
             shape[a] = outside.len();
@@ -1146,36 +1173,33 @@ fn resize_axis(
     cx: &mut Ctx<'_>,
     x: ValueId,
     a: usize,
-    taps: &[Vec<(i64, f64)>],
+    taps: &AxisTaps,
     spec: &ResizeSpec,
 ) -> Result<ValueId, String> {
     let rank = cx.ty(x).rank();
     let elem = cx.ty(x).elem;
-    let out = taps.len();
+    let k = taps.k;
+    let out = taps.outside.len();
     if spec.mode == ResizeMode::Nearest {
-        let idx: Vec<i64> = taps
-            .iter()
-            .map(|t| {
-                t.iter()
-                    .find(|p| p.1 == 1.0)
-                    .or(t.first())
-                    .map_or(0, |p| p.0)
+        // The tap of weight one (nearest has a one and a zero), else the first.
+        let idx: Vec<i64> = (0..out)
+            .map(|o| {
+                let (i, w) = (&taps.idx[o * k..][..k], &taps.w[o * k..][..k]);
+                w.iter().position(|&w| w == 1.0).map_or(i[0], |j| i[j])
             })
             .collect();
         let idx = constant(cx, i64_tensor(&idx));
         return cx.emit1(Op::Gather { axis: a }, &[x, idx]);
     }
-    let k = taps.first().map_or(0, Vec::len);
-    let idx: Vec<i64> = taps.iter().flat_map(|t| t.iter().map(|p| p.0)).collect();
-    let w: Vec<f64> = taps.iter().flat_map(|t| t.iter().map(|p| p.1)).collect();
     let idx = Tensor::I64(
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[out, k]), idx)
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[out, k]), taps.idx.clone())
             .map_err(|e| e.to_string())?,
     );
     let mut wshape = vec![out, k];
     wshape.extend(std::iter::repeat_n(1, rank - a - 1));
     let w = Tensor::F64(
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&wshape), w).map_err(|e| e.to_string())?,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&wshape), taps.w.clone())
+            .map_err(|e| e.to_string())?,
     );
     let w = tessera_ir::interp::eval_op(&Op::Cast { to: elem }, &[&w])
         .map_err(|e| e.to_string())?
@@ -1243,11 +1267,11 @@ mod tests {
             extrapolation: 0.0,
         };
         // 4 -> 2 with scale 0.6: x = (o + 0.5) / 0.6 - 0.5.
-        let (taps, outside) = axis_taps(&spec, 4, 2, 0.6, (0.0, 1.0)).expect("taps");
-        assert_eq!(outside, vec![false, false]);
+        let taps = axis_taps(&spec, 4, 2, 0.6, (0.0, 1.0)).expect("taps");
+        assert_eq!(taps.outside, vec![false, false]);
+        assert_eq!(taps.k, 2);
         let x0: f64 = 0.5 / 0.6 - 0.5;
-        assert_eq!(taps[0][0].0, 0);
-        assert_eq!(taps[0][1].0, 1);
-        assert!((taps[0][1].1 - x0).abs() < 1e-12);
+        assert_eq!(&taps.idx[..2], &[0, 1]);
+        assert!((taps.w[1] - x0).abs() < 1e-12);
     }
 }

@@ -54,7 +54,7 @@ pub struct NodeP {
     pub attribute: Vec<Attribute>,
 }
 
-/// The subgraph fields (to walk nested graphs) and the int, float and ints values.
+/// The subgraph fields (to walk nested graphs) and the int, float, ints and string values.
 #[derive(Clone, PartialEq, Message)]
 pub struct Attribute {
     #[prost(string, optional, tag = "1")]
@@ -63,7 +63,7 @@ pub struct Attribute {
     pub g: Option<GraphP>,
     #[prost(message, repeated, tag = "11")]
     pub graphs: Vec<GraphP>,
-    /// `AttributeProto.AttributeType`: 1 float, 2 int, 7 ints, 5 graph.
+    /// `AttributeProto.AttributeType`: 1 float, 2 int, 3 string, 7 ints, 5 graph.
     #[prost(int32, optional, tag = "20")]
     pub r#type: Option<i32>,
     #[prost(float, optional, tag = "2")]
@@ -72,6 +72,8 @@ pub struct Attribute {
     pub i: Option<i64>,
     #[prost(int64, repeated, tag = "8")]
     pub ints: Vec<i64>,
+    #[prost(bytes = "vec", optional, tag = "4")]
+    pub s: Option<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -214,6 +216,16 @@ pub fn attr_i(name: &str, i: i64) -> Attribute {
         name: Some(name.to_string()),
         r#type: Some(2),
         i: Some(i),
+        ..Default::default()
+    }
+}
+
+/// A string attribute.
+pub fn attr_s(name: &str, s: &str) -> Attribute {
+    Attribute {
+        name: Some(name.to_string()),
+        r#type: Some(3),
+        s: Some(s.as_bytes().to_vec()),
         ..Default::default()
     }
 }

@@ -52,7 +52,9 @@ pub fn round_robin(inst: &Instance) -> Result<Solution, ProblemError> {
     let mut memory = vec![0u64; inst.d];
     let mut next = 0;
     for unit in units(inst) {
-        let need: u64 = unit.iter().map(|&o| inst.memory[o]).sum();
+        let need: u64 = unit
+            .iter()
+            .fold(0u64, |m, &o| m.saturating_add(inst.memory[o]));
         let k = (0..inst.d)
             .map(|i| (next + i) % inst.d)
             .find(|&k| {
@@ -109,7 +111,7 @@ pub fn greedy(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemE
                     }
                     let t = inst.transfer(from, k, edge.bytes);
                     need = need.saturating_add(edge.bytes);
-                    for &c in &inst.channels[from * d + k] {
+                    for c in inst.route_channels(from, k) {
                         ch.push((c, t));
                     }
                     start = start.max(finish[edge.from] + t);
@@ -149,7 +151,7 @@ pub fn greedy(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemE
                 let t = inst.transfer(from, k, edge.bytes);
                 if from != k {
                     memory[k] = memory[k].saturating_add(edge.bytes);
-                    for &c in &inst.channels[from * d + k] {
+                    for c in inst.route_channels(from, k) {
                         channel[c] += t;
                     }
                 }

@@ -112,7 +112,9 @@ pub fn solve(inst: &Instance, _opts: &SolveOptions) -> Result<Solution, ProblemE
                 }
             }
             let Some((_, _, _, k)) = best else {
-                let own: u64 = unit.iter().map(|&x| inst.memory[x]).sum();
+                let own: u64 = unit
+                    .iter()
+                    .fold(0u64, |m, &x| m.saturating_add(inst.memory[x]));
                 let room = (0..d)
                     .filter(|&k| inst.allowed(o, k))
                     .map(|k| st.free_memory(k))

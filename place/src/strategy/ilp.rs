@@ -36,7 +36,7 @@ use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions as MipO
 
 use crate::eval::{Objective, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::{Solution, SolveOptions, units};
+use crate::strategy::{Solution, SolveOptions, unit_heads, units};
 
 /// The largest number of variables (`x` and `z`) it solves.
 pub const MAX_VARS: usize = 400;
@@ -55,6 +55,7 @@ struct Tensor {
 fn tensors(inst: &Instance, unit_of: &[usize]) -> Vec<Tensor> {
     let mut out: Vec<Tensor> = Vec::new();
     let mut mine: Vec<(u32, usize)> = Vec::new();
+    let mut seen: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
     for u in 0..inst.n {
         mine.clear();
         for &e in &inst.out_edges[u] {
@@ -75,16 +76,29 @@ fn tensors(inst: &Instance, unit_of: &[usize]) -> Vec<Tensor> {
                     out.len() - 1
                 }
             };
-            if !out[i].to.contains(&cu) {
+            // One tensor may have very many consumer units: a set, not a scan.
+            if seen.insert((i, cu)) {
                 out[i].to.push(cu);
             }
         }
+        seen.clear();
     }
     out
 }
 
 /// The number of variables the model of `inst` has.
 pub fn num_vars(inst: &Instance) -> usize {
+    count_vars(inst, usize::MAX)
+}
+
+/// [`num_vars`], or some number over `cap` as soon as the count passes it.
+fn count_vars(inst: &Instance, cap: usize) -> usize {
+    let x: usize = unit_heads(inst)
+        .map(|o| (0..inst.d).filter(|&k| inst.allowed(o, k)).count())
+        .sum();
+    if x > cap {
+        return x;
+    }
     let us = units(inst);
     let mut unit_of = vec![0; inst.n];
     for (i, u) in us.iter().enumerate() {
@@ -103,18 +117,18 @@ pub fn num_vars(inst: &Instance) -> usize {
 
 /// Whether the problem is small enough for the ILP.
 pub fn fits(inst: &Instance) -> bool {
-    num_vars(inst) <= MAX_VARS
+    count_vars(inst, MAX_VARS) <= MAX_VARS
 }
 
 /// The optimal throughput plan (see the module doc).
 pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
     if opts.objective != Objective::Throughput {
-        return Err(ProblemError::Infeasible(
+        return Err(ProblemError::Unsolved(
             "ilp: models throughput only (exhaustive covers latency for tiny problems)".into(),
         ));
     }
     if !fits(inst) {
-        return Err(ProblemError::Infeasible(format!(
+        return Err(ProblemError::Unsolved(format!(
             "ilp: {} variables is more than the {MAX_VARS} it solves",
             num_vars(inst)
         )));
@@ -215,7 +229,7 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
                     }
                     continue;
                 }
-                for &ch in &inst.channels[k1 * d + k2] {
+                for ch in inst.route_channels(k1, k2) {
                     chan[ch].push((zv, tt * tscale));
                 }
                 mem[k2].push((zv, t.bytes as f64 * mscale));
@@ -231,22 +245,34 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
     }
     let mut options = MipOptions::default();
     options.node_limit = Some(NODE_LIMIT);
-    let outcome = match lp.solve_with(options) {
-        Ok(o) => o,
-        Err(microlp::Error::Infeasible) => {
+    // microlp is a third-party solver: a panic inside it (an assertion on its numerics) must
+    // not take the process down. The inputs are validated (finite, in the ranges of
+    // `tessera_targets::limits`), so this is the last line of defence, not a code path; the
+    // model is dropped whatever happens, so no broken state is observed after an unwind.
+    let solved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.solve_with(options)));
+    let outcome = match solved {
+        Ok(Ok(o)) => o,
+        Ok(Err(microlp::Error::Infeasible)) => {
             return Err(ProblemError::Infeasible(
-                "ilp: no assignment fits the devices' memory (received tensors included)".into(),
+                "ilp: no assignment fits the devices' memory (received tensors included) \
+                 while keeping every producer and consumer on devices a route connects"
+                    .into(),
             ));
         }
-        Err(e) => return Err(ProblemError::Infeasible(format!("ilp: solver failed: {e}"))),
+        Ok(Err(e)) => return Err(ProblemError::Unsolved(format!("ilp: solver failed: {e}"))),
+        Err(_) => {
+            return Err(ProblemError::Unsolved(
+                "ilp: the solver (microlp) failed internally on this problem".into(),
+            ));
+        }
     };
     if !outcome.is_optimal() {
-        return Err(ProblemError::Infeasible(format!(
+        return Err(ProblemError::Unsolved(format!(
             "ilp: optimality not proven within {NODE_LIMIT} branch-and-bound nodes"
         )));
     }
     let Some(sol) = outcome.solution() else {
-        return Err(ProblemError::Infeasible(
+        return Err(ProblemError::Unsolved(
             "ilp: the solver gave no solution".into(),
         ));
     };
@@ -261,7 +287,7 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
         }
     }
     if let Some(why) = violation(inst, &assign) {
-        return Err(ProblemError::Infeasible(format!(
+        return Err(ProblemError::Unsolved(format!(
             "ilp: the solver's assignment is not feasible ({why})"
         )));
     }

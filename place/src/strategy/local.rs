@@ -178,7 +178,7 @@ impl<'a> State<'a> {
                     continue;
                 }
                 let t = inst.transfer(src, to, bytes);
-                for &ch in &inst.channels[src * inst.d + to] {
+                for ch in inst.route_channels(src, to) {
                     self.chan[ch] += t;
                 }
                 self.mem[to] = self.mem[to].saturating_add(bytes);
@@ -279,7 +279,7 @@ impl<'a> State<'a> {
                         continue;
                     }
                     let t = inst.transfer(src, to, bytes);
-                    for &ch in &inst.channels[src * d + to] {
+                    for ch in inst.route_channels(src, to) {
                         self.dchan[ch] += sign * t;
                     }
                     if sign > 0.0 {

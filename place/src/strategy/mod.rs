@@ -190,6 +190,30 @@ pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
 /// How many of the best plans `auto` improves with local search.
 pub const AUTO_IMPROVE: usize = 3;
 
+/// Why `auto` skips the other strategies when the plan is forced ([`forced`]).
+pub const FORCED: &str = "skipped: every op has one allowed device, so exhaustive's plan \
+                          (the only assignment) is optimal";
+
+/// Whether nothing is left to choose: every colocation unit has exactly one allowed device
+/// (a one-device target, or everything pinned), and the order of ops cannot change the
+/// objective (throughput, or latency with one device doing all the work). `auto` then
+/// answers with exhaustive search's plan alone: every other strategy would return the same
+/// assignment, after work that grows with the graph.
+pub fn forced(inst: &Instance, objective: Objective) -> bool {
+    let mut device = None;
+    let mut one_device = true;
+    for head in unit_heads(inst) {
+        let mut allowed = (0..inst.d).filter(|&k| inst.allowed(head, k));
+        let (Some(k), None) = (allowed.next(), allowed.next()) else {
+            return false;
+        };
+        one_device &= device.is_none_or(|d| d == k);
+        device = Some(k);
+    }
+    let no_spmd = inst.spmd.iter().all(Vec::is_empty);
+    objective == Objective::Throughput || (one_device && no_spmd)
+}
+
 /// The `local` strategy: local search from greedy's plan, or, when greedy finds none, from
 /// the better of `single` and `round-robin`.
 fn local_from_baseline(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
@@ -232,7 +256,15 @@ pub fn auto_ranked(
     let mut attempts = Vec::new();
     // The plans found: (score, plan, strategy).
     let mut found: Vec<((f64, f64), Solution, String)> = Vec::new();
+    let forced = forced(inst, opts.objective);
     for name in auto_candidates(inst) {
+        if forced && name != "exhaustive" {
+            attempts.push(Attempt {
+                strategy: name.to_string(),
+                outcome: Err(FORCED.to_string()),
+            });
+            continue;
+        }
         if name == "ilp" && opts.objective != Objective::Throughput {
             // It models throughput only.
             continue;
@@ -259,7 +291,7 @@ pub fn auto_ranked(
     }
     if found.is_empty() {
         return Err(ProblemError::Infeasible(format!(
-            "no strategy found a plan that fits: {}",
+            "no strategy found a feasible plan: {}",
             attempts
                 .iter()
                 .map(|a| format!(
@@ -278,7 +310,10 @@ pub fn auto_ranked(
     found.sort_by(by_score);
     let mut seeds = found.clone();
     seeds.dedup_by(|a, b| a.1.assign == b.1.assign);
-    for (_, sol, name) in seeds.into_iter().take(AUTO_IMPROVE) {
+    for (_, sol, name) in seeds
+        .into_iter()
+        .take(if forced { 0 } else { AUTO_IMPROVE })
+    {
         let sol = local::improve(inst, sol, opts);
         let s = sol.score(inst, opts.objective);
         let name = format!("local({name})");
@@ -305,6 +340,14 @@ pub fn auto_ranked(
         .map(|((s, sol, name), _)| (name, sol, s))
         .collect();
     Ok((ranked, attempts))
+}
+
+/// The first op of each colocation unit, in the order of [`units`] (without building them).
+pub fn unit_heads(inst: &Instance) -> impl Iterator<Item = usize> + '_ {
+    (0..inst.n).filter(move |&o| match inst.group_of[o] {
+        Some(g) => inst.groups[g].first() == Some(&o),
+        None => true,
+    })
 }
 
 /// The colocation units of a problem: each group is one unit, each other op its own; in

@@ -91,7 +91,10 @@ fn first_level(inst: &Instance) -> (Level, Vec<usize>) {
             allowed[i * d + k] = u.iter().all(|&o| inst.allowed(o, k));
         }
         weight.push(u.iter().map(|&o| inst.min_time(o)).sum());
-        memory.push(u.iter().map(|&o| inst.memory[o]).sum());
+        memory.push(
+            u.iter()
+                .fold(0u64, |m, &o| m.saturating_add(inst.memory[o])),
+        );
     }
     let adj = adjacency(inst, &node_of, us.len());
     (
@@ -276,7 +279,9 @@ fn initial(inst: &Instance, lv: &Level, st: &mut State) -> Result<(), ProblemErr
             }
             let unit = &us[unit_of[o]];
             if !place(st, unit) {
-                let own: u64 = unit.iter().map(|&x| inst.memory[x]).sum();
+                let own: u64 = unit
+                    .iter()
+                    .fold(0u64, |m, &x| m.saturating_add(inst.memory[x]));
                 let room = (0..d)
                     .filter(|&k| inst.allowed(o, k))
                     .map(|k| st.free_memory(k))

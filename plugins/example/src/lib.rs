@@ -7,6 +7,12 @@
 //!   128x128 output tiles, each taking `K + 2·128` cycles at 1 GHz to fill, stream and drain
 //!   the array (four times as many for `f32`, which the array runs in four passes), so small
 //!   or ragged matmuls pay for whole tiles; and the NPUs have no `f64` datapath.
+//! - **Its own backend**: the NPUs' `lowering` is `example-npu`, a name the plugin registers.
+//!   [`Target::device_pipeline`] gives them [`NPU_PIPELINE`] (linalg to affine loops, every
+//!   loop nest tiled by 128 for the array), and [`Target::device_artifact`] writes what the
+//!   NPU's runtime would load, `<device>.npu.mlir` ([`npu_program`]: a kernel table, then the
+//!   tiled module). `tessera compile -o DIR` writes it; `tessera run DIR` still runs the
+//!   portable modules on the CPU.
 //! - **Pass `pin-matmuls`**: puts every unplaced matmul, gemm and conv on one device (option
 //!   `device`, default `npu0`); `tessera compile` then places the rest.
 
@@ -14,12 +20,21 @@ use std::sync::Arc;
 
 use tessera_ir::{ElemType, Graph, Op, OpId, TensorType};
 use tessera_passes::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
-use tessera_targets::{Device, Target, TargetSpec, Work, parse_target};
+use tessera_targets::{
+    Artifact, Device, DevicePipeline, Target, TargetSpec, Work, parse_target, register_lowering,
+};
 
 /// The side of the systolic array.
 pub const ARRAY: u64 = 128;
 /// The array's clock in Hz.
 pub const CLOCK: f64 = 1e9;
+
+/// The lowering name of the NPUs (`lowering = "example-npu"` in the target file).
+pub const LOWERING: &str = "example-npu";
+
+/// The NPUs' MLIR pipeline: bufferize, linalg to affine loops, every loop nest tiled by the
+/// array's side ([`ARRAY`]), so a matmul becomes loops over 128x128 output tiles.
+pub const NPU_PIPELINE: &str = "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-affine-loops,affine-loop-tile{tile-size=128}),canonicalize)";
 
 /// The `example-npu` target.
 pub struct NpuTarget {
@@ -28,6 +43,8 @@ pub struct NpuTarget {
 
 /// The `example-npu` target, ready to register.
 pub fn npu_target() -> Arc<dyn Target> {
+    // The NPUs' lowering must be known before the file naming it is read.
+    register_lowering(LOWERING).unwrap_or_else(|e| panic!("the lowering name is invalid: {e}"));
     let spec = parse_target(
         include_str!("../example-npu.toml"),
         "<example>/example-npu.toml",
@@ -100,6 +117,52 @@ impl Target for NpuTarget {
             .any(|&v| graph.ty(v).elem == ElemType::F64);
         (device.kind == "npu" && f64_used).then(|| format!("{} has no f64 datapath", device.name))
     }
+
+    fn device_pipeline(&self, device: &Device) -> Option<DevicePipeline> {
+        (device.lowering == LOWERING).then(|| DevicePipeline::Passes(NPU_PIPELINE.to_string()))
+    }
+
+    fn device_artifact(&self, device: &Device, lowered: &str) -> Result<Vec<Artifact>, String> {
+        Ok(vec![Artifact {
+            name: format!("{}.npu.mlir", device.name),
+            bytes: npu_program(&device.name, lowered)?.into_bytes(),
+        }])
+    }
+}
+
+/// The program an NPU's runtime loads, made from its lowered module: a header naming the
+/// device and the array, a kernel table (each function of the module, which the manifest's
+/// steps call, with its count of tiled loops), then the module itself. An error when the
+/// module has no kernel.
+pub fn npu_program(device: &str, lowered: &str) -> Result<String, String> {
+    let mut kernels: Vec<(String, usize)> = Vec::new();
+    for line in lowered.lines() {
+        let line = line.trim_start();
+        if let Some(rest) = line.strip_prefix("func.func @") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            kernels.push((name, 0));
+        } else if line.starts_with("affine.for ")
+            && line.contains(&format!(" step {ARRAY} "))
+            && let Some(k) = kernels.last_mut()
+        {
+            k.1 += 1;
+        }
+    }
+    if kernels.is_empty() {
+        return Err(format!("the lowered module of {device} has no kernel"));
+    }
+    let mut out = format!(
+        "// example-npu program for {device}: {ARRAY}x{ARRAY} systolic array, {} kernels\n",
+        kernels.len()
+    );
+    for (name, tiled) in &kernels {
+        out.push_str(&format!("// kernel @{name}: {tiled} tiled loops\n"));
+    }
+    out.push_str(lowered);
+    Ok(out)
 }
 
 /// The `pin-matmuls` pass.

@@ -1,0 +1,7 @@
+//! libFuzzer entry of the `npy` kind: see `tessera_fuzz::npy`.
+#![no_main]
+
+#[global_allocator]
+static ALLOC: tessera_fuzz::LimitedAlloc = tessera_fuzz::LimitedAlloc;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz::npy(data));

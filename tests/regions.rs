@@ -1,0 +1,47 @@
+//! `tessera run` on a model with a data-dependent `If` whose then branch makes a rank-5
+//! tensor and feeds an LSTM (`testdata/models/regions/if_rank5`, made by
+//! `testdata/models/make_region_models.py`): interpreted and compiled (`scf.if`, JIT), on
+//! inputs that take each branch, against onnxruntime's outputs.
+
+mod common;
+
+use common::cli::{ok, repo, tessera};
+use tessera_ir::Tensor;
+
+const MODEL: &str = "testdata/models/regions/if_rank5";
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.ty(), b.ty());
+    a.to_f64_vec()
+        .iter()
+        .zip(b.to_f64_vec())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn if_rank5_runs_each_branch_interpreted_and_compiled() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for case in ["pos", "neg"] {
+        let want = tessera::npy::read(&repo().join(MODEL).join(format!("output_y_{case}.npy")))
+            .expect("reference");
+        for target in [None, Some("cpu")] {
+            let out = tmp
+                .path()
+                .join(format!("{case}-{}", target.unwrap_or("interp")));
+            let mut cmd = tessera();
+            cmd.args(["run", &format!("{MODEL}/model.onnx")])
+                .args(["--input", &format!("x={MODEL}/input_x_{case}.npy")]);
+            if let Some(t) = target {
+                cmd.args(["--target", t]);
+            }
+            ok(cmd.arg("-o").arg(&out));
+            let got = tessera::npy::read(&out.join("y.npy")).expect("output");
+            let d = max_diff(&got, &want);
+            assert!(
+                d < 1e-5,
+                "{case} on {target:?}: max |diff| {d} against onnxruntime"
+            );
+        }
+    }
+}
