@@ -244,7 +244,7 @@ fn improve_groups(
 
 /// The optimal extraction by integer programming (good_lp with the pure-Rust microlp
 /// solver), for e-graphs whose part reachable from the roots has at most `node_limit`
-/// usable nodes; `None` when it is larger, the solver fails or runs out of `time_limit`.
+/// usable nodes; `None` when it is larger, the solver fails or runs out of its `budget`.
 ///
 /// Binary `x_n` picks node `n`, binary `a_c` marks class `c` as needed: every root is
 /// needed, a needed class picks exactly one node, a picked node needs its children's
@@ -255,13 +255,13 @@ fn improve_groups(
 /// When `greedy` (the greedy extraction's cost) is given, the LP relaxation is solved first:
 /// its optimum bounds every extraction from below, so when the greedy one meets it the
 /// search is skipped and the result is [`Exact::GreedyOptimal`]. The branch and bound gets
-/// `time_limit` scaled by the problem's size ([`exact_time_budget`]).
+/// the time [`ExactBudget`] gives a problem of its size.
 pub fn exact_ilp(
     egraph: &TEGraph,
     roots: &[Id],
     mut cost: impl FnMut(&TEGraph, &TNode) -> f64,
     node_limit: usize,
-    time_limit: std::time::Duration,
+    budget: ExactBudget,
     greedy: Option<f64>,
 ) -> Exact {
     // The classes reachable from the roots.
@@ -304,13 +304,13 @@ pub fn exact_ilp(
         cyclic: has_cycle(egraph, &classes, &index, &nodes),
     };
     if let Some(g) = greedy {
-        match program.solve(true, time_limit) {
+        match program.solve(true, budget.limit()) {
             Some((bound, _)) if g <= bound * (1.0 + 1e-9) + 1e-18 => return Exact::GreedyOptimal,
             Some(_) => {}
             None => return Exact::GaveUp,
         }
     }
-    let Some((_, picked)) = program.solve(false, exact_time_budget(nodes.len(), time_limit)) else {
+    let Some((_, picked)) = program.solve(false, budget.for_size(nodes.len())) else {
         return Exact::GaveUp;
     };
     let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
@@ -355,6 +355,33 @@ pub enum Exact {
     TooLarge,
     /// The solver failed or ran out of time.
     GaveUp,
+}
+
+/// The time [`exact_ilp`]'s solver calls may take.
+#[derive(Clone, Copy, Debug)]
+pub enum ExactBudget {
+    /// The same limit for the LP relaxation and the branch and bound, whatever the size.
+    Fixed(std::time::Duration),
+    /// The pass's budget: the LP relaxation gets the limit, the branch and bound
+    /// [`exact_time_budget`] of the problem's size under it.
+    BySize(std::time::Duration),
+}
+
+impl ExactBudget {
+    /// The whole limit.
+    fn limit(self) -> std::time::Duration {
+        match self {
+            ExactBudget::Fixed(d) | ExactBudget::BySize(d) => d,
+        }
+    }
+
+    /// The branch and bound's time for `nodes` usable e-nodes.
+    fn for_size(self, nodes: usize) -> std::time::Duration {
+        match self {
+            ExactBudget::Fixed(d) => d,
+            ExactBudget::BySize(d) => exact_time_budget(nodes, d),
+        }
+    }
 }
 
 /// The branch and bound's time for a problem of `nodes` usable e-nodes: 1 ms per node,

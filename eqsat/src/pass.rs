@@ -12,7 +12,7 @@ use tessera_targets::{CostModel, Target};
 
 use crate::analysis::{TEGraph, node_op, node_types};
 use crate::convert::{emit, region_to_egraph};
-use crate::extract::{Exact, UNUSABLE, exact_ilp, greedy_dag};
+use crate::extract::{Exact, ExactBudget, UNUSABLE, exact_ilp, greedy_dag};
 use crate::ir::{ConstId, Dim, Graph, Op, OpId, TensorType, ValueDef, ValueId};
 use crate::lang::TNode;
 use crate::rules::{Rule, all_rules};
@@ -447,7 +447,7 @@ pub fn run_eqsat(
                 &roots,
                 |eg, n| costs.node(eg, n),
                 settings.exact_nodes,
-                limit,
+                ExactBudget::BySize(limit),
                 extraction.as_ref().map(|g| g.cost),
             ) {
                 Exact::Found(exact)

@@ -12,7 +12,7 @@ use egg::Runner;
 use proptest::prelude::*;
 use tessera_eqsat::analysis::TypeAnalysis;
 use tessera_eqsat::convert::{emit, region_to_egraph};
-use tessera_eqsat::extract::{Exact, Extraction, exact_ilp, greedy_dag};
+use tessera_eqsat::extract::{Exact, ExactBudget, Extraction, exact_ilp, greedy_dag};
 use tessera_eqsat::ir::{ElemType::F32, Graph, Op, OpId, ValueId, interp, text, verify};
 use tessera_eqsat::lang::TNode;
 use tessera_eqsat::rules::all_rules;
@@ -153,13 +153,13 @@ proptest! {
             })
             .sum();
         {
-            let Exact::Found(exact) = exact_ilp(&egraph, &roots, cost, 2000, Duration::from_secs(20), None)
+            let Exact::Found(exact) = exact_ilp(&egraph, &roots, cost, 2000, ExactBudget::Fixed(Duration::from_secs(20)), None)
             else {
                 panic!("the exact extraction finishes on small e-graphs");
             };
             // Given the greedy cost, the LP bound may prove it optimal: then it is.
             if let Exact::GreedyOptimal =
-                exact_ilp(&egraph, &roots, cost, 2000, Duration::from_secs(20), Some(greedy.cost))
+                exact_ilp(&egraph, &roots, cost, 2000, ExactBudget::Fixed(Duration::from_secs(20)), Some(greedy.cost))
             {
                 prop_assert!(
                     (exact.cost - greedy.cost).abs() <= 1e-9 * greedy.cost.max(1e-12),

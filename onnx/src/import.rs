@@ -926,6 +926,16 @@ impl<'p> Ctx<'p> {
         (bytes > self.fold_limit_bytes).then_some(bytes)
     }
 
+    /// How many enclosing graphs wait while a region body is imported (0 at the top level).
+    pub(crate) fn stack_depth(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// The location (model node) ops made now are given.
+    pub(crate) fn loc(&self) -> &Option<String> {
+        &self.loc
+    }
+
     /// The type of a value.
     pub(crate) fn ty(&self, v: ValueId) -> &TensorType {
         self.g.ty(v)

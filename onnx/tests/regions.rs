@@ -1,14 +1,17 @@
 //! Control flow imported as region ops: a data-dependent `If` whose then branch makes a
 //! rank-5 tensor and feeds an LSTM (the else branch never makes one) becomes one `if` op;
 //! the interpreter runs only the taken branch and matches onnxruntime on inputs that take
-//! each branch (`testdata/models/make_region_models.py`).
+//! each branch (`testdata/models/make_region_models.py`). A `Loop` whose body slices at its
+//! iteration number (a run-time `Slice` of static extent) and an opset-8 batched `Scan` (a
+//! `scan` over the batch holding the `scan` over the sequence) match onnxruntime too.
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use common::proto::{self, FLOAT, INT64, graph, int64_init, model, node, value};
 use common::{compare, read_npy, repo_root};
-use tessera_ir::{Op, interp, text, verify::verify};
+use tessera_ir::{Op, Tensor, interp, text, verify::verify};
 use tessera_onnx::{ImportOptions, import_file};
 
 fn dir() -> PathBuf {
@@ -47,4 +50,132 @@ fn data_dependent_if_becomes_a_region_op_and_runs_the_taken_branch() {
         let got = interp::run(&g, &[x]).expect("runs");
         compare(&got[0], &want, Some((1e-4, 1e-5))).unwrap_or_else(|e| panic!("{case}: {e}"));
     }
+}
+
+/// The ops of `g` and of every region nested in it, by name, outermost first.
+fn op_names(g: &tessera_ir::Graph) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut stack = vec![g];
+    while let Some(g) = stack.pop() {
+        for &o in g.ops() {
+            out.push(g.op(o).op.name());
+            stack.extend(g.op(o).op.regions());
+        }
+    }
+    out
+}
+
+/// Imports `testdata/models/regions/NAME`, runs it on its inputs (`input_<name>.npy` in the
+/// graph's input order) and compares every output with onnxruntime's.
+fn matches_onnxruntime(name: &str) -> tessera_ir::Graph {
+    let dir = repo_root().join("testdata/models/regions").join(name);
+    let g = import_file(&dir.join("model.onnx"), &ImportOptions::default()).expect("imports");
+    verify(&g).unwrap_or_else(|e| panic!("{e:?}"));
+    let inputs: Vec<_> = g
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let n = g.value(v).name.clone().expect("named input");
+            read_npy(&dir.join(format!("input_{n}.npy")))
+        })
+        .collect();
+    let got = interp::run(&g, &inputs).expect("runs");
+    for (i, name) in g.output_names().iter().enumerate() {
+        let n = name.clone().expect("named output");
+        let want = read_npy(&dir.join(format!("output_{n}.npy")));
+        compare(&got[i], &want, Some((1e-5, 1e-6))).unwrap_or_else(|e| panic!("{n}: {e}"));
+    }
+    g
+}
+
+#[test]
+fn a_loop_slicing_at_its_iteration_number_matches_onnxruntime() {
+    let g = matches_onnxruntime("loop_window");
+    let ops = op_names(&g);
+    assert!(ops.contains(&"loop"), "{ops:?}");
+    // The run-time slice is a gather of a window inside the loop body.
+    assert!(ops.contains(&"gather"), "{ops:?}");
+    assert!(!ops.contains(&"slice"), "{ops:?}");
+}
+
+#[test]
+fn a_batched_opset_8_scan_matches_onnxruntime() {
+    let g = matches_onnxruntime("scan8_batched");
+    let ops = op_names(&g);
+    assert_eq!(ops.iter().filter(|&&o| o == "scan").count(), 2, "{ops:?}");
+}
+
+/// `y = Slice(x, starts, ends, [0])` with `x: f32[6, 2]` and `starts: i64[1]` an input;
+/// `ends` made by `ends_nodes` (which may add `two` or `seven` to an input).
+fn run_time_slice(dir: &Path, ends_nodes: Vec<proto::NodeP>, ends: &str) -> PathBuf {
+    let mut nodes = ends_nodes;
+    nodes.push(node("Slice", "sl", &["x", "starts", ends, "axes"], &["y"]));
+    let mut g = graph(
+        "slice",
+        nodes,
+        vec![
+            value("x", FLOAT, &["6", "2"]),
+            value("starts", INT64, &["1"]),
+            value("other", INT64, &["1"]),
+        ],
+        vec![value("y", FLOAT, &["2", "2"])],
+    );
+    g.initializer.push(int64_init("axes", &[1], &[0]));
+    g.initializer.push(int64_init("two", &[1], &[2]));
+    g.initializer.push(int64_init("seven", &[1], &[7]));
+    let path = dir.join(format!("slice-{ends}.onnx"));
+    proto::write(&path, &model(13, g));
+    path
+}
+
+#[test]
+fn a_run_time_slice_needs_ends_a_constant_past_its_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // ends = starts + 2: rows [s, s + 2), negative starts counted from the end, and a window
+    // reaching past the axis moved inside it.
+    let path = run_time_slice(
+        dir.path(),
+        vec![node("Add", "e", &["starts", "two"], &["ends"])],
+        "ends",
+    );
+    let g = import_file(&path, &ImportOptions::default()).expect("imports");
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let x = Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![6, 2], x).expect("x"));
+    let i64s = |v: i64| Tensor::I64(ndarray::arr1(&[v]).into_dyn());
+    for (start, rows) in [
+        (1, [1.0, 2.0]),
+        (-3, [3.0, 4.0]),
+        (0, [0.0, 1.0]),
+        (5, [4.0, 5.0]),
+    ] {
+        let y = interp::run(&g, &[x.clone(), i64s(start), i64s(0)]).expect("runs");
+        let want: Vec<f64> = rows
+            .iter()
+            .flat_map(|&r| [2.0 * r, 2.0 * r + 1.0])
+            .collect();
+        assert_eq!(y[0].to_f64_vec(), want, "start {start}");
+    }
+    // ends from another input: the extent is not static, so the bounds must be known.
+    let path = run_time_slice(dir.path(), vec![], "other");
+    let msg = import_file(&path, &ImportOptions::default())
+        .expect_err("not static")
+        .to_string();
+    assert!(msg.contains("node `sl` (Slice)"), "{msg}");
+    assert!(
+        msg.contains("input 1 (starts) must be known at import time"),
+        "{msg}"
+    );
+    // ends = starts + 7 on an axis of 6.
+    let path = run_time_slice(
+        dir.path(),
+        vec![node("Add", "e", &["starts", "seven"], &["far"])],
+        "far",
+    );
+    let msg = import_file(&path, &ImportOptions::default())
+        .expect_err("too long")
+        .to_string();
+    assert!(
+        msg.contains("a run-time slice of 7 elements from axis 0 of extent 6"),
+        "{msg}"
+    );
 }

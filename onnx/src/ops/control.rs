@@ -5,8 +5,8 @@
 //! is never imported). One whose condition is computed at run time becomes the IR's `if`
 //! region op: each branch is imported as a region body, so only the taken branch runs and a
 //! branch may compute types the other never does (a rank-5 tensor for an LSTM, say). `Loop`
-//! (`M` and `cond` may be left out) becomes `loop` and `Scan` (opset 9 on; the
-//! batched opset-8 form is not supported) becomes `scan`. Names of the enclosing scopes that
+//! (`M` and `cond` may be left out) becomes `loop` and `Scan` becomes `scan` (the batched
+//! opset-8 form a `scan` over the batch whose body is the `scan` over the sequence). Names of the enclosing scopes that
 //! a subgraph uses become captured operands of the region op. Sequence- and optional-typed
 //! values (`test_if_seq`, `test_loop13_seq`, ...) are not supported, like everywhere else.
 
@@ -17,11 +17,13 @@ use super::{Node, Registry, input};
 use crate::import::Ctx;
 
 /// The input counts of this family's ops, as `(since opset, min, max)` rows, from the ONNX
-/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`].
+/// schemas (`onnx.defs` of onnx 1.23.2); see [`super::Arity`]. Opset-8 `Scan`'s schema
+/// says at least 2, but its first input (`sequence_lens`) is optional and may be left empty,
+/// which the positional check would refuse: its importer checks the count instead.
 pub(crate) const ARITY: &[(&str, &[Arity])] = &[
     ("If", &[(1, 1, 1)]),
     ("Loop", &[(1, 0, super::VARIADIC)]),
-    ("Scan", &[(9, 1, super::VARIADIC)]),
+    ("Scan", &[(8, 0, super::VARIADIC), (9, 1, super::VARIADIC)]),
 ];
 
 pub(crate) fn register(r: &mut Registry) {
@@ -53,7 +55,13 @@ pub(crate) fn register(r: &mut Registry) {
         }
     });
     r.add("Loop", 1, loop_region);
-    r.add("Scan", 9, scan_region);
+    r.add("Scan", 8, |cx, n| {
+        if cx.opset < 9 {
+            batched_scan_region(cx, n)
+        } else {
+            scan_region(cx, n)
+        }
+    });
 }
 
 fn subgraph<'a>(n: &Node<'a>, which: &str) -> Result<&'a crate::proto::GraphProto, String> {
@@ -351,6 +359,165 @@ fn scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
             output_axes,
             output_reverse,
             body,
+        })),
+        &operands,
+    )
+}
+
+/// Opset-8 `Scan`: inputs `sequence_lens` (optional), the state values and the scan inputs,
+/// every one with a leading batch axis (the scan inputs' sequence axis is axis 1); each batch
+/// entry is scanned on its own. It becomes two `scan` ops: one over the batch (every input a
+/// scan input along axis 0, no state) whose body holds the other, the opset-9 scan of one
+/// batch entry along its sequence (axis 0 of the slices), whose body is the model's. Only the
+/// full sequence lengths are supported: `sequence_lens` must be absent or all equal to the
+/// sequence extent.
+fn batched_scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    if cx.stack_depth() + 2 > tessera_ir::verify::MAX_REGION_DEPTH {
+        return Err(format!(
+            "subgraphs nest more than {} deep",
+            tessera_ir::verify::MAX_REGION_DEPTH
+        ));
+    }
+    let m = n
+        .attr_i("num_scan_inputs")?
+        .ok_or("attribute `num_scan_inputs` is required")?;
+    let all: Vec<ValueId> = (1..n.p.input.len())
+        .map(|i| input(cx, n, i))
+        .collect::<Result<_, _>>()?;
+    let m = usize::try_from(m)
+        .ok()
+        .filter(|&m| m >= 1 && m <= all.len())
+        .ok_or_else(|| {
+            format!(
+                "num_scan_inputs = {m} must be between 1 and the number of state and scan \
+                 inputs ({})",
+                all.len()
+            )
+        })?;
+    let state = all.len() - m;
+    // The batch extent, and the sequence extent of the scan inputs.
+    let mut batch: Option<Dim> = None;
+    let mut seq: Option<Dim> = None;
+    let mut formals = Vec::with_capacity(all.len());
+    for (j, &v) in all.iter().enumerate() {
+        let ty = cx.ty(v).clone();
+        let scanned = j >= state;
+        if ty.rank() < 1 + usize::from(scanned) {
+            return Err(format!(
+                "{} {j} ({ty}) needs a batch axis{}",
+                if scanned { "scan input" } else { "state value" },
+                if scanned { " and a sequence axis" } else { "" }
+            ));
+        }
+        for (have, d) in [(&mut batch, &ty.shape[0])]
+            .into_iter()
+            .chain(scanned.then_some((&mut seq, &ty.shape[1])))
+        {
+            match have {
+                Some(h) if h != d => {
+                    return Err(format!(
+                        "inputs disagree on the batch or sequence extent: {h} and {d}"
+                    ));
+                }
+                _ => *have = Some(d.clone()),
+            }
+        }
+        let skip = 1 + usize::from(scanned);
+        formals.push(TensorType::new(ty.elem, ty.shape[skip..].to_vec()));
+    }
+    let seq = seq.ok_or("no scan input")?;
+    if n.has_input(0) {
+        let lens = super::known_input(cx, n, 0)
+            .and_then(|t| super::tensor_ints(&t))
+            .ok_or("input 0 (sequence_lens) must be known at import time")?;
+        if lens.iter().any(|&l| Dim::Static(l as u64) != seq || l < 0) {
+            return Err(format!(
+                "sequence_lens {lens:?}: only the full sequence extent ({seq}) is supported"
+            ));
+        }
+    }
+    let reverse = match n.attr_ints("directions")? {
+        None => vec![false; m],
+        Some(d) if d.len() == m => d
+            .iter()
+            .map(|&x| match x {
+                0 => Ok(false),
+                1 => Ok(true),
+                _ => Err(format!("attribute `directions` holds {x}, not 0 or 1")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(d) => {
+            return Err(format!(
+                "attribute `directions` has {} entries, expected {m}",
+                d.len()
+            ));
+        }
+    };
+    let body_g = subgraph(n, "body")?;
+    let region = cx.import_region(body_g, "body", &formals, &[])?;
+    let k = region
+        .body
+        .outputs()
+        .len()
+        .checked_sub(state)
+        .ok_or_else(|| {
+            format!(
+                "body returns {} values, fewer than the {state} state values",
+                region.body.outputs().len()
+            )
+        })?;
+    for i in 0..state {
+        let after = region.body.ty(region.body.outputs()[i]);
+        if &formals[i] != after {
+            return Err(format!(
+                "state value {i} enters as {} but the body returns {after} (a state value must \
+                 keep its type)",
+                formals[i]
+            ));
+        }
+    }
+    // The body of the scan over the batch: one batch entry's state and sequences, and the
+    // captured values, scanned along the sequence.
+    let inner = Op::Scan(Box::new(ScanAttrs {
+        state,
+        input_axes: vec![0; m],
+        input_reverse: reverse,
+        output_axes: vec![0; k],
+        output_reverse: vec![false; k],
+        body: region.body,
+    }));
+    let mut outer_body = tessera_ir::Graph::new("batch");
+    let mut params = Vec::with_capacity(all.len() + region.captures.len());
+    for (j, &v) in all.iter().enumerate() {
+        let mut shape = cx.ty(v).shape.clone();
+        shape.remove(0);
+        params.push(outer_body.add_input(
+            Some(format!("entry_{j}")),
+            TensorType::new(cx.ty(v).elem, shape),
+        ));
+    }
+    for (j, &v) in region.captures.iter().enumerate() {
+        params.push(outer_body.add_input(Some(format!("captured_{j}")), cx.ty(v).clone()));
+    }
+    let types = {
+        let tys: Vec<&TensorType> = params.iter().map(|&v| outer_body.ty(v)).collect();
+        tessera_ir::infer::infer(&outer_body, &inner, &tys)
+            .map_err(|e| format!("scan: {}", e.message))?
+    };
+    let op = outer_body.push_op(inner, params, types);
+    outer_body.op_mut(op).loc = cx.loc().clone();
+    let results = outer_body.op(op).results.clone();
+    outer_body.set_outputs(results);
+    let mut operands = all.clone();
+    operands.extend(&region.captures);
+    cx.emit(
+        Op::Scan(Box::new(ScanAttrs {
+            state: 0,
+            input_axes: vec![0; all.len()],
+            input_reverse: vec![false; all.len()],
+            output_axes: vec![0; state + k],
+            output_reverse: vec![false; state + k],
+            body: outer_body,
         })),
         &operands,
     )

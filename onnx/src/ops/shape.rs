@@ -448,6 +448,14 @@ fn slice(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
             None,
         )
     } else {
+        if n.has_input(1)
+            && n.has_input(2)
+            && (known_input(cx, n, 1).is_none() || known_input(cx, n, 2).is_none())
+        {
+            if let Some(y) = dynamic_slice(cx, n, x)? {
+                return Ok(vec![y]);
+            }
+        }
         let opt = |cx: &mut Ctx<'_>, i, what| -> Result<Option<Vec<i64>>, String> {
             if n.has_input(i) {
                 const_ints(cx, n, i, what).map(Some)
@@ -500,6 +508,162 @@ fn slice(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
         steps: items.iter().map(|t| t.3).collect(),
     };
     Ok(vec![cx.emit1(op, &[x])?])
+}
+
+/// The most steps [`offset_from`] walks back through reshapes and constant additions.
+const MAX_OFFSET_WALK: usize = 32;
+
+/// `v` as `root + offset` (elementwise, `offset` the same for every element) when `v` is
+/// `root` passed through reshapes (Unsqueeze, Squeeze, Reshape) and additions or
+/// subtractions of a known scalar (or one-element) integer; `(v, 0)` when it is none of these.
+/// A bounded walk: no recursion.
+fn offset_from(cx: &mut Ctx<'_>, v: ValueId) -> (ValueId, i64) {
+    let (mut v, mut offset) = (v, 0i64);
+    for _ in 0..MAX_OFFSET_WALK {
+        let tessera_ir::ValueDef::Result(op, 0) = cx.g.value(v).def else {
+            break;
+        };
+        let (kind, operands) = {
+            let o = cx.g.op(op);
+            (o.op.clone(), o.operands.clone())
+        };
+        let known_scalar = |cx: &mut Ctx<'_>, w: ValueId| {
+            cx.known(w)
+                .and_then(|t| tensor_ints(&t))
+                .filter(|x| x.len() == 1)
+                .map(|x| x[0])
+        };
+        let next = match (kind, operands.as_slice()) {
+            (Op::Reshape { .. }, &[x]) => Some((x, 0)),
+            (Op::Binary(tessera_ir::BinaryOp::Add), &[a, b]) => {
+                match (known_scalar(cx, b), known_scalar(cx, a)) {
+                    (Some(c), _) if cx.ty(a).num_elements() == cx.ty(v).num_elements() => {
+                        Some((a, c))
+                    }
+                    (_, Some(c)) if cx.ty(b).num_elements() == cx.ty(v).num_elements() => {
+                        Some((b, c))
+                    }
+                    _ => None,
+                }
+            }
+            (Op::Binary(tessera_ir::BinaryOp::Sub), &[a, b])
+                if cx.ty(a).num_elements() == cx.ty(v).num_elements() =>
+            {
+                known_scalar(cx, b)
+                    .and_then(|c| c.checked_neg())
+                    .map(|c| (a, c))
+            }
+            _ => None,
+        };
+        match next.and_then(|(w, c)| offset.checked_add(c).map(|o| (w, o))) {
+            Some((w, o)) => (v, offset) = (w, o),
+            None => break,
+        }
+    }
+    (v, offset)
+}
+
+/// `Slice` whose starts or ends are computed at run time (a `Loop` body slicing at its
+/// iteration number). Static shapes need a static extent, so the ends must be the starts plus
+/// a constant `size` (`ends = starts + size`, through reshapes and additions of constants:
+/// [`offset_from`]), and the steps 1. Each axis becomes a `gather` of `start + 0..size`, the
+/// start normalized as ONNX does (negative counts from the end) and clamped to
+/// `[0, extent - size]`: where ONNX would return fewer than `size` elements (a window
+/// reaching past the axis), the window is moved inside the axis instead.
+/// `None` when the ends are not the starts plus a constant (the caller then asks for known
+/// bounds, as for every other slice).
+fn dynamic_slice(cx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId) -> Result<Option<ValueId>, String> {
+    let starts = input(cx, n, 1)?;
+    let ends = input(cx, n, 2)?;
+    let (s_root, s_off) = offset_from(cx, starts);
+    let (e_root, e_off) = offset_from(cx, ends);
+    if s_root != e_root {
+        return Ok(None);
+    }
+    let size = e_off - s_off;
+    let k = match cx.ty(starts).static_dims().as_deref() {
+        Some([k]) => usize::try_from(*k).map_err(|_| "starts is too long".to_string())?,
+        _ => {
+            return Err(format!(
+                "starts must be a 1-D tensor of static length, got {}",
+                cx.ty(starts)
+            ));
+        }
+    };
+    let rank = cx.ty(x).rank();
+    let axes = match known_input(cx, n, 3) {
+        Some(t) => tensor_ints(&t).ok_or("axes must be integers")?,
+        None if n.has_input(3) => return Err("input 3 (axes) must be known at import time".into()),
+        None => (0..k as i64).collect(),
+    };
+    if axes.len() != k {
+        return Err(format!(
+            "starts ({k}) and axes ({}) must have the same length",
+            axes.len()
+        ));
+    }
+    if n.has_input(4) {
+        let steps = const_ints(cx, n, 4, "steps")?;
+        if steps.iter().any(|&s| s != 1) {
+            return Err(format!(
+                "steps {steps:?} with starts computed at run time: only steps of 1 are supported"
+            ));
+        }
+    }
+    let mut seen = Vec::with_capacity(k);
+    let mut y = x;
+    for (i, &axis) in axes.iter().enumerate() {
+        let a = norm_axis(axis, rank)?;
+        if seen.contains(&a) {
+            return Err(format!("axes {axes:?} repeat an axis"));
+        }
+        seen.push(a);
+        let d = cx.ty(x).shape[a].as_static().ok_or_else(|| {
+            format!("slicing the symbolic axis {a} at run-time starts: bind it with --input-shape")
+        })?;
+        let d = i64::try_from(d).map_err(|_| format!("extent {d} is too large"))?;
+        if size < 1 || size > d {
+            return Err(format!(
+                "ends = starts + {size}: a run-time slice of {size} elements from axis {a} of \
+                 extent {d} (only 1 to {d} is supported)"
+            ));
+        }
+        // start_i as an i64 [1].
+        let s = if k == 1 {
+            starts
+        } else {
+            cx.emit1(
+                Op::Slice {
+                    axes: vec![0],
+                    starts: vec![i as i64],
+                    ends: vec![i as i64 + 1],
+                    steps: vec![1],
+                },
+                &[starts],
+            )?
+        };
+        let s = if cx.ty(s).elem == ElemType::I64 {
+            s
+        } else {
+            cx.emit1(Op::Cast { to: ElemType::I64 }, &[s])?
+        };
+        let zero = constant(cx, i64_tensor(&[0]));
+        let extent = constant(cx, i64_tensor(&[d]));
+        let negative = cx.emit1(Op::Binary(tessera_ir::BinaryOp::Less), &[s, zero])?;
+        let wrapped = cx.emit1(Op::Binary(tessera_ir::BinaryOp::Add), &[s, extent])?;
+        let s = cx.emit1(Op::Select, &[negative, wrapped, s])?;
+        let s = cx.emit1(
+            Op::Clip {
+                min: Some(0.0),
+                max: Some((d - size) as f64),
+            },
+            &[s],
+        )?;
+        let window = constant(cx, i64_tensor(&(0..size).collect::<Vec<_>>()));
+        let idx = cx.emit1(Op::Binary(tessera_ir::BinaryOp::Add), &[s, window])?;
+        y = cx.emit1(Op::Gather { axis: a }, &[y, idx])?;
+    }
+    Ok(Some(y))
 }
 
 fn pad(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
