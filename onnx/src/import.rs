@@ -284,6 +284,10 @@ pub(crate) struct Ctx<'p> {
     captures: Vec<ValueId>,
     /// For each captured enclosing value, the body input that receives it.
     captured: BTreeMap<ValueId, ValueId>,
+    /// Region levels the IR has between the graphs on `stack` that the stack does not show
+    /// (an opset-8 `Scan` puts its body two levels down: the scan over the batch, then the
+    /// one over the sequence), counted by [`Ctx::import_region`]'s depth limit.
+    pub(crate) extra_depth: usize,
 }
 
 /// The state of an enclosing graph while a region body is imported.
@@ -328,6 +332,7 @@ impl<'p> Ctx<'p> {
             stack: Vec::new(),
             captures: Vec::new(),
             captured: BTreeMap::new(),
+            extra_depth: 0,
         }
     }
 
@@ -729,7 +734,7 @@ impl<'p> Ctx<'p> {
         formals: &[TensorType],
         preset: &[ValueId],
     ) -> Result<ImportedRegion, String> {
-        if self.stack.len() + 1 > tessera_ir::verify::MAX_REGION_DEPTH {
+        if self.stack.len() + self.extra_depth + 1 > tessera_ir::verify::MAX_REGION_DEPTH {
             return Err(format!(
                 "subgraphs nest more than {} deep",
                 tessera_ir::verify::MAX_REGION_DEPTH
@@ -924,11 +929,6 @@ impl<'p> Ctx<'p> {
         };
         let bytes = ty.size_bytes().unwrap_or(u64::MAX);
         (bytes > self.fold_limit_bytes).then_some(bytes)
-    }
-
-    /// How many enclosing graphs wait while a region body is imported (0 at the top level).
-    pub(crate) fn stack_depth(&self) -> usize {
-        self.stack.len()
     }
 
     /// The location (model node) ops made now are given.

@@ -596,18 +596,18 @@ fn resize_model(mode: &str, size: i64) -> proto::Model {
 fn resize_tap_tables_are_bounded_before_they_are_built() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("resize.onnx");
-    // 2^23 nearest outputs or 2^21 cubic ones: tables of 2^24 and 2^23 taps, over the limit
-    // of 2^22. Before the limit, a tiny model like these took seconds and gigabytes to import.
+    // 2^20 nearest outputs or 2^19 cubic ones: tables of 2^21 taps, over the limit of 2^20.
+    // Before the limit, a tiny model like these took seconds and gigabytes to import.
     for (mode, size) in [
-        ("nearest", 1 << 23),
-        ("cubic", 1 << 21),
+        ("nearest", 1 << 20),
+        ("cubic", 1 << 19),
         ("linear", i64::MAX / 2),
     ] {
         proto::write(&path, &resize_model(mode, size));
         let msg = err(import_within(&path, Duration::from_secs(20)));
         assert!(msg.contains("node `rs` (Resize)"), "{mode}: {msg}");
         assert!(msg.contains("taps each"), "{mode}: {msg}");
-        assert!(msg.contains("4194304 taps"), "{mode}: {msg}");
+        assert!(msg.contains("1048576 taps"), "{mode}: {msg}");
     }
     // Within the limit the tables are built, and the resize runs.
     proto::write(&path, &resize_model("cubic", 10));

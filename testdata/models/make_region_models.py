@@ -14,8 +14,8 @@ loop_window: a Loop of 4 iterations whose body slices rows [i + 1, i + 3) of the
 extent 2), adds them into a carried [2, 3] sum and scans out each running sum.
 
 scan8_batched: an opset-8 Scan (batch axis first, per-entry sequences) over batch 2, with two
-state values and two scan inputs, the second read in reverse (directions = [0, 1]), and two
-scan outputs.
+state values and two scan inputs, the second read in reverse (directions = [0, 1]), two
+scan outputs, and a body that reads the outer initializer `bias` (a captured value).
 
 Deterministic: fixed seed, no metadata that changes between runs.
 """
@@ -152,7 +152,8 @@ def make_scan8_batched():
     rng = np.random.default_rng(1618)
     body = h.make_graph(
         [
-            h.make_node("Add", ["sum_in", "a"], ["sum_out"]),
+            h.make_node("Add", ["sum_in", "a"], ["sum_a"]),
+            h.make_node("Add", ["sum_a", "bias"], ["sum_out"]),
             h.make_node("Mul", ["prod_in", "b"], ["prod_out"]),
             h.make_node("Sub", ["sum_out", "b"], ["diff"]),
             h.make_node("Identity", ["prod_out"], ["prods"]),
@@ -178,7 +179,8 @@ def make_scan8_batched():
         [h.make_tensor_value_info("s", T.FLOAT, [batch, 3]),
          h.make_tensor_value_info("p", T.FLOAT, [batch, 3]),
          h.make_tensor_value_info("diffs", T.FLOAT, [batch, seq, 3]),
-         h.make_tensor_value_info("prods", T.FLOAT, [batch, seq, 3])])
+         h.make_tensor_value_info("prods", T.FLOAT, [batch, seq, 3])],
+        initializer=[nh.from_array(np.array([0.5, -1.0, 2.0], np.float32), "bias")])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 8)],
                          producer_name="tessera make_region_models.py")
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731

@@ -262,11 +262,17 @@ fn loop_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
     )
 }
 
-fn scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+/// A `Scan`'s state values and scan inputs (its inputs from `first` on) and the number of
+/// scan inputs, `num_scan_inputs`, checked against them.
+fn scan_operands(
+    cx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    first: usize,
+) -> Result<(Vec<ValueId>, usize), String> {
     let m = n
         .attr_i("num_scan_inputs")?
         .ok_or("attribute `num_scan_inputs` is required")?;
-    let all: Vec<ValueId> = (0..n.p.input.len())
+    let all: Vec<ValueId> = (first..n.p.input.len())
         .map(|i| input(cx, n, i))
         .collect::<Result<_, _>>()?;
     let m = usize::try_from(m)
@@ -274,10 +280,16 @@ fn scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
         .filter(|&m| m >= 1 && m <= all.len())
         .ok_or_else(|| {
             format!(
-                "num_scan_inputs = {m} must be between 1 and the number of inputs ({})",
+                "num_scan_inputs = {m} must be between 1 and the number of state and scan \
+                 inputs ({})",
                 all.len()
             )
         })?;
+    Ok((all, m))
+}
+
+fn scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let (all, m) = scan_operands(cx, n, 0)?;
     let state = all.len() - m;
     let (states, scans) = all.split_at(state);
     let axes_of = |key: &str, count: usize| -> Result<Vec<i64>, String> {
@@ -372,28 +384,7 @@ fn scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
 /// full sequence lengths are supported: `sequence_lens` must be absent or all equal to the
 /// sequence extent.
 fn batched_scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
-    if cx.stack_depth() + 2 > tessera_ir::verify::MAX_REGION_DEPTH {
-        return Err(format!(
-            "subgraphs nest more than {} deep",
-            tessera_ir::verify::MAX_REGION_DEPTH
-        ));
-    }
-    let m = n
-        .attr_i("num_scan_inputs")?
-        .ok_or("attribute `num_scan_inputs` is required")?;
-    let all: Vec<ValueId> = (1..n.p.input.len())
-        .map(|i| input(cx, n, i))
-        .collect::<Result<_, _>>()?;
-    let m = usize::try_from(m)
-        .ok()
-        .filter(|&m| m >= 1 && m <= all.len())
-        .ok_or_else(|| {
-            format!(
-                "num_scan_inputs = {m} must be between 1 and the number of state and scan \
-                 inputs ({})",
-                all.len()
-            )
-        })?;
+    let (all, m) = scan_operands(cx, n, 1)?;
     let state = all.len() - m;
     // The batch extent, and the sequence extent of the scan inputs.
     let mut batch: Option<Dim> = None;
@@ -430,7 +421,10 @@ fn batched_scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, S
         let lens = super::known_input(cx, n, 0)
             .and_then(|t| super::tensor_ints(&t))
             .ok_or("input 0 (sequence_lens) must be known at import time")?;
-        if lens.iter().any(|&l| Dim::Static(l as u64) != seq || l < 0) {
+        let batch = batch.as_ref().and_then(Dim::as_static);
+        if batch.is_some_and(|b| b != lens.len() as u64)
+            || lens.iter().any(|&l| l < 0 || Dim::Static(l as u64) != seq)
+        {
             return Err(format!(
                 "sequence_lens {lens:?}: only the full sequence extent ({seq}) is supported"
             ));
@@ -454,7 +448,12 @@ fn batched_scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, S
         }
     };
     let body_g = subgraph(n, "body")?;
-    let region = cx.import_region(body_g, "body", &formals, &[])?;
+    // The body sits two region levels down: inside the scan over the batch and the one over
+    // the sequence.
+    cx.extra_depth += 1;
+    let region = cx.import_region(body_g, "body", &formals, &[]);
+    cx.extra_depth -= 1;
+    let region = region?;
     let k = region
         .body
         .outputs()

@@ -566,10 +566,14 @@ fn offset_from(cx: &mut Ctx<'_>, v: ValueId) -> (ValueId, i64) {
 /// `Slice` whose starts or ends are computed at run time (a `Loop` body slicing at its
 /// iteration number). Static shapes need a static extent, so the ends must be the starts plus
 /// a constant `size` (`ends = starts + size`, through reshapes and additions of constants:
-/// [`offset_from`]), and the steps 1. Each axis becomes a `gather` of `start + 0..size`, the
-/// start normalized as ONNX does (negative counts from the end) and clamped to
-/// `[0, extent - size]`: where ONNX would return fewer than `size` elements (a window
-/// reaching past the axis), the window is moved inside the axis instead.
+/// [`offset_from`]), and the steps 1. Each axis becomes a `gather` of `start + 0..size`, a
+/// negative start counted from the end (`start + extent`) and the start then clamped to
+/// `[0, extent - size]`. That is ONNX's answer whenever ONNX returns `size` elements; where
+/// it returns fewer, a static extent cannot hold the answer and tessera's differs: a start
+/// past `extent - size` gives the last `size` elements (ONNX: the rest of the axis), and a
+/// start in `[-size, -1]`, whose end `start + size` is not negative and so is not counted
+/// from the end, gives the window from `start + extent` moved inside the axis (ONNX: an
+/// empty or shorter slice).
 /// `None` when the ends are not the starts plus a constant (the caller then asks for known
 /// bounds, as for every other slice).
 fn dynamic_slice(cx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId) -> Result<Option<ValueId>, String> {
@@ -580,7 +584,9 @@ fn dynamic_slice(cx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId) -> Result<Option<Va
     if s_root != e_root {
         return Ok(None);
     }
-    let size = e_off - s_off;
+    let Some(size) = e_off.checked_sub(s_off) else {
+        return Ok(None);
+    };
     let k = match cx.ty(starts).static_dims().as_deref() {
         Some([k]) => usize::try_from(*k).map_err(|_| "starts is too long".to_string())?,
         _ => {
@@ -659,7 +665,8 @@ fn dynamic_slice(cx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId) -> Result<Option<Va
             },
             &[s],
         )?;
-        let window = constant(cx, i64_tensor(&(0..size).collect::<Vec<_>>()));
+        // 0..size: a constant within the fold limit, else a `range` op.
+        let window = super::iota(cx, size as u64, 0, 1)?;
         let idx = cx.emit1(Op::Binary(tessera_ir::BinaryOp::Add), &[s, window])?;
         y = cx.emit1(Op::Gather { axis: a }, &[y, idx])?;
     }
@@ -1194,10 +1201,11 @@ fn taps_per_output(spec: &ResizeSpec, scale: f64) -> f64 {
 }
 
 /// The most taps (outputs times taps per output) a resize builds for one axis. Its index and
-/// weight tables become constants of the graph (32 MiB each at this limit, far below the fold
+/// weight tables become constants of the graph (8 MiB each at this limit, far below the fold
 /// limit); a resize past it is refused at its node instead of taking seconds and gigabytes to
-/// import (found by fuzzing). An axis of a million outputs with cubic taps fits.
-const MAX_RESIZE_TAPS: f64 = (1u64 << 22) as f64;
+/// import (found by fuzzing; at 2^22 taps an import still took a second). An axis of 262,144
+/// outputs with cubic taps, or 524,288 with linear or nearest ones, fits.
+const MAX_RESIZE_TAPS: f64 = (1u64 << 20) as f64;
 
 fn axis_taps(
     spec: &ResizeSpec,

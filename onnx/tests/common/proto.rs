@@ -144,6 +144,8 @@ pub struct Entry {
 pub const FLOAT: i32 = 1;
 /// `TensorProto.DataType.BOOL`.
 pub const BOOL: i32 = 9;
+/// int32.
+pub const INT32: i32 = 6;
 /// int64.
 pub const INT64: i32 = 7;
 /// string.
