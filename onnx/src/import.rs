@@ -16,6 +16,9 @@ use crate::{IR_VERSION_RANGE, ImportError, ImportOptions, MAX_RANK, OPSET_RANGE,
 /// Results with at most this many elements are folded when every operand is known.
 pub(crate) const FOLD_LIMIT: u64 = 1 << 16;
 
+/// The most ops [`Ctx::evaluate_specialized`] evaluates for one value.
+const MAX_SPECIALIZED_OPS: usize = 256;
+
 /// Imports an ONNX model file; external data files are resolved next to it.
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
     let data = decode::map_file(path).map_err(|source| ImportError::Io {
@@ -893,9 +896,82 @@ impl<'p> Ctx<'p> {
             Slot::Init(ty, data) => Tensor::from_typed_le_bytes(ty, data).ok(),
             Slot::Value(v) => {
                 let v = *v;
-                self.known(v).or_else(|| self.input_values.get(&v).cloned())
+                self.known(v)
+                    .or_else(|| self.input_values.get(&v).cloned())
+                    .or_else(|| self.evaluate_specialized(v))
             }
         }
+    }
+
+    /// The contents of `v` computed from graph inputs' specialization values
+    /// ([`ImportOptions::input_values`]) and constants, for an operator that needs them at
+    /// import time (pads computed as `max(shape(x), shape_input) - shape(x)`): the ops that
+    /// make `v` are evaluated with the interpreter, the graph is left as it is (the inputs are
+    /// never folded into other computations). `None` when `v` depends on an input without a
+    /// value, on a region op, on a tensor over [`FOLD_LIMIT`] elements, or on more than
+    /// [`MAX_SPECIALIZED_OPS`] ops. An explicit stack: no recursion.
+    fn evaluate_specialized(&mut self, v: ValueId) -> Option<Tensor> {
+        if self.input_values.is_empty() {
+            return None;
+        }
+        let mut done: BTreeMap<ValueId, Tensor> = BTreeMap::new();
+        let mut stack = vec![v];
+        let mut visits = 0usize;
+        while let Some(&top) = stack.last() {
+            if done.contains_key(&top) {
+                stack.pop();
+                continue;
+            }
+            if let Some(t) = self
+                .known(top)
+                .or_else(|| self.input_values.get(&top).cloned())
+            {
+                done.insert(top, t);
+                stack.pop();
+                continue;
+            }
+            let tessera_ir::ValueDef::Result(op, _) = self.g.value(top).def else {
+                return None;
+            };
+            let data = self.g.op(op);
+            if !data.op.regions().is_empty()
+                || data
+                    .results
+                    .iter()
+                    .any(|&r| !self.g.ty(r).num_elements().is_some_and(|n| n <= FOLD_LIMIT))
+            {
+                return None;
+            }
+            let missing: Vec<ValueId> = data
+                .operands
+                .iter()
+                .copied()
+                .filter(|w| !done.contains_key(w))
+                .collect();
+            if missing.is_empty() {
+                let inputs: Vec<&Tensor> = data.operands.iter().map(|w| &done[w]).collect();
+                let limit = tessera_ir::interp::RunOptions {
+                    memory_limit: self.fold_limit_bytes,
+                };
+                let outs = tessera_ir::interp::eval_op_limited(
+                    &data.op,
+                    &inputs,
+                    &tessera_ir::interp::Bindings::new(),
+                    &limit,
+                )
+                .ok()?;
+                let results = data.results.clone();
+                done.extend(results.into_iter().zip(outs));
+                stack.pop();
+            } else {
+                visits += 1;
+                if visits > MAX_SPECIALIZED_OPS {
+                    return None;
+                }
+                stack.extend(missing);
+            }
+        }
+        done.remove(&v)
     }
 
     /// Like [`Ctx::known_name`], but never a graph input's specialization value

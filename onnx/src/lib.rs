@@ -58,7 +58,8 @@ pub struct ImportOptions {
     pub input_shapes: BTreeMap<String, Vec<u64>>,
     /// Values for graph inputs, by name, used only where an operator needs an input's
     /// contents at import time (a reshape's shape, reduction axes, pads, `k` of top-k,
-    /// resize scales): the import is specialized for those values, as an ahead-of-time
+    /// resize scales), directly or through ops that compute it from them (evaluated for
+    /// that operator only): the import is specialized for those values, as an ahead-of-time
     /// compiler specializes shapes. The inputs stay graph inputs (their shapes become the
     /// given values' shapes) and are never folded into other computations.
     pub input_values: BTreeMap<String, tessera_ir::Tensor>,

@@ -781,7 +781,14 @@ fn constant_op(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
 }
 
 fn range(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
-    let operands = [input(cx, n, 0)?, input(cx, n, 1)?, input(cx, n, 2)?];
+    let mut operands = [input(cx, n, 0)?, input(cx, n, 1)?, input(cx, n, 2)?];
+    // The schema says scalars; ONNX's reference implementation (and its own expanded
+    // functions, AffineGrid's) also passes one-element tensors, which become scalars.
+    for v in &mut operands {
+        if cx.ty(*v).rank() > 0 && cx.ty(*v).num_elements() == Some(1) {
+            *v = reshape_to(cx, *v, Vec::new())?;
+        }
+    }
     let known: Vec<Option<Tensor>> = (0..3).map(|i| known_input(cx, n, i)).collect();
     let size = match known.as_slice() {
         [Some(s), Some(l), Some(d)] => {
