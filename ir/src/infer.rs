@@ -69,6 +69,8 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             same_elem(operands)?;
             if b.is_logical() {
                 require_elem(x, 0, |e| e == ElemType::Bool, "bool")?;
+            } else if b.is_shift() {
+                require_elem(x, 0, |e| e.is_int(), "an integer type")?;
             } else if *b != BinaryOp::Equal {
                 require_numeric(x, 0)?;
             }

@@ -575,6 +575,13 @@ pub enum BinaryOp {
     Greater,
     /// `x >= y`, bool result.
     GreaterEqual,
+    /// `x << y` on integers: the bits of `x` moved left by `y` (bits past the top, the sign
+    /// bit included, are dropped); 0 when `y` is negative or at least the type's bit width.
+    ShiftLeft,
+    /// `x >> y` on integers: arithmetic (sign-extending) for signed types, logical for
+    /// unsigned ones; when `y` is negative or at least the bit width, what the sign alone
+    /// gives: -1 for a negative `x`, else 0.
+    ShiftRight,
 }
 
 impl BinaryOp {
@@ -593,6 +600,11 @@ impl BinaryOp {
     /// True for the logical ops, whose operands must be bool.
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+
+    /// True for the bit shifts, whose operands must be integers.
+    pub fn is_shift(self) -> bool {
+        matches!(self, BinaryOp::ShiftLeft | BinaryOp::ShiftRight)
     }
 }
 
@@ -898,11 +910,13 @@ impl BinaryOp {
             BinaryOp::LessEqual => "less-equal",
             BinaryOp::Greater => "greater",
             BinaryOp::GreaterEqual => "greater-equal",
+            BinaryOp::ShiftLeft => "shift-left",
+            BinaryOp::ShiftRight => "shift-right",
         }
     }
 
     /// Every binary op.
-    pub const ALL: [BinaryOp; 18] = [
+    pub const ALL: [BinaryOp; 20] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -921,6 +935,8 @@ impl BinaryOp {
         BinaryOp::LessEqual,
         BinaryOp::Greater,
         BinaryOp::GreaterEqual,
+        BinaryOp::ShiftLeft,
+        BinaryOp::ShiftRight,
     ];
 }
 

@@ -311,6 +311,44 @@ fn binary_integer_semantics() {
 }
 
 #[test]
+fn shifts_follow_onnx_bitshift() {
+    // Within the width: wrapping left shifts (bits past the sign bit are dropped), arithmetic
+    // right shifts on signed types, logical ones on unsigned types.
+    check(
+        bin(BinaryOp::ShiftLeft),
+        &[i32t(&[3], &[1, -8, 1 << 30]), i32t(&[3], &[4, 1, 1])],
+        i32t(&[3], &[16, -16, i32::MIN]),
+    );
+    check(
+        bin(BinaryOp::ShiftRight),
+        &[i32t(&[3], &[-8, -1, 64]), i32t(&[3], &[1, 1, 3])],
+        i32t(&[3], &[-4, -1, 8]),
+    );
+    check(
+        bin(BinaryOp::ShiftRight),
+        &[u8t(&[2], &[255, 128]), u8t(&[2], &[1, 7])],
+        u8t(&[2], &[127, 1]),
+    );
+    // A negative amount or one of the width or more: 0, or -1 for a right shift of a
+    // negative value.
+    check(
+        bin(BinaryOp::ShiftLeft),
+        &[i64t(&[3], &[5, 5, -1]), i64t(&[3], &[-1, 64, 100])],
+        i64t(&[3], &[0, 0, 0]),
+    );
+    check(
+        bin(BinaryOp::ShiftRight),
+        &[i32t(&[4], &[-8, 8, -8, 8]), i32t(&[4], &[32, 32, -1, -1])],
+        i32t(&[4], &[-1, 0, -1, 0]),
+    );
+    check(
+        bin(BinaryOp::ShiftLeft),
+        &[u8t(&[2], &[1, 1]), u8t(&[2], &[7, 8])],
+        u8t(&[2], &[128, 0]),
+    );
+}
+
+#[test]
 fn binary_float_semantics() {
     let x = |v: &[f32]| f32t(&[v.len()], v);
     check(
@@ -411,6 +449,11 @@ fn binary_logical_and_comparisons() {
 
 #[test]
 fn binary_errors() {
+    check_err(
+        bin(BinaryOp::ShiftLeft),
+        &[f32t(&[1], &[1.0]), f32t(&[1], &[1.0])],
+        "shift-left: shifts need integer operands",
+    );
     check_err(
         bin(BinaryOp::Div),
         &[i32t(&[2], &[1, 2]), i32t(&[2], &[1, 0])],

@@ -938,7 +938,7 @@ impl<'p> Ctx<'p> {
                 || data
                     .results
                     .iter()
-                    .any(|&r| !self.g.ty(r).num_elements().is_some_and(|n| n <= FOLD_LIMIT))
+                    .any(|&r| self.g.ty(r).num_elements().is_none_or(|n| n > FOLD_LIMIT))
             {
                 return None;
             }

@@ -267,7 +267,9 @@ fn binary_weight(op: BinaryOp) -> f64 {
         | BinaryOp::Less
         | BinaryOp::LessEqual
         | BinaryOp::Greater
-        | BinaryOp::GreaterEqual => 1.0,
+        | BinaryOp::GreaterEqual
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRight => 1.0,
     }
 }
 

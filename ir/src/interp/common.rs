@@ -198,6 +198,10 @@ pub(crate) trait Num: AnyElem {
     fn cmod(self, o: Self) -> Option<Self>;
     /// Power; `None` for a negative integer exponent.
     fn npow(self, o: Self) -> Option<Self>;
+    /// `self << o` as [`crate::BinaryOp::ShiftLeft`] defines it; `None` for floats.
+    fn shl(self, o: Self) -> Option<Self>;
+    /// `self >> o` as [`crate::BinaryOp::ShiftRight`] defines it; `None` for floats.
+    fn shr(self, o: Self) -> Option<Self>;
     /// NaN test (false for integers).
     fn is_nan(self) -> bool;
     /// Smallest value (-inf for floats).
@@ -384,6 +388,26 @@ macro_rules! impl_int {
                 }
                 Some(acc)
             }
+            #[allow(unused_comparisons)]
+            fn shl(self, o: Self) -> Option<Self> {
+                let inside = o >= 0 && (o as i128) < i128::from(<$t>::BITS);
+                Some(if inside {
+                    self.wrapping_shl(o as u32)
+                } else {
+                    0
+                })
+            }
+            #[allow(unused_comparisons)]
+            fn shr(self, o: Self) -> Option<Self> {
+                let inside = o >= 0 && (o as i128) < i128::from(<$t>::BITS);
+                Some(if inside {
+                    self >> (o as u32)
+                } else if self < 0 {
+                    (0 as $t).wrapping_sub(1)
+                } else {
+                    0
+                })
+            }
             fn is_nan(self) -> bool {
                 false
             }
@@ -503,6 +527,12 @@ macro_rules! impl_float {
             }
             fn npow(self, o: Self) -> Option<Self> {
                 Some(self.powf(o))
+            }
+            fn shl(self, _: Self) -> Option<Self> {
+                None
+            }
+            fn shr(self, _: Self) -> Option<Self> {
+                None
             }
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)

@@ -213,6 +213,8 @@ fn arith<T: Num>(op: BinaryOp, a: &ArrayD<T>, b: &ArrayD<T>) -> R<ArrayD<T>> {
         BinaryOp::Max => zip2(a, b, T::max_nan),
         BinaryOp::Min => zip2(a, b, T::min_nan),
         BinaryOp::Prelu => zip2(a, b, |x, s| if x >= T::zero() { x } else { s.wmul(x) }),
+        BinaryOp::ShiftLeft => try_zip2(a, b, "shifts need integer operands", T::shl),
+        BinaryOp::ShiftRight => try_zip2(a, b, "shifts need integer operands", T::shr),
         _ => bail!("internal: {} is not arithmetic", op.name()),
     }
 }

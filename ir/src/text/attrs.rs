@@ -23,7 +23,7 @@ pub const OP_NAMES: &[&str] = &[
     "softplus", "softsign", "mish", "hard-swish", "gelu", "elu", "leaky-relu", "selu",
     "hard-sigmoid", "not", "is-nan", "add", "sub", "mul", "div", "pow", "mod", "fmod", "max",
     "min", "prelu", "and", "or", "xor", "equal", "less", "less-equal", "greater", "greater-equal",
-    "select", "cast", "clip", "matmul", "gemm", "conv", "conv-transpose", "max-pool", "avg-pool",
+    "shift-left", "shift-right", "select", "cast", "clip", "matmul", "gemm", "conv", "conv-transpose", "max-pool", "avg-pool",
     "reduce-sum", "reduce-mean", "reduce-max", "reduce-min", "reduce-prod", "reduce-l1",
     "reduce-l2", "reduce-log-sum-exp", "reduce-sum-square", "argmax", "argmin", "softmax",
     "log-softmax", "cumsum", "layer-norm", "batch-norm", "instance-norm", "lrn", "reshape",

@@ -361,7 +361,33 @@ pub fn binary(b: &mut Body, op: &BinaryOp, e: ElemType, x: &str, y: &str) -> LRe
         B::LessEqual => cmp(b, e, "le", x, y),
         B::Greater => cmp(b, e, "gt", x, y),
         B::GreaterEqual => cmp(b, e, "ge", x, y),
+        B::ShiftLeft | B::ShiftRight => shift(b, *op, e, x, y),
     })
+}
+
+/// `x << y` or `x >> y` (integers) as [`BinaryOp::ShiftLeft`] and [`BinaryOp::ShiftRight`]
+/// define them. MLIR's shifts are poison for amounts of the bit width or more, so the amount
+/// is made valid first: `inside` is `y < width` unsigned (a negative `y` reads as a huge
+/// unsigned one); outside it, an arithmetic right shift by `width - 1` gives what the sign
+/// alone gives (-1 or 0), and the other shifts give 0.
+fn shift(b: &mut Body, op: BinaryOp, e: ElemType, x: &str, y: &str) -> String {
+    let ty = elem(e);
+    let width = b.scalar(e, f64::from(int_width(e)));
+    let inside = b.assign(format!("arith.cmpi ult, {y}, {width} : {ty}"));
+    let zero = b.scalar(e, 0.0);
+    if op == BinaryOp::ShiftRight && !is_unsigned(e) {
+        let top = b.scalar(e, f64::from(int_width(e) - 1));
+        let amount = select(b, &inside, y, &top, e);
+        return b.assign(format!("arith.shrsi {x}, {amount} : {ty}"));
+    }
+    let amount = select(b, &inside, y, &zero, e);
+    let f = if op == BinaryOp::ShiftLeft {
+        "shli"
+    } else {
+        "shrui"
+    };
+    let r = b.assign(format!("arith.{f} {x}, {amount} : {ty}"));
+    select(b, &inside, &r, &zero, e)
 }
 
 /// Integer power by squaring with wrapping products, over every bit of the exponent (an

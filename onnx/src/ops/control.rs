@@ -465,13 +465,17 @@ fn batched_scan_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, S
                 region.body.outputs().len()
             )
         })?;
-    for i in 0..state {
-        let after = region.body.ty(region.body.outputs()[i]);
-        if &formals[i] != after {
+    for (i, (before, &out)) in formals
+        .iter()
+        .zip(region.body.outputs())
+        .enumerate()
+        .take(state)
+    {
+        let after = region.body.ty(out);
+        if before != after {
             return Err(format!(
-                "state value {i} enters as {} but the body returns {after} (a state value must \
-                 keep its type)",
-                formals[i]
+                "state value {i} enters as {before} but the body returns {after} (a state \
+                 value must keep its type)"
             ));
         }
     }

@@ -22,6 +22,7 @@ pub(crate) const ARITY: &[(&str, &[Arity])] = &[
     ("Asinh", &[(9, 1, 1)]),
     ("Atan", &[(7, 1, 1)]),
     ("Atanh", &[(9, 1, 1)]),
+    ("BitShift", &[(11, 2, 2)]),
     ("Cast", &[(1, 1, 1)]),
     ("CastLike", &[(15, 2, 2)]),
     ("Ceil", &[(1, 1, 1)]),
@@ -237,6 +238,20 @@ pub(crate) fn register(r: &mut Registry) {
                 BinaryOp::Fmod
             },
         )
+    });
+
+    r.add("BitShift", 11, |cx, n| {
+        let op = match n.attr_s("direction")?.as_deref() {
+            Some("LEFT") => BinaryOp::ShiftLeft,
+            Some("RIGHT") => BinaryOp::ShiftRight,
+            Some(d) => {
+                return Err(format!(
+                    "direction = \"{d}\" is not one of \"LEFT\", \"RIGHT\""
+                ));
+            }
+            None => return Err("attribute `direction` is required".into()),
+        };
+        binary(cx, n, op)
     });
 
     r.add("Sum", 1, |cx, n| variadic(cx, n, BinaryOp::Add));

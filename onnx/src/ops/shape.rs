@@ -451,10 +451,9 @@ fn slice(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
         if n.has_input(1)
             && n.has_input(2)
             && (known_input(cx, n, 1).is_none() || known_input(cx, n, 2).is_none())
+            && let Some(y) = dynamic_slice(cx, n, x)?
         {
-            if let Some(y) = dynamic_slice(cx, n, x)? {
-                return Ok(vec![y]);
-            }
+            return Ok(vec![y]);
         }
         let opt = |cx: &mut Ctx<'_>, i, what| -> Result<Option<Vec<i64>>, String> {
             if n.has_input(i) {
