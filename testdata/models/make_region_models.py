@@ -73,16 +73,7 @@ def make_if_rank5():
                      nh.from_array(i64([0]), "axes0")])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)],
                          producer_name="tessera make_region_models.py")
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    folder = os.path.join(OUT, "if_rank5")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "model.onnx")
-    onnx.save(model, path)
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    folder, sess = save_model("if_rank5", model)
     x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
     x_pos = np.abs(x)
     x_neg = -np.abs(x)
@@ -91,10 +82,9 @@ def make_if_rank5():
         np.save(os.path.join(folder, f"input_x_{name}.npy"), data)
         np.save(os.path.join(folder, f"output_y_{name}.npy"), y)
 
-
-
-def save_with_outputs(name, model, inputs):
-    """Checks and saves `model` into regions/NAME with its inputs and onnxruntime outputs."""
+def save_model(name, model):
+    """Checks and saves `model` as regions/NAME/model.onnx; returns the folder and an
+    onnxruntime session of it (one thread)."""
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     folder = os.path.join(OUT, name)
@@ -103,7 +93,12 @@ def save_with_outputs(name, model, inputs):
     onnx.save(model, path)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return folder, ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def save_with_outputs(name, model, inputs):
+    """Saves `model` into regions/NAME with its inputs and onnxruntime outputs."""
+    folder, sess = save_model(name, model)
     outs = sess.run(None, inputs)
     for k, v in inputs.items():
         np.save(os.path.join(folder, f"input_{k}.npy"), v)
