@@ -1912,6 +1912,26 @@ fn shape_size_fill_range() {
 // ---------------------------------------------------------------- indexing
 
 #[test]
+fn a_gather_with_an_empty_result_does_not_loop_over_its_other_extents() {
+    // [2^32, 4, 0] along axis 1: nothing to gather, but 2^34 (row, index) pairs; before the
+    // early return the interpreter walked them all (found by fuzzing, through Upsample).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let x = tessera_ir::Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[1 << 32, 4, 0])));
+        let idx = i64t(&[4], &[3, 2, 1, 0]);
+        let _ = tx.send(tessera_ir::interp::eval_op(
+            &Op::Gather { axis: 1 },
+            &[&x, &idx],
+        ));
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the gather finishes at once")
+        .expect("runs");
+    assert_eq!(out[0].shape(), &[1 << 32, 4, 0]);
+}
+
+#[test]
 fn gathers() {
     let data = f32t(&[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     check(
