@@ -429,6 +429,68 @@ fn one_hot_with_a_huge_depth_is_not_built_at_import() {
 }
 
 #[test]
+fn one_hot_positions_past_the_small_table_size_are_a_range_op() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("onehot.onnx");
+    // 2^26 positions fit the 1 GiB fold limit (512 MiB), but building them took seconds at
+    // import (found by fuzzing): past 2^16 elements they are a `range` op, computed when the
+    // model runs, and the result is the same.
+    proto::write(&path, &one_hot_model(1 << 26));
+    let g = import(&path).expect("imports");
+    assert!(largest_constant(&g) < 1 << 20, "no table was built");
+    assert!(
+        g.ops()
+            .iter()
+            .any(|&o| matches!(g.op(o).op, Op::Range { .. })),
+        "the positions are a range op"
+    );
+    proto::write(&path, &one_hot_model(70_000));
+    let g = import(&path).expect("imports");
+    let y = tessera_ir::interp::run(&g, &[i64_tensor(&[3], vec![5, -1, 69_999])]).expect("run");
+    let y = y[0].to_f64_vec();
+    assert_eq!(y.iter().sum::<f64>(), 3.0);
+    assert_eq!(
+        (y[5], y[70_000 + 69_999], y[140_000 + 69_999]),
+        (1.0, 1.0, 1.0)
+    );
+}
+
+#[test]
+fn an_rnn_hidden_size_must_be_rs_last_extent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lstm.onnx");
+    // X [1, 1, 2], W [1, 4, 2], R [1, 4, 1]: hidden size 1. An attribute of 2^62 overflowed
+    // the gate sizes computed from it (found by fuzzing).
+    for (hidden, ok) in [(1, true), (2, false), (1 << 62, false)] {
+        let mut n = node("LSTM", "lstm", &["x", "w", "r"], &["y"]);
+        n.attribute = vec![attr_i("hidden_size", hidden)];
+        let mut g = graph(
+            "lstm",
+            vec![n],
+            vec![value("x", FLOAT, &["1", "1", "2"])],
+            vec![value("y", FLOAT, &["1", "1", "1", "1"])],
+        );
+        g.initializer.push(float_init("w", &[1, 4, 2], &[0.5; 8]));
+        g.initializer.push(float_init("r", &[1, 4, 1], &[0.25; 4]));
+        proto::write(&path, &model(14, g));
+        match import(&path) {
+            Ok(_) => assert!(ok, "hidden_size {hidden} imported"),
+            Err(e) => {
+                assert!(!ok, "hidden_size {hidden}: {e}");
+                let msg = e.to_string();
+                assert!(msg.contains("node `lstm` (LSTM)"), "{msg}");
+                assert!(
+                    msg.contains(&format!(
+                        "attribute `hidden_size` is {hidden}, but R's last extent is 1"
+                    )),
+                    "{msg}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn the_fold_limit_is_an_option_and_ops_compute_the_same_table() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("onehot.onnx");
@@ -596,7 +658,7 @@ fn resize_model(mode: &str, size: i64) -> proto::Model {
 fn resize_tap_tables_are_bounded_before_they_are_built() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("resize.onnx");
-    // 2^20 nearest outputs or 2^19 cubic ones: tables of 2^21 taps, over the limit of 2^20.
+    // 2^20 nearest outputs or 2^19 cubic ones: tables of 2^21 taps, over the limit of 2^18.
     // Before the limit, a tiny model like these took seconds and gigabytes to import.
     for (mode, size) in [
         ("nearest", 1 << 20),
@@ -607,7 +669,7 @@ fn resize_tap_tables_are_bounded_before_they_are_built() {
         let msg = err(import_within(&path, Duration::from_secs(20)));
         assert!(msg.contains("node `rs` (Resize)"), "{mode}: {msg}");
         assert!(msg.contains("taps each"), "{mode}: {msg}");
-        assert!(msg.contains("1048576 taps"), "{mode}: {msg}");
+        assert!(msg.contains("262144 taps"), "{mode}: {msg}");
     }
     // Within the limit the tables are built, and the resize runs.
     proto::write(&path, &resize_model("cubic", 10));

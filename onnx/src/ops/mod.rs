@@ -461,9 +461,11 @@ pub(crate) fn constant(cx: &mut Ctx<'_>, t: Tensor) -> ValueId {
 }
 
 /// An i64 `0..len` laid along axis `axis` of a rank-`rank` tensor (extent 1 elsewhere): a
-/// constant when it fits [`crate::ImportOptions::fold_limit_bytes`], else a `range` op
-/// (reshaped), so that a table as long as an extent the model controls (a `OneHot` depth, an
-/// `EyeLike` shape) is never built at import.
+/// constant when it is small (at most [`crate::import::FOLD_LIMIT`] elements, within
+/// [`crate::ImportOptions::fold_limit_bytes`]), else a `range` op (reshaped), so that a table
+/// as long as an extent the model controls (a `OneHot` depth, an `EyeLike` shape) is never
+/// built at import: the op computes it when the model runs (a `OneHot` of depth 2^27 built a
+/// 1 GiB constant for seconds: found by fuzzing).
 pub(crate) fn iota(
     cx: &mut Ctx<'_>,
     len: u64,
@@ -472,7 +474,7 @@ pub(crate) fn iota(
 ) -> Result<ValueId, String> {
     let extent = usize::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
     let end = i64::try_from(len).map_err(|_| format!("extent {len} is too large"))?;
-    if cx.fits_fold_limit_count(len, ElemType::I64) {
+    if len <= crate::import::FOLD_LIMIT && cx.fits_fold_limit_count(len, ElemType::I64) {
         let mut shape = vec![1usize; rank];
         shape[axis] = extent;
         let data = (0..end).collect::<Vec<_>>();

@@ -257,6 +257,17 @@ fn recurrent(cx: &mut Ctx<'_>, n: &Node<'_>, cell: Cell) -> Result<Vec<ValueId>,
             .as_static()
             .ok_or("the hidden size (last extent of R) is symbolic")?,
     };
+    // R is [dirs, gates * hidden, hidden]: its last extent bounds the hidden size (an
+    // attribute of 2^62 overflowed the gate sizes computed from it: found by fuzzing).
+    match cx.ty(r).shape[2].as_static() {
+        Some(e) if e == hidden => {}
+        Some(e) => {
+            return Err(format!(
+                "attribute `hidden_size` is {hidden}, but R's last extent is {e}"
+            ));
+        }
+        None => return Err("the hidden size (last extent of R) is symbolic".into()),
+    }
     // Sequence lengths: none, all equal to the sequence length, or a per-batch mask.
     let lens = match opt_input(cx, n, 4)? {
         Some(lens) => match super::known_input(cx, n, 4)

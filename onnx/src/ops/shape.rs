@@ -1207,11 +1207,12 @@ fn taps_per_output(spec: &ResizeSpec, scale: f64) -> f64 {
 }
 
 /// The most taps (outputs times taps per output) a resize builds for one axis. Its index and
-/// weight tables become constants of the graph (8 MiB each at this limit, far below the fold
+/// weight tables become constants of the graph (2 MiB each at this limit, far below the fold
 /// limit); a resize past it is refused at its node instead of taking seconds and gigabytes to
-/// import (found by fuzzing; at 2^22 taps an import still took a second). An axis of 262,144
-/// outputs with cubic taps, or 524,288 with linear or nearest ones, fits.
-const MAX_RESIZE_TAPS: f64 = (1u64 << 20) as f64;
+/// import (found by fuzzing; at 2^22 taps an import still took a second, at 2^20 half of
+/// one). An axis of 65,536 outputs with cubic taps, or 131,072 with linear or nearest ones,
+/// fits.
+const MAX_RESIZE_TAPS: f64 = (1u64 << 18) as f64;
 
 fn axis_taps(
     spec: &ResizeSpec,
