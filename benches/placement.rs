@@ -412,16 +412,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
         name: format!("synthetic {n}-op DAG on {}", target.name),
         devices,
         routers: Vec::new(),
-        links: target
-            .links
-            .iter()
-            .map(|l| Link {
-                a: l.a.clone(),
-                b: l.b.clone(),
-                bandwidth: l.bandwidth,
-                latency: l.latency,
-            })
-            .collect(),
+        links: target.links.iter().map(Link::from).collect(),
         ops,
         edges,
     }

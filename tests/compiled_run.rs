@@ -11,22 +11,12 @@ use tessera_ir::Tensor;
 
 mod common;
 
-use common::cli::{fails, ok, repo, tessera};
+use common::cli::{fails, max_diff, ok, repo, tessera};
 
 const GPT2: &str = "testdata/models/onnx/gpt2_tiny";
 
 fn model(dir: &str) -> String {
     format!("{dir}/model.onnx")
-}
-
-/// Max |a - b| over the elements; the shapes must agree.
-fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.ty(), b.ty());
-    a.to_f64_vec()
-        .iter()
-        .zip(b.to_f64_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
 }
 
 fn reference_logits() -> Tensor {

@@ -6,19 +6,9 @@
 
 mod common;
 
-use common::cli::{ok, repo, tessera};
-use tessera_ir::Tensor;
+use common::cli::{max_diff, ok, repo, tessera};
 
 const MODEL: &str = "testdata/models/regions/if_rank5";
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.ty(), b.ty());
-    a.to_f64_vec()
-        .iter()
-        .zip(b.to_f64_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
 
 #[test]
 fn if_rank5_runs_each_branch_interpreted_and_compiled() {

@@ -534,23 +534,27 @@ impl<'p> Ctx<'p> {
         Ok(())
     }
 
+    /// Registers a subgraph's initializers, imports its nodes into the current graph and
+    /// scope, and returns the values of its outputs (for inlining and for region bodies).
+    fn import_subgraph_body(&mut self, graph: &GraphProto) -> Result<Vec<ValueId>, String> {
+        self.add_initializers(graph).map_err(|e| e.to_string())?;
+        self.import_nodes(graph).map_err(|e| e.to_string())?;
+        graph
+            .output
+            .iter()
+            .map(|o| {
+                self.lookup(o.name())
+                    .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
+            })
+            .collect()
+    }
+
     /// Inlines a subgraph (an `If` branch): registers its initializers, imports its nodes in
     /// the current scope and returns the values of its outputs. Errors are flattened to text.
     pub(crate) fn inline_subgraph(&mut self, graph: &GraphProto) -> Result<Vec<ValueId>, String> {
         // The branch has a scope of its own: its names are not visible after it.
         let (loc, hint, names) = (self.loc.clone(), self.hint.clone(), self.names.clone());
-        let result = (|| {
-            self.add_initializers(graph).map_err(|e| e.to_string())?;
-            self.import_nodes(graph).map_err(|e| e.to_string())?;
-            graph
-                .output
-                .iter()
-                .map(|o| {
-                    self.lookup(o.name())
-                        .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
-                })
-                .collect()
-        })();
+        let result = self.import_subgraph_body(graph);
         self.loc = loc;
         self.hint = hint;
         self.names = names;
@@ -762,29 +766,18 @@ impl<'p> Ctx<'p> {
         let (loc, hint) = (self.loc.clone(), self.hint.clone());
         self.stack.push(frame);
         self.g.set_outputs(Vec::new());
-        let result = (|| -> Result<Vec<ValueId>, String> {
-            for (vi, ty) in graph.input.iter().zip(formals) {
-                let vname = self.unique_value_name(vi.name());
-                let v = self.g.add_input(Some(vname), ty.clone());
-                if !vi.name().is_empty() {
-                    self.names.insert(vi.name().to_string(), Slot::Value(v));
-                }
+        for (vi, ty) in graph.input.iter().zip(formals) {
+            let vname = self.unique_value_name(vi.name());
+            let v = self.g.add_input(Some(vname), ty.clone());
+            if !vi.name().is_empty() {
+                self.names.insert(vi.name().to_string(), Slot::Value(v));
             }
-            let depth = self.stack.len();
-            for &p in preset {
-                self.thread(p, depth - 1, depth);
-            }
-            self.add_initializers(graph).map_err(|e| e.to_string())?;
-            self.import_nodes(graph).map_err(|e| e.to_string())?;
-            graph
-                .output
-                .iter()
-                .map(|o| {
-                    self.lookup(o.name())
-                        .map_err(|m| format!("subgraph output `{}`: {m}", o.name()))
-                })
-                .collect()
-        })();
+        }
+        let depth = self.stack.len();
+        for &p in preset {
+            self.thread(p, depth - 1, depth);
+        }
+        let result = self.import_subgraph_body(graph);
         let frame = self.stack.pop().expect("pushed above");
         let mut body = std::mem::replace(&mut self.g, frame.g);
         self.names = frame.names;

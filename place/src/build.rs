@@ -441,16 +441,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         name: format!("{} on {}", graph.name, spec.name),
         devices,
         routers,
-        links: spec
-            .links
-            .iter()
-            .map(|l| problem::Link {
-                a: l.a.clone(),
-                b: l.b.clone(),
-                bandwidth: l.bandwidth,
-                latency: l.latency,
-            })
-            .collect(),
+        links: spec.links.iter().map(problem::Link::from).collect(),
         ops,
         edges,
     };

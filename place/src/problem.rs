@@ -100,6 +100,18 @@ pub struct Link {
     pub latency: f64,
 }
 
+impl From<&TargetLink> for Link {
+    /// A target's link as a problem's link (the same ends, bandwidth and latency).
+    fn from(l: &TargetLink) -> Link {
+        Link {
+            a: l.a.clone(),
+            b: l.b.clone(),
+            bandwidth: l.bandwidth,
+            latency: l.latency,
+        }
+    }
+}
+
 /// An operator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -156,16 +156,7 @@ fn a_400_device_ring_is_placed_with_the_targets_routes() {
             })
             .collect(),
         routers: Vec::new(),
-        links: spec
-            .links
-            .iter()
-            .map(|l| Link {
-                a: l.a.clone(),
-                b: l.b.clone(),
-                bandwidth: l.bandwidth,
-                latency: l.latency,
-            })
-            .collect(),
+        links: spec.links.iter().map(Link::from).collect(),
         ops: (0..12)
             .map(|o| OpSpec {
                 name: format!("op{o}"),

@@ -39,3 +39,13 @@ pub fn fails(cmd: &mut Command) -> String {
     );
     String::from_utf8(out.stderr).expect("utf-8")
 }
+
+/// Max |a - b| over the elements; the shapes must agree.
+pub fn max_diff(a: &tessera_ir::Tensor, b: &tessera_ir::Tensor) -> f64 {
+    assert_eq!(a.ty(), b.ty());
+    a.to_f64_vec()
+        .iter()
+        .zip(b.to_f64_vec())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}

@@ -147,44 +147,43 @@ fn if_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
     )
 }
 
+/// Optional input `i` of a `Loop` as an `elem` scalar, or a `fill` of `default` when it is
+/// left out.
+fn given_or_fill(
+    cx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    i: usize,
+    elem: ElemType,
+    default: i64,
+    what: &str,
+) -> Result<ValueId, String> {
+    if n.has_input(i) {
+        let v = input(cx, n, i)?;
+        return scalar(cx, v, elem, what);
+    }
+    cx.emit1(
+        Op::Fill {
+            shape: vec![],
+            elem,
+            value: Scalar::Int(default),
+        },
+        &[],
+    )
+}
+
 fn loop_region(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
-    let given = |i: usize| n.p.input.get(i).is_some_and(|s| !s.is_empty());
-    let known_m = if given(0) {
+    let known_m = if n.has_input(0) {
         super::known_input(cx, n, 0).map(|t| t.to_f64_vec())
     } else {
         None
     };
-    let m = if given(0) {
-        let m = input(cx, n, 0)?;
-        scalar(cx, m, ElemType::I64, "the trip count M")?
-    } else {
-        cx.emit1(
-            Op::Fill {
-                shape: vec![],
-                elem: ElemType::I64,
-                value: Scalar::Int(i64::MAX),
-            },
-            &[],
-        )?
-    };
-    let known_cond = if given(1) {
+    let m = given_or_fill(cx, n, 0, ElemType::I64, i64::MAX, "the trip count M")?;
+    let known_cond = if n.has_input(1) {
         super::known_input(cx, n, 1).map(|t| t.to_f64_vec())
     } else {
         Some(vec![1.0])
     };
-    let cond = if given(1) {
-        let c = input(cx, n, 1)?;
-        scalar(cx, c, ElemType::Bool, "the condition")?
-    } else {
-        cx.emit1(
-            Op::Fill {
-                shape: vec![],
-                elem: ElemType::Bool,
-                value: Scalar::Int(1),
-            },
-            &[],
-        )?
-    };
+    let cond = given_or_fill(cx, n, 1, ElemType::Bool, 1, "the condition")?;
     let carried: Vec<ValueId> = (2..n.p.input.len())
         .map(|i| input(cx, n, i))
         .collect::<Result<_, _>>()?;
