@@ -179,6 +179,12 @@ pub struct OpData {
     pub device: Option<String>,
     /// The source location or model node name, when known (printed as `loc("...")`).
     pub loc: Option<String>,
+    /// For an op of a backward graph (made by the `grad` pass), the first result of the
+    /// forward op it differentiates (printed as `grad-of(%v)`): placement colocates the two
+    /// and the report attributes the backward op to the forward one. A link only, not a
+    /// use: it does not order anything, and it is dropped when printing once the forward op
+    /// no longer comes before this one.
+    pub grad_of: Option<ValueId>,
 }
 
 /// The bytes of a constant: little-endian, row-major, `ty.size_bytes()` long (bool is one
@@ -289,6 +295,7 @@ impl Graph {
             results,
             device: None,
             loc: None,
+            grad_of: None,
         });
         id
     }

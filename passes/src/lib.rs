@@ -11,11 +11,13 @@
 //! Passes do no file I/O and print nothing: the command line prints IR, writes dumps and
 //! reproducers through the instrumentation hooks.
 //!
-//! Passes: `canonicalize`, `cse`, `dce`, `shape-infer`.
+//! Passes: `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
+//! `shape-infer`.
 
 mod canonicalize;
 mod cse;
 mod dce;
+pub mod grad;
 mod manager;
 mod pass;
 mod pipeline;

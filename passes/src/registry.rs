@@ -13,6 +13,7 @@ const BUILTIN: &[PassInfo] = &[
     crate::canonicalize::INFO,
     crate::cse::INFO,
     crate::dce::INFO,
+    crate::grad::INFO,
     crate::shape_infer::INFO,
 ];
 

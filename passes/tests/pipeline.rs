@@ -55,7 +55,7 @@ fn pipeline_errors_name_the_closest_valid_names() {
         ),
         (
             "frobnicate",
-            "pipeline column 1: unknown pass `frobnicate`; passes: canonicalize, cse, dce, shape-infer",
+            "pipeline column 1: unknown pass `frobnicate`; passes: canonicalize, cse, dce, grad, shape-infer",
         ),
         (
             "canonicalize{max-iteration=2}",

@@ -47,7 +47,7 @@
 //! op        := [ %name { "," %name } "=" ] op-name [ "const" @name ]
 //!                  [ %name { "," %name } ] [ "{" attr { "," attr } "}" ]
 //!                  [ ":" vtype { "," vtype } ] [ "device(" string ")" ] [ "loc(" string ")" ]
-//!                  [ "{" region+ "}" ]
+//!                  [ "grad-of(" %name ")" ] [ "{" region+ "}" ]
 //! region    := graph                                     (no constants, no mesh)
 //! attr      := key "=" value
 //! value     := integer | float | "true" | "false" | string | identifier | "[" values "]"
@@ -84,8 +84,9 @@
 //!   returned twice gets `_1`, `_2`, ... for its later outputs ([`output_names`]). Output
 //!   names are unique.
 //! - **Ops.** The results, `=`, the op's name ([`Op::name`](crate::Op::name)), the operands,
-//!   the attributes, `:` and one type per result, then ` device("...")` and ` loc("...")`
-//!   when set. An op with no results (a `split` with no pieces) omits `... =` and `: ...`.
+//!   the attributes, `:` and one type per result, then ` device("...")`, ` loc("...")`
+//!   and ` grad-of(%v)` (a backward op's forward op, by its first result; printed only when
+//!   that op comes earlier in the body) when set. An op with no results (a `split` with no pieces) omits `... =` and `: ...`.
 //!   The constant of a `const` op follows its name: `%w = const @fc1.weight : f32[16, 8]`.
 //!   Reductions print as `reduce-sum`, ..., pooling as `max-pool`/`avg-pool`, unary and
 //!   binary elementwise ops as their function (`add`, `gelu {tanh = false}`).

@@ -616,6 +616,13 @@ impl Parser {
             *slot = Some(self.string()?);
             self.expect_punct(')')?;
         }
+        let mut grad_of = None;
+        if self.is_keyword("grad-of") {
+            self.next();
+            self.expect_punct('(')?;
+            grad_of = Some(self.operand()?);
+            self.expect_punct(')')?;
+        }
         let mut op = op;
         if has_regions {
             self.regions(&mut op, &name, name_pos)?;
@@ -635,6 +642,7 @@ impl Parser {
         let data = self.graph.op_mut(id);
         data.device = device;
         data.loc = loc;
+        data.grad_of = grad_of;
         let result_ids = data.results.clone();
         for (((name, pos), v), sharding) in results.into_iter().zip(result_ids).zip(shardings) {
             self.graph.value_mut(v).sharding = sharding;

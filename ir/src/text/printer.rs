@@ -226,6 +226,16 @@ fn print_graph(
         graph,
         names: value_names(graph),
         consts: const_names(graph),
+        position: if graph.ops().iter().any(|&o| graph.op(o).grad_of.is_some()) {
+            graph
+                .ops()
+                .iter()
+                .enumerate()
+                .map(|(i, &o)| (o, i))
+                .collect()
+        } else {
+            Default::default()
+        },
     };
     let inputs: Vec<String> = graph
         .inputs()
@@ -289,6 +299,8 @@ struct Printer<'g> {
     graph: &'g Graph,
     names: Vec<String>,
     consts: Vec<String>,
+    /// Body position of each op, filled only when some op has a `grad-of` link.
+    position: std::collections::HashMap<OpId, usize>,
 }
 
 impl Printer<'_> {
@@ -345,6 +357,26 @@ impl Printer<'_> {
         }
         if let Some(l) = &data.loc {
             let _ = write!(out, " loc({})", quote(l));
+        }
+        if let Some(f) = data.grad_of
+            && self.defined_before(f, o)
+        {
+            let _ = write!(out, " grad-of({})", self.value(f));
+        }
+    }
+
+    /// Whether `v` is a result of a body op that comes before `o` (a `grad-of` link prints
+    /// only then, so the printed text always parses).
+    fn defined_before(&self, v: ValueId, o: OpId) -> bool {
+        if !self.graph.is_valid_value(v) {
+            return false;
+        }
+        let ValueDef::Result(def, _) = self.graph.value(v).def else {
+            return false;
+        };
+        match (self.position.get(&def), self.position.get(&o)) {
+            (Some(a), Some(b)) => a < b,
+            _ => false,
         }
     }
 }
