@@ -94,6 +94,20 @@ enum Command {
         tessera run build/ -i x=x.npy --repeat 20\n  \
         tessera run model.onnx --target mcm-2x2 -i input_ids=ids.npy")]
     Run(RunArgs),
+    /// Train: run N steps of a compiled training step, keeping its state between steps.
+    ///
+    /// DIR is the output of `tessera compile MODEL --train ... -o DIR`; or give the model and
+    /// the training options here to compile and train in one go. Each `--input` file is one
+    /// batch, or a stack of batches along a new leading axis that the steps cycle through.
+    /// The loss of every step is printed (a progress bar on a terminal) and OUT gets
+    /// loss.csv (`step,loss`), weights.safetensors (the trained parameters under their
+    /// model names), state.safetensors (every state value, optimizer and step included, for
+    /// `--resume`) and, for an ONNX model, model.onnx with the trained initializers.
+    #[command(after_help = "Examples:\n  \
+        tessera compile mlp.onnx --train --loss cross-entropy --labels labels --optimizer 'adamw{lr=1e-3}' --input-shape x=32x784 -o build/\n  \
+        tessera train build/ --input x=batches.npy --input labels=labels.npy --steps 100 --output-dir out/\n  \
+        tessera train mlp.onnx --train --labels labels --optimizer 'sgd{lr=0.1 momentum=0.9}' --input-shape x=8x16 --target cpu -i x=x.npy -i labels=y.npy --steps 10 --output-dir out/ --interpret")]
+    Train(TrainCmdArgs),
     /// Compile a model for a target: passes, placement, simulation.
     ///
     /// The model is loaded (or imported) and verified, the pass pipeline runs (with the same
@@ -328,7 +342,106 @@ struct CompileArgs {
     #[command(flatten)]
     shapes: ShapeArgs,
     #[command(flatten)]
+    train: TrainArgs,
+    #[command(flatten)]
     flags: crate::instrument::PassFlags,
+}
+
+/// The training options of `tessera compile --train` and `tessera train MODEL`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Compile the model's training step (loss, backward graph, optimizer update) instead
+    /// of its inference.
+    #[arg(long)]
+    pub train: bool,
+    /// The loss: `cross-entropy` (class indices), `mse`, or `output` (with --loss-output).
+    #[arg(
+        long,
+        value_name = "LOSS",
+        default_value = "cross-entropy",
+        requires = "train"
+    )]
+    pub loss: String,
+    /// The model output that is the loss (the model computes it).
+    #[arg(long, value_name = "NAME", requires = "train")]
+    pub loss_output: Option<String>,
+    /// The name of the labels input the step takes.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "labels",
+        requires = "train"
+    )]
+    pub labels: String,
+    /// The model output the loss reads (default: the first output).
+    #[arg(long, value_name = "NAME", requires = "train")]
+    pub prediction: Option<String>,
+    /// The optimizer: `sgd{lr=0.1 momentum=0.9 dampening=0 nesterov=false weight-decay=0}`,
+    /// `adam{lr beta1 beta2 eps weight-decay}` or `adamw{...}` (torch.optim's defaults).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "sgd{lr=0.01}",
+        requires = "train"
+    )]
+    pub optimizer: String,
+    /// The learning-rate schedule: `constant` or `warmup-cosine{warmup=N total=N min-lr=X}`.
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "constant",
+        requires = "train"
+    )]
+    pub schedule: String,
+    /// Clip the gradients to this global L2 norm.
+    #[arg(long, value_name = "NORM", requires = "train")]
+    pub clip_norm: Option<f64>,
+    /// Cross-entropy: label smoothing in [0, 1].
+    #[arg(long, value_name = "S", default_value_t = 0.0, requires = "train")]
+    pub label_smoothing: f64,
+    /// Cross-entropy: labels equal to this are ignored.
+    #[arg(long, value_name = "INDEX", default_value_t = -100, allow_hyphen_values = true, requires = "train")]
+    pub ignore_index: i64,
+    /// Initializers whose name matches this regular expression do not train.
+    #[arg(long, value_name = "REGEX", requires = "train")]
+    pub freeze: Option<String>,
+}
+
+/// Arguments of `tessera train`.
+#[derive(Debug, Args)]
+struct TrainCmdArgs {
+    /// A compiled training step (`tessera compile --train -o DIR`), or a model with
+    /// `--train` and its options.
+    #[arg(value_name = "DIR|MODEL")]
+    path: PathBuf,
+    /// A batch input and its .npy file (one batch, or a stack of batches); repeatable.
+    #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    inputs: Vec<crate::commands::run::Binding>,
+    /// The number of steps.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    steps: u64,
+    /// Where to write loss.csv, weights.safetensors, state.safetensors and model.onnx.
+    #[arg(long, value_name = "OUT")]
+    output_dir: PathBuf,
+    /// Continue from the state a previous run wrote to this directory.
+    #[arg(long, value_name = "OUT")]
+    resume: Option<PathBuf>,
+    /// Run the step in the reference interpreter instead of the JIT.
+    #[arg(long)]
+    interpret: bool,
+    /// With a model: the target to compile for.
+    #[arg(short, long, value_name = "TARGET", default_value = "cpu")]
+    target: String,
+    /// A directory holding `<name>.toml` target files; repeatable.
+    #[arg(long = "target-path", value_name = "DIR")]
+    target_path: Vec<PathBuf>,
+    /// With a model: the pass pipeline run after the training step is built.
+    #[arg(short, long, value_name = "PIPELINE", default_value = crate::commands::compile::DEFAULT_PIPELINE)]
+    passes: String,
+    #[command(flatten)]
+    shapes: ShapeArgs,
+    #[command(flatten)]
+    train: TrainArgs,
 }
 
 /// Arguments of `tessera place`.
@@ -534,8 +647,22 @@ pub fn main_named(name: &str) -> ExitCode {
                 emit_problem: a.emit_placement_problem.as_deref(),
                 emits: &a.emit,
                 dot: a.dot.as_deref(),
+                train: &a.train,
             })
         }
+        Command::Train(a) => crate::commands::train::run(&crate::commands::train::TrainRequest {
+            path: &a.path,
+            bindings: &a.inputs,
+            steps: a.steps,
+            output_dir: &a.output_dir,
+            resume: a.resume.as_deref(),
+            interpret: a.interpret,
+            target: &a.target,
+            target_path: &a.target_path,
+            passes: &a.passes,
+            shapes: &a.shapes.input_shapes,
+            train: &a.train,
+        }),
         Command::Place(a) => crate::commands::place::run(
             &a.problem,
             a.objective,

@@ -571,6 +571,21 @@ pub fn run_eqsat(
         (after_total * 1e9).round() as u64,
     );
     if changed {
+        // State inputs keep their slots; their initial constants come along.
+        out.state = graph
+            .state
+            .iter()
+            .map(|s| crate::ir::StateSlot {
+                input: s.input,
+                init: match s.init {
+                    crate::ir::StateInit::Const(c) => {
+                        crate::ir::StateInit::Const(const_into(graph, c, &mut out, &mut consts))
+                    }
+                    crate::ir::StateInit::Zeros => crate::ir::StateInit::Zeros,
+                },
+                next: s.next.clone(),
+            })
+            .collect();
         *graph = out;
     }
     Ok(changed)

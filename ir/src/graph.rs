@@ -202,6 +202,30 @@ pub struct Constant {
     pub data: Bytes,
 }
 
+/// A graph input that is *state*: a value carried from one run of the graph to the next,
+/// such as a training step's parameters, optimizer moments and step count. It has an
+/// initial value and an output that computes its next value; the two share one buffer (the
+/// input is donated to that output), so memory counts them once and a runtime updates it in
+/// place. Printed after the input's type: `state(init = @fc1.weight, next = "fc1.weight")`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateSlot {
+    /// The index of the input in [`Graph::inputs`].
+    pub input: usize,
+    /// The value before the first run.
+    pub init: StateInit,
+    /// The name of the output (see [`Graph::output_names`]) that holds the next value.
+    pub next: String,
+}
+
+/// The initial value of a [`StateSlot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateInit {
+    /// A constant of the graph (of the input's type); no op needs to read it.
+    Const(ConstId),
+    /// Zeros (`init = zeros`).
+    Zeros,
+}
+
 /// A computation graph: inputs, a topologically ordered body of ops, outputs, constants.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
@@ -210,6 +234,8 @@ pub struct Graph {
     /// The device mesh shardings refer to, if the graph is sharded (printed as a `mesh` line
     /// before the graph).
     pub mesh: Option<Mesh>,
+    /// The inputs that are state, in input order (see [`StateSlot`]).
+    pub state: Vec<StateSlot>,
     values: Vec<ValueData>,
     ops: Vec<OpData>,
     order: Vec<OpId>,
@@ -324,11 +350,21 @@ impl Graph {
     /// Removes the constants for which `keep` is false. This is the one operation that
     /// renumbers handles: the remaining constants are compacted and every `const` op (live or
     /// dead) is updated. Returns how many were removed.
+    /// Constants that are the initial value of a [`StateSlot`] are always kept.
     pub fn retain_consts(&mut self, mut keep: impl FnMut(ConstId, &Constant) -> bool) -> usize {
+        let inits: Vec<ConstId> = self
+            .state
+            .iter()
+            .filter_map(|s| match s.init {
+                StateInit::Const(c) => Some(c),
+                StateInit::Zeros => None,
+            })
+            .collect();
         let mut remap: Vec<Option<ConstId>> = Vec::with_capacity(self.consts.len());
         let mut kept = Vec::with_capacity(self.consts.len());
         for (i, c) in std::mem::take(&mut self.consts).into_iter().enumerate() {
-            if keep(ConstId::from_index(i), &c) {
+            let id = ConstId::from_index(i);
+            if inits.contains(&id) || keep(id, &c) {
                 remap.push(Some(ConstId::from_index(kept.len())));
                 kept.push(c);
             } else {
@@ -337,6 +373,15 @@ impl Graph {
         }
         let removed = remap.len() - kept.len();
         self.consts = kept;
+        for slot in &mut self.state {
+            if let StateInit::Const(c) = &mut slot.init {
+                *c = remap
+                    .get(c.index())
+                    .copied()
+                    .flatten()
+                    .unwrap_or(ConstId(u32::MAX));
+            }
+        }
         for data in &mut self.ops {
             if let Op::Const(c) = &mut data.op {
                 // A dead op may point at a removed constant; point it at nothing valid.

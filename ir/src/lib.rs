@@ -22,7 +22,8 @@ mod types;
 pub mod verify;
 
 pub use graph::{
-    ConstId, Constant, Entity, Graph, Mesh, OpData, OpId, Sharding, ValueData, ValueDef, ValueId,
+    ConstId, Constant, Entity, Graph, Mesh, OpData, OpId, Sharding, StateInit, StateSlot,
+    ValueData, ValueDef, ValueId,
 };
 pub use op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,

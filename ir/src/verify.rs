@@ -52,6 +52,9 @@
 //!     loop body returns its carried values with their types). Regions nest at most
 //!     [`MAX_REGION_DEPTH`] deep. An error inside a region is reported on the region op,
 //!     with the region's name and the nested message.
+//! 13. **State**: each [`crate::StateSlot`] names an existing input, at most one slot per
+//!     input; its `next` names an output (at most one slot per output) of the input's type;
+//!     a constant initial value exists and has the input's type. Regions have no state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -163,6 +166,7 @@ impl Verifier<'_> {
 
         self.check_consts();
         self.check_mesh();
+        self.check_state();
 
         let mut seen_ops: BTreeSet<OpId> = BTreeSet::new();
         for &o in g.ops() {
@@ -219,6 +223,77 @@ impl Verifier<'_> {
                     format!("output {i} is named `{n}` like an earlier output"),
                 ),
                 _ => {}
+            }
+        }
+    }
+
+    fn check_state(&mut self) {
+        let g = self.graph;
+        let names = crate::text::output_names(g);
+        let mut inputs: BTreeSet<usize> = BTreeSet::new();
+        let mut nexts: BTreeSet<&str> = BTreeSet::new();
+        for slot in &g.state {
+            let Some(&v) = g.inputs().get(slot.input) else {
+                self.error(
+                    Entity::Graph,
+                    format!(
+                        "a state slot names input {}, which does not exist",
+                        slot.input
+                    ),
+                );
+                continue;
+            };
+            let e = Entity::Value(v);
+            let desc = self.value_desc(v);
+            if !inputs.insert(slot.input) {
+                self.error(e, format!("{desc} has two state slots"));
+            }
+            if !nexts.insert(slot.next.as_str()) {
+                self.error(
+                    e,
+                    format!("output \"{}\" is the next value of two states", slot.next),
+                );
+            }
+            match names.iter().position(|n| *n == slot.next) {
+                None => self.error(
+                    e,
+                    format!(
+                        "{desc}'s next value names output \"{}\", which does not exist",
+                        slot.next
+                    ),
+                ),
+                Some(k) => {
+                    let out = g.outputs()[k];
+                    if g.is_valid_value(out) && g.ty(out) != g.ty(v) {
+                        self.error(
+                            e,
+                            format!(
+                                "{desc} is {} but its next value \"{}\" is {}",
+                                g.ty(v),
+                                slot.next,
+                                g.ty(out)
+                            ),
+                        );
+                    }
+                }
+            }
+            if let crate::graph::StateInit::Const(c) = slot.init {
+                if c.index() >= g.num_consts() {
+                    self.error(
+                        e,
+                        format!("{desc}'s initial value is the missing constant {c}"),
+                    );
+                } else if g.constant(c).ty != *g.ty(v) {
+                    self.error(
+                        e,
+                        format!(
+                            "{desc} is {} but its initial value @{} is {}",
+                            g.ty(v),
+                            g.constant(c).name,
+                            g.constant(c).ty
+                        ),
+                    );
+                }
             }
         }
     }
@@ -522,6 +597,9 @@ impl Verifier<'_> {
             }
             if region.mesh.is_some() {
                 problems.push("it has a mesh".into());
+            }
+            if !region.state.is_empty() {
+                problems.push("it has state inputs".into());
             }
             for &v in region.inputs() {
                 if region.is_valid_value(v) && region.value(v).sharding.is_some() {

@@ -46,6 +46,23 @@ pub fn import_bytes(
     import_with(data, base_dir.map(Path::to_path_buf), origin, options)
 }
 
+/// The names of the main graph's initializers, in file order.
+pub fn initializer_names(path: &Path) -> Result<Vec<String>, ImportError> {
+    let data = decode::map_file(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let model = decode::decode_model(data).map_err(|message| ImportError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    })?;
+    Ok(model
+        .graph
+        .as_ref()
+        .map(|g| g.initializer.iter().map(|t| t.name().to_string()).collect())
+        .unwrap_or_default())
+}
+
 /// The declared inputs of a model's main graph, in order, with their types (initializers
 /// listed as inputs excluded), and the name its imported graph gets; without importing it.
 ///

@@ -18,6 +18,7 @@
 //! node ([`ImportError::Unsupported`]).
 
 mod decode;
+mod export;
 mod import;
 mod ops;
 
@@ -31,7 +32,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use decode::decode_tensor;
-pub use import::{import_bytes, import_file, model_inputs};
+pub use export::replace_initializers;
+pub use import::{import_bytes, import_file, initializer_names, model_inputs};
 pub use ops::supported_ops;
 
 /// The default-domain opsets the importer accepts.

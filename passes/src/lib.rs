@@ -12,7 +12,7 @@
 //! reproducers through the instrumentation hooks.
 //!
 //! Passes: `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
-//! `shape-infer`.
+//! `shape-infer`, `train` (a model's training step, [`train`]).
 
 mod canonicalize;
 mod cse;
@@ -23,6 +23,7 @@ mod pass;
 mod pipeline;
 mod registry;
 mod shape_infer;
+pub mod train;
 mod util;
 
 pub use dce::dce;

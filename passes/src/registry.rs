@@ -15,6 +15,7 @@ const BUILTIN: &[PassInfo] = &[
     crate::dce::INFO,
     crate::grad::INFO,
     crate::shape_infer::INFO,
+    crate::train::INFO,
 ];
 
 /// Passes registered at run time. Each record is leaked once, so lookups hand out `'static`

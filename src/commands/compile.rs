@@ -55,6 +55,8 @@ pub struct CompileRequest<'a> {
     pub emits: &'a [super::emit::Emit],
     /// Write the placed graph as Graphviz DOT here (devices as clusters).
     pub dot: Option<&'a Path>,
+    /// The training options (`--train`: compile the training step).
+    pub train: &'a crate::cli::TrainArgs,
 }
 
 /// A compiled model: the placed graph and its simulation.
@@ -110,8 +112,14 @@ fn compile_loaded(
     mut stages: Vec<crate::report::StageTiming>,
 ) -> Result<()> {
     tessera_targets::set_default_target(Some(target.clone()));
-    let pipeline =
+    let mut pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
+    if req.train.train {
+        // The training step is built first; the pipeline then optimizes it like any graph.
+        pipeline
+            .passes
+            .insert(0, super::train::train_pass(req.train, req.model, &graph)?);
+    }
     let clock = Instant::now();
     let (graph, passes) = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;
     stages.push(stage("pass pipeline", clock));
@@ -169,6 +177,12 @@ fn compile_loaded(
             summary.push('\n');
         }
         stages.push(stage("lowering to MLIR", clock));
+        if req.train.train && tessera_onnx::is_onnx_path(req.model) {
+            // `tessera train DIR` writes the trained model from it.
+            let src = std::fs::read(req.model)
+                .with_context(|| format!("cannot read {}", req.model.display()))?;
+            super::write_atomically(&dir.join(super::train::SOURCE_MODEL), &src)?;
+        }
         let placed = dir.join("placed.tir");
         // Its sidecar is a link to the weights file when that holds its large constants
         // (it does, from `emit::write`): the weights are written once.

@@ -13,6 +13,7 @@ pub mod plugin;
 pub mod report;
 pub mod run;
 pub mod targets;
+pub mod train;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -9,7 +9,7 @@ use super::ParseError;
 use super::attrs::{Attrs, Entry, OP_NAMES, Val, build_op, closest, edit_distance, elem_from_name};
 use super::lexer::{Pos, Tok, lex};
 use super::printer::canonical_nan_bits;
-use crate::graph::{ConstId, Graph, Sharding, ValueId};
+use crate::graph::{ConstId, Graph, Sharding, StateInit, StateSlot, ValueId};
 use crate::op::Op;
 use crate::types::{Dim, ElemType, TensorType};
 
@@ -185,6 +185,35 @@ impl Parser {
         Ok(())
     }
 
+    /// `(init = @c | zeros, next = "output")` after `state`.
+    fn state_slot(&mut self, input: usize) -> PResult<StateSlot> {
+        self.expect_punct('(')?;
+        self.state_key("init")?;
+        let init = if self.is_keyword("zeros") {
+            self.next();
+            StateInit::Zeros
+        } else {
+            let (name, pos) = self.global()?;
+            match self.const_index.get(&name) {
+                Some(&i) => StateInit::Const(ConstId::from_index(i)),
+                None => return Err(pos.error(format!("undefined constant `@{name}`"))),
+            }
+        };
+        self.expect_punct(',')?;
+        self.state_key("next")?;
+        let next = self.string()?;
+        self.expect_punct(')')?;
+        Ok(StateSlot { input, init, next })
+    }
+
+    fn state_key(&mut self, key: &str) -> PResult<()> {
+        if !self.is_keyword(key) {
+            return self.unexpected(&format!("`{key}`"));
+        }
+        self.next();
+        self.expect_punct('=')
+    }
+
     /// `graph @name(inputs) { ops return ... }` into `self.graph` (whose values are in
     /// `self.values`).
     fn graph_def(&mut self) -> PResult<()> {
@@ -200,6 +229,11 @@ impl Parser {
                 let v = self.graph.add_input(None, ty);
                 self.graph.value_mut(v).sharding = sharding;
                 self.define(name, pos, v)?;
+                if self.is_keyword("state") {
+                    self.next();
+                    let slot = self.state_slot(self.graph.inputs().len() - 1)?;
+                    self.graph.state.push(slot);
+                }
                 if !self.eat_punct(',') {
                     break;
                 }

@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use super::INLINE_LIMIT;
 use super::attrs::{dim, op_attrs};
 use super::lexer::{name_text, quote};
-use crate::graph::{Constant, Entity, Graph, OpId, Sharding, ValueDef, ValueId};
+use crate::graph::{Constant, Entity, Graph, OpId, Sharding, StateInit, ValueDef, ValueId};
 use crate::op::Op;
 use crate::types::{ElemType, TensorType, format_f32, format_f64};
 
@@ -240,7 +240,21 @@ fn print_graph(
     let inputs: Vec<String> = graph
         .inputs()
         .iter()
-        .map(|&v| format!("{}: {}", p.value(v), p.value_ty(v)))
+        .enumerate()
+        .map(|(i, &v)| {
+            let mut s = format!("{}: {}", p.value(v), p.value_ty(v));
+            if let Some(slot) = graph.state.iter().find(|s| s.input == i) {
+                let init = match slot.init {
+                    StateInit::Zeros => "zeros".to_string(),
+                    StateInit::Const(c) => match p.consts.get(c.index()) {
+                        Some(n) => format!("@{}", name_text(n)),
+                        None => format!("@{}", quote(&format!("<invalid {c}>"))),
+                    },
+                };
+                let _ = write!(s, " state(init = {init}, next = {})", quote(&slot.next));
+            }
+            s
+        })
         .collect();
     let _ = writeln!(
         out,

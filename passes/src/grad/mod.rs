@@ -151,7 +151,11 @@ pub fn differentiate(graph: &mut Graph, loss: ValueId, wrt: &[ValueId]) -> R<Vec
                 )));
             }
         };
-        let mut bw = Bw { g: graph, fwd: op };
+        let mut bw = Bw {
+            g: graph,
+            fwd: Some(op),
+            loc: None,
+        };
         let grads = rule(&mut bw, &data, &cots, &want)?;
         for ((&v, gv), &w) in data.operands.iter().zip(grads).zip(&want) {
             let (Some(gv), true) = (gv, w) else { continue };
@@ -215,7 +219,10 @@ fn describe_value(graph: &Graph, v: ValueId) -> String {
 /// carries the forward op's model node and link.
 pub struct Bw<'g> {
     pub(crate) g: &'g mut Graph,
-    fwd: OpId,
+    /// The forward op being differentiated; `None` for ops of no forward op (the loss and
+    /// optimizer ops of a training step), which take `loc`.
+    fwd: Option<OpId>,
+    loc: Option<String>,
 }
 
 impl Bw<'_> {
@@ -229,9 +236,29 @@ impl Bw<'_> {
         self.g.ty(v).elem
     }
 
+    /// A builder of ops that belong to no forward op, with the model location `loc`.
+    pub(crate) fn plain(g: &mut Graph, loc: impl Into<String>) -> Bw<'_> {
+        Bw {
+            g,
+            fwd: None,
+            loc: Some(loc.into()),
+        }
+    }
+
+    /// Sets the location of the ops built from now on (plain builders only).
+    pub(crate) fn at(&mut self, loc: impl Into<String>) {
+        self.loc = Some(loc.into());
+    }
+
     /// An error about the forward op.
     pub(crate) fn err(&self, why: impl std::fmt::Display) -> GradError {
-        GradError::new(format!("{}: {why}", describe_op(self.g, self.fwd)))
+        match self.fwd {
+            Some(op) => GradError::new(format!("{}: {why}", describe_op(self.g, op))),
+            None => GradError::new(format!(
+                "{}: {why}",
+                self.loc.as_deref().unwrap_or("training step")
+            )),
+        }
     }
 
     /// Adds an op; returns its results.
@@ -245,8 +272,13 @@ impl Bw<'_> {
             ))
         })?;
         let id = self.g.push_op(op, operands.to_vec(), types);
-        let loc = self.g.op(self.fwd).loc.clone();
-        let link = self.g.op(self.fwd).results.first().copied();
+        let (loc, link) = match self.fwd {
+            Some(f) => (
+                self.g.op(f).loc.clone(),
+                self.g.op(f).results.first().copied(),
+            ),
+            None => (self.loc.clone(), None),
+        };
         let data = self.g.op_mut(id);
         data.loc = loc;
         data.grad_of = link;

@@ -1,0 +1,83 @@
+//! Losses, as `torch.nn.functional` defines them (mean reduction).
+
+use tessera_ir::{BinaryOp as B, Dim, ElemType, Op, ReduceKind as K, UnaryOp as U, ValueId};
+
+use crate::grad::{Bw, R};
+
+/// Cross-entropy of `logits` `[N, C, d...]` against class indices `labels` `[N, d...]`
+/// (i64): the mean over the samples whose label is not `ignore_index` of
+/// `-(1 - s) log p[label] - s/C sum_c log p[c]`, with `p = softmax(logits)` along axis 1
+/// and `s` the label smoothing (`torch.nn.functional.cross_entropy`).
+pub(crate) fn cross_entropy(
+    bw: &mut Bw<'_>,
+    logits: ValueId,
+    labels: ValueId,
+    ignore_index: i64,
+    smoothing: f64,
+) -> R<ValueId> {
+    let lt = bw.ty(logits);
+    let e = lt.elem;
+    let classes = match lt.shape.get(1) {
+        Some(Dim::Static(c)) => *c,
+        _ => {
+            return Err(bw.err(format!(
+                "cross-entropy needs logits [N, C, ...] with a static class count, not {lt}"
+            )));
+        }
+    };
+    let logp = bw.op(Op::LogSoftmax { axis: 1 }, &[logits])?;
+    let ignore = bw.op(
+        Op::Fill {
+            shape: vec![],
+            elem: ElemType::I64,
+            value: tessera_ir::Scalar::Int(ignore_index),
+        },
+        &[],
+    )?;
+    let is_ignored = bw.bin(B::Equal, labels, ignore)?;
+    let zero_i = bw.op(
+        Op::Fill {
+            shape: vec![],
+            elem: ElemType::I64,
+            value: tessera_ir::Scalar::Int(0),
+        },
+        &[],
+    )?;
+    let safe = bw.select(is_ignored, zero_i, labels)?;
+    let mut with_axis = bw.ty(safe).shape;
+    with_axis.insert(1, Dim::Static(1));
+    let idx = bw.reshape(safe, &with_axis)?;
+    let picked = bw.op(Op::GatherElements { axis: 1 }, &[logp, idx])?;
+    let picked = bw.reshape(picked, &bw.ty(labels).shape)?;
+    let one = bw.scalar(1.0, e)?;
+    let zero = bw.scalar(0.0, e)?;
+    let keep = bw.select(is_ignored, zero, one)?;
+    let count = bw.reduce(K::Sum, keep, (0..bw.ty(keep).rank()).collect(), false)?;
+    let nll = bw.mul(picked, keep)?;
+    let nll = bw.reduce(K::Sum, nll, (0..bw.ty(keep).rank()).collect(), false)?;
+    let mut total = bw.un(U::Neg, nll)?;
+    if smoothing != 0.0 {
+        total = bw.scale(total, 1.0 - smoothing)?;
+        let s = bw.reduce(K::Sum, logp, vec![1], false)?;
+        let s = bw.mul(s, keep)?;
+        let s = bw.reduce(K::Sum, s, (0..bw.ty(keep).rank()).collect(), false)?;
+        let s = bw.scale(s, -smoothing / classes as f64)?;
+        total = bw.add(total, s)?;
+    }
+    let total = reshape_scalar(bw, total)?;
+    let count = reshape_scalar(bw, count)?;
+    bw.div(total, count)
+}
+
+/// Mean squared error: `mean((pred - target)^2)`.
+pub(crate) fn mse(bw: &mut Bw<'_>, pred: ValueId, target: ValueId) -> R<ValueId> {
+    let d = bw.sub(pred, target)?;
+    let sq = bw.mul(d, d)?;
+    let r = bw.ty(sq).rank();
+    let m = bw.reduce(K::Mean, sq, (0..r).collect(), false)?;
+    reshape_scalar(bw, m)
+}
+
+fn reshape_scalar(bw: &mut Bw<'_>, v: ValueId) -> R<ValueId> {
+    bw.reshape(v, &[])
+}

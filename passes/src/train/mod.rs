@@ -1,0 +1,481 @@
+//! The `train` pass: a model's graph into its training step, an ordinary graph
+//!
+//! ```text
+//! (inputs..., labels, parameters..., optimizer state..., step)
+//!     -> (loss, parameters'..., optimizer state'..., step')
+//! ```
+//!
+//! - **Parameters** are the model's floating-point constants (all of them, or those named in
+//!   `params`), minus those matching `freeze`. Each becomes a graph input named after the
+//!   constant, a *state* input ([`tessera_ir::StateSlot`]) whose initial value is the
+//!   constant and whose next value is the output of the same name.
+//! - **Loss**: `cross-entropy` of the `prediction` output (logits `[N, C, ...]`) against the
+//!   class indices in a new `labels` input, with `ignore-index` and `label-smoothing` as
+//!   PyTorch defines them; `mse` against a `labels` input of the prediction's type; or
+//!   `output`, an output the model computes itself (`loss-output`).
+//! - **Gradients**: [`crate::grad::differentiate`] with respect to the parameters, clipped by
+//!   global norm when `clip-norm` is above 0.
+//! - **Optimizer**: `sgd`, `adam` or `adamw` with `torch.optim`'s update rules and state
+//!   (`<param>.momentum_buffer`, `<param>.exp_avg`, `<param>.exp_avg_sq`: state inputs
+//!   starting at zeros), and a learning-rate `schedule`; the step count `step` (i64, starting
+//!   at 0) is a state input too, and `t = step + 1` is the step being taken.
+//!
+//! The model's own outputs are dropped (a training step returns the loss and the state),
+//! and `dce` removes what only they needed.
+
+use regex::Regex;
+use tessera_ir::{
+    Dim, ElemType, Graph, Op, OpId, Scalar, StateInit, StateSlot, TensorType, ValueDef, ValueId,
+};
+
+use crate::grad::{Bw, differentiate, find_value};
+use crate::pass::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
+
+mod loss;
+pub mod optim;
+
+pub use optim::{Optimizer, Schedule};
+
+/// The loss of a training step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Loss {
+    /// Cross-entropy against class indices.
+    CrossEntropy {
+        /// Labels equal to this are ignored.
+        ignore_index: i64,
+        /// Label smoothing in [0, 1].
+        smoothing: f64,
+    },
+    /// Mean squared error.
+    Mse,
+    /// An output of the model, by name.
+    Output(String),
+}
+
+/// What the `train` pass builds.
+#[derive(Clone, Debug)]
+pub struct TrainSpec {
+    /// The loss.
+    pub loss: Loss,
+    /// The model output the loss reads (default: the first).
+    pub prediction: Option<String>,
+    /// The name of the labels input added for `cross-entropy` and `mse`.
+    pub labels: String,
+    /// The optimizer.
+    pub optimizer: Optimizer,
+    /// The learning-rate schedule.
+    pub schedule: Schedule,
+    /// Clip gradients to this global L2 norm (0: no clipping).
+    pub clip_norm: f64,
+    /// Only these constants train (`None`: every floating-point constant).
+    pub params: Option<Vec<String>>,
+    /// Constants whose name matches this do not train.
+    pub freeze: Option<Regex>,
+}
+
+/// What [`build_step`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepInfo {
+    /// The trained parameters, by name, in input order.
+    pub params: Vec<String>,
+    /// The frozen floating-point constants.
+    pub frozen: Vec<String>,
+    /// Ops added for the backward graph, loss and optimizer.
+    pub added_ops: usize,
+}
+
+/// Turns `graph` into its training step (see the module doc).
+pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, String> {
+    let names = tessera_ir::text::output_names(graph);
+    let find_output = |name: &str| -> Result<ValueId, String> {
+        names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| graph.outputs()[i])
+            .ok_or_else(|| {
+                format!(
+                    "the model has no output named `{name}` (outputs: {})",
+                    names.join(", ")
+                )
+            })
+    };
+    let prediction = match &spec.prediction {
+        Some(p) => find_output(p)?,
+        None => *graph.outputs().first().ok_or("the model has no output")?,
+    };
+    let model_loss = match &spec.loss {
+        Loss::Output(name) => Some(find_output(name)?),
+        _ => None,
+    };
+    let before = graph.ops().len();
+
+    // Parameters: float constants read by const ops, in first-use order.
+    let mut order: Vec<tessera_ir::ConstId> = Vec::new();
+    let mut readers: std::collections::BTreeMap<tessera_ir::ConstId, Vec<OpId>> =
+        std::collections::BTreeMap::new();
+    for &o in graph.ops() {
+        if let Op::Const(c) = graph.op(o).op {
+            if !graph.constant(c).ty.elem.is_float() {
+                continue;
+            }
+            if !readers.contains_key(&c) {
+                order.push(c);
+            }
+            readers.entry(c).or_default().push(o);
+        }
+    }
+    if let Some(list) = &spec.params {
+        for n in list {
+            if !graph.consts().any(|(_, k)| &k.name == n) {
+                return Err(format!("no constant named `{n}` to train"));
+            }
+        }
+    }
+    // The labels input comes right after the model's inputs.
+    let labels = match &spec.loss {
+        Loss::Output(_) => None,
+        Loss::CrossEntropy { .. } => {
+            let pt = graph.ty(prediction).clone();
+            if pt.rank() < 2 {
+                return Err(format!(
+                    "cross-entropy needs logits [N, C, ...]; the prediction is {pt}"
+                ));
+            }
+            let mut shape = pt.shape.clone();
+            shape.remove(1);
+            Some(add_input(
+                graph,
+                &spec.labels,
+                TensorType::new(ElemType::I64, shape),
+            )?)
+        }
+        Loss::Mse => {
+            let pt = graph.ty(prediction).clone();
+            Some(add_input(graph, &spec.labels, pt)?)
+        }
+    };
+    let mut info = StepInfo::default();
+    let mut params: Vec<(tessera_ir::ConstId, ValueId)> = Vec::new();
+    for c in order {
+        let name = graph.constant(c).name.clone();
+        if spec.params.as_ref().is_some_and(|l| !l.contains(&name)) {
+            continue;
+        }
+        if spec.freeze.as_ref().is_some_and(|r| r.is_match(&name)) {
+            info.frozen.push(name);
+            continue;
+        }
+        let ty = graph.constant(c).ty.clone();
+        let input = graph.add_input(None, ty);
+        let vname = fresh_name(graph, &name);
+        graph.set_name(input, vname);
+        for &o in &readers[&c] {
+            let r = graph.op(o).results[0];
+            graph.replace_all_uses(r, input);
+            graph.remove_op(o);
+        }
+        params.push((c, input));
+        info.params.push(name);
+    }
+    if params.is_empty() {
+        return Err(
+            "nothing to train: the model has no floating-point constants (or all are frozen)"
+                .into(),
+        );
+    }
+
+    let mut bw = Bw::plain(graph, "loss");
+    let loss = match (&spec.loss, labels) {
+        (Loss::Output(_), _) => model_loss.ok_or("internal error: no loss output")?,
+        (
+            Loss::CrossEntropy {
+                ignore_index,
+                smoothing,
+            },
+            Some(labels),
+        ) => loss::cross_entropy(&mut bw, prediction, labels, *ignore_index, *smoothing)
+            .map_err(|e| e.message)?,
+        (Loss::Mse, Some(labels)) => {
+            loss::mse(&mut bw, prediction, labels).map_err(|e| e.message)?
+        }
+        _ => return Err("internal error: no labels input".into()),
+    };
+    let lt = graph.ty(loss).clone();
+    if lt.shape.iter().any(|d| *d != Dim::Static(1)) || !lt.elem.is_float() {
+        return Err(format!(
+            "the loss must be a floating-point scalar, not {lt}"
+        ));
+    }
+    let wrt: Vec<ValueId> = params.iter().map(|p| p.1).collect();
+    let mut grads = differentiate(graph, loss, &wrt).map_err(|e| e.message)?;
+
+    let mut bw = Bw::plain(graph, "optimizer");
+    if spec.clip_norm > 0.0 {
+        bw.at("optimizer/clip");
+        grads = optim::clip_by_norm(&mut bw, &grads, spec.clip_norm).map_err(|e| e.message)?;
+    }
+    // Optimizer state, then the step count, as state inputs.
+    let state_names = spec.optimizer.state_names();
+    let mut states: Vec<Vec<(ValueId, String)>> = Vec::with_capacity(params.len());
+    for (c, p) in &params {
+        let name = bw.g.constant(*c).name.clone();
+        let ty = bw.ty(*p);
+        let mut state = Vec::new();
+        for s in state_names {
+            let sname = format!("{name}.{s}");
+            state.push((add_input(bw.g, &sname, ty.clone())?, sname));
+        }
+        states.push(state);
+    }
+    let step = add_input(bw.g, "step", TensorType::new(ElemType::I64, vec![]))?;
+    bw.at("optimizer/step");
+    let one = bw
+        .op(
+            Op::Fill {
+                shape: vec![],
+                elem: ElemType::I64,
+                value: Scalar::Int(1),
+            },
+            &[],
+        )
+        .map_err(|e| e.message)?;
+    let next_step = bw.add(step, one).map_err(|e| e.message)?;
+    let t = bw.cast(next_step, ElemType::F64).map_err(|e| e.message)?;
+    let lr = spec
+        .schedule
+        .build(&mut bw, spec.optimizer.lr(), t)
+        .map_err(|e| e.message)?;
+    let mut outputs: Vec<(ValueId, Option<String>)> = vec![(loss, Some("loss".into()))];
+    let mut slots: Vec<(ValueId, StateInit, String)> = Vec::new();
+    let mut state_outputs = Vec::new();
+    for (((c, p), &g), state) in params.iter().zip(&grads).zip(states) {
+        let name = bw.g.constant(*c).name.clone();
+        bw.at(format!("optimizer/{name}"));
+        let vals: Vec<ValueId> = state.iter().map(|s| s.0).collect();
+        let up =
+            optim::update(&mut bw, &spec.optimizer, *p, g, &vals, t, lr).map_err(|e| e.message)?;
+        outputs.push((up.param, Some(name.clone())));
+        slots.push((*p, StateInit::Const(*c), name));
+        for ((v, sname), nv) in state.into_iter().zip(up.state) {
+            state_outputs.push((nv, Some(sname.clone())));
+            slots.push((v, StateInit::Zeros, sname));
+        }
+    }
+    outputs.extend(state_outputs);
+    outputs.push((next_step, Some("step".into())));
+    slots.push((step, StateInit::Zeros, "step".into()));
+    info.added_ops = graph.ops().len().saturating_sub(before);
+    graph.set_named_outputs(outputs);
+    graph.state = slots
+        .into_iter()
+        .map(|(v, init, next)| {
+            let ValueDef::Input(i) = graph.value(v).def else {
+                unreachable!("state values are inputs")
+            };
+            StateSlot {
+                input: i,
+                init,
+                next,
+            }
+        })
+        .collect();
+    graph.state.sort_by_key(|s| s.input);
+    crate::dce::dce(graph, &mut Statistics::default());
+    Ok(info)
+}
+
+/// `base`, or `base_1`, `base_2`, ... when a live value already has that name.
+fn fresh_name(graph: &Graph, base: &str) -> String {
+    let taken = |n: &str| find_value(graph, n).is_some();
+    if !taken(base) {
+        return base.to_string();
+    }
+    (1..)
+        .map(|i| format!("{base}_{i}"))
+        .find(|n| !taken(n))
+        .unwrap_or_else(|| base.to_string())
+}
+
+fn add_input(graph: &mut Graph, name: &str, ty: TensorType) -> Result<ValueId, String> {
+    if find_value(graph, name).is_some_and(|v| matches!(graph.value(v).def, ValueDef::Input(_))) {
+        return Err(format!("the model already has an input named `{name}`"));
+    }
+    let v = graph.add_input(None, ty);
+    let n = fresh_name(graph, name);
+    graph.set_name(v, n);
+    Ok(v)
+}
+
+const OPTIONS: &[OptionInfo] = &[
+    OptionInfo {
+        name: "loss",
+        kind: OptionKind::Str,
+        default: "cross-entropy",
+        doc: "cross-entropy (class indices), mse, or output (a loss the model computes: loss-output)",
+    },
+    OptionInfo {
+        name: "loss-output",
+        kind: OptionKind::Str,
+        default: "",
+        doc: "the model output that is the loss, with loss=output",
+    },
+    OptionInfo {
+        name: "prediction",
+        kind: OptionKind::Str,
+        default: "",
+        doc: "the model output the loss reads (default: the first)",
+    },
+    OptionInfo {
+        name: "labels",
+        kind: OptionKind::Str,
+        default: "labels",
+        doc: "the name of the labels input",
+    },
+    OptionInfo {
+        name: "ignore-index",
+        kind: OptionKind::Str,
+        default: "-100",
+        doc: "cross-entropy: labels equal to this are ignored",
+    },
+    OptionInfo {
+        name: "label-smoothing",
+        kind: OptionKind::Float,
+        default: "0",
+        doc: "cross-entropy: label smoothing in [0, 1]",
+    },
+    OptionInfo {
+        name: "optimizer",
+        kind: OptionKind::Str,
+        default: "sgd{lr=0.01}",
+        doc: "sgd{lr momentum dampening nesterov weight-decay}, adam{lr beta1 beta2 eps weight-decay}, adamw{...}",
+    },
+    OptionInfo {
+        name: "schedule",
+        kind: OptionKind::Str,
+        default: "constant",
+        doc: "constant, or warmup-cosine{warmup total min-lr}",
+    },
+    OptionInfo {
+        name: "clip-norm",
+        kind: OptionKind::Float,
+        default: "0",
+        doc: "clip the gradients to this global L2 norm (0: off)",
+    },
+    OptionInfo {
+        name: "params",
+        kind: OptionKind::Str,
+        default: "",
+        doc: "comma-separated constants to train (default: every floating-point constant)",
+    },
+    OptionInfo {
+        name: "freeze",
+        kind: OptionKind::Str,
+        default: "",
+        doc: "a regular expression: constants whose name matches it do not train",
+    },
+];
+
+/// The registry record of `train`.
+pub const INFO: PassInfo = PassInfo {
+    name: "train",
+    summary: "Builds the training step: parameters as state inputs, loss, backward graph, optimizer update",
+    options: OPTIONS,
+    create,
+};
+
+/// The [`TrainSpec`] of `train`'s options.
+pub fn spec_from_options(options: &Options) -> Result<TrainSpec, String> {
+    let loss = match options.string("loss") {
+        "cross-entropy" => {
+            let ii = options.string("ignore-index");
+            let ignore_index = ii
+                .parse::<i64>()
+                .map_err(|_| format!("ignore-index: `{ii}` is not an integer"))?;
+            let smoothing = options.float("label-smoothing");
+            if !(0.0..=1.0).contains(&smoothing) {
+                return Err(format!(
+                    "label-smoothing must be in [0, 1], not {smoothing}"
+                ));
+            }
+            Loss::CrossEntropy {
+                ignore_index,
+                smoothing,
+            }
+        }
+        "mse" => Loss::Mse,
+        "output" => {
+            let name = options.string("loss-output");
+            if name.is_empty() {
+                return Err("loss=output needs loss-output=NAME".into());
+            }
+            Loss::Output(name.to_string())
+        }
+        other => {
+            return Err(format!(
+                "unknown loss `{other}` (expected cross-entropy, mse or output)"
+            ));
+        }
+    };
+    let clip_norm = options.float("clip-norm");
+    if clip_norm < 0.0 {
+        return Err("clip-norm must not be negative".into());
+    }
+    let freeze = match options.string("freeze") {
+        "" => None,
+        r => Some(Regex::new(r).map_err(|e| format!("freeze: {e}"))?),
+    };
+    let params = match options.string("params") {
+        "" => None,
+        l => Some(
+            l.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        ),
+    };
+    let prediction = match options.string("prediction") {
+        "" => None,
+        p => Some(p.to_string()),
+    };
+    Ok(TrainSpec {
+        loss,
+        prediction,
+        labels: options.string("labels").to_string(),
+        optimizer: Optimizer::parse(options.string("optimizer"))?,
+        schedule: Schedule::parse(options.string("schedule"))?,
+        clip_norm,
+        params,
+        freeze,
+    })
+}
+
+fn create(options: &Options) -> Result<Box<dyn Pass>, PassError> {
+    let spec = spec_from_options(options).map_err(PassError::new)?;
+    Ok(Box::new(TrainPass { spec }))
+}
+
+struct TrainPass {
+    spec: TrainSpec,
+}
+
+impl Pass for TrainPass {
+    fn run(&mut self, graph: &mut Graph, stats: &mut Statistics) -> Result<bool, PassError> {
+        let info = build_step(graph, &self.spec).map_err(PassError::new)?;
+        stats.add(
+            "parameters",
+            "constants made trainable parameters",
+            info.params.len() as u64,
+        );
+        stats.add(
+            "frozen",
+            "floating-point constants frozen",
+            info.frozen.len() as u64,
+        );
+        stats.add(
+            "step-ops",
+            "ops added for the loss, backward graph and optimizer",
+            info.added_ops as u64,
+        );
+        Ok(true)
+    }
+}

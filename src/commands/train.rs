@@ -1,0 +1,523 @@
+//! `tessera train DIR|MODEL`: runs N steps of a training step (the graph the `train` pass
+//! builds), feeding each step's state outputs back as the next step's state inputs, and
+//! writes the loss curve, the trained weights, the whole state and (for an ONNX model) the
+//! model with its trained initializers.
+//!
+//! The step runs JIT-compiled (the program of `tessera compile --train -o DIR`, or the model
+//! compiled here for `--target`) or, with `--interpret`, in the reference interpreter. The
+//! state stays in memory between steps: each step's outputs become the next step's inputs
+//! without leaving the process.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use tessera_ir::{Graph, StateInit, Tensor, TensorType, interp, text};
+use tessera_passes::{OptionValue, PassSpec, Pipeline};
+
+use super::InputShape;
+use super::run::Binding;
+use crate::cli::TrainArgs;
+use crate::npy;
+
+/// The source model `compile --train -o DIR` keeps in DIR, for `model.onnx`.
+pub const SOURCE_MODEL: &str = "source.onnx";
+
+/// What `tessera train` was asked to do.
+pub struct TrainRequest<'a> {
+    /// A compiled directory or a model.
+    pub path: &'a Path,
+    /// `--input NAME=FILE.npy`.
+    pub bindings: &'a [Binding],
+    /// Steps to run.
+    pub steps: u64,
+    /// `--output-dir`.
+    pub output_dir: &'a Path,
+    /// `--resume`.
+    pub resume: Option<&'a Path>,
+    /// Run in the interpreter.
+    pub interpret: bool,
+    /// With a model: the target.
+    pub target: &'a str,
+    /// `--target-path`.
+    pub target_path: &'a [PathBuf],
+    /// With a model: the pipeline after the `train` pass.
+    pub passes: &'a str,
+    /// `--input-shape`.
+    pub shapes: &'a [InputShape],
+    /// The training options.
+    pub train: &'a TrainArgs,
+}
+
+/// The `train` pass of the training options, for `model` (loaded as `graph`): for an ONNX
+/// model, the parameters are its floating-point initializers (constants that the model's
+/// `Constant` nodes made do not train).
+pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassSpec> {
+    let mut spec = PassSpec::new("train").map_err(|e| anyhow!("{}", e.message))?;
+    let mut set = |k: &str, v: OptionValue| {
+        spec.options.replace(k, v);
+    };
+    set("loss", OptionValue::Str(args.loss.clone()));
+    if let Some(o) = &args.loss_output {
+        set("loss-output", OptionValue::Str(o.clone()));
+    }
+    set("labels", OptionValue::Str(args.labels.clone()));
+    if let Some(p) = &args.prediction {
+        set("prediction", OptionValue::Str(p.clone()));
+    }
+    set("optimizer", OptionValue::Str(args.optimizer.clone()));
+    set("schedule", OptionValue::Str(args.schedule.clone()));
+    set(
+        "clip-norm",
+        OptionValue::Float(args.clip_norm.unwrap_or(0.0)),
+    );
+    set("label-smoothing", OptionValue::Float(args.label_smoothing));
+    set(
+        "ignore-index",
+        OptionValue::Str(args.ignore_index.to_string()),
+    );
+    if let Some(f) = &args.freeze {
+        set("freeze", OptionValue::Str(f.clone()));
+    }
+    if tessera_onnx::is_onnx_path(model) {
+        let inits = tessera_onnx::initializer_names(model)?;
+        let floats: Vec<&str> = graph
+            .consts()
+            .filter(|(_, c)| c.ty.elem.is_float())
+            .map(|(_, c)| c.name.as_str())
+            .collect();
+        let params: Vec<&str> = inits
+            .iter()
+            .map(String::as_str)
+            .filter(|n| floats.contains(n))
+            .collect();
+        set("params", OptionValue::Str(params.join(",")));
+    }
+    tessera_passes::train::spec_from_options(&spec.options)
+        .map_err(|e| anyhow!("{}: --train: {e}", model.display()))?;
+    Ok(spec)
+}
+
+/// How a step runs.
+enum Exec {
+    Interp(Graph),
+    Jit(tessera_mlir::Runner),
+}
+
+/// The step graph and how to run it.
+struct Step {
+    /// The step graph (inputs, state slots, outputs).
+    graph: Graph,
+    exec: Exec,
+    /// The ONNX model the parameters came from, if any.
+    source: Option<PathBuf>,
+}
+
+/// Runs `tessera train`.
+pub fn run(req: &TrainRequest<'_>) -> Result<()> {
+    let step = if req.path.is_dir() {
+        load_dir(req)?
+    } else {
+        build_from_model(req)?
+    };
+    if step.graph.state.is_empty() {
+        bail!(
+            "{}: not a training step (it has no state inputs); compile it with --train",
+            req.path.display()
+        );
+    }
+    train(req, &step)
+}
+
+fn load_dir(req: &TrainRequest<'_>) -> Result<Step> {
+    let dir = req.path;
+    if req.train.train {
+        bail!(
+            "{}: a compiled directory holds its training step already; drop --train",
+            dir.display()
+        );
+    }
+    let placed = dir.join("placed.tir");
+    let graph = text::load(&placed)
+        .with_context(|| format!("{}: not a compiled directory", dir.display()))?;
+    let exec = if req.interpret {
+        Exec::Interp(graph.clone())
+    } else {
+        let mlir = tessera_mlir::Mlir::new();
+        Exec::Jit(
+            tessera_mlir::Runner::load(&mlir, dir, 2)
+                .with_context(|| format!("{}: loading the compiled program", dir.display()))?,
+        )
+    };
+    let source = dir.join(SOURCE_MODEL);
+    Ok(Step {
+        graph,
+        exec,
+        source: source.is_file().then_some(source),
+    })
+}
+
+fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
+    let path = req.path;
+    if !req.train.train {
+        bail!(
+            "{}: give a compiled directory (tessera compile --train -o DIR), or --train and its options to compile the model here",
+            path.display()
+        );
+    }
+    let target = super::targets::resolve(req.target, req.target_path).context("--target")?;
+    tessera_targets::set_default_target(Some(target.clone()));
+    let graph = super::load_model(path, req.shapes)?;
+    let mut pipeline =
+        Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
+    pipeline
+        .passes
+        .insert(0, train_pass(req.train, path, &graph)?);
+    let flags = crate::instrument::PassFlags::default();
+    let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
+    let source = tessera_onnx::is_onnx_path(path).then(|| path.to_path_buf());
+    if req.interpret {
+        return Ok(Step {
+            exec: Exec::Interp(graph.clone()),
+            graph,
+            source,
+        });
+    }
+    let compiled = super::compile::compile(
+        graph,
+        &*target,
+        None,
+        8,
+        &super::compile::PlaceSettings::default(),
+    )
+    .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;
+    let program = super::emit::lower_graph(&compiled.graph, target.spec(), path)?;
+    let mlir = tessera_mlir::Mlir::new();
+    let runner = tessera_mlir::Runner::new(
+        &mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        program
+            .weight_tensors()
+            .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
+        2,
+    )?;
+    Ok(Step {
+        graph: compiled.graph,
+        exec: Exec::Jit(runner),
+        source,
+    })
+}
+
+/// One batch input: its batches (one, or a stack).
+struct Batches {
+    data: Tensor,
+    stacked: bool,
+}
+
+impl Batches {
+    fn get(&self, step: u64) -> Result<Tensor> {
+        if !self.stacked {
+            return Ok(self.data.clone());
+        }
+        let n = self.data.shape()[0] as u64;
+        slice_first(&self.data, (step % n) as usize)
+    }
+}
+
+/// Batch `i` of a stack (the leading axis removed).
+fn slice_first(t: &Tensor, i: usize) -> Result<Tensor> {
+    let shape = t.shape()[1..].to_vec();
+    let bytes = t.to_le_bytes();
+    let per = bytes.len() / t.shape()[0].max(1);
+    Tensor::from_le_bytes(t.elem(), &shape, &bytes[i * per..(i + 1) * per])
+        .map_err(|e| anyhow!("{e}"))
+}
+
+fn input_name(g: &Graph, i: usize) -> String {
+    let v = g.inputs()[i];
+    g.value(v).name.clone().unwrap_or_else(|| format!("#{i}"))
+}
+
+fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
+    let g = &step.graph;
+    let n = g.inputs().len();
+    let is_state: Vec<bool> = (0..n)
+        .map(|i| g.state.iter().any(|s| s.input == i))
+        .collect();
+    // Batch inputs, from the bindings.
+    let mut batches: BTreeMap<usize, Batches> = BTreeMap::new();
+    for b in req.bindings {
+        let Some(i) = (0..n).find(|&i| input_name(g, i) == b.name) else {
+            let names: Vec<String> = (0..n)
+                .filter(|&i| !is_state[i])
+                .map(|i| format!("`{}`", input_name(g, i)))
+                .collect();
+            bail!(
+                "--input {}: the step has no batch input of that name (its batch inputs are {})",
+                b.name,
+                names.join(", ")
+            );
+        };
+        if is_state[i] {
+            bail!(
+                "--input {}: that is a state input (a parameter or optimizer state); it comes from the model or --resume",
+                b.name
+            );
+        }
+        if batches.contains_key(&i) {
+            bail!("--input {}: given twice", b.name);
+        }
+        let t = npy::read(&b.file)?;
+        let want = g.ty(g.inputs()[i]);
+        let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+        let dims = want.static_dims().ok_or_else(|| {
+            anyhow!(
+                "input `{}` is {want}: bind its symbols with --input-shape when compiling",
+                b.name
+            )
+        })?;
+        let stacked = if shape == dims {
+            false
+        } else if shape.len() == dims.len() + 1 && shape[1..] == dims[..] && shape[0] > 0 {
+            true
+        } else {
+            bail!(
+                "{}: input `{}` has shape {}, but a batch is {want} (or a stack of them)",
+                b.file.display(),
+                b.name,
+                npy::shape_string(t.shape())
+            );
+        };
+        if t.elem() != want.elem {
+            bail!(
+                "{}: input `{}` holds {}, the step takes {}",
+                b.file.display(),
+                b.name,
+                t.elem(),
+                want.elem
+            );
+        }
+        batches.insert(i, Batches { data: t, stacked });
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|&i| !is_state[i] && !batches.contains_key(&i))
+        .map(|i| format!("`{}`", input_name(g, i)))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "give every batch input with --input: missing {}",
+            missing.join(", ")
+        );
+    }
+
+    // The state: from --resume, else the initial values.
+    let mut state: BTreeMap<usize, Tensor> = BTreeMap::new();
+    let resumed = match req.resume {
+        Some(dir) => Some(read_safetensors(&dir.join("state.safetensors"))?),
+        None => None,
+    };
+    for slot in &g.state {
+        let ty = g.ty(g.inputs()[slot.input]).clone();
+        let t = match &resumed {
+            Some(saved) => {
+                let t = saved.get(&slot.next).ok_or_else(|| {
+                    anyhow!(
+                        "--resume: state.safetensors has no `{}` (written by another training step?)",
+                        slot.next
+                    )
+                })?;
+                if t.ty() != ty {
+                    bail!(
+                        "--resume: `{}` is {} in state.safetensors, the step takes {ty}",
+                        slot.next,
+                        t.ty()
+                    );
+                }
+                t.clone()
+            }
+            None => initial(g, slot.init, &ty)?,
+        };
+        state.insert(slot.input, t);
+    }
+    let names = text::output_names(g);
+    let loss_at = names.iter().position(|n| n == "loss").unwrap_or(0);
+    let next_at: Vec<(usize, usize)> = g
+        .state
+        .iter()
+        .map(|s| {
+            names
+                .iter()
+                .position(|n| *n == s.next)
+                .map(|o| (s.input, o))
+                .ok_or_else(|| anyhow!("the step has no output `{}`", s.next))
+        })
+        .collect::<Result<_>>()?;
+    let first_step = g
+        .state
+        .iter()
+        .find(|s| s.next == "step")
+        .and_then(|s| state.get(&s.input))
+        .map_or(0, |t| t.to_f64_vec().first().copied().unwrap_or(0.0) as u64);
+
+    std::fs::create_dir_all(req.output_dir)
+        .with_context(|| format!("cannot create {}", req.output_dir.display()))?;
+    let mut csv = match req.resume {
+        Some(dir) => std::fs::read_to_string(dir.join("loss.csv")).unwrap_or_default(),
+        None => String::new(),
+    };
+    if csv.is_empty() {
+        csv.push_str("step,loss\n");
+    }
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let b = indicatif::ProgressBar::new(req.steps);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(n);
+    for k in 0..req.steps {
+        let global = first_step + k;
+        inputs.clear();
+        for i in 0..n {
+            inputs.push(match state.get(&i) {
+                Some(t) => t.clone(),
+                None => batches[&i].get(global)?,
+            });
+        }
+        let outputs = match &step.exec {
+            Exec::Interp(graph) => interp::run(graph, &inputs)
+                .map_err(|e| anyhow!("step {}: the interpreter failed: {e}", global + 1))?,
+            Exec::Jit(runner) => runner
+                .run(&inputs)
+                .with_context(|| format!("step {}: running", global + 1))?,
+        };
+        let loss = outputs
+            .get(loss_at)
+            .and_then(|t| t.to_f64_vec().first().copied())
+            .ok_or_else(|| anyhow!("step {}: no loss", global + 1))?;
+        let line = format!("{},{}", global + 1, tessera_ir::format_f32(loss as f32));
+        let _ = writeln!(csv, "{line}");
+        match &bar {
+            Some(b) => {
+                b.set_message(format!("loss {}", tessera_ir::format_f32(loss as f32)));
+                b.inc(1);
+            }
+            None => eprintln!(
+                "step {}: loss {}",
+                global + 1,
+                tessera_ir::format_f32(loss as f32)
+            ),
+        }
+        let mut outputs: Vec<Option<Tensor>> = outputs.into_iter().map(Some).collect();
+        for &(input, o) in &next_at {
+            let t = outputs
+                .get_mut(o)
+                .and_then(Option::take)
+                .ok_or_else(|| anyhow!("step {}: output {o} is missing", global + 1))?;
+            state.insert(input, t);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish();
+    }
+
+    // Outputs.
+    let out = req.output_dir;
+    super::write_atomically(&out.join("loss.csv"), csv.as_bytes())?;
+    let mut all = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for slot in &g.state {
+        let t = state[&slot.input].clone();
+        if let StateInit::Const(c) = slot.init {
+            weights.insert(g.constant(c).name.clone(), t.clone());
+        }
+        all.insert(slot.next.clone(), t);
+    }
+    write_safetensors(&out.join("weights.safetensors"), &weights)?;
+    write_safetensors(&out.join("state.safetensors"), &all)?;
+    if let Some(src) = &step.source {
+        let model = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
+        let trained = tessera_onnx::replace_initializers(&model, &weights)
+            .map_err(|e| anyhow!("{}: writing the trained model: {e}", src.display()))?;
+        super::write_atomically(&out.join("model.onnx"), &trained)?;
+    }
+    Ok(())
+}
+
+/// The initial value of a state slot.
+fn initial(g: &Graph, init: StateInit, ty: &TensorType) -> Result<Tensor> {
+    match init {
+        StateInit::Const(c) => {
+            let k = g.constant(c);
+            Tensor::from_typed_le_bytes(&k.ty, &k.data).map_err(|e| anyhow!("@{}: {e}", k.name))
+        }
+        StateInit::Zeros => {
+            let dims: Vec<usize> = ty
+                .static_dims()
+                .ok_or_else(|| anyhow!("a state input is {ty}: its shape must be static"))?
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+            Tensor::zeros(ty.elem, &dims).map_err(|e| anyhow!("{e}"))
+        }
+    }
+}
+
+fn write_safetensors(path: &Path, tensors: &BTreeMap<String, Tensor>) -> Result<()> {
+    let data: Vec<(String, Vec<u8>, Tensor)> = tensors
+        .iter()
+        .map(|(k, t)| (k.clone(), t.to_le_bytes(), t.clone()))
+        .collect();
+    let views = data
+        .iter()
+        .map(|(k, bytes, t)| {
+            safetensors::tensor::TensorView::new(
+                tessera_ir::text::dtype_of(t.elem()),
+                t.shape().to_vec(),
+                bytes,
+            )
+            .map(|v| (k.clone(), v))
+            .map_err(|e| anyhow!("{k}: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes =
+        safetensors::serialize(views, None).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    super::write_atomically(path, &bytes)
+}
+
+fn read_safetensors(path: &Path) -> Result<BTreeMap<String, Tensor>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow!("{}: not a safetensors file: {e}", path.display()))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let elem = elem_of(view.dtype())
+            .ok_or_else(|| anyhow!("{}: `{name}` has an unsupported dtype", path.display()))?;
+        let t = Tensor::from_le_bytes(elem, view.shape(), view.data())
+            .map_err(|e| anyhow!("{}: `{name}`: {e}", path.display()))?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
+
+fn elem_of(d: safetensors::Dtype) -> Option<tessera_ir::ElemType> {
+    use tessera_ir::ElemType as E;
+    [
+        E::F16,
+        E::BF16,
+        E::F32,
+        E::F64,
+        E::I8,
+        E::I16,
+        E::I32,
+        E::I64,
+        E::U8,
+        E::Bool,
+    ]
+    .into_iter()
+    .find(|&e| tessera_ir::text::dtype_of(e) == d)
+}
