@@ -131,6 +131,14 @@ fn import_with(
         path,
     );
     cx.fold_limit_bytes = options.fold_limit_bytes;
+    if options.keep_parameters {
+        cx.params = graph
+            .initializer
+            .iter()
+            .filter(|t| matches!(t.data_type(), 1 | 10 | 11 | 16))
+            .map(|t| t.name().to_string())
+            .collect();
+    }
     cx.import_main(graph, options)?;
     // Initializers read only at import time (shapes, axes) and values folded away leave
     // dead `const` ops behind.
@@ -296,6 +304,9 @@ pub(crate) struct Ctx<'p> {
     hint: String,
     /// [`ImportOptions::fold_limit_bytes`].
     pub fold_limit_bytes: u64,
+    /// The floating-point initializers, with [`ImportOptions::keep_parameters`]: ops that
+    /// read them are not folded.
+    params: BTreeSet<String>,
     /// The graphs around the one being built, outermost first, while a region body is
     /// imported (the current graph is `g`; `stack[0]` is then the main graph).
     stack: Vec<Frame>,
@@ -349,6 +360,7 @@ impl<'p> Ctx<'p> {
             loc: None,
             hint: String::new(),
             fold_limit_bytes: crate::DEFAULT_FOLD_LIMIT_BYTES,
+            params: BTreeSet::new(),
             stack: Vec::new(),
             captures: Vec::new(),
             captured: BTreeMap::new(),
@@ -865,6 +877,17 @@ impl<'p> Ctx<'p> {
         Some(t)
     }
 
+    /// Whether `v` is a parameter's constant ([`ImportOptions::keep_parameters`]).
+    fn is_param(&self, v: ValueId) -> bool {
+        if self.params.is_empty() {
+            return false;
+        }
+        let tessera_ir::ValueDef::Result(op, 0) = self.g.value(v).def else {
+            return false;
+        };
+        matches!(self.g.op(op).op, Op::Const(c) if self.params.contains(&self.g.constant(c).name))
+    }
+
     /// Whether [`Ctx::known`] can give the contents of a value, without computing them.
     fn is_known(&self, v: ValueId) -> bool {
         if self.known.contains_key(&v) {
@@ -1043,7 +1066,11 @@ impl<'p> Ctx<'p> {
         // Check that every operand is known before materializing any: an op with a small
         // result may read a large weight (an embedding gather by token ids), which must not be
         // copied out of the memory-mapped file when another operand is not known.
-        if small && !matches!(op, Op::Const(_)) && operands.iter().all(|&v| self.is_known(v)) {
+        if small
+            && !matches!(op, Op::Const(_))
+            && operands.iter().all(|&v| self.is_known(v))
+            && !operands.iter().any(|&v| self.is_param(v))
+        {
             let mut inputs = Vec::with_capacity(operands.len());
             for &v in operands {
                 match self.known(v) {

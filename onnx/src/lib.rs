@@ -72,6 +72,10 @@ pub struct ImportOptions {
     /// is not folded, and an operator that needs its contents at import time refuses it);
     /// folding an op evaluates it under this memory limit.
     pub fold_limit_bytes: u64,
+    /// The floating-point initializers are parameters to train: no op that reads one is
+    /// folded at import, so each stays one constant under its initializer's name (a tied
+    /// embedding read by a `Gather` and, transposed, by the output `MatMul` stays one weight).
+    pub keep_parameters: bool,
 }
 
 impl Default for ImportOptions {
@@ -80,6 +84,7 @@ impl Default for ImportOptions {
             input_shapes: BTreeMap::new(),
             input_values: BTreeMap::new(),
             fold_limit_bytes: DEFAULT_FOLD_LIMIT_BYTES,
+            keep_parameters: false,
         }
     }
 }

@@ -89,7 +89,7 @@ pub fn run(req: &CompileRequest<'_>) -> Result<()> {
     };
     let mut stages = Vec::new();
     let clock = Instant::now();
-    let graph = super::load_model(req.model, req.shapes)?;
+    let graph = super::load_model_for(req.model, req.shapes, req.train.train)?;
     stages.push(stage("import and verify", clock));
     let inputs: Vec<(String, tessera_ir::TensorType)> = graph
         .inputs()

@@ -50,9 +50,16 @@ pub fn shape_map(shapes: &[InputShape]) -> Result<BTreeMap<String, Vec<u64>>> {
 /// On verifier errors the IR is printed to standard error with every error shown at its
 /// entity, and the returned error is the one-line summary.
 pub fn load_model(path: &Path, shapes: &[InputShape]) -> Result<Graph> {
+    load_model_for(path, shapes, false)
+}
+
+/// [`load_model`], for training when `training` (an ONNX model's float initializers stay
+/// whole constants: [`ImportOptions::keep_parameters`]).
+pub fn load_model_for(path: &Path, shapes: &[InputShape], training: bool) -> Result<Graph> {
     if tessera_onnx::is_onnx_path(path) {
         let options = ImportOptions {
             input_shapes: shape_map(shapes)?,
+            keep_parameters: training,
             ..ImportOptions::default()
         };
         return import_verified(path, &options).map_err(|e| {

@@ -168,7 +168,7 @@ fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
     }
     let target = super::targets::resolve(req.target, req.target_path).context("--target")?;
     tessera_targets::set_default_target(Some(target.clone()));
-    let graph = super::load_model(path, req.shapes)?;
+    let graph = super::load_model_for(path, req.shapes, true)?;
     let mut pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
     pipeline

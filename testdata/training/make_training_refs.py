@@ -12,6 +12,7 @@ Needs torch (CPU) in a virtual environment, e.g.:
 
 import math
 import os
+import shutil
 
 import numpy as np
 import torch
@@ -66,6 +67,109 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x), approximate="tanh").tanh() + F.relu(self.fc1(x)))
 
 
+class Block(nn.Module):
+    def __init__(self, d, heads, ctx):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(d)
+        # No key bias: it shifts every score of a query's row equally, so its gradient is
+        # exactly zero and Adam would turn rounding noise into full-size steps, differently
+        # in every implementation.
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d)
+        self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.mlp_proj = nn.Linear(4 * d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx)).bool(), persistent=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        n = self.ln_1(x)
+        q, k, v = self.q(n), self.k(n), self.v(n)
+        q = q.reshape(b, t, h, d // h).transpose(1, 2)
+        k = k.reshape(b, t, h, d // h).transpose(1, 2)
+        v = v.reshape(b, t, h, d // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt2Tiny(nn.Module):
+    """GPT-2's structure, tiny: token and position embeddings, pre-norm blocks with causal
+    attention and a GELU MLP, a final layer norm, the output head tied to the token
+    embedding. Logits come out as [batch * seq, vocab]."""
+
+    def __init__(self, vocab=64, ctx=16, d=32, heads=2, layers=2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList([Block(d, heads, ctx) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.register_buffer("pos", torch.arange(ctx), persistent=False)
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.01)
+        # Distinct layer-norm parameters: the ONNX exporter merges initializers with equal
+        # contents (all-ones scales), which would tie what torch trains separately.
+        for m in self.modules():
+            if isinstance(m, nn.LayerNorm):
+                nn.init.normal_(m.weight, 1.0, 0.1)
+                nn.init.normal_(m.bias, 0.0, 0.1)
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.wte(ids) + self.wpe(self.pos[:t])
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return logits.reshape(b * t, -1)
+
+
+class Lstm(nn.Module):
+    """A one-layer LSTM over a sequence, classified from its last hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        return self.head(h[0])
+
+
+def mlp_data(rng):
+    xs = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    ys = rng.integers(0, 10, size=(4, 8)).astype(np.int64)
+    ys[1, 3] = -100  # an ignored label
+    return Mlp(), "x", xs, ys
+
+
+def gpt2_data(rng):
+    ids = rng.integers(0, 64, size=(4, 2, 17)).astype(np.int64)
+    xs = ids[:, :, :16].copy()
+    ys = ids[:, :, 1:].reshape(4, 32).copy()
+    return Gpt2Tiny(), "input_ids", xs, ys
+
+
+def lstm_data(rng):
+    xs = rng.standard_normal((4, 5, 4, 8)).astype(np.float32)
+    ys = rng.integers(0, 3, size=(4, 4)).astype(np.int64)
+    return Lstm(), "x", xs, ys
+
+
+# Each model: how to build it and its data, and the optimizer configurations trained.
+MODELS = {
+    "mlp": (mlp_data, ["sgd", "adamw", "adam-clip-cosine"]),
+    "gpt2_tiny": (gpt2_data, ["sgd", "adamw"]),
+    "lstm": (lstm_data, ["sgd", "adamw"]),
+}
+
+
 def train(model, config, xs, ys):
     params = dict(model.named_parameters())
     opt = make_optimizer(config, list(params.values()))
@@ -93,37 +197,35 @@ def train(model, config, xs, ys):
 
 
 def main():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    name = "mlp"
-    out = os.path.join(HERE, name)
-    os.makedirs(out, exist_ok=True)
-    model = Mlp()
-    batches, batch = 4, 8
-    xs = np.random.randn(batches, batch, 16).astype(np.float32)
-    ys = np.random.randint(0, 10, size=(batches, batch)).astype(np.int64)
-    ys[1, 3] = -100  # an ignored label
-    np.save(os.path.join(out, "x.npy"), xs)
-    np.save(os.path.join(out, "labels.npy"), ys)
-    torch.onnx.export(
-        model,
-        (torch.from_numpy(xs[0]),),
-        os.path.join(out, "model.onnx"),
-        input_names=["x"],
-        output_names=["logits"],
-        opset_version=17,
-        dynamo=False,
-    )
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for config in CONFIGS:
-        model.load_state_dict(initial)
-        losses, weights = train(model, config, xs, ys)
-        d = os.path.join(out, config)
-        os.makedirs(d, exist_ok=True)
-        np.save(os.path.join(d, "loss.npy"), losses)
-        for k, v in weights.items():
-            np.save(os.path.join(d, k + ".npy"), v)
-        print(name, config, losses)
+    for name, (data, configs) in MODELS.items():
+        torch.manual_seed(0)
+        rng = np.random.default_rng(0)
+        out = os.path.join(HERE, name)
+        os.makedirs(out, exist_ok=True)
+        model, input_name, xs, ys = data(rng)
+        np.save(os.path.join(out, input_name + ".npy"), xs)
+        np.save(os.path.join(out, "labels.npy"), ys)
+        torch.onnx.export(
+            model,
+            (torch.from_numpy(xs[0]),),
+            os.path.join(out, "model.onnx"),
+            input_names=[input_name],
+            output_names=["logits"],
+            opset_version=17,
+            dynamo=False,
+            do_constant_folding=False,
+        )
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        for config in configs:
+            model.load_state_dict(initial)
+            losses, weights = train(model, config, xs, ys)
+            d = os.path.join(out, config)
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            np.save(os.path.join(d, "loss.npy"), losses)
+            for k, v in weights.items():
+                np.save(os.path.join(d, k + ".npy"), v)
+            print(name, config, losses)
 
 
 if __name__ == "__main__":

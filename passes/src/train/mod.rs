@@ -167,13 +167,15 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         }
         let ty = graph.constant(c).ty.clone();
         let input = graph.add_input(None, ty);
-        let vname = fresh_name(graph, &name);
-        graph.set_name(input, vname);
         for &o in &readers[&c] {
             let r = graph.op(o).results[0];
             graph.replace_all_uses(r, input);
             graph.remove_op(o);
+            // The name the const op's result had is free now.
+            graph.value_mut(r).name = None;
         }
+        let vname = fresh_name(graph, &name);
+        graph.set_name(input, vname);
         params.push((c, input));
         info.params.push(name);
     }

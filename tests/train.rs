@@ -1,0 +1,427 @@
+//! Training against PyTorch: `tessera train` and `tessera compile --train` on the models of
+//! `testdata/training/` (made by `make_training_refs.py`, which trained them in torch on the
+//! same batches): the loss at every step and the final weights match torch to 1e-4
+//! relative, through the interpreter, through the JIT, and placed on four chips; `--resume`
+//! continues where a run stopped; the written `model.onnx` runs in onnxruntime with the
+//! trained weights; bad input is an error with exit code 1.
+
+use std::path::{Path, PathBuf};
+
+use tessera_ir::Tensor;
+
+mod common;
+
+use common::cli::{fails, ok, repo, tessera};
+
+/// One optimizer configuration of `make_training_refs.py`, with its tessera flags.
+struct Config {
+    name: &'static str,
+    flags: &'static [&'static str],
+}
+
+const SGD: Config = Config {
+    name: "sgd",
+    flags: &[
+        "--optimizer",
+        "sgd{lr=0.1 momentum=0.9 weight-decay=0.0001}",
+    ],
+};
+const ADAMW: Config = Config {
+    name: "adamw",
+    flags: &["--optimizer", "adamw{lr=0.01 weight-decay=0.01}"],
+};
+const ADAM_CLIP_COSINE: Config = Config {
+    name: "adam-clip-cosine",
+    flags: &[
+        "--optimizer",
+        "adam{lr=0.01 weight-decay=0.001}",
+        "--schedule",
+        "warmup-cosine{warmup=3 total=10 min-lr=0.001}",
+        "--clip-norm",
+        "0.5",
+        "--label-smoothing",
+        "0.1",
+    ],
+};
+
+/// A model of `testdata/training/`.
+struct Model {
+    dir: &'static str,
+    /// `--input-shape` of its batch inputs.
+    shapes: &'static [&'static str],
+    /// Its batch inputs, each `NAME` read from `NAME.npy`.
+    inputs: &'static [&'static str],
+}
+
+const MLP: Model = Model {
+    dir: "testdata/training/mlp",
+    shapes: &["x=8x16"],
+    inputs: &["x", "labels"],
+};
+
+const GPT2_TINY: Model = Model {
+    dir: "testdata/training/gpt2_tiny",
+    shapes: &["input_ids=2x16"],
+    inputs: &["input_ids", "labels"],
+};
+
+const LSTM: Model = Model {
+    dir: "testdata/training/lstm",
+    shapes: &["x=5x4x8"],
+    inputs: &["x", "labels"],
+};
+
+fn path(m: &Model, file: &str) -> PathBuf {
+    repo().join(m.dir).join(file)
+}
+
+fn input_args(m: &Model) -> Vec<String> {
+    let mut args = Vec::new();
+    for i in m.inputs {
+        args.push("--input".into());
+        args.push(format!("{i}={}", path(m, &format!("{i}.npy")).display()));
+    }
+    args
+}
+
+fn train_flags(m: &Model, c: &Config) -> Vec<String> {
+    let mut args: Vec<String> = vec!["--train".into(), "--labels".into(), "labels".into()];
+    args.extend(c.flags.iter().map(|s| s.to_string()));
+    for s in m.shapes {
+        args.push("--input-shape".into());
+        args.push(s.to_string());
+    }
+    args
+}
+
+fn npy(p: &Path) -> Tensor {
+    tessera::npy::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The loss column of a `loss.csv`, checking its header and step numbers.
+fn losses(out: &Path, first_step: usize) -> Vec<f64> {
+    let text = std::fs::read_to_string(out.join("loss.csv")).expect("loss.csv");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("step,loss"));
+    lines
+        .enumerate()
+        .map(|(i, l)| {
+            let (step, loss) = l.split_once(',').expect("step,loss");
+            assert_eq!(step.parse::<usize>().expect("step"), first_step + i);
+            loss.parse().expect("loss")
+        })
+        .collect()
+}
+
+fn close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+            "{what}[{i}]: tessera {g}, torch {w}"
+        );
+    }
+}
+
+/// The loss curve and the final weights in `out` against torch's for configuration `c`.
+fn check_against_torch(m: &Model, c: &Config, out: &Path) {
+    let want = npy(&path(m, &format!("{}/loss.npy", c.name))).to_f64_vec();
+    close(
+        &format!("{} {} loss", m.dir, c.name),
+        &losses(out, 1),
+        &want,
+    );
+    let bytes = std::fs::read(out.join("weights.safetensors")).expect("weights");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let mut names = st.names();
+    names.sort();
+    let mut expected = Vec::new();
+    for entry in std::fs::read_dir(path(m, c.name)).expect("refs") {
+        let f = entry
+            .expect("entry")
+            .file_name()
+            .into_string()
+            .expect("name");
+        if let Some(n) = f.strip_suffix(".npy")
+            && n != "loss"
+        {
+            expected.push(n.to_string());
+        }
+    }
+    expected.sort();
+    assert_eq!(
+        names,
+        expected.iter().collect::<Vec<_>>(),
+        "trained parameters"
+    );
+    for n in expected {
+        let want = npy(&path(m, &format!("{}/{n}.npy", c.name)));
+        let view = st.tensor(&n).expect("tensor");
+        assert_eq!(view.shape(), want.shape(), "{n}");
+        let got: Vec<f64> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+            .collect();
+        close(
+            &format!("{} {} {n}", m.dir, c.name),
+            &got,
+            &want.to_f64_vec(),
+        );
+    }
+}
+
+fn train_model(m: &Model, c: &Config, extra: &[&str]) -> tempfile::TempDir {
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(path(m, "model.onnx"))
+        .args(train_flags(m, c))
+        .args(input_args(m))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(out.path())
+        .args(extra));
+    out
+}
+
+#[test]
+fn mlp_matches_pytorch_in_the_interpreter() {
+    for c in [SGD, ADAMW, ADAM_CLIP_COSINE] {
+        let out = train_model(&MLP, &c, &["--interpret"]);
+        check_against_torch(&MLP, &c, out.path());
+    }
+}
+
+#[test]
+fn mlp_matches_pytorch_through_the_jit() {
+    for c in [SGD, ADAMW] {
+        let out = train_model(&MLP, &c, &[]);
+        check_against_torch(&MLP, &c, out.path());
+    }
+}
+
+/// GPT-2's structure (embeddings, causal attention, layer norms, GELU, the output head
+/// tied to the token embedding, whose gradient sums both uses).
+#[test]
+fn gpt2_tiny_matches_pytorch() {
+    let out = train_model(&GPT2_TINY, &SGD, &["--interpret"]);
+    check_against_torch(&GPT2_TINY, &SGD, out.path());
+    let out = train_model(&GPT2_TINY, &ADAMW, &[]);
+    check_against_torch(&GPT2_TINY, &ADAMW, out.path());
+}
+
+/// An LSTM (unrolled over its sequence at import) classified from its last hidden state.
+#[test]
+fn lstm_matches_pytorch() {
+    let out = train_model(&LSTM, &ADAMW, &["--interpret"]);
+    check_against_torch(&LSTM, &ADAMW, out.path());
+    let out = train_model(&LSTM, &SGD, &[]);
+    check_against_torch(&LSTM, &SGD, out.path());
+}
+
+/// Compiled for four chiplets with the ops spread round-robin (so the step's forward,
+/// backward and optimizer ops run on different chips with transfers between them), then
+/// trained from the directory: the same numbers.
+#[test]
+fn mlp_placed_on_four_chips_matches_pytorch() {
+    let build = tempfile::tempdir().expect("tempdir");
+    let dir = build.path().join("step");
+    let summary = ok(tessera()
+        .arg("compile")
+        .arg(path(&MLP, "model.onnx"))
+        .args(train_flags(&MLP, &ADAMW))
+        .args(["--target", "mcm-2x2", "--strategy", "round-robin", "-o"])
+        .arg(&dir));
+    assert!(summary.contains("chip3"), "{summary}");
+    for f in ["placed.tir", "manifest.json", "source.onnx", "chip1.mlir"] {
+        assert!(dir.join(f).is_file(), "{f}");
+    }
+    let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+    assert!(placed.contains(r#"state(init = @fc1.weight, next = "fc1.weight")"#));
+    assert!(placed.contains(r#"state(init = zeros, next = "fc1.weight.exp_avg")"#));
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(&dir)
+        .args(input_args(&MLP))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(out.path()));
+    check_against_torch(&MLP, &ADAMW, out.path());
+}
+
+/// Five steps, then five more from the state they wrote: torch's ten steps (Adam's moments
+/// and the step count carry over; the loss curve continues).
+#[test]
+fn resume_continues_where_a_run_stopped() {
+    let first = tempfile::tempdir().expect("tempdir");
+    let run = |steps: &str, out: &Path, resume: Option<&Path>| {
+        let mut cmd = tessera();
+        cmd.arg("train")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &ADAMW))
+            .args(input_args(&MLP))
+            .args(["--interpret", "--steps", steps, "--output-dir"])
+            .arg(out);
+        if let Some(r) = resume {
+            cmd.arg("--resume").arg(r);
+        }
+        ok(&mut cmd);
+    };
+    run("5", first.path(), None);
+    assert_eq!(losses(first.path(), 1).len(), 5);
+    let second = tempfile::tempdir().expect("tempdir");
+    run("5", second.path(), Some(first.path()));
+    check_against_torch(&MLP, &ADAMW, second.path());
+}
+
+/// The trained `model.onnx` passes onnx.checker and runs in onnxruntime, which gives what
+/// `tessera run` gives on it, with the trained weights in it.
+#[test]
+fn the_trained_model_runs_in_onnxruntime() {
+    let out = train_model(&MLP, &SGD, &["--interpret"]);
+    let model = out.path().join("model.onnx");
+    let x = out.path().join("x0.npy");
+    let ort = out.path().join("ort.npy");
+    let script = format!(
+        "import numpy as np, onnx, onnxruntime as ort\n\
+         m = onnx.load({model:?}); onnx.checker.check_model(m)\n\
+         w = {{t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}}\n\
+         assert np.abs(w['fc2.weight'] - np.load({want:?})).max() < 1e-5\n\
+         x = np.load({xs:?})[0]; np.save({x:?}, x)\n\
+         np.save({ort:?}, ort.InferenceSession({model:?}).run(None, {{'x': x}})[0])\n",
+        model = model.display().to_string(),
+        want = path(&MLP, "sgd/fc2.weight.npy").display().to_string(),
+        xs = path(&MLP, "x.npy").display().to_string(),
+        x = x.display().to_string(),
+        ort = ort.display().to_string(),
+    );
+    let status = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .expect("python3 runs (make deps installs numpy, onnx, onnxruntime)");
+    assert!(status.success(), "onnxruntime on the trained model");
+    let run = out.path().join("run");
+    ok(tessera()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("--output-dir")
+        .arg(&run));
+    let got = npy(&run.join("logits.npy"));
+    let want = npy(&ort);
+    close("logits", &got.to_f64_vec(), &want.to_f64_vec());
+}
+
+#[test]
+fn bad_training_input_is_an_error() {
+    let m = path(&MLP, "model.onnx");
+    let out = tempfile::tempdir().expect("tempdir");
+    let base = |extra: &[&str]| {
+        let mut cmd = tessera();
+        cmd.arg("train")
+            .arg(&m)
+            .args(["--steps", "2", "--output-dir"])
+            .arg(out.path())
+            .args(extra);
+        cmd
+    };
+    let x = format!("x={}", path(&MLP, "x.npy").display());
+    let labels = format!("labels={}", path(&MLP, "labels.npy").display());
+    let err = fails(&mut base(&["-i", &x]));
+    assert!(
+        err.contains("give a compiled directory (tessera compile --train -o DIR), or --train"),
+        "{err}"
+    );
+    let err = fails(&mut base(&[
+        "--train",
+        "--optimizer",
+        "adamw{lr=0.1 momentum=0.9}",
+        "--input-shape",
+        "x=8x16",
+        "-i",
+        &x,
+    ]));
+    assert!(
+        err.contains(
+            "unknown option `momentum` (expected one of: lr, beta1, beta2, eps, weight-decay)"
+        ),
+        "{err}"
+    );
+    let err = fails(&mut base(&[
+        "--train",
+        "--input-shape",
+        "x=8x16",
+        "-i",
+        &x,
+        "--interpret",
+    ]));
+    assert!(
+        err.contains("give every batch input with --input: missing `labels`"),
+        "{err}"
+    );
+    let err = fails(&mut base(&[
+        "--train",
+        "--input-shape",
+        "x=8x16",
+        "-i",
+        &x,
+        "-i",
+        &format!("labels={}", path(&MLP, "x.npy").display()),
+        "--interpret",
+    ]));
+    assert!(
+        err.contains(
+            "input `labels` has shape [4, 8, 16], but a batch is i64[8] (or a stack of them)"
+        ),
+        "{err}"
+    );
+    let err = fails(&mut base(&[
+        "--train",
+        "--input-shape",
+        "x=8x16",
+        "-i",
+        &x,
+        "-i",
+        &labels,
+        "-i",
+        &format!("fc1.weight={}", path(&MLP, "x.npy").display()),
+        "--interpret",
+    ]));
+    assert!(
+        err.contains("--input fc1.weight: that is a state input"),
+        "{err}"
+    );
+    let err = fails(&mut base(&[
+        "--train",
+        "--loss",
+        "hinge",
+        "--input-shape",
+        "x=8x16",
+        "-i",
+        &x,
+    ]));
+    assert!(
+        err.contains("unknown loss `hinge` (expected cross-entropy, mse or output)"),
+        "{err}"
+    );
+}
+
+/// The same run twice writes the same bytes.
+#[test]
+fn training_is_deterministic() {
+    let a = train_model(&MLP, &ADAMW, &["--interpret"]);
+    let b = train_model(&MLP, &ADAMW, &["--interpret"]);
+    for f in [
+        "loss.csv",
+        "weights.safetensors",
+        "state.safetensors",
+        "model.onnx",
+    ] {
+        assert_eq!(
+            std::fs::read(a.path().join(f)).expect("a"),
+            std::fs::read(b.path().join(f)).expect("b"),
+            "{f}"
+        );
+    }
+}
