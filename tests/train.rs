@@ -1,5 +1,5 @@
 //! Training against PyTorch: `tessera train` and `tessera compile --train` on the models of
-//! `testdata/training/` (made by `make_training_refs.py`, which trained them in torch on the
+//! `testdata/training/` (an MLP, a CNN with batch normalization, GPT-2 tiny, an LSTM) (made by `make_training_refs.py`, which trained them in torch on the
 //! same batches): the loss at every step and the final weights match torch to 1e-4
 //! relative, through the interpreter, through the JIT, and placed on four chips; `--resume`
 //! continues where a run stopped; the written `model.onnx` runs in onnxruntime with the
@@ -63,6 +63,12 @@ const GPT2_TINY: Model = Model {
     dir: "testdata/training/gpt2_tiny",
     shapes: &["input_ids=2x16"],
     inputs: &["input_ids", "labels"],
+};
+
+const CNN: Model = Model {
+    dir: "testdata/training/cnn",
+    shapes: &["x=8x1x8x8"],
+    inputs: &["x", "labels"],
 };
 
 const LSTM: Model = Model {
@@ -208,6 +214,16 @@ fn gpt2_tiny_matches_pytorch() {
     check_against_torch(&GPT2_TINY, &SGD, out.path());
     let out = train_model(&GPT2_TINY, &ADAMW, &[]);
     check_against_torch(&GPT2_TINY, &ADAMW, out.path());
+}
+
+/// Convolutions with batch normalization in training mode (batch statistics; the running
+/// statistics are state, updated as torch does and compared too), max and average pooling.
+#[test]
+fn cnn_with_batch_norm_matches_pytorch() {
+    let out = train_model(&CNN, &SGD, &["--interpret"]);
+    check_against_torch(&CNN, &SGD, out.path());
+    let out = train_model(&CNN, &ADAMW, &[]);
+    check_against_torch(&CNN, &ADAMW, out.path());
 }
 
 /// An LSTM (unrolled over its sequence at import) classified from its last hidden state.

@@ -447,6 +447,23 @@ grad_test!(avg_pool, |d| {
     )
 });
 
+grad_test!(max_pool, |d| {
+    let mut b = Builder::new();
+    let x = b.input(&[2, 2, 4 + d[0], 3 + d[1]], Dom::Real);
+    b.case(
+        Op::Pool(PoolAttrs {
+            kind: PoolKind::Max,
+            kernel: vec![2, 3],
+            strides: vec![1 + d[2] as u64 % 2, 2],
+            pads: vec![1, 1, 0, 1],
+            dilations: vec![1, 1 + d[3] as u64 % 2],
+            ceil_mode: d[3].is_multiple_of(2),
+            count_include_pad: false,
+        }),
+        &[x],
+    )
+});
+
 fn reduce_case(d: &[usize], kind: K, dom: Dom) -> Builder {
     let mut b = Builder::new();
     let x = b.input(&[d[0], d[1] + 1, d[2]], dom);
@@ -741,6 +758,7 @@ const COVERED: &[&str] = &[
     "conv",
     "conv-transpose",
     "avg-pool",
+    "max-pool",
     "reduce-sum",
     "reduce-mean",
     "reduce-max",
@@ -792,20 +810,17 @@ fn an_op_without_a_rule_is_an_error_naming_it_and_its_node() {
     let mut b = Builder::new();
     let x = b.input(&[1, 2, 4, 4], Dom::Real);
     let y = b.op(
-        Op::Pool(PoolAttrs {
-            kind: PoolKind::Max,
-            kernel: vec![2, 2],
-            strides: vec![2, 2],
-            pads: vec![0; 4],
-            dilations: vec![1, 1],
-            ceil_mode: false,
-            count_include_pad: false,
-        }),
+        Op::Lrn {
+            size: 3,
+            alpha: 1e-4,
+            beta: 0.75,
+            bias: 1.0,
+        },
         &[x],
     );
     let mut g = b.g;
     let pool = g.ops()[0];
-    g.op_mut(pool).loc = Some("features/pool1".into());
+    g.op_mut(pool).loc = Some("features/norm1".into());
     let l = push(
         &mut g,
         Op::Reduce {
@@ -818,7 +833,7 @@ fn an_op_without_a_rule_is_an_error_naming_it_and_its_node() {
     let err = differentiate(&mut g, l, &[x]).expect_err("an error");
     assert_eq!(
         err.message,
-        "`max-pool` (model node \"features/pool1\") has no gradient rule: max pooling's gradient needs the argmax positions, not implemented yet"
+        "`lrn` (model node \"features/norm1\") has no gradient rule: local response normalization's gradient is not implemented yet"
     );
 }
 

@@ -112,6 +112,10 @@ pub fn run_pipeline(
                 );
             }
             let repro = &flags.crash_reproducer;
+            if repro.as_os_str().is_empty() {
+                // No reproducer asked for (commands without the instrumentation flags).
+                return Err(anyhow::anyhow!("{}: {e}", origin.display()));
+            }
             match instrument::write_reproducer(repro, &e.pass, &e.input) {
                 Ok(()) => Err(anyhow::anyhow!(
                     "{}: {e}\nreproducer written to {} (replay: tessera opt --run-reproducer {})",

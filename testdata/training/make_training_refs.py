@@ -142,6 +142,31 @@ class Lstm(nn.Module):
         return self.head(h[0])
 
 
+class Cnn(nn.Module):
+    """Two convolutions with batch normalization (trained in training mode: batch
+    statistics, running statistics updated), ReLU, max and average pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        # No convolution bias before batch norm (it subtracts the batch mean, so such a
+        # bias has a gradient of exactly zero, which Adam turns into noise-driven steps).
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 8, 3, padding=1, stride=2, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+        # Distinct initial values: the ONNX exporter merges initializers with equal
+        # contents (the ones and zeros batch norm starts from).
+        for bn in (self.bn1, self.bn2):
+            nn.init.normal_(bn.weight, 1.0, 0.1)
+            nn.init.normal_(bn.bias, 0.0, 0.1)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
 def mlp_data(rng):
     xs = rng.standard_normal((4, 8, 16)).astype(np.float32)
     ys = rng.integers(0, 10, size=(4, 8)).astype(np.int64)
@@ -162,8 +187,15 @@ def lstm_data(rng):
     return Lstm(), "x", xs, ys
 
 
+def cnn_data(rng):
+    xs = rng.standard_normal((4, 8, 1, 8, 8)).astype(np.float32)
+    ys = rng.integers(0, 10, size=(4, 8)).astype(np.int64)
+    return Cnn(), "x", xs, ys
+
+
 # Each model: how to build it and its data, and the optimizer configurations trained.
 MODELS = {
+    "cnn": (cnn_data, ["sgd", "adamw"]),
     "mlp": (mlp_data, ["sgd", "adamw", "adam-clip-cosine"]),
     "gpt2_tiny": (gpt2_data, ["sgd", "adamw"]),
     "lstm": (lstm_data, ["sgd", "adamw"]),
@@ -191,9 +223,12 @@ def train(model, config, xs, ys):
         if sched is not None:
             sched.step()
         losses.append(loss.item())
-    return np.array(losses, dtype=np.float32), {
-        k: v.detach().numpy().copy() for k, v in model.named_parameters()
-    }
+    state = {k: v.detach().numpy().copy() for k, v in model.named_parameters()}
+    # Float buffers (batch norm's running statistics) are trained state too.
+    for k, v in model.named_buffers():
+        if v.dtype == torch.float32 and k in model.state_dict():
+            state[k] = v.detach().numpy().copy()
+    return np.array(losses, dtype=np.float32), state
 
 
 def main():

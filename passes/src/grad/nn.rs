@@ -1,8 +1,10 @@
-//! Rules of the normalizations and pooling: `layer-norm`, `batch-norm` (inference form:
-//! its statistics are operands), `avg-pool`.
+//! Rules of the normalizations and pooling: `layer-norm`, `batch-norm` (its statistics
+//! are operands: given, or computed from the batch by the `train` pass), `avg-pool`,
+//! `max-pool`.
 
 use tessera_ir::{
-    ConvAttrs, Dim, ElemType, Op, OpData, PadMode, ReduceKind as K, Scalar, UnaryOp as U, ValueId,
+    BinaryOp as B, ConvAttrs, Dim, ElemType, Op, OpData, PadMode, ReduceKind as K, Scalar,
+    UnaryOp as U, ValueId,
 };
 
 use super::{Bw, R, dims};
@@ -234,4 +236,107 @@ fn fill(bw: &mut Bw<'_>, shape: &[u64], elem: ElemType, value: f64) -> R<ValueId
         },
         &[],
     )
+}
+
+/// `max-pool`: the gradient of each window goes to the first position (in window order,
+/// as PyTorch's argmax) that holds the window's maximum. Per kernel tap, the input seen by
+/// that tap (a strided slice of the input padded with -inf) is compared with the result;
+/// the hits not taken by an earlier tap get the gradient, placed back by the slice's rule.
+pub(crate) fn max_pool(
+    bw: &mut Bw<'_>,
+    data: &OpData,
+    cots: &[Option<ValueId>],
+    _want: &[bool],
+) -> R<Vec<Option<ValueId>>> {
+    let g = g0(bw, cots)?;
+    let Op::Pool(p) = &data.op else {
+        return Err(bw.err("internal error: not a pool"));
+    };
+    let (x, y) = (data.operands[0], data.results[0]);
+    let xs = bw.static_dims(x)?;
+    let ys = bw.static_dims(y)?;
+    let r = xs.len();
+    let nsp = r - 2;
+    let mut pads = vec![0i64; 2 * r];
+    for i in 0..nsp {
+        let (pb, pe) = (p.pads[i], p.pads[nsp + i]);
+        let reach = p.strides[i] * (ys[2 + i].max(1) - 1) + p.dilations[i] * (p.kernel[i] - 1) + 1;
+        let extra = reach.saturating_sub(xs[2 + i] + pb + pe);
+        pads[2 + i] = pb as i64;
+        pads[r + 2 + i] = (pe + extra) as i64;
+    }
+    let xp = bw.op(
+        Op::Pad {
+            pads: pads.clone(),
+            mode: PadMode::Constant,
+            value: Scalar::Float(f64::NEG_INFINITY),
+        },
+        &[x],
+    )?;
+    let zero = bw.scalar(0.0, bw.elem(g))?;
+    let taps: u64 = p.kernel.iter().product();
+    let mut taken: Option<ValueId> = None;
+    let mut acc: Option<ValueId> = None;
+    for t in 0..taps {
+        // The tap's index along each spatial axis (row-major over the kernel).
+        let mut rest = t;
+        let mut k = vec![0u64; nsp];
+        for i in (0..nsp).rev() {
+            k[i] = rest % p.kernel[i];
+            rest /= p.kernel[i];
+        }
+        let starts: Vec<i64> = (0..nsp).map(|i| (k[i] * p.dilations[i]) as i64).collect();
+        let ends: Vec<i64> = (0..nsp)
+            .map(|i| starts[i] + (p.strides[i] * (ys[2 + i].max(1) - 1)) as i64 + 1)
+            .collect();
+        let id = {
+            let v = bw.op(
+                Op::Slice {
+                    axes: (2..r).collect(),
+                    starts,
+                    ends,
+                    steps: p.strides.iter().map(|&s| s as i64).collect(),
+                },
+                &[xp],
+            )?;
+            match bw.g.value(v).def {
+                tessera_ir::ValueDef::Result(o, _) => o,
+                tessera_ir::ValueDef::Input(_) => {
+                    return Err(bw.err("internal error: a slice that is an input"));
+                }
+            }
+        };
+        let slice = bw.g.op(id).clone();
+        let xk = slice.results[0];
+        let mut hit = bw.bin(B::Equal, xk, y)?;
+        if let Some(tk) = taken {
+            let free = bw.un(U::Not, tk)?;
+            hit = bw.bin(B::And, hit, free)?;
+            taken = Some(bw.bin(B::Or, tk, hit)?);
+        } else {
+            taken = Some(hit);
+        }
+        let c = bw.select(hit, g, zero)?;
+        let placed = super::shape::slice(bw, &slice, &[Some(c)], &[true])?[0]
+            .ok_or_else(|| bw.err("internal error: no slice gradient"))?;
+        acc = Some(match acc {
+            None => placed,
+            Some(a) => bw.add(a, placed)?,
+        });
+    }
+    let acc = acc.ok_or_else(|| bw.err("internal error: a kernel without taps"))?;
+    let crop: Vec<i64> = pads.iter().map(|&q| -q).collect();
+    let dx = if crop.iter().all(|&q| q == 0) {
+        acc
+    } else {
+        bw.op(
+            Op::Pad {
+                pads: crop,
+                mode: PadMode::Constant,
+                value: Scalar::Float(0.0),
+            },
+            &[acc],
+        )?
+    };
+    Ok(vec![Some(dx)])
 }

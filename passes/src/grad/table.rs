@@ -90,10 +90,7 @@ pub const TABLE: &[(&str, Differentiability)] = &[
     ("gemm", Rule(linalg::gemm)),
     ("conv", Rule(linalg::conv)),
     ("conv-transpose", Rule(linalg::conv_transpose)),
-    (
-        "max-pool",
-        Unsupported("max pooling's gradient needs the argmax positions, not implemented yet"),
-    ),
+    ("max-pool", Rule(nn::max_pool)),
     ("avg-pool", Rule(nn::avg_pool)),
     ("reduce-sum", Rule(reduce::reduce)),
     ("reduce-mean", Rule(reduce::reduce)),

@@ -20,6 +20,11 @@
 //!   starting at zeros), and a learning-rate `schedule`; the step count `step` (i64, starting
 //!   at 0) is a state input too, and `t = step + 1` is the step being taken.
 //!
+//! - **Batch normalization** trains in training mode: a `batch-norm` whose statistics are
+//!   constants normalizes with the batch's mean and biased variance instead, and those
+//!   constants (its running statistics) become state inputs updated with `bn-momentum`
+//!   (PyTorch's 0.1 by default) and the unbiased variance, as PyTorch does.
+//!
 //! The model's own outputs are dropped (a training step returns the loss and the state),
 //! and `dce` removes what only they needed.
 
@@ -71,6 +76,9 @@ pub struct TrainSpec {
     pub params: Option<Vec<String>>,
     /// Constants whose name matches this do not train.
     pub freeze: Option<Regex>,
+    /// The momentum of batch normalization's running statistics (PyTorch's convention:
+    /// the weight of the batch's statistics).
+    pub bn_momentum: f64,
 }
 
 /// What [`build_step`] did.
@@ -154,9 +162,27 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
             Some(add_input(graph, &spec.labels, pt)?)
         }
     };
+    // Batch normalization trains on batch statistics: its running statistics (constants
+    // read as its mean and variance operands) are state, not parameters.
+    let mut norms: Vec<(OpId, tessera_ir::ConstId, tessera_ir::ConstId)> = Vec::new();
+    for &o in graph.ops() {
+        let d = graph.op(o);
+        if let Op::BatchNorm { .. } = d.op
+            && let (Some(m), Some(v)) = (
+                const_of(graph, d.operands[3]),
+                const_of(graph, d.operands[4]),
+            )
+        {
+            norms.push((o, m, v));
+        }
+    }
+    let stats: Vec<tessera_ir::ConstId> = norms.iter().flat_map(|n| [n.1, n.2]).collect();
     let mut info = StepInfo::default();
     let mut params: Vec<(tessera_ir::ConstId, ValueId)> = Vec::new();
     for c in order {
+        if stats.contains(&c) {
+            continue;
+        }
         let name = graph.constant(c).name.clone();
         if spec.params.as_ref().is_some_and(|l| !l.contains(&name)) {
             continue;
@@ -179,6 +205,7 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         params.push((c, input));
         info.params.push(name);
     }
+    let running = batch_stats(graph, &norms, spec.bn_momentum)?;
     if params.is_empty() {
         return Err(
             "nothing to train: the model has no floating-point constants (or all are frozen)"
@@ -263,6 +290,11 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
             slots.push((v, StateInit::Zeros, sname));
         }
     }
+    for (input, c, next) in running {
+        let name = graph.constant(c).name.clone();
+        outputs.push((next, Some(name.clone())));
+        slots.push((input, StateInit::Const(c), name));
+    }
     outputs.extend(state_outputs);
     outputs.push((next_step, Some("step".into())));
     slots.push((step, StateInit::Zeros, "step".into()));
@@ -284,6 +316,92 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
     graph.state.sort_by_key(|s| s.input);
     crate::dce::dce(graph, &mut Statistics::default());
     Ok(info)
+}
+
+/// The constant `v` is the value of, if it is a floating-point constant's `const` op.
+fn const_of(graph: &Graph, v: ValueId) -> Option<tessera_ir::ConstId> {
+    let ValueDef::Result(o, 0) = graph.value(v).def else {
+        return None;
+    };
+    match graph.op(o).op {
+        Op::Const(c) if graph.constant(c).ty.elem.is_float() => Some(c),
+        _ => None,
+    }
+}
+
+/// Each `batch-norm` of `norms` normalizes with its batch's statistics (mean and biased
+/// variance over every axis but 1, computed right before it), and its running statistics
+/// become state inputs updated as PyTorch does: `(1 - m) * running + m * batch`, with the
+/// unbiased variance. Returns (state input, constant, next value) per running statistic.
+fn batch_stats(
+    graph: &mut Graph,
+    norms: &[(OpId, tessera_ir::ConstId, tessera_ir::ConstId)],
+    momentum: f64,
+) -> Result<Vec<(ValueId, tessera_ir::ConstId, ValueId)>, String> {
+    let mut out = Vec::new();
+    for &(o, cm, cv) in norms {
+        let data = graph.op(o).clone();
+        let x = data.operands[0];
+        let xt = graph.ty(x).clone();
+        let dims = xt
+            .static_dims()
+            .ok_or_else(|| format!("batch-norm in training needs static shapes, not {xt}"))?;
+        let r = dims.len();
+        let count: u64 = dims
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, d)| d)
+            .product();
+        let loc = data.loc.clone().unwrap_or_else(|| "batch-norm".into());
+        let before = graph.ops().len();
+        let mut bw = Bw::plain(graph, loc);
+        let e = |m: crate::grad::GradError| m.message;
+        let axes: Vec<usize> = std::iter::once(0).chain(2..r).collect();
+        let mean = bw
+            .reduce(tessera_ir::ReduceKind::Mean, x, axes.clone(), true)
+            .map_err(e)?;
+        let xc = bw.sub(x, mean).map_err(e)?;
+        let sq = bw.mul(xc, xc).map_err(e)?;
+        let var = bw
+            .reduce(tessera_ir::ReduceKind::Mean, sq, axes, true)
+            .map_err(e)?;
+        let c = vec![Dim::Static(dims[1])];
+        let mean = bw.reshape(mean, &c).map_err(e)?;
+        let var = bw.reshape(var, &c).map_err(e)?;
+        // The statistics' ops go right before the normalization.
+        let mut order: Vec<OpId> = graph.ops().to_vec();
+        let added: Vec<OpId> = order.split_off(before);
+        let at = order
+            .iter()
+            .position(|&q| q == o)
+            .ok_or("internal error: batch-norm not in the body")?;
+        order.splice(at..at, added);
+        graph.set_ops(order);
+        graph.op_mut(o).operands[3] = mean;
+        graph.op_mut(o).operands[4] = var;
+        // The running statistics: state inputs and their updates.
+        let mut bw = Bw::plain(graph, "optimizer/running-stats");
+        let unbiased = if count > 1 {
+            count as f64 / (count - 1) as f64
+        } else {
+            1.0
+        };
+        for (k, (cst, batch, scale)) in [(cm, mean, 1.0), (cv, var, unbiased)]
+            .into_iter()
+            .enumerate()
+        {
+            let _ = k;
+            let name = bw.g.constant(cst).name.clone();
+            let ty = bw.g.constant(cst).ty.clone();
+            let input = add_input(bw.g, &name, ty)?;
+            let old = bw.scale(input, 1.0 - momentum).map_err(e)?;
+            let new = bw.scale(batch, momentum * scale).map_err(e)?;
+            let next = bw.add(old, new).map_err(e)?;
+            out.push((input, cst, next));
+        }
+    }
+    Ok(out)
 }
 
 /// `base`, or `base_1`, `base_2`, ... when a live value already has that name.
@@ -370,6 +488,12 @@ const OPTIONS: &[OptionInfo] = &[
         doc: "comma-separated constants to train (default: every floating-point constant)",
     },
     OptionInfo {
+        name: "bn-momentum",
+        kind: OptionKind::Float,
+        default: "0.1",
+        doc: "batch normalization: the weight of a batch's statistics in the running ones (PyTorch's momentum)",
+    },
+    OptionInfo {
         name: "freeze",
         kind: OptionKind::Str,
         default: "",
@@ -448,6 +572,13 @@ pub fn spec_from_options(options: &Options) -> Result<TrainSpec, String> {
         clip_norm,
         params,
         freeze,
+        bn_momentum: {
+            let m = options.float("bn-momentum");
+            if !(0.0..=1.0).contains(&m) {
+                return Err(format!("bn-momentum must be in [0, 1], not {m}"));
+            }
+            m
+        },
     })
 }
 
