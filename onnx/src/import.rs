@@ -225,14 +225,14 @@ fn check_supported(
             n.domain()
         };
         let name = ops::node_display_name(n);
-        if domain != "ai.onnx" {
+        if domain != "ai.onnx" && !ops::is_supported_in(domain, n.op_type()) {
             note(
                 domain,
                 n.op_type().to_string(),
                 domain_opset(n.domain()),
                 &name,
             );
-        } else if !ops::is_supported(n.op_type(), opset) {
+        } else if domain == "ai.onnx" && !ops::is_supported(n.op_type(), opset) {
             note(domain, n.op_type().to_string(), opset, &name);
         }
     });

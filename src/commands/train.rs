@@ -379,7 +379,9 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
         b
     });
     let mut inputs: Vec<Tensor> = Vec::with_capacity(n);
+    let mut times: Vec<f64> = Vec::with_capacity(req.steps as usize);
     for k in 0..req.steps {
+        let clock = std::time::Instant::now();
         let global = first_step + k;
         inputs.clear();
         for i in 0..n {
@@ -395,6 +397,7 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
                 .run(&inputs)
                 .with_context(|| format!("step {}: running", global + 1))?,
         };
+        times.push(clock.elapsed().as_secs_f64() * 1e3);
         let loss = outputs
             .get(loss_at)
             .and_then(|t| t.to_f64_vec().first().copied())
@@ -424,6 +427,19 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
     if let Some(b) = bar {
         b.finish();
     }
+    // The first step includes the JIT's code generation; the median is the steady state.
+    let first = times.first().copied().unwrap_or(0.0);
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "train: {} steps, median step {:.3} ms (first {:.3} ms){}",
+        req.steps,
+        times[times.len() / 2],
+        first,
+        match &step.exec {
+            Exec::Interp(_) => " in the interpreter".to_string(),
+            Exec::Jit(r) => format!(", JIT compile {:.1} ms", r.compile_time.as_secs_f64() * 1e3),
+        }
+    );
 
     // Outputs.
     let out = req.output_dir;

@@ -15,6 +15,7 @@ mod nn;
 mod reduce;
 mod rnn;
 mod shape;
+mod training;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -133,8 +134,20 @@ pub(crate) fn is_supported(op_type: &str, opset: i64) -> bool {
         .is_some_and(|(since, _)| opset >= *since)
 }
 
+/// Whether the importer supports `op_type` of the non-default domain `domain` (opset 1 of
+/// `ai.onnx.preview.training`: its optimizers).
+pub(crate) fn is_supported_in(domain: &str, op_type: &str) -> bool {
+    domain == training::DOMAIN && training::OPS.iter().any(|(n, _)| *n == op_type)
+}
+
 /// Imports one node.
 pub(crate) fn build(cx: &mut Ctx<'_>, node: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    if node.p.domain() == training::DOMAIN {
+        return match training::OPS.iter().find(|(n, _)| *n == node.op_type()) {
+            Some((_, b)) => b(cx, node),
+            None => Err("unsupported operator".into()),
+        };
+    }
     match registry().ops.get(node.op_type()) {
         Some((_, b)) => {
             check_node(node, cx.opset)?;
