@@ -35,7 +35,7 @@ fn axpy(cx: &mut Ctx<'_>, a: f64, x: ValueId, y: ValueId) -> Result<ValueId, Str
 /// The inputs after `R, T`, split into `groups` equal lists; checks the float types.
 fn groups(cx: &mut Ctx<'_>, node: &Node<'_>, groups: usize) -> Result<Vec<Vec<ValueId>>, String> {
     let n = node.num_inputs();
-    if n < 2 + groups || (n - 2) % groups != 0 {
+    if n < 2 + groups || !(n - 2).is_multiple_of(groups) {
         return Err(format!(
             "{} takes R, T and {groups} lists of equal length; got {n} inputs",
             node.op_type()
