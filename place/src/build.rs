@@ -14,6 +14,9 @@
 //!   capacity is within capacity in the simulator too. An op with a `device(...)` is pinned.
 //! - **Graph inputs and outputs** are ops too (`input:NAME`, `output:NAME`), pinned to the host
 //!   with no time, as in the simulator: inputs start on the host and outputs end there.
+//!   State inputs (a training step's parameters and optimizer state) are not: like weights
+//!   they count in the memory of the ops that read them, and their next values, written in
+//!   place, neither take memory of their own nor go to the host.
 //! - **Edges**: one per (producer, consumer) pair of ops and operand, with the value's bytes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -287,7 +290,25 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     };
     // Where each value is produced: (problem op, result index).
     let mut producer: Vec<Option<(usize, u32)>> = vec![None; graph.num_values()];
+    let state_inputs: BTreeSet<ValueId> = graph
+        .state
+        .iter()
+        .filter_map(|s| graph.inputs().get(s.input).copied())
+        .collect();
+    let state_nexts: BTreeSet<ValueId> = {
+        let names = tessera_ir::text::output_names(graph);
+        graph
+            .state
+            .iter()
+            .filter_map(|s| names.iter().position(|n| *n == s.next))
+            .map(|k| graph.outputs()[k])
+            .collect()
+    };
     for (i, &v) in graph.inputs().iter().enumerate() {
+        if state_inputs.contains(&v) {
+            // Resident where used, as a constant is (below).
+            continue;
+        }
         let name = graph
             .value(v)
             .name
@@ -322,6 +343,11 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
                         memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
                     }
                 }
+                ValueDef::Input(_) if state_inputs.contains(&v) => {
+                    if seen_inputs.insert(v) {
+                        memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+                    }
+                }
                 _ => {
                     if let Some((from, tensor)) = producer.get(v.index()).copied().flatten()
                         && seen_inputs.insert(v)
@@ -337,7 +363,10 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             }
         }
         for (r, &v) in data.results.iter().enumerate() {
-            memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+            // A state's next value is written into the state's buffer (donated).
+            if !state_nexts.contains(&v) {
+                memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+            }
             producer[v.index()] = Some((me, r as u32));
         }
         let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
@@ -411,6 +440,10 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         graph_ops.push(Some(op));
     }
     for (i, &v) in graph.outputs().iter().enumerate() {
+        if state_nexts.contains(&v) {
+            // Stays where it was computed, in the state's buffer.
+            continue;
+        }
         let name = graph
             .value(v)
             .name

@@ -138,7 +138,7 @@ pub fn place_graph(
 /// the one holding it: one per value and receiving device, placed on the receiver just before
 /// the first op there that uses it, which (with every later user there) then reads the
 /// transfer's result. Graph inputs start on `host` and move the same way. Not covered, as the
-/// simulator models them itself: constants (weights are resident where used), values entering
+/// simulator models them itself: constants and state inputs (resident where used), values entering
 /// or leaving a device mesh, and graph outputs (which end on the host). Returns the number of
 /// transfers inserted. Values an existing `transfer` already moves are left alone, so running
 /// it twice inserts nothing the second time.
@@ -152,7 +152,12 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
     };
     // Where each value lives.
     let mut home: BTreeMap<ValueId, String> = BTreeMap::new();
-    for &v in graph.inputs() {
+    for (i, &v) in graph.inputs().iter().enumerate() {
+        // State (a training step's parameters and optimizer state) is resident where it is
+        // used, like a weight: it is not moved from the host every run.
+        if graph.state.iter().any(|s| s.input == i) {
+            continue;
+        }
         home.insert(v, host.to_string());
     }
     for &op in graph.ops() {

@@ -7,7 +7,9 @@
 //! is ready and all its channels are free, and channels serve transfers first come, first
 //! served, so transfers that share a link contend. Graph inputs start on the host, graph
 //! outputs end on the host, and constants (weights) are resident on every device that uses
-//! them, loaded before the run.
+//! them, loaded before the run. So is state (`Graph::state`: a training step's parameters
+//! and optimizer state), whose next values are written in place: they take no memory of
+//! their own and stay on their device.
 //!
 //! **Meshes (SPMD).** An op placed on the graph's mesh (`device("@grid")`, [`ON_MESH`] in a
 //! placement) runs on every mesh device: one task per device, each for
@@ -705,7 +707,29 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     let mut last_on_device: Vec<Option<u32>> = vec![None; n_dev];
     let mut pos = vec![0u32; n_dev];
 
+    // State inputs (a training step's parameters and optimizer state) are resident where
+    // they are used, like weights; their next values are written in place (no buffer of
+    // their own) and stay there.
+    let state_inputs: BTreeSet<ValueId> = graph
+        .state
+        .iter()
+        .filter_map(|s| graph.inputs().get(s.input).copied())
+        .collect();
+    let state_nexts: BTreeSet<ValueId> = {
+        let names = tessera_ir::text::output_names(graph);
+        graph
+            .state
+            .iter()
+            .filter_map(|s| names.iter().position(|n| *n == s.next))
+            .map(|k| graph.outputs()[k])
+            .collect()
+    };
+    let mut resident_state: BTreeSet<(usize, ValueId)> = BTreeSet::new();
     for &input in graph.inputs() {
+        if state_inputs.contains(&input) {
+            is_const[input.index()] = true;
+            continue;
+        }
         let copy = b.copy(host, value_bytes(graph, input)?);
         initial.push(copy);
         b.avail[input.index()].push(Avail {
@@ -858,6 +882,10 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                         let parts = if d == ON_MESH { pieces(graph, v) } else { 1 };
                         weights[dev] += graph.constant(c).ty.size_bytes().unwrap_or(0) / parts;
                     }
+                    if state_inputs.contains(&v) && resident_state.insert((dev, v)) {
+                        let parts = if d == ON_MESH { pieces(graph, v) } else { 1 };
+                        weights[dev] += value_bytes(graph, v)? / parts;
+                    }
                     continue;
                 }
                 let a = match &mesh {
@@ -901,7 +929,9 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 continue;
             }
             for &r in &data.results {
-                let bytes = if d == ON_MESH {
+                let bytes = if state_nexts.contains(&r) {
+                    0
+                } else if d == ON_MESH {
                     value_bytes(graph, r)? / pieces(graph, r)
                 } else {
                     value_bytes(graph, r)?
@@ -920,6 +950,9 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         }
     }
     for &out in graph.outputs() {
+        if state_nexts.contains(&out) {
+            continue;
+        }
         if is_const[out.index()] {
             // A constant output is held on the host like any weight used there.
             if let ValueDef::Result(cop, _) = graph.value(out).def

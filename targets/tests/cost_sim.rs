@@ -469,6 +469,34 @@ graph @g(%x: f32[1000]) {{
     assert_eq!(r.devices[1].peak_memory, 4000 + 8000);
 }
 
+/// A training step's state (here a parameter `w` and its update `w - x * w`) is resident
+/// where it is used, like a weight, and its next value is written in place: `w` is counted
+/// once in b's weights, is never moved from the host, and its update neither takes memory of
+/// its own nor goes back to the host. Only the input and the loss move.
+#[test]
+fn state_is_resident_and_updated_in_place() {
+    let spec = target(PAIR);
+    let values = vec!["0.5"; 1000].join(", ");
+    let g = graph(&format!(
+        r#"const @w : f32[1000] = [{values}]
+graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
+  %0 = mul %x, %w : f32[1000] device("b")
+  %1 = sub %w, %0 : f32[1000] device("b")
+  %l = reduce-sum %0 {{axes = [], keep-dims = false}} : f32[] device("b")
+  return %l as "loss", %1 as "w"
+}}"#
+    ));
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 2 }).expect("sim");
+    assert_eq!(r.devices[1].weights, 4000);
+    assert_eq!(r.devices[0].weights, 0);
+    // x in, the loss out: no transfer of w either way.
+    assert_eq!(r.transfers, 2);
+    // b holds w, the input copy and the product; the update is written into w.
+    assert_eq!(r.devices[1].peak_memory, 4000 + 8000);
+}
+
 #[test]
 fn stream_interleaves_samples_on_a_shared_device() {
     // a runs the first and the last stage, b the middle one; with samples interleaved, a
