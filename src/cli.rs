@@ -405,6 +405,10 @@ pub struct TrainArgs {
     /// Initializers whose name matches this regular expression do not train.
     #[arg(long, value_name = "REGEX", requires = "train")]
     pub freeze: Option<String>,
+    /// Batch norm: the weight of a batch's statistics in the running ones (PyTorch's
+    /// momentum).
+    #[arg(long, value_name = "M", default_value_t = 0.1, requires = "train")]
+    pub bn_momentum: f64,
 }
 
 /// Arguments of `tessera train`.

@@ -395,6 +395,24 @@ impl Graph {
         removed
     }
 
+    /// The values of the state inputs and of their next values (the outputs the slots name),
+    /// in slot order; a slot whose input or output is missing is skipped.
+    pub fn state_values(&self) -> (Vec<ValueId>, Vec<ValueId>) {
+        let names = crate::text::output_names(self);
+        let inputs = self
+            .state
+            .iter()
+            .filter_map(|s| self.inputs.get(s.input).copied())
+            .collect();
+        let nexts = self
+            .state
+            .iter()
+            .filter_map(|s| names.iter().position(|n| *n == s.next))
+            .map(|k| self.outputs[k])
+            .collect();
+        (inputs, nexts)
+    }
+
     /// Sets the graph outputs, unnamed: each takes its value's printed name (see
     /// [`output_names`](crate::text::output_names)).
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {

@@ -77,6 +77,7 @@ pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassS
         "ignore-index",
         OptionValue::Str(args.ignore_index.to_string()),
     );
+    set("bn-momentum", OptionValue::Float(args.bn_momentum));
     if let Some(f) = &args.freeze {
         set("freeze", OptionValue::Str(f.clone()));
     }

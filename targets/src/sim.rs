@@ -710,20 +710,11 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     // State inputs (a training step's parameters and optimizer state) are resident where
     // they are used, like weights; their next values are written in place (no buffer of
     // their own) and stay there.
-    let state_inputs: BTreeSet<ValueId> = graph
-        .state
-        .iter()
-        .filter_map(|s| graph.inputs().get(s.input).copied())
-        .collect();
-    let state_nexts: BTreeSet<ValueId> = {
-        let names = tessera_ir::text::output_names(graph);
-        graph
-            .state
-            .iter()
-            .filter_map(|s| names.iter().position(|n| *n == s.next))
-            .map(|k| graph.outputs()[k])
-            .collect()
-    };
+    let (state_inputs, state_nexts) = graph.state_values();
+    let (state_inputs, state_nexts): (BTreeSet<ValueId>, BTreeSet<ValueId>) = (
+        state_inputs.into_iter().collect(),
+        state_nexts.into_iter().collect(),
+    );
     let mut resident_state: BTreeSet<(usize, ValueId)> = BTreeSet::new();
     for &input in graph.inputs() {
         if state_inputs.contains(&input) {
