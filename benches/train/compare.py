@@ -129,10 +129,11 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip-small", action="store_true")
+    ap.add_argument("--only-small", action="store_true")
     args = ap.parse_args()
     d = os.path.join(ROOT, "testdata", "training")
     rows = []
-    cases = [
+    cases = [] if args.only_small else [
         ("mlp", refs.Mlp, "x=8x16", "x"),
         ("cnn", refs.Cnn, "x=8x1x8x8", "x"),
         ("gpt2_tiny", refs.Gpt2Tiny, "input_ids=2x16", "input_ids"),
