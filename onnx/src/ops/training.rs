@@ -1,8 +1,10 @@
-//! The `ai.onnx.preview.training` domain's optimizers, `Adagrad`, `Momentum` and `Adam`:
-//! each is expanded into elementwise IR ops, one update per optimized tensor, with the
-//! formulas of the ONNX specification (and its reference implementation). The learning
-//! rate `R` (float scalar) and the update count `T` (i64 scalar) are computed in each
-//! tensor's element type.
+//! The `ai.onnx.preview.training` domain: the optimizers `Adagrad`, `Momentum` and `Adam`,
+//! each expanded into elementwise IR ops, one update per optimized tensor, with the formulas
+//! of the ONNX specification (and its reference implementation), the learning rate `R`
+//! (float scalar) and the update count `T` (i64 scalar) computed in each tensor's element
+//! type; and `Gradient`, the gradients of a scalar `y` with respect to the tensors `xs`,
+//! built by tessera's autodiff (`tessera_passes::grad::differentiate`) from the graph
+//! imported so far.
 
 use tessera_ir::{BinaryOp as B, ElemType, Op, UnaryOp as U, ValueId};
 
@@ -13,8 +15,34 @@ use crate::import::Ctx;
 pub(crate) const DOMAIN: &str = "ai.onnx.preview.training";
 
 /// The supported ops of [`DOMAIN`] (opset 1) and their builders.
-pub(crate) const OPS: &[(&str, Builder)] =
-    &[("Adagrad", adagrad), ("Momentum", momentum), ("Adam", adam)];
+pub(crate) const OPS: &[(&str, Builder)] = &[
+    ("Adagrad", adagrad),
+    ("Momentum", momentum),
+    ("Adam", adam),
+    ("Gradient", gradient),
+];
+
+/// `Gradient{xs, y}`: one output per name of `xs`, the gradient of `y` with respect to it.
+/// `y` must be a floating-point scalar computed from them earlier in the graph.
+fn gradient(cx: &mut Ctx<'_>, node: &Node<'_>) -> Result<Vec<ValueId>, String> {
+    let xs = node
+        .attr_strings("xs")?
+        .ok_or("attribute `xs` is required")?;
+    let y = node.attr_s("y")?.ok_or("attribute `y` is required")?;
+    if node.num_outputs() > xs.len() {
+        return Err(format!(
+            "Gradient gives one output per entry of xs ({}), not {}",
+            xs.len(),
+            node.num_outputs()
+        ));
+    }
+    let wrt: Vec<ValueId> = xs
+        .iter()
+        .map(|n| cx.lookup(n).map_err(|e| format!("xs: {e}")))
+        .collect::<Result<_, _>>()?;
+    let loss = cx.lookup(&y).map_err(|e| format!("y: {e}"))?;
+    tessera_passes::grad::differentiate(&mut cx.g, loss, &wrt).map_err(|e| e.message)
+}
 
 fn bin(cx: &mut Ctx<'_>, b: B, x: ValueId, y: ValueId) -> Result<ValueId, String> {
     cx.emit1(Op::Binary(b), &[x, y])

@@ -74,6 +74,8 @@ pub struct Attribute {
     pub ints: Vec<i64>,
     #[prost(bytes = "vec", optional, tag = "4")]
     pub s: Option<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "9")]
+    pub strings: Vec<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -228,6 +230,16 @@ pub fn attr_s(name: &str, s: &str) -> Attribute {
         name: Some(name.to_string()),
         r#type: Some(3),
         s: Some(s.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+/// A strings attribute.
+pub fn attr_strings(name: &str, strings: &[&str]) -> Attribute {
+    Attribute {
+        name: Some(name.to_string()),
+        r#type: Some(8),
+        strings: strings.iter().map(|s| s.as_bytes().to_vec()).collect(),
         ..Default::default()
     }
 }
