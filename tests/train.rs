@@ -137,10 +137,8 @@ fn check_against_torch(m: &Model, c: &Config, out: &Path) {
         &losses(out, 1),
         &want,
     );
-    let bytes = std::fs::read(out.join("weights.safetensors")).expect("weights");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    let mut names = st.names();
-    names.sort();
+    let weights = tessera_mlir::weights::read(&out.join("weights.safetensors")).expect("weights");
+    let names: Vec<&String> = weights.keys().collect();
     let mut expected = Vec::new();
     for entry in std::fs::read_dir(path(m, c.name)).expect("refs") {
         let f = entry
@@ -162,16 +160,11 @@ fn check_against_torch(m: &Model, c: &Config, out: &Path) {
     );
     for n in expected {
         let want = npy(&path(m, &format!("{}/{n}.npy", c.name)));
-        let view = st.tensor(&n).expect("tensor");
-        assert_eq!(view.shape(), want.shape(), "{n}");
-        let got: Vec<f64> = view
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-            .collect();
+        let got = &weights[&n];
+        assert_eq!(got.shape(), want.shape(), "{n}");
         close(
             &format!("{} {} {n}", m.dir, c.name),
-            &got,
+            &got.to_f64_vec(),
             &want.to_f64_vec(),
         );
     }

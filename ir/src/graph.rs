@@ -395,9 +395,14 @@ impl Graph {
         removed
     }
 
-    /// The values of the state inputs and of their next values (the outputs the slots name),
-    /// in slot order; a slot whose input or output is missing is skipped.
-    pub fn state_values(&self) -> (Vec<ValueId>, Vec<ValueId>) {
+    /// The values of the state inputs and of their next values (the outputs the slots name);
+    /// a slot whose input or output is missing is skipped.
+    pub fn state_values(
+        &self,
+    ) -> (
+        std::collections::BTreeSet<ValueId>,
+        std::collections::BTreeSet<ValueId>,
+    ) {
         let names = crate::text::output_names(self);
         let inputs = self
             .state

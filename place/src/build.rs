@@ -291,10 +291,6 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     // Where each value is produced: (problem op, result index).
     let mut producer: Vec<Option<(usize, u32)>> = vec![None; graph.num_values()];
     let (state_inputs, state_nexts) = graph.state_values();
-    let (state_inputs, state_nexts): (BTreeSet<ValueId>, BTreeSet<ValueId>) = (
-        state_inputs.into_iter().collect(),
-        state_nexts.into_iter().collect(),
-    );
     for (i, &v) in graph.inputs().iter().enumerate() {
         if state_inputs.contains(&v) {
             // Resident where used, as a constant is (below).

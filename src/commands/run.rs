@@ -195,9 +195,29 @@ fn run_model_jit(
     let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
     let flags = crate::instrument::PassFlags::default();
     let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
+    let (_, runner) = jit(graph, &*target, path)?;
+    let outputs =
+        time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
+    let labels: Vec<String> = runner
+        .manifest()
+        .outputs
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    show_outputs(output_dir, &labels, &outputs)
+}
+
+/// Places `graph` (the pass pipeline already run) on `target`, lowers it and JIT-compiles
+/// the program on this CPU; returns the placed graph and the runner. `path` names the model
+/// in messages.
+pub(crate) fn jit(
+    graph: Graph,
+    target: &dyn tessera_targets::Target,
+    path: &Path,
+) -> Result<(Graph, tessera_mlir::Runner)> {
     let compiled = super::compile::compile(
         graph,
-        &*target,
+        target,
         None,
         8,
         &super::compile::PlaceSettings::default(),
@@ -214,15 +234,7 @@ fn run_model_jit(
             .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
         2,
     )?;
-    let outputs =
-        time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
-    let labels: Vec<String> = program
-        .manifest
-        .outputs
-        .iter()
-        .map(|o| o.name.clone())
-        .collect();
-    show_outputs(output_dir, &labels, &outputs)
+    Ok((compiled.graph, runner))
 }
 
 /// Reads one `.npy` file per graph input, checked against the input's type, and checks

@@ -185,55 +185,34 @@ fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
             source,
         });
     }
-    let compiled = super::compile::compile(
-        graph,
-        &*target,
-        None,
-        8,
-        &super::compile::PlaceSettings::default(),
-    )
-    .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;
-    let program = super::emit::lower_graph(&compiled.graph, target.spec(), path)?;
-    let mlir = tessera_mlir::Mlir::new();
-    let runner = tessera_mlir::Runner::new(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        program
-            .weight_tensors()
-            .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
-        2,
-    )?;
+    let (graph, runner) = super::run::jit(graph, &*target, path)?;
     Ok(Step {
-        graph: compiled.graph,
+        graph,
         exec: Exec::Jit(runner),
         source,
     })
 }
 
-/// One batch input: its batches (one, or a stack).
-struct Batches {
-    data: Tensor,
-    stacked: bool,
-}
+/// One batch input's batches: one, or each of a stack (split once, when read).
+struct Batches(Vec<Tensor>);
 
 impl Batches {
-    fn get(&self, step: u64) -> Result<Tensor> {
-        if !self.stacked {
-            return Ok(self.data.clone());
-        }
-        let n = self.data.shape()[0] as u64;
-        slice_first(&self.data, (step % n) as usize)
+    fn get(&self, step: u64) -> Tensor {
+        self.0[(step % self.0.len() as u64) as usize].clone()
     }
 }
 
-/// Batch `i` of a stack (the leading axis removed).
-fn slice_first(t: &Tensor, i: usize) -> Result<Tensor> {
+/// The batches of a stack along its leading axis.
+fn unstack(t: &Tensor) -> Result<Vec<Tensor>> {
+    let n = t.shape()[0];
     let shape = t.shape()[1..].to_vec();
     let bytes = t.to_le_bytes();
-    let per = bytes.len() / t.shape()[0].max(1);
-    Tensor::from_le_bytes(t.elem(), &shape, &bytes[i * per..(i + 1) * per])
-        .map_err(|e| anyhow!("{e}"))
+    let per = bytes.len() / n.max(1);
+    bytes
+        .chunks_exact(per.max(1))
+        .take(n)
+        .map(|b| Tensor::from_le_bytes(t.elem(), &shape, b).map_err(|e| anyhow!("{e}")))
+        .collect()
 }
 
 fn input_name(g: &Graph, i: usize) -> String {
@@ -300,7 +279,8 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
                 want.elem
             );
         }
-        batches.insert(i, Batches { data: t, stacked });
+        let parts = if stacked { unstack(&t)? } else { vec![t] };
+        batches.insert(i, Batches(parts));
     }
     let missing: Vec<String> = (0..n)
         .filter(|&i| !is_state[i] && !batches.contains_key(&i))
@@ -316,7 +296,13 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
     // The state: from --resume, else the initial values.
     let mut state: BTreeMap<usize, Tensor> = BTreeMap::new();
     let resumed = match req.resume {
-        Some(dir) => Some(read_safetensors(&dir.join("state.safetensors"))?),
+        Some(dir) => {
+            let path = dir.join("state.safetensors");
+            Some(
+                tessera_mlir::weights::read(&path)
+                    .with_context(|| format!("--resume: {}", path.display()))?,
+            )
+        }
         None => None,
     };
     for slot in &g.state {
@@ -384,11 +370,12 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
     for k in 0..req.steps {
         let clock = std::time::Instant::now();
         let global = first_step + k;
+        // The state moves into the step's inputs; the step's outputs replace it.
         inputs.clear();
         for i in 0..n {
-            inputs.push(match state.get(&i) {
-                Some(t) => t.clone(),
-                None => batches[&i].get(global)?,
+            inputs.push(match state.remove(&i) {
+                Some(t) => t,
+                None => batches[&i].get(global),
             });
         }
         let outputs = match &step.exec {
@@ -484,57 +471,18 @@ fn initial(g: &Graph, init: StateInit, ty: &TensorType) -> Result<Tensor> {
     }
 }
 
+/// Writes named tensors as a safetensors file (the weights file's format), atomically.
 fn write_safetensors(path: &Path, tensors: &BTreeMap<String, Tensor>) -> Result<()> {
-    let data: Vec<(String, Vec<u8>, Tensor)> = tensors
+    let data = tensors
         .iter()
-        .map(|(k, t)| (k.clone(), t.to_le_bytes(), t.clone()))
-        .collect();
-    let views = data
-        .iter()
-        .map(|(k, bytes, t)| {
-            safetensors::tensor::TensorView::new(
-                tessera_ir::text::dtype_of(t.elem()),
-                t.shape().to_vec(),
-                bytes,
+        .map(|(k, t)| {
+            (
+                k.clone(),
+                (t.ty(), tessera_ir::Bytes::from(t.to_le_bytes())),
             )
-            .map(|v| (k.clone(), v))
-            .map_err(|e| anyhow!("{k}: {e}"))
         })
-        .collect::<Result<Vec<_>>>()?;
-    let bytes =
-        safetensors::serialize(views, None).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        .collect();
+    let bytes = tessera_mlir::weights::serialize(&data)
+        .with_context(|| format!("writing {}", path.display()))?;
     super::write_atomically(path, &bytes)
-}
-
-fn read_safetensors(path: &Path) -> Result<BTreeMap<String, Tensor>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| anyhow!("{}: not a safetensors file: {e}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for (name, view) in st.tensors() {
-        let elem = elem_of(view.dtype())
-            .ok_or_else(|| anyhow!("{}: `{name}` has an unsupported dtype", path.display()))?;
-        let t = Tensor::from_le_bytes(elem, view.shape(), view.data())
-            .map_err(|e| anyhow!("{}: `{name}`: {e}", path.display()))?;
-        out.insert(name, t);
-    }
-    Ok(out)
-}
-
-fn elem_of(d: safetensors::Dtype) -> Option<tessera_ir::ElemType> {
-    use tessera_ir::ElemType as E;
-    [
-        E::F16,
-        E::BF16,
-        E::F32,
-        E::F64,
-        E::I8,
-        E::I16,
-        E::I32,
-        E::I64,
-        E::U8,
-        E::Bool,
-    ]
-    .into_iter()
-    .find(|&e| tessera_ir::text::dtype_of(e) == d)
 }

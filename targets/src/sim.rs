@@ -711,10 +711,6 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     // they are used, like weights; their next values are written in place (no buffer of
     // their own) and stay there.
     let (state_inputs, state_nexts) = graph.state_values();
-    let (state_inputs, state_nexts): (BTreeSet<ValueId>, BTreeSet<ValueId>) = (
-        state_inputs.into_iter().collect(),
-        state_nexts.into_iter().collect(),
-    );
     let mut resident_state: BTreeSet<(usize, ValueId)> = BTreeSet::new();
     for &input in graph.inputs() {
         if state_inputs.contains(&input) {

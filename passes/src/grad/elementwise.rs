@@ -3,11 +3,7 @@
 
 use tessera_ir::{BinaryOp as B, Op, OpData, UnaryOp as U, ValueId};
 
-use super::{Bw, R};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, g0};
 
 /// `d/dx f(x) * g` for every differentiable unary function.
 pub(crate) fn unary(

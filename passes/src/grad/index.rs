@@ -3,11 +3,7 @@
 
 use tessera_ir::{Dim, Op, OpData, ScatterReduction, ValueId};
 
-use super::{Bw, R};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, g0};
 
 /// `gather` along `axis`: the gathered axis is moved to the front, the gradient is
 /// add-scattered into it with `scatter-nd`, and the axis moved back.

@@ -2,11 +2,7 @@
 
 use tessera_ir::{ConvAttrs, Dim, Op, OpData, ReduceKind, ValueId, infer};
 
-use super::{Bw, R};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, g0};
 
 fn swap_last2(bw: &mut Bw<'_>, x: ValueId) -> R<ValueId> {
     let r = bw.ty(x).rank();
@@ -252,11 +248,27 @@ fn fit_spatial(bw: &mut Bw<'_>, v: ValueId, target: &[u64]) -> R<ValueId> {
     )
 }
 
-/// The bias gradient of a channels-first op: the sum over every axis but 1.
-fn bias_grad(bw: &mut Bw<'_>, g: ValueId) -> R<ValueId> {
-    let r = bw.ty(g).rank();
-    let axes: Vec<usize> = std::iter::once(0).chain(2..r).collect();
-    bw.reduce(ReduceKind::Sum, g, axes, false)
+/// The gradients of a channels-first op's input and weight, and of its optional bias
+/// (operand 2: the output's gradient summed over every axis but 1).
+fn with_bias(
+    bw: &mut Bw<'_>,
+    data: &OpData,
+    want: &[bool],
+    g: ValueId,
+    dx: Option<ValueId>,
+    dw: Option<ValueId>,
+) -> R<Vec<Option<ValueId>>> {
+    let mut out = vec![dx, dw];
+    if data.operands.len() > 2 {
+        out.push(if want[2] {
+            let r = bw.ty(g).rank();
+            let axes: Vec<usize> = std::iter::once(0).chain(2..r).collect();
+            Some(bw.reduce(ReduceKind::Sum, g, axes, false)?)
+        } else {
+            None
+        });
+    }
+    Ok(out)
 }
 
 /// `conv`: the input's gradient is a transposed convolution of the output's gradient with
@@ -297,15 +309,7 @@ pub(crate) fn conv(
     } else {
         None
     };
-    let mut out = vec![dx, dw];
-    if data.operands.len() > 2 {
-        out.push(if want[2] {
-            Some(bias_grad(bw, g)?)
-        } else {
-            None
-        });
-    }
-    Ok(out)
+    with_bias(bw, data, want, g, dx, dw)
 }
 
 /// `conv-transpose`: the adjoint of `conv`, so the input's gradient is a convolution.
@@ -339,13 +343,5 @@ pub(crate) fn conv_transpose(
     } else {
         None
     };
-    let mut out = vec![dx, dw];
-    if data.operands.len() > 2 {
-        out.push(if want[2] {
-            Some(bias_grad(bw, g)?)
-        } else {
-            None
-        });
-    }
-    Ok(out)
+    with_bias(bw, data, want, g, dx, dw)
 }

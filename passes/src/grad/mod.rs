@@ -470,6 +470,12 @@ impl Bw<'_> {
     }
 }
 
+/// The cotangent of an op's first (or only) result: a rule is called only when one of its
+/// results has one, so for a one-result op it is there.
+pub(crate) fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
+    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
+}
+
 /// Static shape as dims.
 pub(crate) fn dims(extents: &[u64]) -> Vec<Dim> {
     extents.iter().map(|&d| Dim::Static(d)).collect()

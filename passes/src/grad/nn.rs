@@ -7,11 +7,7 @@ use tessera_ir::{
     UnaryOp as U, ValueId,
 };
 
-use super::{Bw, R, dims};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, dims, g0};
 
 /// `layer-norm` over axes `axis..`: with `xhat = (x - mean) * rstd` and `h = g * scale`,
 /// `dx = rstd * (h - mean(h) - xhat * mean(h * xhat))`; the scale's gradient is `g * xhat`

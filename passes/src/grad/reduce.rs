@@ -2,11 +2,7 @@
 
 use tessera_ir::{BinaryOp as B, Dim, Op, OpData, ReduceKind as K, UnaryOp as U, ValueId};
 
-use super::{Bw, R};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, g0};
 
 /// `v` (a reduction's result or its gradient) with the reduced axes back as extent 1.
 fn keep(

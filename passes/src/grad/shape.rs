@@ -4,11 +4,7 @@
 
 use tessera_ir::{Dim, Op, OpData, PadMode, ReduceKind as K, Scalar, ValueId, infer};
 
-use super::{Bw, R, dims};
-
-fn g0(bw: &Bw<'_>, cots: &[Option<ValueId>]) -> R<ValueId> {
-    cots[0].ok_or_else(|| bw.err("internal error: no cotangent"))
-}
+use super::{Bw, R, dims, g0};
 
 /// `transfer`, `all-reduce`, `all-gather`: the gradient passes unchanged.
 pub(crate) fn identity(

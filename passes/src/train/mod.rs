@@ -387,11 +387,7 @@ fn batch_stats(
         } else {
             1.0
         };
-        for (k, (cst, batch, scale)) in [(cm, mean, 1.0), (cv, var, unbiased)]
-            .into_iter()
-            .enumerate()
-        {
-            let _ = k;
+        for (cst, batch, scale) in [(cm, mean, 1.0), (cv, var, unbiased)] {
             let name = bw.g.constant(cst).name.clone();
             let ty = bw.g.constant(cst).ty.clone();
             let input = add_input(bw.g, &name, ty)?;
