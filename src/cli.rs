@@ -433,6 +433,10 @@ struct TrainCmdArgs {
     /// Run the step in the reference interpreter instead of the JIT.
     #[arg(long)]
     interpret: bool,
+    /// The seed of dropout's masks (the step's `seed` input, when it has dropout): a step's
+    /// masks are a function of the seed and the step count only.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: i64,
     /// With a model: the target to compile for.
     #[arg(short, long, value_name = "TARGET", default_value = "cpu")]
     target: String,
@@ -661,6 +665,7 @@ pub fn main_named(name: &str) -> ExitCode {
             output_dir: &a.output_dir,
             resume: a.resume.as_deref(),
             interpret: a.interpret,
+            seed: a.seed,
             target: &a.target,
             target_path: &a.target_path,
             passes: &a.passes,

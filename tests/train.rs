@@ -1,5 +1,6 @@
 //! Training against PyTorch: `tessera train` and `tessera compile --train` on the models of
-//! `testdata/training/` (an MLP, a CNN with batch normalization, GPT-2 tiny, an LSTM) (made by `make_training_refs.py`, which trained them in torch on the
+//! `testdata/training/` (an MLP, a CNN with batch normalization, GPT-2 tiny, an LSTM, an
+//! MLP with dropout) (made by `make_training_refs.py`, which trained them in torch on the
 //! same batches): the loss at every step and the final weights match torch to 1e-4
 //! relative, through the interpreter, through the JIT, and placed on four chips; `--resume`
 //! continues where a run stopped; the written `model.onnx` runs in onnxruntime with the
@@ -74,6 +75,14 @@ const CNN: Model = Model {
 const LSTM: Model = Model {
     dir: "testdata/training/lstm",
     shapes: &["x=5x4x8"],
+    inputs: &["x", "labels"],
+};
+
+/// An MLP with two dropouts, exported in training mode; torch trained it with the masks
+/// tessera's generator draws (`make_training_refs.py` reimplements it), seed 0.
+const MLP_DROPOUT: Model = Model {
+    dir: "testdata/training/mlp_dropout",
+    shapes: &["x=8x16"],
     inputs: &["x", "labels"],
 };
 
@@ -226,6 +235,42 @@ fn lstm_matches_pytorch() {
     check_against_torch(&LSTM, &ADAMW, out.path());
     let out = train_model(&LSTM, &SGD, &[]);
     check_against_torch(&LSTM, &SGD, out.path());
+}
+
+/// Dropout in training mode: the masks come from the documented counter-based generator
+/// (seed and step), so torch, fed the same masks, gives the same losses and weights, in the
+/// interpreter and through the JIT; the masks depend on the seed.
+#[test]
+fn dropout_matches_pytorch_with_the_same_masks() {
+    let out = train_model(&MLP_DROPOUT, &SGD, &["--interpret"]);
+    check_against_torch(&MLP_DROPOUT, &SGD, out.path());
+    let out = train_model(&MLP_DROPOUT, &ADAMW, &[]);
+    check_against_torch(&MLP_DROPOUT, &ADAMW, out.path());
+    // Seed 0 explicitly: the same run; another seed: other masks, another loss curve.
+    let zero = train_model(&MLP_DROPOUT, &ADAMW, &["--interpret", "--seed", "0"]);
+    check_against_torch(&MLP_DROPOUT, &ADAMW, zero.path());
+    let other = train_model(&MLP_DROPOUT, &ADAMW, &["--interpret", "--seed", "7"]);
+    let (a, b) = (losses(zero.path(), 1), losses(other.path(), 1));
+    assert_ne!(a, b);
+}
+
+/// The step graph of a model with dropout: a `seed` input, one `random-uniform` per
+/// dropout (salts 0 and 1) keyed by the seed and the step count, no `dropout` left.
+#[test]
+fn dropout_step_graph() {
+    let ir = ok(tessera()
+        .arg("opt")
+        .arg(path(&MLP_DROPOUT, "model.onnx"))
+        .args(["--input-shape", "x=8x16", "--passes"])
+        .arg(r#"train{optimizer="sgd{lr=0.1}"}"#));
+    assert!(ir.contains("%seed: i64[])"), "{ir}");
+    assert!(!ir.contains(" dropout "), "{ir}");
+    for salt in 0..2 {
+        let want =
+            format!("random-uniform %seed, %step {{elem = f32, salt = {salt}, shape = [8, 32]}}");
+        assert!(ir.contains(&want), "salt {salt}: {ir}");
+    }
+    assert_eq!(ir.matches("= random-uniform ").count(), 2, "{ir}");
 }
 
 /// Compiled for four chiplets with the ops spread round-robin (so the step's forward,

@@ -857,6 +857,30 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             }
             one(TensorType::new(operands[0].elem, vec![size.clone()]))
         }
+        Op::RandomUniform { shape, elem, .. } => {
+            arity(operands, 2, 2)?;
+            for (i, t) in operands.iter().enumerate() {
+                if t.elem != ElemType::I64 || t.rank() != 0 {
+                    return err(format!("operand {i} must be an i64 scalar, got {t}"));
+                }
+            }
+            if !elem.is_float() {
+                return err(format!("`elem` must be a floating-point type, not {elem}"));
+            }
+            element_key(shape)?;
+            one(TensorType::new(*elem, shape.clone()))
+        }
+        Op::Dropout { ratio } => {
+            arity(operands, 1, 1)?;
+            if !(0.0..=1.0).contains(ratio) {
+                return err(format!("`ratio` must be in [0, 1], got {ratio}"));
+            }
+            require_float(operands[0], 0)?;
+            Ok(vec![
+                operands[0].clone(),
+                TensorType::new(ElemType::Bool, operands[0].shape.clone()),
+            ])
+        }
         Op::Transfer { from, to } => {
             arity(operands, 1, 1)?;
             if from.is_empty() || to.is_empty() {

@@ -27,7 +27,8 @@ pub use graph::{
 };
 pub use op::{
     ArgKind, BinaryOp, ConvAttrs, CoordTransform, DepthToSpaceMode, NearestMode, Op, PadMode,
-    PoolAttrs, PoolKind, ReduceKind, ResizeMode, ScanAttrs, ScatterReduction, UnaryOp,
+    PoolAttrs, PoolKind, RANDOM_GAMMA, ReduceKind, ResizeMode, ScanAttrs, ScatterReduction,
+    UnaryOp, random_key, random_mix, random_uniform_bits,
 };
 pub use tensor::{DataSizeError, Tensor, TensorError, TooLargeError, checked_byte_size};
 pub use types::{Dim, ElemType, Scalar, Shape, TensorType, format_f32, format_f64};

@@ -329,6 +329,30 @@ pub enum Op {
         /// The number of elements (symbolic when it depends on runtime values).
         size: Dim,
     },
+    /// `random-uniform(seed, counter)`: a tensor of `shape` whose elements are uniform in
+    /// `[0, 1)` on a grid of 2^-24, a pure function of the two i64 scalar operands, the
+    /// `salt` and each element's row-major index `i` (a counter-based generator: no state, so
+    /// any subset of elements can be computed anywhere, in any order). With `mix` the
+    /// SplitMix64 finalizer (Steele, Lea and Flood, "Fast splittable pseudorandom number
+    /// generators", OOPSLA 2014) and `G = 0x9E3779B97F4A7C15`, all in wrapping u64:
+    /// `key = mix(seed ^ mix(counter ^ mix(salt + G)))`,
+    /// `u[i] = (mix(key + (i + 1) * G) >> 40) * 2^-24`. See [`random_uniform_bits`].
+    RandomUniform {
+        /// Result shape.
+        shape: Vec<Dim>,
+        /// Result element type (floating point).
+        elem: ElemType,
+        /// Distinguishes generators fed the same seed and counter (one per dropout site).
+        salt: u64,
+    },
+    /// `dropout{ratio}(x) -> (y, mask)`: inference semantics, the identity (`y = x`, `mask`
+    /// all true, bool). The `train` pass gives every `dropout` its training semantics (a
+    /// mask drawn by [`Op::RandomUniform`], kept values scaled by `1 / (1 - ratio)`); the
+    /// ONNX importer emits it for `Dropout` nodes only when importing a model to train.
+    Dropout {
+        /// The probability of dropping an element, in `[0, 1]`.
+        ratio: f64,
+    },
     /// Moves its one operand from device `from` to device `to`; the result has the operand's
     /// type and value (identity). The op runs on the destination: when it has a device, that
     /// device is `to`. It computes nothing; the time is the link transfer into it.
@@ -770,6 +794,8 @@ impl Op {
             Op::Size => "size",
             Op::Fill { .. } => "fill",
             Op::Range { .. } => "range",
+            Op::RandomUniform { .. } => "random-uniform",
+            Op::Dropout { .. } => "dropout",
             Op::Transfer { .. } => "transfer",
             Op::AllReduce { .. } => "all-reduce",
             Op::AllGather { .. } => "all-gather",
@@ -824,7 +850,7 @@ impl Op {
     pub fn num_results(&self) -> usize {
         match self {
             Op::Split { sizes, .. } => sizes.len(),
-            Op::TopK { .. } => 2,
+            Op::TopK { .. } | Op::Dropout { .. } => 2,
             Op::If { then_branch, .. } => then_branch.outputs().len(),
             Op::Loop { body, .. } => body.outputs().len().saturating_sub(1),
             Op::Scan(s) => s.body.outputs().len(),
@@ -968,4 +994,26 @@ impl ReduceKind {
         ReduceKind::LogSumExp,
         ReduceKind::SumSquare,
     ];
+}
+
+/// The golden-ratio increment of SplitMix64.
+pub const RANDOM_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function (Steele, Lea and Flood 2014): a bijective mix of 64 bits.
+pub fn random_mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The key of an [`Op::RandomUniform`] stream: `mix(seed ^ mix(counter ^ mix(salt + G)))`.
+pub fn random_key(seed: i64, counter: i64, salt: u64) -> u64 {
+    let s = random_mix(salt.wrapping_add(RANDOM_GAMMA));
+    random_mix(seed as u64 ^ random_mix(counter as u64 ^ s))
+}
+
+/// The 24 random bits of element `index` of a stream: `u = bits * 2^-24` is exact in f32.
+pub fn random_uniform_bits(key: u64, index: u64) -> u32 {
+    let z = key.wrapping_add(index.wrapping_add(1).wrapping_mul(RANDOM_GAMMA));
+    (random_mix(z) >> 40) as u32
 }

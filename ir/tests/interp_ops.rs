@@ -2295,3 +2295,98 @@ fn communication_is_identity_on_the_logical_tensor() {
         check(op, &[b.clone()], b);
     }
 }
+
+// ---------------------------------------------------------------- random
+
+fn random(shape: &[u64], elem: ElemType, salt: u64) -> Op {
+    Op::RandomUniform {
+        shape: shape.iter().map(|&d| Dim::Static(d)).collect(),
+        elem,
+        salt,
+    }
+}
+
+fn draw(op: &Op, seed: i64, counter: i64) -> Vec<f64> {
+    let (s, c) = (i64t(&[], &[seed]), i64t(&[], &[counter]));
+    let out = tessera_ir::interp::eval_op(op, &[&s, &c]).expect("random-uniform");
+    out[0].to_f64_vec()
+}
+
+/// The documented generator, bit for bit: values computed independently with numpy
+/// (`tessera_uniform` of `testdata/training/make_training_refs.py`), as multiples of 2^-24.
+#[test]
+fn random_uniform_is_the_documented_generator() {
+    for (seed, counter, salt, bits) in [
+        (0, 0, 0, [2942985, 7939244, 10972381, 2315422, 15128258]),
+        (5, 3, 1, [7394006, 358697, 14233128, 5523070, 10306141]),
+        (-1, 7, 2, [9565132, 5988078, 13062046, 15356312, 13171651]),
+    ] {
+        let got = draw(&random(&[5], ElemType::F32, salt), seed, counter);
+        let want: Vec<f64> = bits
+            .iter()
+            .map(|&b| f64::from(b) / f64::from(1 << 24))
+            .collect();
+        assert_eq!(got, want, "seed {seed} counter {counter} salt {salt}");
+    }
+    // Row-major: a [2, 3] draw is the [6] draw reshaped; f64 holds the same values.
+    let flat = draw(&random(&[6], ElemType::F32, 4), 9, 1);
+    assert_eq!(draw(&random(&[2, 3], ElemType::F32, 4), 9, 1), flat);
+    assert_eq!(draw(&random(&[6], ElemType::F64, 4), 9, 1), flat);
+    check_err(
+        random(&[2], ElemType::F32, 0),
+        &[i32t(&[], &[0]), i64t(&[], &[0])],
+        "random-uniform: the seed must be an i64 scalar",
+    );
+}
+
+/// Uniform on [0, 1): the mean, the fraction below each of a few thresholds (dropout's keep
+/// rate) within five standard deviations of a binomial, and the streams of different seeds,
+/// counters and salts uncorrelated.
+#[test]
+fn random_uniform_statistics() {
+    let n = 200_000usize;
+    let u = draw(&random(&[n as u64], ElemType::F32, 0), 0, 0);
+    assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
+    let mean = u.iter().sum::<f64>() / n as f64;
+    let sd_mean = (1.0 / 12.0 / n as f64).sqrt();
+    assert!((mean - 0.5).abs() < 5.0 * sd_mean, "mean {mean}");
+    for p in [0.1, 0.25, 0.5, 0.9] {
+        let below = u.iter().filter(|&&x| x < p).count() as f64 / n as f64;
+        let sd = (p * (1.0 - p) / n as f64).sqrt();
+        assert!((below - p).abs() < 5.0 * sd, "P(u < {p}) = {below}");
+    }
+    let corr = |a: &[f64], b: &[f64]| {
+        let c: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - 0.5) * (y - 0.5))
+            .sum::<f64>();
+        c / n as f64 * 12.0
+    };
+    let bound = 5.0 / (n as f64).sqrt();
+    for (seed, counter, salt) in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+        let v = draw(&random(&[n as u64], ElemType::F32, salt), seed, counter);
+        assert_ne!(u[..8], v[..8]);
+        let r = corr(&u, &v);
+        assert!(
+            r.abs() < bound,
+            "seed {seed} counter {counter} salt {salt}: r = {r}"
+        );
+    }
+    // Neighbouring elements are uncorrelated too.
+    let r = corr(&u[..n - 1], &u[1..]);
+    assert!(r.abs() < bound, "lag 1: r = {r}");
+}
+
+/// `dropout` outside training is the identity with an all-true mask.
+#[test]
+fn dropout_is_the_identity_at_inference() {
+    check_n(
+        Op::Dropout { ratio: 0.5 },
+        &[f32t(&[3], &[1.0, -2.0, 3.0])],
+        &[
+            f32t(&[3], &[1.0, -2.0, 3.0]),
+            boolt(&[3], &[true, true, true]),
+        ],
+    );
+}

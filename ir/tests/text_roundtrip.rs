@@ -104,7 +104,7 @@ fn testdata_covers_every_op_name() {
         "instance-norm", "lrn", "reshape", "transpose", "expand", "concat", "split", "slice",
         "pad", "tile", "gather", "gather-elements", "gather-nd", "scatter-elements", "scatter-nd",
         "top-k", "trilu", "depth-to-space", "space-to-depth", "resize", "einsum", "shape", "size",
-        "fill", "range",
+        "fill", "range", "random-uniform", "dropout",
     ];
     let missing: Vec<&str> = all.iter().copied().filter(|n| !seen.contains(n)).collect();
     assert!(

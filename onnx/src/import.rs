@@ -131,6 +131,7 @@ fn import_with(
         path,
     );
     cx.fold_limit_bytes = options.fold_limit_bytes;
+    cx.training = options.keep_parameters;
     if options.keep_parameters {
         cx.params = graph
             .initializer
@@ -307,6 +308,9 @@ pub(crate) struct Ctx<'p> {
     /// The floating-point initializers, with [`ImportOptions::keep_parameters`]: ops that
     /// read them are not folded.
     params: BTreeSet<String>,
+    /// Importing a model to train ([`ImportOptions::keep_parameters`]): `Dropout` nodes
+    /// become `dropout` ops.
+    pub(crate) training: bool,
     /// The graphs around the one being built, outermost first, while a region body is
     /// imported (the current graph is `g`; `stack[0]` is then the main graph).
     stack: Vec<Frame>,
@@ -361,6 +365,7 @@ impl<'p> Ctx<'p> {
             hint: String::new(),
             fold_limit_bytes: crate::DEFAULT_FOLD_LIMIT_BYTES,
             params: BTreeSet::new(),
+            training: false,
             stack: Vec::new(),
             captures: Vec::new(),
             captured: BTreeMap::new(),

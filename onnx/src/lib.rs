@@ -75,6 +75,9 @@ pub struct ImportOptions {
     /// The floating-point initializers are parameters to train: no op that reads one is
     /// folded at import, so each stays one constant under its initializer's name (a tied
     /// embedding read by a `Gather` and, transposed, by the output `MatMul` stays one weight).
+    /// The model is imported to train: every `Dropout` node with a ratio above 0 (whatever
+    /// its `training_mode`, as `model.train()` enables every dropout in PyTorch) becomes a
+    /// `dropout` op, which the `train` pass turns into its training form.
     pub keep_parameters: bool,
 }
 

@@ -1,10 +1,14 @@
 //! `ai.onnx.preview.training`'s `Gradient` (onnx 1.23.2 generates no node test for it; its
 //! optimizers are covered by the node tests): the gradients of `y = sum(a * b + a)` with
 //! respect to `a` and `b` are `b + 1` and `a`, computed by tessera's autodiff at import.
+//! And `Dropout` imported to train (`keep_parameters`): a `dropout` op for the train pass.
 
 mod common;
 
-use common::proto::{FLOAT, attr_i, attr_s, attr_strings, graph, model, node, value, write};
+use common::proto::{
+    FLOAT, TensorP, attr_f, attr_i, attr_s, attr_strings, float_init, graph, model, node, value,
+    write,
+};
 use tessera_ir::{ElemType, Tensor};
 use tessera_onnx::{ImportOptions, import_file};
 
@@ -51,4 +55,80 @@ fn gradient_of_a_scalar_with_respect_to_two_inputs() {
     );
     assert_eq!(out[1].to_f64_vec(), vec![4.0, 1.25, 0.0]);
     assert_eq!(out[2].to_f64_vec(), vec![1.0, -2.0, 0.5]);
+}
+
+/// A model `y, mask = Dropout(x, ratio = 0.3, training_mode = true)` (opset 13), or with the
+/// ratio as an attribute (opset 10).
+fn dropout_model(dir: &std::path::Path, opset: i64) -> std::path::PathBuf {
+    let (inputs, attrs): (&[&str], _) = if opset >= 12 {
+        (&["x", "ratio", "mode"], vec![])
+    } else {
+        (&["x"], vec![attr_f("ratio", 0.3)])
+    };
+    let mut drop = node("Dropout", "drop", inputs, &["y", "mask"]);
+    drop.attribute = attrs;
+    let mut g = graph(
+        "dropout",
+        vec![drop],
+        vec![value("x", FLOAT, &["2", "3"])],
+        vec![
+            value("y", FLOAT, &["2", "3"]),
+            value("mask", 9, &["2", "3"]),
+        ],
+    );
+    if opset >= 12 {
+        g.initializer = vec![
+            float_init("ratio", &[], &[0.3]),
+            TensorP {
+                data_type: Some(9),
+                raw_data: Some(vec![1]),
+                name: Some("mode".into()),
+                ..Default::default()
+            },
+        ];
+    }
+    let path = dir.join(format!("dropout{opset}.onnx"));
+    write(&path, &model(opset, g));
+    path
+}
+
+#[test]
+fn dropout_imported_to_train_is_a_dropout_op() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let train = ImportOptions {
+        keep_parameters: true,
+        ..ImportOptions::default()
+    };
+    for opset in [10, 13] {
+        let path = dropout_model(dir.path(), opset);
+        let g = import_file(&path, &train).expect("imports");
+        let printed = tessera_ir::text::print(&g);
+        // The ratio as ONNX stores it, an f32.
+        assert!(
+            printed.contains(
+                "%y, %mask = dropout %x {ratio = 0.30000001192092896} : f32[2, 3], bool[2, 3]"
+            ),
+            "opset {opset}: {printed}"
+        );
+        // Its inference semantics: the identity.
+        let x = Tensor::from_le_bytes(
+            ElemType::F32,
+            &[2, 3],
+            &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
+        .expect("x");
+        let out = tessera_ir::interp::run(&g, std::slice::from_ref(&x)).expect("runs");
+        assert_eq!(out[0], x);
+    }
+    // Imported for inference, training-mode Dropout stays an error (its output is random).
+    let path = dropout_model(dir.path(), 13);
+    let e = import_file(&path, &ImportOptions::default()).expect_err("training mode");
+    assert!(
+        e.to_string()
+            .contains("training-mode Dropout is not supported"),
+        "{e}"
+    );
 }

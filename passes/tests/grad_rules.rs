@@ -701,6 +701,14 @@ grad_test!(top_k, |d| {
     )
 });
 
+// Inference semantics (the identity; the train pass gives dropout its training form before
+// differentiating). Its bool mask result carries no gradient.
+grad_test!(dropout, |d| {
+    let mut b = Builder::new();
+    let x = b.input(&[d[0], d[1]], Dom::Real);
+    b.case(Op::Dropout { ratio: 0.5 }, &[x])
+});
+
 grad_test!(transfer, |d| {
     let mut b = Builder::new();
     let x = b.input(&[d[0], d[1]], Dom::Real);
@@ -786,6 +794,7 @@ const COVERED: &[&str] = &[
     "gather-elements",
     "scatter-elements",
     "top-k",
+    "dropout",
     "transfer",
     // The collectives are the identity on the logical tensor, like `transfer` (same rule).
     "all-reduce",

@@ -39,8 +39,12 @@ pub fn run(req: &OptRequest<'_>) -> Result<()> {
             let Some(p) = req.passes else {
                 bail!("--passes PIPELINE is required (or --run-reproducer FILE)")
             };
+            // A pipeline that builds a training step imports the model to train (its
+            // parameters whole, its dropouts kept), as `compile --train` does.
+            let training =
+                Pipeline::parse(p).is_ok_and(|pl| pl.passes.iter().any(|s| s.info.name == "train"));
             (
-                super::load_model(i, req.shapes)?,
+                super::load_model_for(i, req.shapes, training)?,
                 p.to_string(),
                 i.to_path_buf(),
             )

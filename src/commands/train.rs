@@ -38,6 +38,8 @@ pub struct TrainRequest<'a> {
     pub resume: Option<&'a Path>,
     /// Run in the interpreter.
     pub interpret: bool,
+    /// `--seed`: the value of the step's `seed` input (dropout) unless `--input` gives it.
+    pub seed: i64,
     /// With a model: the target.
     pub target: &'a str,
     /// `--target-path`.
@@ -281,6 +283,14 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
         }
         let parts = if stacked { unstack(&t)? } else { vec![t] };
         batches.insert(i, Batches(parts));
+    }
+    // Dropout's seed: from --seed unless given as an input.
+    if let Some(i) = (0..n).find(|&i| !is_state[i] && input_name(g, i) == "seed")
+        && !batches.contains_key(&i)
+        && g.ty(g.inputs()[i]) == &TensorType::new(tessera_ir::ElemType::I64, vec![])
+    {
+        let seed = Tensor::I64(ndarray::arr0(req.seed).into_dyn());
+        batches.insert(i, Batches(vec![seed]));
     }
     let missing: Vec<String> = (0..n)
         .filter(|&i| !is_state[i] && !batches.contains_key(&i))

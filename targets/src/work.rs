@@ -608,6 +608,13 @@ impl Cx<'_> {
                 let r = self.result(0)?;
                 Ok((r.elems(), r.bytes()))
             }
+            // About 13 integer operations per element: two SplitMix64 rounds' worth.
+            Op::RandomUniform { .. } => {
+                let r = self.result(0)?;
+                Ok((13.0 * r.elems(), r.bytes()))
+            }
+            // Inference semantics: a copy and an all-true mask.
+            Op::Dropout { .. } => Ok((0.0, self.io_bytes()?)),
             Op::If {
                 then_branch,
                 else_branch,
@@ -1064,6 +1071,7 @@ graph @g(%x: f32[N, 4]) {
             "constants.tir",
             "sharding.tir",
             "regions.tir",
+            "random.tir",
         ] {
             let src = std::fs::read_to_string(root.join(file)).expect("catalogue file");
             let src = src

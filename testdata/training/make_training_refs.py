@@ -7,12 +7,14 @@ PyTorch training on those batches (cycling through the stack): the loss at every
 
 Needs torch (CPU) in a virtual environment, e.g.:
     python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch onnx numpy
-    /tmp/torch/bin/python testdata/training/make_training_refs.py
+    /tmp/torch/bin/python testdata/training/make_training_refs.py [MODEL...]
+(no MODEL: all of them).
 """
 
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -167,6 +169,69 @@ class Cnn(nn.Module):
         return self.fc(x.flatten(1))
 
 
+# tessera's dropout generator (passes/src/train/dropout.rs, Op::RandomUniform in
+# ir/src/op.rs), reimplemented here so that torch trains with the masks tessera draws: the
+# losses and weights can then match. SplitMix64's mix; all arithmetic wraps in u64.
+GAMMA = np.uint64(0x9E3779B97F4A7C15)
+SEED = 0  # `tessera train --seed` (default 0)
+CURRENT_STEP = [0]  # the step count tessera feeds as the generator's counter
+
+
+def mix(z):
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def tessera_uniform(seed, counter, salt, shape):
+    n = int(np.prod(shape))
+    with np.errstate(over="ignore"):
+        one = lambda v: np.array([v % 2**64], dtype=np.uint64)  # i64 bits as u64
+        key = mix(one(seed) ^ mix(one(counter) ^ mix(one(salt) + GAMMA)))
+        i = np.arange(1, n + 1, dtype=np.uint64)
+        bits = mix(key + i * GAMMA) >> np.uint64(40)
+    return (bits.astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+
+
+class SeededDropout(nn.Module):
+    """Dropout that exports as ONNX Dropout (training mode) and trains, in torch, with the
+    mask tessera's generator draws for the `salt`-th dropout at the current step."""
+
+    def __init__(self, p, salt):
+        super().__init__()
+        self.p, self.salt = p, salt
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            return F.dropout(x, self.p, training=True)
+        u = torch.from_numpy(tessera_uniform(SEED, CURRENT_STEP[0], self.salt, tuple(x.shape)))
+        return torch.where(u >= self.p, x * (1.0 / (1.0 - self.p)), torch.zeros_like(x))
+
+
+class MlpDropout(nn.Module):
+    """An MLP with two dropouts (exported in training mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.drop1 = SeededDropout(0.25, 0)
+        self.fc2 = nn.Linear(32, 32)
+        self.drop2 = SeededDropout(0.5, 1)
+        self.fc3 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.drop1(F.relu(self.fc1(x)))
+        x = self.drop2(torch.tanh(self.fc2(x)))
+        return self.fc3(x)
+
+
+def mlp_dropout_data(rng):
+    xs = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    ys = rng.integers(0, 10, size=(4, 8)).astype(np.int64)
+    return MlpDropout(), "x", xs, ys
+
+
 def mlp_data(rng):
     xs = rng.standard_normal((4, 8, 16)).astype(np.float32)
     ys = rng.integers(0, 10, size=(4, 8)).astype(np.int64)
@@ -199,7 +264,11 @@ MODELS = {
     "mlp": (mlp_data, ["sgd", "adamw", "adam-clip-cosine"]),
     "gpt2_tiny": (gpt2_data, ["sgd", "adamw"]),
     "lstm": (lstm_data, ["sgd", "adamw"]),
+    "mlp_dropout": (mlp_dropout_data, ["sgd", "adamw"]),
 }
+
+# Models exported in training mode (their Dropout nodes stay in the ONNX graph).
+TRAINING_EXPORT = {"mlp_dropout"}
 
 
 def train(model, config, xs, ys):
@@ -212,6 +281,7 @@ def train(model, config, xs, ys):
         smoothing = 0.1
     losses = []
     for step in range(STEPS):
+        CURRENT_STEP[0] = step
         x = torch.from_numpy(xs[step % len(xs)])
         y = torch.from_numpy(ys[step % len(ys)])
         opt.zero_grad()
@@ -232,7 +302,10 @@ def train(model, config, xs, ys):
 
 
 def main():
+    only = set(sys.argv[1:])
     for name, (data, configs) in MODELS.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         rng = np.random.default_rng(0)
         out = os.path.join(HERE, name)
@@ -249,6 +322,11 @@ def main():
             opset_version=17,
             dynamo=False,
             do_constant_folding=False,
+            training=(
+                torch.onnx.TrainingMode.TRAINING
+                if name in TRAINING_EXPORT
+                else torch.onnx.TrainingMode.EVAL
+            ),
         )
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         for config in configs:

@@ -411,6 +411,8 @@ fn computes(op: &Op) -> bool {
             | Op::Shape { .. }
             | Op::Size
             | Op::Fill { .. }
+            | Op::RandomUniform { .. }
+            | Op::Dropout { .. }
             | Op::Transfer { .. }
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
@@ -631,6 +633,25 @@ fn compute(op: &Op, xs: &[&Tensor], b: &Bindings) -> R<Vec<Tensor>> {
         Op::Range { size } => {
             let [s, l, d] = exact(xs)?;
             one(shape::range(s, l, d, size, b))
+        }
+        Op::RandomUniform { shape, elem, salt } => {
+            let [seed, counter] = exact(xs)?;
+            one(shape::random_uniform(seed, counter, shape, *elem, *salt, b))
+        }
+        // Inference semantics: the identity and an all-true mask (the train pass gives it
+        // its training semantics).
+        Op::Dropout { .. } => {
+            let [x] = exact(xs)?;
+            let mask = shape::fill(
+                &x.shape()
+                    .iter()
+                    .map(|&d| Dim::Static(d as u64))
+                    .collect::<Vec<_>>(),
+                ElemType::Bool,
+                crate::types::Scalar::Int(1),
+                b,
+            )?;
+            Ok(vec![x.clone(), mask])
         }
         // Global view (see `crate::op`): a value is the logical tensor wherever it lives and
         // however it is laid out, and an all-reduce's operand already is the logical sum (the

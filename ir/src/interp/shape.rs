@@ -430,3 +430,37 @@ fn as_i128<T: AnyElem>(v: T) -> i128 {
         CastVal::B(b) => i128::from(b),
     }
 }
+
+/// `random-uniform`: the counter-based uniform stream of [`crate::op::Op::RandomUniform`].
+pub(crate) fn random_uniform(
+    seed: &Tensor,
+    counter: &Tensor,
+    shape: &[Dim],
+    elem: ElemType,
+    salt: u64,
+    b: &Bindings,
+) -> R<Tensor> {
+    let scalar = |t: &Tensor, what: &str| -> R<i64> {
+        match t {
+            Tensor::I64(a) if a.ndim() == 0 => Ok(a.iter().next().copied().unwrap_or_default()),
+            _ => Err(ierr!("{what} must be an i64 scalar, got {}", t.ty())),
+        }
+    };
+    let key = crate::op::random_key(
+        scalar(seed, "the seed")?,
+        scalar(counter, "the counter")?,
+        salt,
+    );
+    let dims = resolve_dims(shape, b)?;
+    let n = numel_of(&dims, ElemType::F32)?;
+    let scale = 1.0 / f64::from(1u32 << 24);
+    let vals: Vec<f32> = (0..n as u64)
+        .map(|i| (f64::from(crate::op::random_uniform_bits(key, i)) * scale) as f32)
+        .collect();
+    let t = Tensor::F32(ArrayD::from_shape_vec(IxDyn(&dims), vals).map_err(|e| ierr!("{e}"))?);
+    if elem == ElemType::F32 {
+        Ok(t)
+    } else {
+        super::elementwise::cast(&t, elem)
+    }
+}

@@ -29,7 +29,7 @@ pub const OP_NAMES: &[&str] = &[
     "log-softmax", "cumsum", "layer-norm", "batch-norm", "instance-norm", "lrn", "reshape",
     "transpose", "expand", "concat", "split", "slice", "pad", "tile", "gather", "gather-elements",
     "gather-nd", "scatter-elements", "scatter-nd", "top-k", "trilu", "depth-to-space",
-    "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "transfer",
+    "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "random-uniform", "dropout", "transfer",
     "all-reduce", "all-gather", "if", "loop", "scan",
 ];
 
@@ -250,6 +250,12 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
             put("value", scalar(*value));
         }
         Op::Range { size } => put("size", dim(size)),
+        Op::RandomUniform { shape, elem, salt } => {
+            put("elem", elem.name().to_string());
+            put("salt", salt.to_string());
+            put("shape", dims(shape));
+        }
+        Op::Dropout { ratio } => put("ratio", float(*ratio)),
         Op::Transfer { from, to } => {
             put("from", quote(from));
             put("to", quote(to));
@@ -506,6 +512,14 @@ pub(crate) fn build_op(name: &str, a: &mut Attrs) -> Option<Op> {
         },
         "range" => Op::Range {
             size: a.dim("size"),
+        },
+        "random-uniform" => Op::RandomUniform {
+            shape: a.dims("shape"),
+            elem: a.enumeration("elem", ELEMS),
+            salt: a.int("salt"),
+        },
+        "dropout" => Op::Dropout {
+            ratio: a.float("ratio"),
         },
         "transfer" => Op::Transfer {
             from: a.string("from"),

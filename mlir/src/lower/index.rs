@@ -1,4 +1,5 @@
-//! Indexing: `gather`, `gather-elements`, `gather-nd`, the scatters and `range`.
+//! Indexing: `gather`, `gather-elements`, `gather-nd`, the scatters, `range` and
+//! `random-uniform` (an index generic hashing each element's row-major index).
 //! Gathers are index generics: each output element computes its source coordinates and
 //! reads them with `tensor.extract` (negative indices count from the end). Scatters are
 //! `scf.for` nests over the updates in row-major order carrying the result tensor
@@ -28,6 +29,9 @@ pub fn lower(b: &mut Body, op: &Op, args: &[Val], results: &[TensorType]) -> LRe
                 elementwise::binary(b, &tessera_ir::BinaryOp::Add, e, &sv, &m)
             })?;
             Ok(vec![r])
+        }
+        Op::RandomUniform { salt, .. } => {
+            Ok(vec![random_uniform(b, &args[0], &args[1], *salt, out)?])
         }
         Op::GatherElements { axis } => {
             let (x, idx) = (&args[0], &args[1]);
@@ -263,5 +267,63 @@ fn gather(b: &mut Body, x: &Val, idx: &Val, axis: usize, out: &TensorType) -> LR
         src.push(k);
         src.extend(o[axis + ir..].iter().cloned());
         b.extract(x, &src)
+    })
+}
+
+/// `random-uniform`: each element hashes its row-major index with the stream's key, in
+/// wrapping i64 arithmetic (the bits of the IR's u64 definition, [`tessera_ir::random_key`]).
+fn random_uniform(
+    b: &mut Body,
+    seed: &Val,
+    counter: &Val,
+    salt: u64,
+    out: &TensorType,
+) -> LResult<String> {
+    let od = dims(out)?;
+    let e = out.elem;
+    b.index_generic(out, |b, idx| {
+        let c = |b: &mut Body, x: u64| b.int("i64", x as i64);
+        let mix = |b: &mut Body, z: String| -> String {
+            let mut z = z;
+            for (shift, mul) in [(30, 0xBF58_476D_1CE4_E5B9_u64), (27, 0x94D0_49BB_1331_11EB)] {
+                let s = c(b, shift);
+                let t = b.assign(format!("arith.shrui {z}, {s} : i64"));
+                let x = b.assign(format!("arith.xori {z}, {t} : i64"));
+                let m = c(b, mul);
+                z = b.assign(format!("arith.muli {x}, {m} : i64"));
+            }
+            let s = c(b, 31);
+            let t = b.assign(format!("arith.shrui {z}, {s} : i64"));
+            b.assign(format!("arith.xori {z}, {t} : i64"))
+        };
+        // The key: mix(seed ^ mix(counter ^ mix(salt + G))), the innermost a constant.
+        let sv = b.extract(seed, &[])?;
+        let cv = b.extract(counter, &[])?;
+        let salted = c(
+            b,
+            tessera_ir::random_mix(salt.wrapping_add(tessera_ir::RANDOM_GAMMA)),
+        );
+        let k0 = b.assign(format!("arith.xori {cv}, {salted} : i64"));
+        let k1 = mix(b, k0);
+        let k2 = b.assign(format!("arith.xori {sv}, {k1} : i64"));
+        let key = mix(b, k2);
+        // The row-major index, plus one, times G, plus the key.
+        let mut lin = b.index(0);
+        for (k, &d) in od.iter().enumerate() {
+            let scaled = b.mul_index(&lin, d as i64);
+            lin = b.assign(format!("arith.addi {scaled}, {} : index", idx[k]));
+        }
+        let lin = b.add_index(&lin, 1);
+        let i = b.assign(format!("arith.index_cast {lin} : index to i64"));
+        let g = c(b, tessera_ir::RANDOM_GAMMA);
+        let ig = b.assign(format!("arith.muli {i}, {g} : i64"));
+        let z = b.assign(format!("arith.addi {key}, {ig} : i64"));
+        let z = mix(b, z);
+        let s40 = c(b, 40);
+        let bits = b.assign(format!("arith.shrui {z}, {s40} : i64"));
+        let f = b.assign(format!("arith.sitofp {bits} : i64 to f32"));
+        let scale = b.scalar(tessera_ir::ElemType::F32, 1.0 / f64::from(1u32 << 24));
+        let u = b.assign(format!("arith.mulf {f}, {scale} : f32"));
+        Ok(elementwise::cast(b, tessera_ir::ElemType::F32, e, &u))
     })
 }

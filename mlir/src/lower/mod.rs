@@ -861,6 +861,12 @@ fn lower_op_code(
             // Global view: the identity on the logical tensor (the move is the manifest's).
             Ok(vec![args[0].name.clone()])
         }
+        Op::Dropout { .. } => {
+            // Inference semantics: the identity and an all-true mask.
+            let ty = tensor_ty(&results[1])?;
+            let mask = b.assign(format!("arith.constant dense<true> : {ty}"));
+            Ok(vec![args[0].name.clone(), mask])
+        }
         Op::Shape { .. } | Op::Size | Op::Fill { .. } => {
             // Static shapes make these constants: evaluate them now.
             let zeros: Vec<tessera_ir::Tensor> = args
@@ -903,7 +909,8 @@ fn lower_op_code(
         | Op::GatherNd { .. }
         | Op::ScatterElements { .. }
         | Op::ScatterNd { .. }
-        | Op::Range { .. } => index::lower(b, &data.op, args, results),
+        | Op::Range { .. }
+        | Op::RandomUniform { .. } => index::lower(b, &data.op, args, results),
         Op::Reshape { .. }
         | Op::Transpose { .. }
         | Op::Expand { .. }

@@ -281,6 +281,13 @@ pub(crate) fn register(r: &mut Registry) {
         // Inference: the data passes through; the optional mask is all true. Training mode
         // (opset 12+: input 2 true) drops at random unless the ratio (input 1) is 0.
         let x = input(cx, n, 0)?;
+        if cx.training {
+            let ratio = dropout_ratio(cx, n)?;
+            if ratio > 0.0 {
+                let outs = cx.emit(Op::Dropout { ratio }, &[x])?;
+                return Ok(outs[..n.num_outputs().clamp(1, 2)].to_vec());
+            }
+        }
         if dropout_training(cx, n)? {
             return Err("training-mode Dropout is not supported".into());
         }
@@ -298,6 +305,23 @@ pub(crate) fn register(r: &mut Registry) {
         }
         Ok(outs)
     });
+}
+
+/// A Dropout node's ratio: input 1 (opset 12+) or the `ratio` attribute, 0.5 by default.
+fn dropout_ratio(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<f64, String> {
+    let ratio = if n.has_input(1) {
+        let t = known_input(cx, n, 1).ok_or("input 1 (ratio) must be known at import time")?;
+        t.to_f64_vec()
+            .first()
+            .copied()
+            .ok_or("input 1 (ratio) is empty")?
+    } else {
+        n.attr_f("ratio")?.map_or(0.5, f64::from)
+    };
+    if !(0.0..=1.0).contains(&ratio) {
+        return Err(format!("the ratio must be in [0, 1], got {ratio}"));
+    }
+    Ok(ratio)
 }
 
 /// Whether a Dropout node (opset 12+: `Dropout(data, ratio, training_mode)`) drops values:

@@ -224,6 +224,16 @@ pub fn attr_i(name: &str, i: i64) -> Attribute {
     }
 }
 
+/// A float attribute.
+pub fn attr_f(name: &str, f: f32) -> Attribute {
+    Attribute {
+        name: Some(name.to_string()),
+        r#type: Some(1),
+        f: Some(f),
+        ..Default::default()
+    }
+}
+
 /// A string attribute.
 pub fn attr_s(name: &str, s: &str) -> Attribute {
     Attribute {

@@ -154,6 +154,9 @@ pub const TABLE: &[(&str, Differentiability)] = &[
     ("size", NoGradient),
     ("fill", NoGradient),
     ("range", NoGradient),
+    ("random-uniform", NoGradient),
+    // Inference semantics (the identity); the train pass replaces it before differentiating.
+    ("dropout", Rule(shape::identity)),
     ("transfer", Rule(shape::identity)),
     ("all-reduce", Rule(shape::identity)),
     ("all-gather", Rule(shape::identity)),

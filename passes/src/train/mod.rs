@@ -25,6 +25,10 @@
 //!   constants (its running statistics) become state inputs updated with `bn-momentum`
 //!   (PyTorch's 0.1 by default) and the unbiased variance, as PyTorch does.
 //!
+//! - **Dropout** trains in training mode: every `dropout` op keeps each element with
+//!   probability `1 - ratio` (scaled by `1 / (1 - ratio)`), its mask drawn by a counter-based
+//!   generator keyed by a new `seed` input (i64 scalar) and the step count (see `dropout.rs`).
+//!
 //! The model's own outputs are dropped (a training step returns the loss and the state),
 //! and `dce` removes what only they needed.
 
@@ -36,6 +40,7 @@ use tessera_ir::{
 use crate::grad::{Bw, differentiate, find_value};
 use crate::pass::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, Statistics};
 
+mod dropout;
 mod loss;
 pub mod optim;
 
@@ -90,6 +95,8 @@ pub struct StepInfo {
     pub frozen: Vec<String>,
     /// Ops added for the backward graph, loss and optimizer.
     pub added_ops: usize,
+    /// Dropout ops given their training form (the step then has a `seed` input).
+    pub dropouts: usize,
 }
 
 /// Turns `graph` into its training step (see the module doc).
@@ -213,6 +220,22 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         );
     }
 
+    // Optimizer state, then the step count, as state inputs.
+    let state_names = spec.optimizer.state_names();
+    let mut states: Vec<Vec<(ValueId, String)>> = Vec::with_capacity(params.len());
+    for (c, p) in &params {
+        let name = graph.constant(*c).name.clone();
+        let ty = graph.ty(*p).clone();
+        let mut state = Vec::new();
+        for s in state_names {
+            let sname = format!("{name}.{s}");
+            state.push((add_input(graph, &sname, ty.clone())?, sname));
+        }
+        states.push(state);
+    }
+    let step = add_input(graph, "step", TensorType::new(ElemType::I64, vec![]))?;
+    info.dropouts = dropout::train_dropouts(graph, step)?;
+
     let mut bw = Bw::plain(graph, "loss");
     let loss = match (&spec.loss, labels) {
         (Loss::Output(_), _) => model_loss.ok_or("internal error: no loss output")?,
@@ -243,20 +266,6 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         bw.at("optimizer/clip");
         grads = optim::clip_by_norm(&mut bw, &grads, spec.clip_norm).map_err(|e| e.message)?;
     }
-    // Optimizer state, then the step count, as state inputs.
-    let state_names = spec.optimizer.state_names();
-    let mut states: Vec<Vec<(ValueId, String)>> = Vec::with_capacity(params.len());
-    for (c, p) in &params {
-        let name = bw.g.constant(*c).name.clone();
-        let ty = bw.ty(*p);
-        let mut state = Vec::new();
-        for s in state_names {
-            let sname = format!("{name}.{s}");
-            state.push((add_input(bw.g, &sname, ty.clone())?, sname));
-        }
-        states.push(state);
-    }
-    let step = add_input(bw.g, "step", TensorType::new(ElemType::I64, vec![]))?;
     bw.at("optimizer/step");
     let one = bw
         .op(
@@ -604,6 +613,11 @@ impl Pass for TrainPass {
             "step-ops",
             "ops added for the loss, backward graph and optimizer",
             info.added_ops as u64,
+        );
+        stats.add(
+            "dropouts",
+            "dropout ops given their training form",
+            info.dropouts as u64,
         );
         Ok(true)
     }
