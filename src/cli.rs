@@ -437,6 +437,10 @@ struct TrainCmdArgs {
     /// masks are a function of the seed and the step count only.
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: i64,
+    /// LLVM's optimization level for the JIT-compiled step (0 to 3): lower levels compile a
+    /// large model's step much faster, into slower code.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
+    opt_level: u8,
     /// With a model: the target to compile for.
     #[arg(short, long, value_name = "TARGET", default_value = "cpu")]
     target: String,
@@ -666,6 +670,7 @@ pub fn main_named(name: &str) -> ExitCode {
             resume: a.resume.as_deref(),
             interpret: a.interpret,
             seed: a.seed,
+            opt_level: usize::from(a.opt_level),
             target: &a.target,
             target_path: &a.target_path,
             passes: &a.passes,

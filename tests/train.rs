@@ -206,6 +206,9 @@ fn mlp_matches_pytorch_through_the_jit() {
         let out = train_model(&MLP, &c, &[]);
         check_against_torch(&MLP, &c, out.path());
     }
+    // LLVM's lowest optimization level: the same numbers.
+    let out = train_model(&MLP, &SGD, &["--opt-level", "0"]);
+    check_against_torch(&MLP, &SGD, out.path());
 }
 
 /// GPT-2's structure (embeddings, causal attention, layer norms, GELU, the output head

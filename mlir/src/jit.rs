@@ -5,9 +5,12 @@
 //! A rank-N memref descriptor is `{allocated ptr, aligned ptr, offset, sizes[N], strides[N]}`,
 //! all 8-byte fields. A function's results come back through one out-parameter: a struct of
 //! their descriptors in order. Result buffers are allocated by the compiled code with
-//! `malloc`; they may also alias an argument or a global constant (a step that returns what
-//! it was given), so they are copied out and never freed here: the process owns them until
-//! it exits. Runs are short-lived; this costs the size of the outputs per call.
+//! `malloc` and owned by the caller: the CPU pipeline's `buffer-deallocation-pipeline` gives
+//! every returned buffer to the caller (a result that would alias an argument or a global
+//! constant is cloned). They are copied out and freed, each allocation once (two results
+//! may share one); an allocation that is one of the arguments, or MLIR's marker for a global
+//! (`0xdeadbeef`), is never freed, should a pipeline return one. A training step's outputs
+//! are its whole state, so keeping them would grow memory by the model's size every step.
 
 #![allow(unsafe_code)]
 
@@ -91,11 +94,13 @@ impl Jit {
             message: format!("calling `{name}`: {e}"),
         })?;
         let mut buffers = Vec::with_capacity(results.len());
+        let mut allocations: Vec<i64> = Vec::new();
         let mut at = 0;
         for (t, dims) in results.iter().zip(&result_shapes) {
             let rank = dims.len();
             let d = &out[at..at + 3 + 2 * rank];
             at += 3 + 2 * rank;
+            allocations.push(d[0]);
             let eb = elem_bytes(t.elem);
             let sizes: Vec<usize> = d[3..3 + rank].iter().map(|&s| s as usize).collect();
             if sizes.iter().zip(dims).any(|(&a, &b)| a as u64 != b) {
@@ -145,8 +150,26 @@ impl Jit {
             }
             buffers.push(buf);
         }
+        allocations.sort_unstable();
+        allocations.dedup();
+        let arg_ptrs: Vec<i64> = args.iter().map(|a| a.words.as_ptr() as i64).collect();
+        for p in allocations {
+            if p != 0 && p != GLOBAL_MARKER && !arg_ptrs.contains(&p) {
+                // SAFETY: the compiled code allocated `p` with `malloc` and handed it to the
+                // caller (see the module doc); it is freed once, after its data was copied.
+                unsafe { free(p as *mut std::ffi::c_void) };
+            }
+        }
         Ok(buffers)
     }
+}
+
+/// The allocated pointer MLIR's LLVM lowering gives a `memref.get_global` (not heap memory).
+const GLOBAL_MARKER: i64 = 0xdead_beef;
+
+unsafe extern "C" {
+    /// The C library's `free`, which the compiled code's `malloc` pairs with.
+    fn free(p: *mut std::ffi::c_void);
 }
 
 /// A tensor's bytes as the compiled code reads them: little-endian, row-major, 8-byte

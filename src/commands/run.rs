@@ -195,7 +195,7 @@ fn run_model_jit(
     let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
     let flags = crate::instrument::PassFlags::default();
     let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
-    let (_, runner) = jit(graph, &*target, path)?;
+    let (_, runner) = jit(graph, &*target, path, 2)?;
     let outputs =
         time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
     let labels: Vec<String> = runner
@@ -208,12 +208,13 @@ fn run_model_jit(
 }
 
 /// Places `graph` (the pass pipeline already run) on `target`, lowers it and JIT-compiles
-/// the program on this CPU; returns the placed graph and the runner. `path` names the model
-/// in messages.
+/// the program on this CPU at LLVM `opt_level`; returns the placed graph and the runner.
+/// `path` names the model in messages.
 pub(crate) fn jit(
     graph: Graph,
     target: &dyn tessera_targets::Target,
     path: &Path,
+    opt_level: usize,
 ) -> Result<(Graph, tessera_mlir::Runner)> {
     let compiled = super::compile::compile(
         graph,
@@ -232,7 +233,7 @@ pub(crate) fn jit(
         program
             .weight_tensors()
             .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
-        2,
+        opt_level,
     )?;
     Ok((compiled.graph, runner))
 }

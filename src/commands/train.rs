@@ -40,6 +40,8 @@ pub struct TrainRequest<'a> {
     pub interpret: bool,
     /// `--seed`: the value of the step's `seed` input (dropout) unless `--input` gives it.
     pub seed: i64,
+    /// `--opt-level`: LLVM's optimization level for the JIT.
+    pub opt_level: usize,
     /// With a model: the target.
     pub target: &'a str,
     /// `--target-path`.
@@ -149,7 +151,7 @@ fn load_dir(req: &TrainRequest<'_>) -> Result<Step> {
     } else {
         let mlir = tessera_mlir::Mlir::new();
         Exec::Jit(
-            tessera_mlir::Runner::load(&mlir, dir, 2)
+            tessera_mlir::Runner::load(&mlir, dir, req.opt_level)
                 .with_context(|| format!("{}: loading the compiled program", dir.display()))?,
         )
     };
@@ -187,7 +189,7 @@ fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
             source,
         });
     }
-    let (graph, runner) = super::run::jit(graph, &*target, path)?;
+    let (graph, runner) = super::run::jit(graph, &*target, path, req.opt_level)?;
     Ok(Step {
         graph,
         exec: Exec::Jit(runner),
