@@ -231,6 +231,30 @@ fn cnn_with_batch_norm_matches_pytorch() {
     check_against_torch(&CNN, &ADAMW, out.path());
 }
 
+/// The same CNN exported in training mode (`TrainingMode.TRAINING`: batch norm with
+/// `training_mode = 1` and running-statistics outputs nobody reads) trains to the same
+/// numbers.
+#[test]
+fn cnn_exported_in_training_mode_matches_pytorch() {
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(path(&CNN, "model_training.onnx"))
+        .args(train_flags(&CNN, &SGD))
+        .args(input_args(&CNN))
+        .args(["--steps", "10", "--interpret", "--output-dir"])
+        .arg(out.path()));
+    check_against_torch(&CNN, &SGD, out.path());
+    // Imported for inference, training-mode batch norm is refused.
+    let err = fails(
+        tessera()
+            .arg("compile")
+            .arg(path(&CNN, "model_training.onnx"))
+            .args(["--input-shape", "x=8x1x8x8"]),
+    );
+    assert!(err.contains("training_mode = 1 is not supported"), "{err}");
+}
+
 /// An LSTM (unrolled over its sequence at import) classified from its last hidden state.
 #[test]
 fn lstm_matches_pytorch() {

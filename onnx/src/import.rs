@@ -133,6 +133,7 @@ fn import_with(
     cx.fold_limit_bytes = options.fold_limit_bytes;
     cx.training = options.keep_parameters;
     if options.keep_parameters {
+        cx.used = used_names(graph);
         cx.params = graph
             .initializer
             .iter()
@@ -160,6 +161,23 @@ fn default_opset(model: &ModelProto) -> Result<i64, String> {
         None if model.opset_import.is_empty() => Err("the model imports no opset".into()),
         None => Ok(OPSET_RANGE.end().to_owned()),
     }
+}
+
+/// Every value name some node reads or some graph returns, in the graph and its subgraphs.
+fn used_names(graph: &GraphProto) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let mut stack = vec![graph];
+    while let Some(g) = stack.pop() {
+        used.extend(g.output.iter().map(|o| o.name().to_string()));
+        for n in &g.node {
+            used.extend(n.input.iter().filter(|i| !i.is_empty()).cloned());
+            for a in &n.attribute {
+                stack.extend(a.g.iter());
+                stack.extend(a.graphs.iter());
+            }
+        }
+    }
+    used
 }
 
 /// Collects every unsupported operator, opset and element type, for one error message.
@@ -311,6 +329,9 @@ pub(crate) struct Ctx<'p> {
     /// Importing a model to train ([`ImportOptions::keep_parameters`]): `Dropout` nodes
     /// become `dropout` ops.
     pub(crate) training: bool,
+    /// With `training`: every value name a node reads or a graph returns (so an op can tell
+    /// that an output it cannot compute is unused).
+    pub(crate) used: BTreeSet<String>,
     /// The graphs around the one being built, outermost first, while a region body is
     /// imported (the current graph is `g`; `stack[0]` is then the main graph).
     stack: Vec<Frame>,
@@ -366,6 +387,7 @@ impl<'p> Ctx<'p> {
             fold_limit_bytes: crate::DEFAULT_FOLD_LIMIT_BYTES,
             params: BTreeSet::new(),
             training: false,
+            used: BTreeSet::new(),
             stack: Vec::new(),
             captures: Vec::new(),
             captured: BTreeMap::new(),

@@ -132,3 +132,53 @@ fn dropout_imported_to_train_is_a_dropout_op() {
         "{e}"
     );
 }
+
+/// `BatchNormalization` in training mode with its running-statistics outputs: imported to
+/// train when nothing reads them, refused when the model reads one, and refused for
+/// inference.
+#[test]
+fn training_mode_batch_norm_imported_to_train() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let build = |read_mean: bool| {
+        let mut bn = node(
+            "BatchNormalization",
+            "bn",
+            &["x", "scale", "bias", "mean", "var"],
+            &["y", "new_mean", "new_var"],
+        );
+        bn.attribute = vec![attr_i("training_mode", 1)];
+        let mut nodes = vec![bn];
+        let mut outputs = vec![value("y", FLOAT, &["2", "3"])];
+        if read_mean {
+            nodes.push(node("Identity", "id", &["new_mean"], &["m"]));
+            outputs.push(value("m", FLOAT, &["3"]));
+        }
+        let mut g = graph("bn", nodes, vec![value("x", FLOAT, &["2", "3"])], outputs);
+        g.initializer = vec![
+            float_init("scale", &[3], &[1.0, 2.0, 3.0]),
+            float_init("bias", &[3], &[0.0, 0.5, 1.0]),
+            float_init("mean", &[3], &[0.1, 0.2, 0.3]),
+            float_init("var", &[3], &[1.0, 1.5, 2.0]),
+        ];
+        let path = dir.path().join(format!("bn{read_mean}.onnx"));
+        write(&path, &model(15, g));
+        path
+    };
+    let train = ImportOptions {
+        keep_parameters: true,
+        ..ImportOptions::default()
+    };
+    let g = import_file(&build(false), &train).expect("imports to train");
+    let printed = tessera_ir::text::print(&g);
+    assert!(
+        printed.contains("= batch-norm %x, %scale, %bias, %mean, %var"),
+        "{printed}"
+    );
+    let e = import_file(&build(true), &train).expect_err("a read statistic");
+    assert!(e.to_string().contains("output `new_mean`"), "{e}");
+    let e = import_file(&build(false), &ImportOptions::default()).expect_err("inference");
+    assert!(
+        e.to_string().contains("training_mode = 1 is not supported"),
+        "{e}"
+    );
+}

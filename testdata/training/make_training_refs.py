@@ -11,6 +11,7 @@ Needs torch (CPU) in a virtual environment, e.g.:
 (no MODEL: all of them).
 """
 
+import copy
 import math
 import os
 import shutil
@@ -269,6 +270,9 @@ MODELS = {
 
 # Models exported in training mode (their Dropout nodes stay in the ONNX graph).
 TRAINING_EXPORT = {"mlp_dropout"}
+# Models also exported in training mode as model_training.onnx (batch norm with
+# training_mode = 1 and its running-statistics outputs), which trains to the same numbers.
+ALSO_TRAINING_EXPORT = {"cnn"}
 
 
 def train(model, config, xs, ys):
@@ -328,6 +332,25 @@ def main():
                 else torch.onnx.TrainingMode.EVAL
             ),
         )
+        if name in ALSO_TRAINING_EXPORT:
+            # The export runs the model once in training mode, which would update the
+            # running statistics it then writes: export a copy whose batch norms keep them
+            # (momentum 0; tessera takes the momentum from --bn-momentum, not the node).
+            exported = copy.deepcopy(model)
+            for m in exported.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.momentum = 0.0
+            torch.onnx.export(
+                exported,
+                (torch.from_numpy(xs[0]),),
+                os.path.join(out, "model_training.onnx"),
+                input_names=[input_name],
+                output_names=["logits"],
+                opset_version=17,
+                dynamo=False,
+                do_constant_folding=False,
+                training=torch.onnx.TrainingMode.TRAINING,
+            )
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         for config in configs:
             model.load_state_dict(initial)

@@ -383,17 +383,31 @@ fn global_pool(cx: &mut Ctx<'_>, n: &Node<'_>, kind: ReduceKind) -> Result<Vec<V
     Ok(vec![cx.emit1(op, &[x])?])
 }
 
+/// `BatchNormalization`. Imported to train (`ImportOptions::keep_parameters`), a node in
+/// training mode (what a `TrainingMode.TRAINING` export writes) imports like one in
+/// inference mode: the `train` pass gives every `batch-norm` its training form and updates
+/// its running statistics as state. Its running-statistics outputs are then accepted when
+/// nothing reads them (torch's exports never do).
 fn batch_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
-    if n.attr_i_or("training_mode", 0)? != 0 {
-        return Err("training_mode = 1 is not supported (inference only)".into());
+    if n.attr_i_or("training_mode", 0)? != 0 && !cx.training {
+        return Err("training_mode = 1 is not supported (inference only; import the model to train, e.g. with compile --train)".into());
     }
     if n.attr_i_or("spatial", 1)? == 0 {
         return Err("spatial = 0 (per-activation statistics) is not supported".into());
     }
-    if n.num_outputs() > 1 {
+    let extra: Vec<&str> = n.p.output.iter().skip(1).map(String::as_str).collect();
+    if !extra.is_empty() && !cx.training {
         return Err(
             "the optional training outputs (running mean and variance) are not supported".into(),
         );
+    }
+    if let Some(name) = extra
+        .iter()
+        .find(|o| !o.is_empty() && cx.used.contains(**o))
+    {
+        return Err(format!(
+            "output `{name}` (an updated running statistic) is read by the model; not supported (the train pass updates running statistics as state)"
+        ));
     }
     let epsilon = f64::from(n.attr_f_or("epsilon", 1e-5)?);
     let x = input(cx, n, 0)?;
@@ -404,7 +418,10 @@ fn batch_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
         let v = input(cx, n, i)?;
         operands.push(cast_to(cx, v, elem)?);
     }
-    Ok(vec![cx.emit1(Op::BatchNorm { epsilon }, &operands)?])
+    let mut outs = vec![cx.emit1(Op::BatchNorm { epsilon }, &operands)?];
+    // Unread running-statistics outputs: bound to the statistics read (no one uses them).
+    outs.extend(operands[3..5].iter().take(extra.len()));
+    Ok(outs)
 }
 
 fn layer_norm(cx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>, String> {
