@@ -180,10 +180,15 @@ fn check_against_torch(m: &Model, c: &Config, out: &Path) {
 }
 
 fn train_model(m: &Model, c: &Config, extra: &[&str]) -> tempfile::TempDir {
+    train_file(m, "model.onnx", c, extra)
+}
+
+/// [`train_model`] on another export of the model, `file` in its directory.
+fn train_file(m: &Model, file: &str, c: &Config, extra: &[&str]) -> tempfile::TempDir {
     let out = tempfile::tempdir().expect("tempdir");
     ok(tessera()
         .arg("train")
-        .arg(path(m, "model.onnx"))
+        .arg(path(m, file))
         .args(train_flags(m, c))
         .args(input_args(m))
         .args(["--steps", "10", "--output-dir"])
@@ -236,14 +241,7 @@ fn cnn_with_batch_norm_matches_pytorch() {
 /// numbers.
 #[test]
 fn cnn_exported_in_training_mode_matches_pytorch() {
-    let out = tempfile::tempdir().expect("tempdir");
-    ok(tessera()
-        .arg("train")
-        .arg(path(&CNN, "model_training.onnx"))
-        .args(train_flags(&CNN, &SGD))
-        .args(input_args(&CNN))
-        .args(["--steps", "10", "--interpret", "--output-dir"])
-        .arg(out.path()));
+    let out = train_file(&CNN, "model_training.onnx", &SGD, &["--interpret"]);
     check_against_torch(&CNN, &SGD, out.path());
     // Imported for inference, training-mode batch norm is refused.
     let err = fails(

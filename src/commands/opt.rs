@@ -28,31 +28,29 @@ pub struct OptRequest<'a> {
 
 /// Runs `tessera opt`.
 pub fn run(req: &OptRequest<'_>) -> Result<()> {
-    let (graph, pipeline_text, origin): (Graph, String, PathBuf) = match (req.reproducer, req.input)
-    {
-        (Some(r), _) => (
-            super::load_model(r, &[])?,
-            instrument::reproducer_pipeline(r)?,
-            r.to_path_buf(),
-        ),
+    let parse = |text: &str| Pipeline::parse(text).with_context(|| format!("--passes `{text}`"));
+    let (graph, pipeline, origin): (Graph, Pipeline, PathBuf) = match (req.reproducer, req.input) {
+        (Some(r), _) => {
+            let graph = super::load_model(r, &[])?;
+            let pipeline = parse(&instrument::reproducer_pipeline(r)?)?;
+            (graph, pipeline, r.to_path_buf())
+        }
         (None, Some(i)) => {
             let Some(p) = req.passes else {
                 bail!("--passes PIPELINE is required (or --run-reproducer FILE)")
             };
+            let pipeline = parse(p)?;
             // A pipeline that builds a training step imports the model to train (its
             // parameters whole, its dropouts kept), as `compile --train` does.
-            let training =
-                Pipeline::parse(p).is_ok_and(|pl| pl.passes.iter().any(|s| s.info.name == "train"));
+            let training = pipeline.passes.iter().any(|s| s.info.name == "train");
             (
                 super::load_model_for(i, req.shapes, training)?,
-                p.to_string(),
+                pipeline,
                 i.to_path_buf(),
             )
         }
         (None, None) => bail!("give an input file, or --run-reproducer FILE"),
     };
-    let pipeline =
-        Pipeline::parse(&pipeline_text).with_context(|| format!("--passes `{pipeline_text}`"))?;
     let (graph, _) = run_pipeline(graph, &pipeline, req.flags, &origin)?;
     if let Some(dot) = req.dot {
         super::write_atomically(dot, text::to_dot(&graph).as_bytes())?;

@@ -317,21 +317,21 @@ def main():
         model, input_name, xs, ys = data(rng)
         np.save(os.path.join(out, input_name + ".npy"), xs)
         np.save(os.path.join(out, "labels.npy"), ys)
-        torch.onnx.export(
-            model,
-            (torch.from_numpy(xs[0]),),
-            os.path.join(out, "model.onnx"),
-            input_names=[input_name],
-            output_names=["logits"],
-            opset_version=17,
-            dynamo=False,
-            do_constant_folding=False,
-            training=(
-                torch.onnx.TrainingMode.TRAINING
-                if name in TRAINING_EXPORT
-                else torch.onnx.TrainingMode.EVAL
-            ),
-        )
+        def export(m, file, training):
+            torch.onnx.export(
+                m,
+                (torch.from_numpy(xs[0]),),
+                os.path.join(out, file),
+                input_names=[input_name],
+                output_names=["logits"],
+                opset_version=17,
+                dynamo=False,
+                do_constant_folding=False,
+                training=training,
+            )
+
+        modes = torch.onnx.TrainingMode
+        export(model, "model.onnx", modes.TRAINING if name in TRAINING_EXPORT else modes.EVAL)
         if name in ALSO_TRAINING_EXPORT:
             # The export runs the model once in training mode, which would update the
             # running statistics it then writes: export a copy whose batch norms keep them
@@ -340,17 +340,7 @@ def main():
             for m in exported.modules():
                 if isinstance(m, nn.BatchNorm2d):
                     m.momentum = 0.0
-            torch.onnx.export(
-                exported,
-                (torch.from_numpy(xs[0]),),
-                os.path.join(out, "model_training.onnx"),
-                input_names=[input_name],
-                output_names=["logits"],
-                opset_version=17,
-                dynamo=False,
-                do_constant_folding=False,
-                training=torch.onnx.TrainingMode.TRAINING,
-            )
+            export(exported, "model_training.onnx", modes.TRAINING)
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         for config in configs:
             model.load_state_dict(initial)

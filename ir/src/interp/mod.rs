@@ -642,16 +642,8 @@ fn compute(op: &Op, xs: &[&Tensor], b: &Bindings) -> R<Vec<Tensor>> {
         // its training semantics).
         Op::Dropout { .. } => {
             let [x] = exact(xs)?;
-            let mask = shape::fill(
-                &x.shape()
-                    .iter()
-                    .map(|&d| Dim::Static(d as u64))
-                    .collect::<Vec<_>>(),
-                ElemType::Bool,
-                crate::types::Scalar::Int(1),
-                b,
-            )?;
-            Ok(vec![x.clone(), mask])
+            let mask = ndarray::ArrayD::from_elem(ndarray::IxDyn(x.shape()), true);
+            Ok(vec![x.clone(), Tensor::Bool(mask)])
         }
         // Global view (see `crate::op`): a value is the logical tensor wherever it lives and
         // however it is laid out, and an all-reduce's operand already is the logical sum (the

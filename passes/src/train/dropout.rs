@@ -63,14 +63,7 @@ pub(super) fn train_dropouts(graph: &mut Graph, step: ValueId) -> Result<usize, 
         let scaled = bw.scale(x, scale).map_err(e)?;
         let y = bw.mask(keep, scaled).map_err(e)?;
         // The new ops go where the dropout was.
-        let mut order: Vec<OpId> = graph.ops().to_vec();
-        let added: Vec<OpId> = order.split_off(before);
-        let at = order
-            .iter()
-            .position(|&q| q == o)
-            .ok_or("internal error: dropout not in the graph")?;
-        order.splice(at..at, added);
-        graph.set_ops(order);
+        super::move_new_ops_before(graph, before, o)?;
         for (r, new) in data.results.iter().zip([y, keep]) {
             let name = graph.value(*r).name.clone();
             graph.replace_all_uses(*r, new);

@@ -379,14 +379,7 @@ fn batch_stats(
         let mean = bw.reshape(mean, &c).map_err(e)?;
         let var = bw.reshape(var, &c).map_err(e)?;
         // The statistics' ops go right before the normalization.
-        let mut order: Vec<OpId> = graph.ops().to_vec();
-        let added: Vec<OpId> = order.split_off(before);
-        let at = order
-            .iter()
-            .position(|&q| q == o)
-            .ok_or("internal error: batch-norm not in the body")?;
-        order.splice(at..at, added);
-        graph.set_ops(order);
+        move_new_ops_before(graph, before, o)?;
         graph.op_mut(o).operands[3] = mean;
         graph.op_mut(o).operands[4] = var;
         // The running statistics: state inputs and their updates.
@@ -407,6 +400,20 @@ fn batch_stats(
         }
     }
     Ok(out)
+}
+
+/// Moves the ops appended since the body had `before` ops to just before op `at` (ops a
+/// rewrite computes for `at` from its operands).
+fn move_new_ops_before(graph: &mut Graph, before: usize, at: OpId) -> Result<(), String> {
+    let mut order: Vec<OpId> = graph.ops().to_vec();
+    let added: Vec<OpId> = order.split_off(before);
+    let i = order
+        .iter()
+        .position(|&q| q == at)
+        .ok_or_else(|| format!("internal error: {} not in the body", graph.op(at).op.name()))?;
+    order.splice(i..i, added);
+    graph.set_ops(order);
+    Ok(())
 }
 
 /// `base`, or `base_1`, `base_2`, ... when a live value already has that name.
