@@ -298,6 +298,62 @@ fn dropout_step_graph() {
     assert_eq!(ir.matches("= random-uniform ").count(), 2, "{ir}");
 }
 
+/// The compiled step updates its state in place: every parameter, optimizer state and the
+/// step count is donated to the one step (a buffer argument written at its end), the step
+/// function returns only the loss, and the manifest's next-value outputs name their inputs.
+/// Trained from the directory, the numbers are torch's.
+#[test]
+fn compiled_step_updates_its_state_in_place() {
+    let build = tempfile::tempdir().expect("tempdir");
+    let dir = build.path().join("step");
+    ok(tessera()
+        .arg("compile")
+        .arg(path(&MLP, "model.onnx"))
+        .args(train_flags(&MLP, &ADAMW))
+        .arg("-o")
+        .arg(&dir));
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("manifest.json")).expect("manifest.json"),
+    )
+    .expect("json");
+    let steps = manifest["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1);
+    let donated: Vec<&str> = steps[0]["donated"]
+        .as_array()
+        .expect("donated")
+        .iter()
+        .map(|d| d["input"].as_str().expect("input"))
+        .collect();
+    // 4 parameters, Adam's two moments of each, the step count.
+    assert_eq!(donated.len(), 13, "{donated:?}");
+    for p in ["fc1.weight", "fc2.bias", "fc1.weight.exp_avg_sq", "step"] {
+        assert!(donated.contains(&p), "{p} not donated: {donated:?}");
+    }
+    assert_eq!(steps[0]["results"].as_array().expect("results").len(), 1);
+    for o in manifest["outputs"].as_array().expect("outputs") {
+        let name = o["name"].as_str().expect("name");
+        if name != "loss" {
+            assert_eq!(o["source"]["input"].as_str(), Some(name), "{o}");
+        }
+    }
+    let module = std::fs::read_to_string(dir.join("cpu0.mlir")).expect("cpu0.mlir");
+    assert_eq!(
+        module
+            .matches("bufferization.materialize_in_destination")
+            .count(),
+        13
+    );
+    assert!(module.contains("-> (tensor<f32>) attributes"), "one result");
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(&dir)
+        .args(input_args(&MLP))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(out.path()));
+    check_against_torch(&MLP, &ADAMW, out.path());
+}
+
 /// Compiled for four chiplets with the ops spread round-robin (so the step's forward,
 /// backward and optimizer ops run on different chips with transfers between them), then
 /// trained from the directory: the same numbers.

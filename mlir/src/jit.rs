@@ -48,16 +48,23 @@ impl Jit {
 
     /// Calls `name` (a function with `llvm.emit_c_interface`) on `args`; its results have the
     /// types `results` (static shapes). Arguments and results are buffers: a program's steps
-    /// pass tensors along without decoding them, and weights are encoded once.
+    /// pass tensors along without decoding them, and weights are encoded once. A
+    /// [`ArgRef::Write`] argument is donated state the function updates in place.
     pub fn call_buffers(
         &self,
         name: &str,
-        args: &[&Buffer],
+        args: &mut [ArgRef<'_>],
         results: &[TensorType],
     ) -> Result<Vec<Buffer>, Error> {
         let mut descs: Vec<Vec<i64>> = Vec::with_capacity(args.len());
-        for a in args {
-            let ptr = a.words.as_ptr() as i64;
+        let mut arg_ptrs: Vec<i64> = Vec::with_capacity(args.len());
+        for a in args.iter_mut() {
+            let ptr = match a {
+                ArgRef::Read(b) => b.words.as_ptr() as i64,
+                ArgRef::Write(b) => b.words.as_mut_ptr() as i64,
+            };
+            arg_ptrs.push(ptr);
+            let a = a.buffer();
             let mut d = vec![ptr, ptr, 0];
             d.extend(
                 a.ty.static_dims()
@@ -89,7 +96,8 @@ impl Jit {
         }
         // SAFETY: every packed entry points to a live pointer to a descriptor whose layout is
         // the C interface's for the declared types; the compiled code only reads arguments
-        // (`bufferization.writable = false`), and the buffers outlive the call.
+        // (`bufferization.writable = false`) except the `Write` ones, which are borrowed
+        // mutably and hold exactly their type's bytes; the buffers outlive the call.
         unsafe { self.engine.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
             message: format!("calling `{name}`: {e}"),
         })?;
@@ -152,7 +160,6 @@ impl Jit {
         }
         allocations.sort_unstable();
         allocations.dedup();
-        let arg_ptrs: Vec<i64> = args.iter().map(|a| a.words.as_ptr() as i64).collect();
         for p in allocations {
             if p != 0 && p != GLOBAL_MARKER && !arg_ptrs.contains(&p) {
                 // SAFETY: the compiled code allocated `p` with `malloc` and handed it to the
@@ -161,6 +168,23 @@ impl Jit {
             }
         }
         Ok(buffers)
+    }
+}
+
+/// An argument of [`Jit::call_buffers`].
+pub enum ArgRef<'a> {
+    /// Read only.
+    Read(&'a Buffer),
+    /// Donated: the function writes its new value into it.
+    Write(&'a mut Buffer),
+}
+
+impl ArgRef<'_> {
+    fn buffer(&self) -> &Buffer {
+        match self {
+            ArgRef::Read(b) => b,
+            ArgRef::Write(b) => b,
+        }
     }
 }
 
@@ -183,7 +207,7 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    fn zeroed(ty: TensorType, len: usize) -> Buffer {
+    pub(crate) fn zeroed(ty: TensorType, len: usize) -> Buffer {
         Buffer {
             words: vec![0u64; len.div_ceil(8).max(1)],
             len,

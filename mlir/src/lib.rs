@@ -6,7 +6,7 @@ pub mod context;
 pub mod jit;
 
 pub use context::{Mlir, PipelineOptions};
-pub use jit::Jit;
+pub use jit::{ArgRef, Buffer, Jit};
 
 /// An error of lowering, of MLIR, or of running compiled code.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +35,6 @@ pub mod pipelines;
 pub mod run;
 pub mod weights;
 
-pub use run::Runner;
+pub use run::{OutBuf, Runner};
 pub mod mpi;
 pub mod native;

@@ -4,6 +4,10 @@
 //! arguments come from the graph's inputs, from earlier steps' results (with the `transfer`
 //! when the producer is another device), or from the weights file. The graph's outputs are
 //! steps' results (moved to the host when computed elsewhere), inputs, or weights.
+//!
+//! A training step's state is *donated*: the step that computes a parameter's (or optimizer
+//! state's) next value writes it into that input's buffer (`donated`), so the state is one
+//! buffer updated in place, and the graph output holding the next value names the input.
 
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +115,20 @@ pub struct ManifestStep {
     pub args: Vec<Arg>,
     /// Its results in order.
     pub results: Vec<StepResult>,
+    /// State it updates in place: each of these inputs (among `args`) is passed as a
+    /// writable buffer, which holds the named next value once the step has run (a graph
+    /// output that is that next value names the input as its source).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub donated: Vec<Donated>,
+}
+
+/// A state input a step writes its next value into.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Donated {
+    /// The input's name.
+    pub input: String,
+    /// The IR value written into it.
+    pub value: String,
 }
 
 /// A step's result.

@@ -702,6 +702,13 @@ pub fn build(
     out: &Path,
     options: &PipelineOptions,
 ) -> Result<(), Error> {
+    if let Some(st) = program.steps.iter().find(|st| !st.donated.is_empty()) {
+        // The rank functions pass tensors between steps; donated state is a buffer argument.
+        return Err(err(format!(
+            "step {} updates state in place: lower without `donate_state` for the MPI program",
+            st.id
+        )));
+    }
     let ranks = ranks(program);
     let fns = rank_functions(program, &ranks)?;
     let text = module(program, &fns);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tessera_ir::{Tensor, TensorType};
 
-use crate::jit::Buffer;
+use crate::jit::{ArgRef, Buffer};
 use crate::manifest::{Arg, Manifest};
 use crate::{Error, Jit, Mlir, PipelineOptions, pipelines};
 
@@ -137,34 +137,67 @@ impl Runner {
 
     /// Runs the program on `inputs` (in the manifest's input order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-        let m = &self.manifest;
-        if inputs.len() != m.inputs.len() {
-            return Err(Error::Run {
-                message: format!(
-                    "the program takes {} inputs ({}), got {}",
-                    m.inputs.len(),
-                    m.inputs
-                        .iter()
-                        .map(|i| i.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    inputs.len()
-                ),
-            });
-        }
-        for ((i, t), want) in m.inputs.iter().zip(inputs).zip(&self.input_types) {
+        self.check_count(inputs.len())?;
+        for ((i, t), want) in self
+            .manifest
+            .inputs
+            .iter()
+            .zip(inputs)
+            .zip(&self.input_types)
+        {
             if *want != t.ty() {
                 return Err(Error::Run {
                     message: format!("input {} is {}, the program takes {}", i.name, t.ty(), want),
                 });
             }
         }
-        let encoded: Vec<Buffer> = inputs.iter().map(Buffer::from_tensor).collect();
-        let by_name: BTreeMap<&str, &Buffer> = m
+        let mut encoded: Vec<Buffer> = inputs.iter().map(Buffer::from_tensor).collect();
+        self.run_buffers(&mut encoded)?
+            .iter()
+            .map(|o| match o {
+                OutBuf::Input(i) => encoded[*i].to_tensor(),
+                OutBuf::Buffer(b) => b.to_tensor(),
+            })
+            .collect()
+    }
+
+    fn check_count(&self, n: usize) -> Result<(), Error> {
+        let m = &self.manifest;
+        if n == m.inputs.len() {
+            return Ok(());
+        }
+        Err(Error::Run {
+            message: format!(
+                "the program takes {} inputs ({}), got {n}",
+                m.inputs.len(),
+                m.inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        })
+    }
+
+    /// Runs the program on encoded inputs (in the manifest's input order), which stay
+    /// resident between runs: a training step's donated state is updated in place in its
+    /// input's buffer (see [`crate::manifest::Donated`]), and an output that is that state's
+    /// next value is [`OutBuf::Input`].
+    pub fn run_buffers(&self, inputs: &mut [Buffer]) -> Result<Vec<OutBuf>, Error> {
+        let m = &self.manifest;
+        self.check_count(inputs.len())?;
+        for ((i, b), want) in m.inputs.iter().zip(inputs.iter()).zip(&self.input_types) {
+            if *want != b.ty {
+                return Err(Error::Run {
+                    message: format!("input {} is {}, the program takes {}", i.name, b.ty, want),
+                });
+            }
+        }
+        let by_name: BTreeMap<&str, usize> = m
             .inputs
             .iter()
-            .map(|i| i.name.as_str())
-            .zip(&encoded)
+            .enumerate()
+            .map(|(k, i)| (i.name.as_str(), k))
             .collect();
         // Per step, per result: one tensor, or one per mesh device for a step on a mesh.
         let mut results: Vec<Vec<Vec<Buffer>>> = Vec::with_capacity(m.steps.len());
@@ -181,64 +214,7 @@ impl Runner {
                     .get(*step)
                     .and_then(|r| r.get(*result))
                     .ok_or_else(|| missing(&st.args[0]))?;
-                let whole = match kind.as_str() {
-                    // The sum of every mesh device's partial.
-                    "all-reduce" => {
-                        let mut sum = parts[0].to_tensor()?;
-                        for p in &parts[1..] {
-                            sum = tessera_ir::interp::eval_op(
-                                &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
-                                &[&sum, &p.to_tensor()?],
-                            )
-                            .map_err(|e| Error::Run {
-                                message: format!("step {} (all-reduce): {e}", st.id),
-                            })?
-                            .remove(0);
-                        }
-                        sum
-                    }
-                    // Every device's block in its place.
-                    "all-gather" => {
-                        let mm = m.mesh.as_ref().ok_or_else(|| Error::Run {
-                            message: format!(
-                                "step {} gathers over a mesh the manifest lacks",
-                                st.id
-                            ),
-                        })?;
-                        let mesh = tessera_ir::Mesh {
-                            name: mm.name.clone(),
-                            shape: mm.shape.clone(),
-                            devices: mm.devices.clone(),
-                        };
-                        let sharding = tessera_ir::Sharding {
-                            axes: st.sharding.clone().unwrap_or_default(),
-                        };
-                        let ty = tys[0].clone();
-                        let mut bytes = vec![
-                            0u8;
-                            ty.static_dims().unwrap_or_default().iter().product::<u64>()
-                                as usize
-                                * crate::jit::elem_bytes(ty.elem)
-                        ];
-                        for (i, p) in parts.iter().enumerate() {
-                            let block = p.to_tensor()?.to_le_bytes();
-                            crate::lower::spmd::insert_block(
-                                &mesh, &sharding, &ty, &mut bytes, &block, i,
-                            )
-                            .map_err(|e| Error::Run {
-                                message: format!("step {} (all-gather): {}", st.id, e.0),
-                            })?;
-                        }
-                        Tensor::from_typed_le_bytes(&ty, &bytes).map_err(|e| Error::Run {
-                            message: format!("step {} (all-gather): {e}", st.id),
-                        })?
-                    }
-                    other => {
-                        return Err(Error::Run {
-                            message: format!("step {}: unknown collective `{other}`", st.id),
-                        });
-                    }
-                };
+                let whole = collective(m, st, kind, parts, tys)?;
                 results.push(vec![vec![Buffer::from_tensor(&whole)]]);
                 continue;
             }
@@ -250,51 +226,189 @@ impl Runner {
                     .collect(),
                 None => vec![(None, st.device.as_str())],
             };
-            let mut per_result: Vec<Vec<Buffer>> = vec![Vec::new(); tys.len()];
-            for (dev, name) in devices {
-                let refs: Vec<&Buffer> = st
-                    .args
-                    .iter()
-                    .map(|a| {
-                        lookup(a, dev, &by_name, weights, mesh_index, &results)
-                            .ok_or_else(|| missing(a))
-                    })
-                    .collect::<Result<_, _>>()?;
-                let jit = self.jits.get(name).ok_or_else(|| Error::Run {
-                    message: format!("step {} runs on {name}, which has no module", st.id),
+            // Donated state leaves `inputs` for the call (the function writes it) and returns.
+            let mut taken: Vec<(usize, Buffer)> = Vec::with_capacity(st.donated.len());
+            for d in &st.donated {
+                let i = *by_name.get(d.input.as_str()).ok_or_else(|| Error::Run {
+                    message: format!("step {} donates unknown input `{}`", st.id, d.input),
                 })?;
-                for (k, t) in jit
-                    .call_buffers(&st.function, &refs, tys)?
-                    .into_iter()
-                    .enumerate()
-                {
-                    per_result[k].push(t);
+                if st.mesh.is_some() || taken.iter().any(|(k, _)| *k == i) {
+                    return Err(Error::Run {
+                        message: format!("step {}: cannot donate input `{}`", st.id, d.input),
+                    });
                 }
+                let empty = Buffer::zeroed(inputs[i].ty.clone(), 0);
+                taken.push((i, std::mem::replace(&mut inputs[i], empty)));
+            }
+            let mut per_result: Vec<Vec<Buffer>> = vec![Vec::new(); tys.len()];
+            {
+                let mut writes: Vec<Option<&mut Buffer>> =
+                    taken.iter_mut().map(|(_, b)| Some(b)).collect();
+                for (dev, name) in devices {
+                    let mut args: Vec<ArgRef<'_>> = Vec::with_capacity(st.args.len());
+                    for a in &st.args {
+                        let donated = match a {
+                            Arg::Input { input, .. } => {
+                                st.donated.iter().position(|d| d.input == *input)
+                            }
+                            _ => None,
+                        };
+                        match donated {
+                            Some(k) => args
+                                .push(ArgRef::Write(writes[k].take().ok_or_else(|| missing(a))?)),
+                            None => args.push(ArgRef::Read(
+                                lookup(a, dev, &by_name, inputs, weights, mesh_index, &results)
+                                    .ok_or_else(|| missing(a))?,
+                            )),
+                        }
+                    }
+                    if writes.iter().any(Option::is_some) {
+                        return Err(Error::Run {
+                            message: format!(
+                                "step {}: a donated input is not among its arguments",
+                                st.id
+                            ),
+                        });
+                    }
+                    let jit = self.jits.get(name).ok_or_else(|| Error::Run {
+                        message: format!("step {} runs on {name}, which has no module", st.id),
+                    })?;
+                    for (k, t) in jit
+                        .call_buffers(&st.function, &mut args, tys)?
+                        .into_iter()
+                        .enumerate()
+                    {
+                        per_result[k].push(t);
+                    }
+                }
+            }
+            for (i, b) in taken {
+                inputs[i] = b;
             }
             results.push(per_result);
         }
-        m.outputs
-            .iter()
-            .map(|o| {
-                lookup(&o.source, None, &by_name, weights, mesh_index, &results)
-                    .ok_or_else(|| missing(&o.source))?
-                    .to_tensor()
-            })
-            .collect()
+        // Each result moves to the first output that names it; later ones copy it.
+        let mut outs: Vec<OutBuf> = Vec::with_capacity(m.outputs.len());
+        let mut moved: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        for o in &m.outputs {
+            let out = match &o.source {
+                Arg::Input { input, .. } => OutBuf::Input(
+                    *by_name
+                        .get(input.as_str())
+                        .ok_or_else(|| missing(&o.source))?,
+                ),
+                Arg::Step { step, result, .. } => match moved.get(&(*step, *result)) {
+                    Some(&k) => match &outs[k] {
+                        OutBuf::Buffer(b) => OutBuf::Buffer(b.clone()),
+                        OutBuf::Input(i) => OutBuf::Input(*i),
+                    },
+                    None => {
+                        let first = results
+                            .get_mut(*step)
+                            .and_then(|r| r.get_mut(*result))
+                            .and_then(|copies| copies.first_mut())
+                            .ok_or_else(|| missing(&o.source))?;
+                        let empty = Buffer::zeroed(first.ty.clone(), 0);
+                        moved.insert((*step, *result), outs.len());
+                        OutBuf::Buffer(std::mem::replace(first, empty))
+                    }
+                },
+                a => OutBuf::Buffer(
+                    lookup(a, None, &by_name, inputs, weights, mesh_index, &results)
+                        .ok_or_else(|| missing(a))?
+                        .clone(),
+                ),
+            };
+            outs.push(out);
+        }
+        Ok(outs)
     }
+}
+
+/// Where an output of [`Runner::run_buffers`] is.
+#[derive(Debug)]
+pub enum OutBuf {
+    /// In the input buffer of that index (a donated state's next value, or an input).
+    Input(usize),
+    /// Its own buffer.
+    Buffer(Buffer),
+}
+
+/// The value of a collective step (run here, on the host, from every device's part).
+fn collective(
+    m: &Manifest,
+    st: &crate::manifest::ManifestStep,
+    kind: &str,
+    parts: &[Buffer],
+    tys: &[TensorType],
+) -> Result<Tensor, Error> {
+    Ok(match kind {
+        // The sum of every mesh device's partial.
+        "all-reduce" => {
+            let mut sum = parts[0].to_tensor()?;
+            for p in &parts[1..] {
+                sum = tessera_ir::interp::eval_op(
+                    &tessera_ir::Op::Binary(tessera_ir::BinaryOp::Add),
+                    &[&sum, &p.to_tensor()?],
+                )
+                .map_err(|e| Error::Run {
+                    message: format!("step {} (all-reduce): {e}", st.id),
+                })?
+                .remove(0);
+            }
+            sum
+        }
+        // Every device's block in its place.
+        "all-gather" => {
+            let mm = m.mesh.as_ref().ok_or_else(|| Error::Run {
+                message: format!("step {} gathers over a mesh the manifest lacks", st.id),
+            })?;
+            let mesh = tessera_ir::Mesh {
+                name: mm.name.clone(),
+                shape: mm.shape.clone(),
+                devices: mm.devices.clone(),
+            };
+            let sharding = tessera_ir::Sharding {
+                axes: st.sharding.clone().unwrap_or_default(),
+            };
+            let ty = tys[0].clone();
+            let mut bytes = vec![
+                0u8;
+                ty.static_dims().unwrap_or_default().iter().product::<u64>()
+                    as usize
+                    * crate::jit::elem_bytes(ty.elem)
+            ];
+            for (i, p) in parts.iter().enumerate() {
+                let block = p.to_tensor()?.to_le_bytes();
+                crate::lower::spmd::insert_block(&mesh, &sharding, &ty, &mut bytes, &block, i)
+                    .map_err(|e| Error::Run {
+                        message: format!("step {} (all-gather): {}", st.id, e.0),
+                    })?;
+            }
+            Tensor::from_typed_le_bytes(&ty, &bytes).map_err(|e| Error::Run {
+                message: format!("step {} (all-gather): {e}", st.id),
+            })?
+        }
+        other => {
+            return Err(Error::Run {
+                message: format!("step {}: unknown collective `{other}`", st.id),
+            });
+        }
+    })
 }
 
 /// The buffer argument `a` names, for mesh device `dev` (index and name) if any.
 fn lookup<'a>(
     a: &Arg,
     dev: Option<(usize, &str)>,
-    inputs: &BTreeMap<&str, &'a Buffer>,
+    by_name: &BTreeMap<&str, usize>,
+    inputs: &'a [Buffer],
     weights: &'a BTreeMap<String, Buffer>,
     mesh_index: &'a [Buffer],
     results: &'a [Vec<Vec<Buffer>>],
 ) -> Option<&'a Buffer> {
     match a {
-        Arg::Input { input, .. } => inputs.get(input.as_str()).copied(),
+        Arg::Input { input, .. } => by_name.get(input.as_str()).and_then(|&i| inputs.get(i)),
         Arg::Weight {
             weight, per_device, ..
         } => match (per_device, dev) {

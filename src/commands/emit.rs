@@ -62,13 +62,20 @@ fn mlir_names(names: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Lowers a placed graph; the error names the model.
-pub fn lower_graph(graph: &Graph, target: &TargetSpec, model: &Path) -> Result<Program> {
+/// Lowers a placed graph; the error names the model. `donate_state`: a training step's state
+/// is updated in place (not for the MPI program).
+pub fn lower_graph(
+    graph: &Graph,
+    target: &TargetSpec,
+    model: &Path,
+    donate_state: bool,
+) -> Result<Program> {
     lower(
         graph,
         &LowerOptions {
             target,
             model: model.display().to_string(),
+            donate_state,
         },
     )
     .map_err(|e| anyhow::anyhow!("{}: lowering to MLIR: {}", model.display(), e.0))
@@ -139,7 +146,7 @@ pub fn write(
     let target = target_hooks.spec();
     let stages = crate::instrument::Stages::new();
     stages.stage("lowering to MLIR");
-    let program = lower_graph(graph, target, model)?;
+    let program = lower_graph(graph, target, model, !emits.contains(&Emit::Mpi))?;
     let mlir = Mlir::new();
     let popts = pipeline_options(flags);
     // Verify everything before writing anything.

@@ -224,7 +224,7 @@ pub(crate) fn jit(
         &super::compile::PlaceSettings::default(),
     )
     .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;
-    let program = super::emit::lower_graph(&compiled.graph, target.spec(), path)?;
+    let program = super::emit::lower_graph(&compiled.graph, target.spec(), path, true)?;
     let mlir = tessera_mlir::Mlir::new();
     let runner = tessera_mlir::Runner::new(
         &mlir,

@@ -20,6 +20,7 @@ use super::InputShape;
 use super::run::Binding;
 use crate::cli::TrainArgs;
 use crate::npy;
+use tessera_mlir::{Buffer, OutBuf};
 
 /// The source model `compile --train -o DIR` keeps in DIR, for `model.onnx`.
 pub const SOURCE_MODEL: &str = "source.onnx";
@@ -102,6 +103,14 @@ pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassS
     tessera_passes::train::spec_from_options(&spec.options)
         .map_err(|e| anyhow!("{}: --train: {e}", model.display()))?;
     Ok(spec)
+}
+
+/// The state between steps.
+enum Resident {
+    /// By input index, for the interpreter.
+    Tensors(BTreeMap<usize, Tensor>),
+    /// Every input's buffer (state and the current batch), for the JIT.
+    Buffers(Vec<Buffer>),
 }
 
 /// How a step runs.
@@ -377,29 +386,78 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
         );
         b
     });
+    // The state stays resident: tensors for the interpreter, the compiled program's own
+    // buffers for the JIT (donated state is updated in place there; see `tessera_mlir::
+    // manifest::Donated`).
+    let mut resident = match &step.exec {
+        Exec::Interp(_) => Resident::Tensors(state),
+        Exec::Jit(_) => Resident::Buffers(
+            (0..n)
+                .map(|i| match state.remove(&i) {
+                    Some(t) => Buffer::from_tensor(&t),
+                    None => Buffer::from_tensor(&batches[&i].get(0)),
+                })
+                .collect(),
+        ),
+    };
     let mut inputs: Vec<Tensor> = Vec::with_capacity(n);
     let mut times: Vec<f64> = Vec::with_capacity(req.steps as usize);
     for k in 0..req.steps {
         let clock = std::time::Instant::now();
         let global = first_step + k;
-        // The state moves into the step's inputs; the step's outputs replace it.
-        inputs.clear();
-        for i in 0..n {
-            inputs.push(match state.remove(&i) {
-                Some(t) => t,
-                None => batches[&i].get(global),
-            });
-        }
-        let outputs = match &step.exec {
-            Exec::Interp(graph) => interp::run(graph, &inputs)
-                .map_err(|e| anyhow!("step {}: the interpreter failed: {e}", global + 1))?,
-            Exec::Jit(runner) => runner
-                .run(&inputs)
-                .with_context(|| format!("step {}: running", global + 1))?,
+        let loss = match (&step.exec, &mut resident) {
+            (Exec::Interp(graph), Resident::Tensors(state)) => {
+                // The state moves into the step's inputs; the step's outputs replace it.
+                inputs.clear();
+                for i in 0..n {
+                    inputs.push(match state.remove(&i) {
+                        Some(t) => t,
+                        None => batches[&i].get(global),
+                    });
+                }
+                let outputs = interp::run(graph, &inputs)
+                    .map_err(|e| anyhow!("step {}: the interpreter failed: {e}", global + 1))?;
+                let loss = outputs.get(loss_at).cloned();
+                let mut outputs: Vec<Option<Tensor>> = outputs.into_iter().map(Some).collect();
+                for &(input, o) in &next_at {
+                    let t = outputs
+                        .get_mut(o)
+                        .and_then(Option::take)
+                        .ok_or_else(|| anyhow!("step {}: output {o} is missing", global + 1))?;
+                    state.insert(input, t);
+                }
+                loss
+            }
+            (Exec::Jit(runner), Resident::Buffers(bufs)) => {
+                for (&i, b) in &batches {
+                    bufs[i] = Buffer::from_tensor(&b.get(global));
+                }
+                let mut outputs: Vec<Option<OutBuf>> = runner
+                    .run_buffers(bufs)
+                    .with_context(|| format!("step {}: running", global + 1))?
+                    .into_iter()
+                    .map(Some)
+                    .collect();
+                let loss = match outputs.get(loss_at).and_then(Option::as_ref) {
+                    Some(OutBuf::Input(i)) => Some(bufs[*i].to_tensor()?),
+                    Some(OutBuf::Buffer(b)) => Some(b.to_tensor()?),
+                    None => None,
+                };
+                for &(input, o) in &next_at {
+                    match outputs.get_mut(o).and_then(Option::take) {
+                        // Updated in place.
+                        Some(OutBuf::Input(i)) if i == input => {}
+                        Some(OutBuf::Input(i)) => bufs[input] = bufs[i].clone(),
+                        Some(OutBuf::Buffer(b)) => bufs[input] = b,
+                        None => bail!("step {}: output {o} is missing", global + 1),
+                    }
+                }
+                loss
+            }
+            _ => bail!("internal: the resident state does not match the executor"),
         };
         times.push(clock.elapsed().as_secs_f64() * 1e3);
-        let loss = outputs
-            .get(loss_at)
+        let loss = loss
             .and_then(|t| t.to_f64_vec().first().copied())
             .ok_or_else(|| anyhow!("step {}: no loss", global + 1))?;
         let line = format!("{},{}", global + 1, tessera_ir::format_f32(loss as f32));
@@ -415,15 +473,15 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
                 tessera_ir::format_f32(loss as f32)
             ),
         }
-        let mut outputs: Vec<Option<Tensor>> = outputs.into_iter().map(Some).collect();
-        for &(input, o) in &next_at {
-            let t = outputs
-                .get_mut(o)
-                .and_then(Option::take)
-                .ok_or_else(|| anyhow!("step {}: output {o} is missing", global + 1))?;
-            state.insert(input, t);
-        }
     }
+    let state: BTreeMap<usize, Tensor> = match resident {
+        Resident::Tensors(state) => state,
+        Resident::Buffers(bufs) => g
+            .state
+            .iter()
+            .map(|s| Ok((s.input, bufs[s.input].to_tensor()?)))
+            .collect::<Result<_>>()?,
+    };
     if let Some(b) = bar {
         b.finish();
     }

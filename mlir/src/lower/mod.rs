@@ -49,7 +49,8 @@ pub struct Step {
     pub device: String,
     /// Its ops, in body order (constants excluded: they are materialized where used).
     pub ops: Vec<OpId>,
-    /// Values it needs from outside (graph inputs, other steps' results), in first-use order.
+    /// Values it needs from outside (graph inputs, other steps' results), in first-use order,
+    /// then the donated state inputs it only writes.
     pub inputs: Vec<ValueId>,
     /// Large constants it reads (the `const` ops' results), as weight arguments (after
     /// `inputs`), in first-use order.
@@ -59,6 +60,10 @@ pub struct Step {
     /// An `all-reduce` or `all-gather` over the mesh: a collective step (its one op), not a
     /// function.
     pub collective: bool,
+    /// State updated in place ([`donate`]): pairs of a state input this step reads (one of
+    /// `inputs`, then a `memref` argument) and its next value, which the step writes into
+    /// that argument's buffer instead of returning it (it is not among `outputs`).
+    pub donated: Vec<(ValueId, ValueId)>,
 }
 
 /// The lowered program: a module per device, the manifest, and the weights it names.
@@ -158,6 +163,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                     weights: Vec::new(),
                     outputs: Vec::new(),
                     collective,
+                    donated: Vec::new(),
                 });
                 if collective {
                     // The mesh's next ops start a new step after it.
@@ -210,12 +216,107 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
     Ok(steps)
 }
 
+/// Marks the state a step can update in place. State slot `s` (input `x`, next value `n`)
+/// is donated to the step `t` that computes `n` when:
+/// - `t` is a function on one device (not on a mesh, not a collective);
+/// - no later step reads `x`, and `x` is not itself a graph output (its buffer is
+///   overwritten when `t` ends); `t` takes `x` as an argument even when its ops do not
+///   read it (the old value was read by earlier steps, on other devices);
+/// - no other step reads `n` (it leaves `t` only through `x`'s buffer);
+/// - neither `n` nor anything else `t` returns may share `x`'s buffer: the write happens
+///   after every op of `t`, but a returned view of `x` would be copied out after it. A value
+///   may share its operand's buffer unless its op always makes a new tensor (the
+///   elementwise, contraction, normalization, pooling and gather ops).
+///
+/// The step then takes `x` as a `memref`, reads it as a tensor, and ends by writing `n` into
+/// it; one-shot bufferization orders every read of `x` before that write.
+fn donate(g: &Graph, steps: &mut [Step]) {
+    let names = tessera_ir::text::output_names(g);
+    let mut step_of: BTreeMap<ValueId, usize> = BTreeMap::new();
+    for st in steps.iter() {
+        for &op in &st.ops {
+            for &r in &g.op(op).results {
+                step_of.insert(r, st.id);
+            }
+        }
+    }
+    let outputs: BTreeSet<ValueId> = g.outputs().iter().copied().collect();
+    let mut taken: BTreeSet<ValueId> = BTreeSet::new();
+    for slot in &g.state {
+        let Some(&x) = g.inputs().get(slot.input) else {
+            continue;
+        };
+        let Some(&n) = names
+            .iter()
+            .position(|o| *o == slot.next)
+            .and_then(|o| g.outputs().get(o))
+        else {
+            continue;
+        };
+        let Some(&t) = step_of.get(&n) else { continue };
+        let st = &steps[t];
+        let ok = n != x
+            && !taken.contains(&n)
+            && !outputs.contains(&x)
+            && !st.collective
+            && !st.device.starts_with('@')
+            && steps[t + 1..].iter().all(|o| !o.inputs.contains(&x))
+            && steps.iter().all(|o| o.id == t || !o.inputs.contains(&n));
+        if !ok {
+            continue;
+        }
+        let shared = may_share(g, st, x);
+        if shared.contains(&n) || st.outputs.iter().any(|v| shared.contains(v)) {
+            continue;
+        }
+        taken.insert(n);
+        let st = &mut steps[t];
+        st.outputs.retain(|&v| v != n);
+        if !st.inputs.contains(&x) {
+            st.inputs.push(x);
+        }
+        st.donated.push((x, n));
+    }
+}
+
+/// The values of step `st` whose buffer may be `x`'s (see [`donate`]).
+fn may_share(g: &Graph, st: &Step, x: ValueId) -> BTreeSet<ValueId> {
+    let mut set = BTreeSet::from([x]);
+    for &op in &st.ops {
+        let data = g.op(op);
+        let fresh = matches!(
+            data.op,
+            Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Select
+                | Op::Cast { .. }
+                | Op::Clip { .. }
+                | Op::MatMul
+                | Op::Gemm { .. }
+                | Op::Conv(_)
+                | Op::ConvTranspose { .. }
+                | Op::LayerNorm { .. }
+                | Op::BatchNorm { .. }
+                | Op::Pool(_)
+                | Op::Gather { .. }
+        );
+        if !fresh && data.operands.iter().any(|v| set.contains(v)) {
+            set.extend(data.results.iter().copied());
+        }
+    }
+    set
+}
+
 /// What [`lower`] needs besides the graph.
 pub struct LowerOptions<'a> {
     /// The target, for DLTI and the default device.
     pub target: &'a TargetSpec,
     /// The model file or graph name, recorded in the manifest.
     pub model: String,
+    /// Update state in place ([`donate`]): a training step's parameters and optimizer state
+    /// are written into their input buffers. Off for the MPI program, whose ranks pass
+    /// tensors between steps.
+    pub donate_state: bool,
 }
 
 /// The name of the step function.
@@ -249,7 +350,10 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
     let target = opts.target;
     check_static(g)?;
     let default = target.host.clone();
-    let steps = partition(g, &default)?;
+    let mut steps = partition(g, &default)?;
+    if opts.donate_state {
+        donate(g, &mut steps);
+    }
     let mut step_of: BTreeMap<ValueId, (usize, usize)> = BTreeMap::new();
     for st in &steps {
         for (k, &v) in st.outputs.iter().enumerate() {
@@ -401,14 +505,34 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             },
             args,
             results,
+            donated: st
+                .donated
+                .iter()
+                .map(|&(x, n)| crate::manifest::Donated {
+                    input: match g.value(x).def {
+                        ValueDef::Input(i) => input_name(g, i),
+                        ValueDef::Result(..) => value_name(g, x),
+                    },
+                    value: value_name(g, n),
+                })
+                .collect(),
         });
     }
+    // A donated next value is its state input's buffer once the step has run.
+    let donated_to: BTreeMap<ValueId, usize> = steps
+        .iter()
+        .flat_map(|st| st.donated.iter())
+        .filter_map(|&(x, n)| match g.value(x).def {
+            ValueDef::Input(i) => Some((n, i)),
+            ValueDef::Result(..) => None,
+        })
+        .collect();
     let mut outputs = Vec::new();
     let output_names = tessera_ir::text::output_names(g);
     for (i, (&v, name)) in g.outputs().iter().zip(output_names).enumerate() {
         let ty = g.ty(v).to_string();
-        let source = match g.value(v).def {
-            ValueDef::Input(k) => Arg::Input {
+        let source = match (g.value(v).def, donated_to.get(&v)) {
+            (ValueDef::Input(k), _) | (_, Some(&k)) => Arg::Input {
                 input: input_name(g, k),
                 ty: ty.clone(),
             },
@@ -625,10 +749,17 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
             ValueDef::Input(_) => false,
         };
         let ty = arrival_type(g, v, from_mesh)?;
-        params.push(format!(
-            "{name}: {} {{bufferization.writable = false}}",
-            tensor_ty(&ty)?
-        ));
+        let tt = tensor_ty(&ty)?;
+        if st.donated.iter().any(|&(x, _)| x == v) {
+            // Donated state: its buffer, read as a tensor here and written at the end.
+            let mt = memref_ty(&ty)?;
+            params.push(format!("{name}_buf: {mt}"));
+            b.line(format!(
+                "{name} = bufferization.to_tensor {name}_buf restrict : {mt} to {tt}"
+            ));
+        } else {
+            params.push(format!("{name}: {tt} {{bufferization.writable = false}}"));
+        }
         if mesh.is_some() && !from_mesh {
             to_cut.push(v);
         }
@@ -720,6 +851,20 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
             env.insert(r, Val { name, ty });
         }
     }
+    // Every read of donated state is above: its next value goes into its buffer.
+    for &(x, n) in &st.donated {
+        let k =
+            st.inputs.iter().position(|&v| v == x).ok_or_else(|| {
+                LowerError(format!("donated state {x} is not an input of the step"))
+            })?;
+        let val = &env[&n];
+        b.line(format!(
+            "bufferization.materialize_in_destination {} in restrict writable %arg{k}_buf : ({}, {}) -> ()",
+            val.name,
+            tensor_ty(&val.ty)?,
+            memref_ty(&val.ty)?
+        ));
+    }
     let mut rets = Vec::new();
     let mut ret_tys = Vec::new();
     for &v in &st.outputs {
@@ -745,6 +890,11 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
     }
     s.push_str("  }\n");
     Ok(s)
+}
+
+/// The buffer type of a static tensor type (`memref<2x3xf32>`).
+fn memref_ty(t: &TensorType) -> LResult<String> {
+    Ok(format!("memref{}", &tensor_ty(t)?["tensor".len()..]))
 }
 
 /// A small constant as `arith.constant`.

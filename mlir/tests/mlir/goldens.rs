@@ -96,6 +96,7 @@ fn lowering_goldens() {
                 &LowerOptions {
                     target: target.spec(),
                     model: "golden".into(),
+                    donate_state: true,
                 },
             );
             let program = match (lowered, case.errors.is_empty()) {
@@ -213,6 +214,7 @@ fn result_buffers_are_freed() {
         &LowerOptions {
             target: target.spec(),
             model: "free".into(),
+            donate_state: true,
         },
     )
     .expect("lowers");

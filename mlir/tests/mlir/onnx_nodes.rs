@@ -36,6 +36,7 @@ fn jit(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
         &LowerOptions {
             target: target.spec(),
             model: g.name.clone(),
+            donate_state: true,
         },
     )
     .map_err(|e| format!("lower: {}", e.0))?;
