@@ -354,34 +354,50 @@ fn compiled_step_updates_its_state_in_place() {
     check_against_torch(&MLP, &ADAMW, out.path());
 }
 
-/// Compiled for four chiplets with the ops spread round-robin (so the step's forward,
-/// backward and optimizer ops run on different chips with transfers between them), then
-/// trained from the directory: the same numbers.
-#[test]
-fn mlp_placed_on_four_chips_matches_pytorch() {
+/// `m` compiled with configuration `c` for four chiplets with the ops spread round-robin (so
+/// the step's forward, backward and optimizer ops run on different chips with transfers
+/// between them), then trained from the directory.
+fn train_placed(m: &Model, c: &Config) -> tempfile::TempDir {
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
     let summary = ok(tessera()
         .arg("compile")
-        .arg(path(&MLP, "model.onnx"))
-        .args(train_flags(&MLP, &ADAMW))
+        .arg(path(m, "model.onnx"))
+        .args(train_flags(m, c))
         .args(["--target", "mcm-2x2", "--strategy", "round-robin", "-o"])
         .arg(&dir));
     assert!(summary.contains("chip3"), "{summary}");
     for f in ["placed.tir", "manifest.json", "source.onnx", "chip1.mlir"] {
         assert!(dir.join(f).is_file(), "{f}");
     }
-    let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
-    assert!(placed.contains(r#"state(init = @fc1.weight, next = "fc1.weight")"#));
-    assert!(placed.contains(r#"state(init = zeros, next = "fc1.weight.exp_avg")"#));
     let out = tempfile::tempdir().expect("tempdir");
     ok(tessera()
         .arg("train")
         .arg(&dir)
-        .args(input_args(&MLP))
+        .args(input_args(m))
         .args(["--steps", "10", "--output-dir"])
         .arg(out.path()));
+    let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+    assert!(placed.contains("state(init = zeros, next = \"step\")"));
+    out
+}
+
+/// The placed step gives the same numbers as the one-device step and torch.
+#[test]
+fn mlp_placed_on_four_chips_matches_pytorch() {
+    let out = train_placed(&MLP, &ADAMW);
     check_against_torch(&MLP, &ADAMW, out.path());
+}
+
+/// Every other model placed the same way: convolutions and batch norm (its running
+/// statistics updated on the chip that computes them), GPT-2 tiny's tied embedding and
+/// attention, the LSTM's unrolled cells.
+#[test]
+fn models_placed_on_four_chips_match_pytorch() {
+    for (m, c) in [(&CNN, &SGD), (&GPT2_TINY, &ADAMW), (&LSTM, &SGD)] {
+        let out = train_placed(m, c);
+        check_against_torch(m, c, out.path());
+    }
 }
 
 /// Five steps, then five more from the state they wrote: torch's ten steps (Adam's moments
