@@ -363,6 +363,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
             kind: d.kind.clone(),
             memory: d.memory_bytes,
             unsupported_ops: Vec::new(),
+            overlap: d.overlap,
         })
         .collect();
     let kinds: Vec<String> = {

@@ -229,6 +229,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             kind: String::new(),
             memory: d.memory_bytes,
             unsupported_ops: Vec::new(),
+            overlap: d.overlap,
         });
     }
     // Class names: the target kind, or kind-N when several classes share it.

@@ -13,6 +13,18 @@
 //! not contended here (the simulator, run on the placed graph, adds contention); this is the
 //! classic model of HEFT (Topcuoglu, Hariri and Wu, IEEE TPDS 2002).
 //!
+//! **Devices that do not overlap transfers** (`overlap = false`, DMA-less accelerators, the
+//! model of Tarnawski, Phanishayee, Devanur, Mahajan and Nina Paravecino, "Efficient
+//! algorithms for device placement of DNN graph operators", NeurIPS 2020): a transfer
+//! occupies such a device as well as the links. A tensor is staged through the sender's
+//! memory, so the sender is charged once per tensor (its longest transfer to any receiving
+//! device), and every receiving device that does not overlap is charged its own transfer.
+//! For throughput these times add to the devices' loads. In the list schedule (and in the
+//! simulator, the same way) the sender stays busy for its sends after the op that made the
+//! tensors, while the link carries them, and a receiver spends each received tensor's
+//! transfer time, once, at the start of the first op there that reads it, after the tensor
+//! arrived.
+//!
 //! **Memory**: a device holds the `memory` of every op on it plus every tensor it receives;
 //! a plan is feasible when no device exceeds its capacity, every op runs where it is allowed,
 //! and colocated ops share a device.
@@ -119,6 +131,9 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
         device_load[assign[o]] += inst.t(o, assign[o]);
         memory[assign[o]] = memory[assign[o]].saturating_add(inst.memory[o]);
     }
+    for (k, x) in occupancy(inst, assign).into_iter().enumerate() {
+        device_load[k] += x;
+    }
     let mut channel_load = vec![0.0; inst.num_channels];
     let mut traffic = 0u64;
     for (u, to, bytes) in transfers(inst, assign) {
@@ -146,24 +161,84 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
     }
 }
 
+/// Per device, the seconds per sample that transfers occupy it (zero where it overlaps
+/// them; see the module doc).
+pub fn occupancy(inst: &Instance, assign: &[usize]) -> Vec<f64> {
+    let mut extra = vec![0.0; inst.d];
+    if inst.overlap.iter().all(|&x| x) {
+        return extra;
+    }
+    for (u, &a) in assign.iter().enumerate().take(inst.n) {
+        let (send, receives) = sends(inst, assign, u);
+        for (to, t) in receives {
+            if !inst.overlap[to] {
+                extra[to] += t;
+            }
+        }
+        if !inst.overlap[a] {
+            extra[a] += send;
+        }
+    }
+    extra
+}
+
+/// Op `u`'s transfers: the seconds its device spends sending them (per tensor, the longest
+/// transfer to a receiving device) and each (receiving device, transfer seconds), one per
+/// tensor and device.
+fn sends(inst: &Instance, assign: &[usize], u: usize) -> (f64, Vec<(usize, f64)>) {
+    let a = assign[u];
+    let mut seen: Vec<(u32, usize)> = Vec::new();
+    let mut longest: Vec<(u32, f64)> = Vec::new();
+    let mut out = Vec::new();
+    for &e in &inst.out_edges[u] {
+        let edge = &inst.problem.edges[e];
+        let to = assign[edge.to];
+        if to == a || seen.contains(&(edge.tensor, to)) {
+            continue;
+        }
+        seen.push((edge.tensor, to));
+        let t = inst.transfer(a, to, edge.bytes);
+        out.push((to, t));
+        match longest.iter_mut().find(|x| x.0 == edge.tensor) {
+            Some(x) => x.1 = x.1.max(t),
+            None => longest.push((edge.tensor, t)),
+        }
+    }
+    (longest.iter().map(|x| x.1).sum(), out)
+}
+
 /// The latency of one sample when devices run their ops in `order` (see the module doc).
 pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f64 {
     let mut finish = vec![0.0f64; inst.n];
     let mut free = vec![0.0f64; inst.d];
     let mut end: f64 = 0.0;
+    let occupy = !inst.overlap.iter().all(|&x| x);
+    // The (producer, tensor, device) receptions done by a device that receives itself.
+    let mut received: std::collections::BTreeSet<(usize, u32, usize)> =
+        std::collections::BTreeSet::new();
     for &o in order {
         let k = assign[o];
-        let mut start = inst.spmd[o]
-            .iter()
-            .map(|&x| free[x])
-            .fold(free[k], f64::max);
+        let mut ready: f64 = 0.0;
+        let mut receiving = 0.0;
         for &e in &inst.in_edges[o] {
             let edge = &inst.problem.edges[e];
             let u = edge.from;
-            start = start.max(finish[u] + inst.transfer(assign[u], k, edge.bytes));
+            let t = inst.transfer(assign[u], k, edge.bytes);
+            ready = ready.max(finish[u] + t);
+            if occupy && !inst.overlap[k] && assign[u] != k && received.insert((u, edge.tensor, k))
+            {
+                receiving += t;
+            }
         }
-        finish[o] = start + inst.t(o, k);
+        let start = inst.spmd[o]
+            .iter()
+            .map(|&x| free[x])
+            .fold(free[k].max(ready), f64::max);
+        finish[o] = start + receiving + inst.t(o, k);
         free[k] = finish[o];
+        if occupy && !inst.overlap[k] {
+            free[k] += sends(inst, assign, o).0;
+        }
         for &x in &inst.spmd[o] {
             free[x] = finish[o];
         }

@@ -83,6 +83,19 @@ pub struct Device {
     /// Op kinds this device cannot run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported_ops: Vec<String>,
+    /// Whether it computes while its transfers run (default `true`). `false`: every
+    /// transfer it sends or receives adds its time to the device's load (see
+    /// [`crate::eval`]).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub overlap: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// A full-duplex link.
@@ -246,6 +259,8 @@ pub struct Instance {
     pub memory: Vec<u64>,
     /// Capacity per device.
     pub capacity: Vec<u64>,
+    /// Per device: whether it computes while its transfers run ([`Device::overlap`]).
+    pub overlap: Vec<bool>,
     /// The colocation group of each op (an index into `groups`), if any.
     pub group_of: Vec<Option<usize>>,
     /// The members of each colocation group, in op order.
@@ -608,6 +623,7 @@ impl Instance {
             }
         }
         let capacity = problem.devices.iter().map(|x| x.memory).collect();
+        let overlap = problem.devices.iter().map(|x| x.overlap).collect();
         let num_channels = 2 * problem.links.len();
         Ok(Instance {
             problem,
@@ -616,6 +632,7 @@ impl Instance {
             time,
             memory,
             capacity,
+            overlap,
             group_of,
             groups,
             out_edges,
@@ -773,6 +790,7 @@ fn routing_spec(p: &Problem) -> TargetSpec {
         arch: None,
         efficiency: BTreeMap::new(),
         op_overhead: 0.0,
+        overlap: true,
     };
     TargetSpec {
         name: p.name.clone(),

@@ -181,6 +181,8 @@ fn small_problem() -> impl Strategy<Value = Problem> {
                 } else {
                     Vec::new()
                 },
+                // A third of the devices cannot overlap transfers with compute.
+                overlap: next() % 3 != 0,
             })
             .collect();
         let with_router = next() % 3 == 0;
@@ -530,6 +532,7 @@ fn infeasibility_says_what_it_is() {
                 kind: "x".into(),
                 memory: 100,
                 unsupported_ops: Vec::new(),
+                overlap: true,
             })
             .collect(),
         routers: Vec::new(),

@@ -33,6 +33,7 @@ fn chain_problem(n: usize) -> Problem {
             kind: "cpu".into(),
             memory: 1 << 40,
             unsupported_ops: Vec::new(),
+            overlap: true,
         }],
         routers: Vec::new(),
         links: Vec::new(),
@@ -153,6 +154,7 @@ fn a_400_device_ring_is_placed_with_the_targets_routes() {
                 kind: "chip".into(),
                 memory: 1 << 30,
                 unsupported_ops: Vec::new(),
+                overlap: true,
             })
             .collect(),
         routers: Vec::new(),

@@ -73,6 +73,8 @@ fn random_problem(seed: u64) -> Problem {
             } else {
                 Vec::new()
             },
+            // Some devices cannot overlap transfers with compute.
+            overlap: r(4) != 0,
         })
         .collect();
     // One byte size per (producer, tensor): consumers of a tensor get the same bytes.
@@ -318,12 +320,14 @@ fn dp_on_chain(seed: u64) {
                 kind: "x".into(),
                 memory: 1 << 40,
                 unsupported_ops: Vec::new(),
+                overlap: true,
             },
             Device {
                 name: "d1".into(),
                 kind: "y".into(),
                 memory: 1 << 40,
                 unsupported_ops: Vec::new(),
+                overlap: true,
             },
         ],
         routers: Vec::new(),

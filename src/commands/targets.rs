@@ -103,6 +103,13 @@ pub fn render(t: &TargetSpec) -> String {
         if d.op_overhead > 0.0 {
             let _ = writeln!(s, "  {:w$}  op overhead: {}", "", seconds(d.op_overhead));
         }
+        if !d.overlap {
+            let _ = writeln!(
+                s,
+                "  {:w$}  no overlap: its transfers occupy it (overlap = false)",
+                ""
+            );
+        }
     }
     let _ = writeln!(s, "links ({}):", t.links.len());
     let lw = t

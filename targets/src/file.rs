@@ -62,6 +62,7 @@ struct RawDevice {
     #[serde(default)]
     efficiency: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     op_overhead: Option<Spanned<toml::Value>>,
+    overlap: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -321,6 +322,16 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
                 Some(set)
             }
         };
+        let overlap = match &d.overlap {
+            None => true,
+            Some(v) => v.get_ref().as_bool().ok_or_else(|| {
+                cx.err(
+                    &v.span(),
+                    "device.overlap",
+                    format!("expected true or false, found {}", v.get_ref().type_str()),
+                )
+            })?,
+        };
         let op_overhead = match &d.op_overhead {
             Some(v) => cx.seconds(v, "device.op_overhead")?,
             None => 0.0,
@@ -369,6 +380,7 @@ pub fn parse_target(source: &str, file: &str) -> Result<TargetSpec, TargetError>
                 arch: arch.clone(),
                 efficiency: efficiency.clone(),
                 op_overhead,
+                overlap,
             });
         }
         groups.insert(base, members);
@@ -666,6 +678,7 @@ fn generate(
                 arch: None,
                 efficiency: BTreeMap::new(),
                 op_overhead: 0.0,
+                overlap: true,
             });
             for i in 0..n {
                 links.push(Link {

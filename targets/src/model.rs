@@ -95,6 +95,11 @@ pub struct Device {
     pub efficiency: BTreeMap<String, f64>,
     /// Fixed seconds added to every op this device runs (a kernel launch, a dispatch).
     pub op_overhead: f64,
+    /// Whether it computes while its transfers run (`true`: DMA engines move the data).
+    /// `false` (a DMA-less accelerator): every transfer it sends or receives occupies it,
+    /// as in the model of Tarnawski et al., "Efficient algorithms for device placement of
+    /// DNN graph operators" (NeurIPS 2020).
+    pub overlap: bool,
 }
 
 /// A bidirectional link between two devices.

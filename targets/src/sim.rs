@@ -51,7 +51,7 @@
 //!   not another one. A sample whose byte counts do not fit in 64 bits is an error.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 
 use crate::cost::{CostModel, OpTime};
@@ -401,6 +401,9 @@ enum Kind {
 struct Task {
     kind: Kind,
     seconds: f64,
+    /// Seconds its device stays busy after it (an op on a device that does not overlap
+    /// transfers, sending what it made).
+    tail: f64,
     succ_start: u32,
     succ_end: u32,
     npred: u32,
@@ -600,6 +603,8 @@ struct Builder {
     avail: Vec<Vec<Avail>>,
     /// A task that must also finish before a value is usable (a collective's link task).
     also: Vec<Option<u32>>,
+    /// Every value transfer: (its task, the task that made the copy it moves, from, to).
+    moves: Vec<(u32, Option<u32>, usize, usize)>,
 }
 
 impl Builder {
@@ -608,6 +613,7 @@ impl Builder {
         self.tasks.push(Task {
             kind,
             seconds,
+            tail: 0.0,
             succ_start: 0,
             succ_end: 0,
             npred: 0,
@@ -673,6 +679,7 @@ impl Builder {
         if let Some(p) = self.also[v.index()] {
             self.preds[t as usize].push(p);
         }
+        self.moves.push((t, src.task, src.device, d));
         let copy = self.copy(d, bytes);
         self.allocs[t as usize].push(copy);
         self.frees[t as usize].push(src.copy);
@@ -966,6 +973,8 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             })?;
     }
 
+    occupy_devices(&mut b, spec);
+
     // Flatten successor lists and per-task copy lists.
     let Builder {
         mut tasks,
@@ -1017,6 +1026,56 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
     })
 }
 
+/// Devices that do not overlap transfers with compute ([`crate::Device::overlap`] false) are
+/// busy with them, as `tessera-place`'s evaluator charges them: the op that made a value
+/// keeps its device busy afterwards for the longest of the value's transfers (a `tail`, while
+/// the links carry them), and the first op on a receiving device that reads a moved value
+/// takes that transfer's time longer, receiving it before it computes.
+fn occupy_devices(b: &mut Builder, spec: &crate::TargetSpec) {
+    if spec.devices.iter().all(|d| d.overlap) {
+        return;
+    }
+    // Per producing task, the longest transfer of each value it made (by transfer origin).
+    let mut longest: BTreeMap<(u32, usize), f64> = BTreeMap::new();
+    let mut receives: BTreeMap<u32, f64> = BTreeMap::new();
+    for &(t, src, from, to) in &b.moves {
+        let seconds = b.tasks[t as usize].seconds;
+        if !spec.devices[from].overlap
+            && let Some(p) = src
+            && matches!(b.tasks[p as usize].kind, Kind::Op { .. })
+        {
+            let v = match b.origins[t as usize] {
+                Origin::Value(v) => v.index(),
+                Origin::Op(_) => continue,
+            };
+            let e = longest.entry((p, v)).or_insert(0.0);
+            *e = e.max(seconds);
+        }
+        if !spec.devices[to].overlap {
+            receives.insert(t, seconds);
+        }
+    }
+    for ((p, _), seconds) in longest {
+        b.tasks[p as usize].tail += seconds;
+    }
+    if receives.is_empty() {
+        return;
+    }
+    // The first op (in task order, the body's) that waits for each received transfer.
+    for i in 0..b.tasks.len() {
+        if !matches!(b.tasks[i].kind, Kind::Op { .. }) {
+            continue;
+        }
+        let mut extra = 0.0;
+        for p in &b.preds[i] {
+            if let Some(s) = receives.remove(p) {
+                extra += s;
+            }
+        }
+        b.tasks[i].seconds += extra;
+    }
+}
+
 /// What one run measured.
 #[derive(Clone, Debug)]
 struct RunResult {
@@ -1036,6 +1095,11 @@ impl RunResult {
     }
 }
 
+/// Event kinds of [`run`], in the order events at one time are handled (by sequence).
+const FINISH: u8 = 0;
+const START: u8 = 1;
+const FREE: u8 = 2;
+
 /// Non-negative `f64` seconds as totally ordered bits (positive floats order like their bits).
 fn key(t: f64) -> u64 {
     t.max(0.0).to_bits()
@@ -1049,8 +1113,9 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
     for _ in 0..samples {
         npred.extend(plan.tasks.iter().map(|t| t.npred));
     }
-    // (time, sequence, instance, is the start of a transfer that waited for its channels).
-    let mut events: BinaryHeap<Reverse<(u64, u64, u32, bool)>> = BinaryHeap::new();
+    // (time, sequence, instance or device, what: FINISH, START (of a transfer that waited for
+    // its channels) or FREE (a device's tail ends; the third field is the device)).
+    let mut events: BinaryHeap<Reverse<(u64, u64, u32, u8)>> = BinaryHeap::new();
     let mut seq: u64 = 0;
     // Per device: ready ops as (sample, position, instance), earliest sample first.
     let mut ready: Vec<BinaryHeap<Reverse<(u32, u32, u32)>>> =
@@ -1104,13 +1169,13 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
             if track_memory {
                 if begin > now {
                     // Its copies exist from its start: allocate them then.
-                    events.push(Reverse((key(begin), seq, inst, true)));
+                    events.push(Reverse((key(begin), seq, inst, START)));
                     seq += 1;
                 } else {
                     alloc!(inst);
                 }
             }
-            events.push(Reverse((key(begin + t.seconds), seq, inst, false)));
+            events.push(Reverse((key(begin + t.seconds), seq, inst, FINISH)));
             seq += 1;
         }};
     }
@@ -1170,12 +1235,18 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
     for d in 0..plan.num_devices {
         dispatch!(d, 0.0);
     }
-    while let Some(Reverse((bits, _, inst, is_start))) = events.pop() {
-        if is_start {
+    while let Some(Reverse((bits, _, inst, what))) = events.pop() {
+        if what == START {
             alloc!(inst);
             continue;
         }
         let now = f64::from_bits(bits);
+        if what == FREE {
+            // `inst` is a device whose tail ended.
+            idle[inst as usize] = true;
+            dispatch!(inst as usize, now);
+            continue;
+        }
         let s = inst as usize / nt;
         let t = &plan.tasks[inst as usize % nt];
         sample_done[s] = sample_done[s].max(now);
@@ -1206,8 +1277,14 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
             }
         }
         if let Kind::Op { device, .. } = t.kind {
-            idle[device as usize] = true;
-            dispatch!(device as usize, now);
+            if t.tail > 0.0 {
+                device_busy[device as usize] += t.tail;
+                events.push(Reverse((key(now + t.tail), seq, device, FREE)));
+                seq += 1;
+            } else {
+                idle[device as usize] = true;
+                dispatch!(device as usize, now);
+            }
         }
         // Ops made ready on other devices may be able to start now.
         for &succ in &plan.succs[t.succ_start as usize..t.succ_end as usize] {

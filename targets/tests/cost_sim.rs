@@ -336,6 +336,33 @@ fn pipeline_of_two_devices() {
     assert_eq!(r.devices[0].capacity, 1_000_000);
 }
 
+/// The same pipeline when `b` cannot overlap transfers with compute (`overlap = false`): it
+/// receives its input itself before its relu and stays busy sending the result back, as
+/// `tessera-place`'s evaluator charges it.
+#[test]
+fn a_device_without_overlap_is_busy_with_its_transfers() {
+    let src = PAIR.replace(
+        "compute = { f32 = 2e6 }",
+        "compute = { f32 = 2e6 }\noverlap = false",
+    );
+    let spec = target(&src);
+    assert!(spec.devices[0].overlap && !spec.devices[1].overlap);
+    let g = graph(PAIR_PIPELINE);
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("sim");
+    // relu on a 1 ms; a -> b 1.1 ms; on b: receive 1.1 ms, relu 0.5 ms; b -> a 1.1 ms while
+    // b sends it (1.1 ms more busy on b). Latency 1 + 1.1 + 1.6 + 1.1 = 4.8 ms.
+    assert_close(r.latency, 4.8e-3);
+    // b is busy 1.1 + 0.5 + 1.1 = 2.7 ms per sample: the bottleneck, above the links' 1.1.
+    assert_close(r.devices[1].busy, 2.7e-3);
+    assert_close(r.devices[0].busy, 1e-3);
+    assert_close(r.bound_period, 2.7e-3);
+    assert_eq!(r.bottleneck, "b");
+    assert_close(r.period, 2.7e-3);
+    assert_close(r.links[0].busy[0], 1.1e-3);
+}
+
 #[test]
 fn trace_of_a_pipeline_of_two_devices() {
     let (spec, g) = (target(PAIR), graph(PAIR_PIPELINE));

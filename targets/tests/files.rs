@@ -405,6 +405,11 @@ fn validation_errors_name_file_line_and_field() {
             "lowering = \"chiplet\"\nefficiency = { matmul = 1e-9 }\n",
             "bad.toml:18: device.efficiency.matmul: must be at least 1e-6",
         ),
+        (
+            "lowering = \"chiplet\"\n",
+            "lowering = \"chiplet\"\noverlap = \"no\"\n",
+            "bad.toml:18: device.overlap: expected true or false, found string",
+        ),
         // An unknown lowering (it was accepted and silently got portable loops).
         (
             "lowering = \"chiplet\"",

@@ -114,6 +114,10 @@ pub fn greedy(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemE
                     for c in inst.route_channels(from, k) {
                         ch.push((c, t));
                     }
+                    if !inst.overlap[k] {
+                        // It receives the tensor itself (`crate::eval`).
+                        dl += t;
+                    }
                     start = start.max(finish[edge.from] + t);
                 }
                 t_free = start + inst.t(o, k);
@@ -153,6 +157,9 @@ pub fn greedy(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemE
                     memory[k] = memory[k].saturating_add(edge.bytes);
                     for c in inst.route_channels(from, k) {
                         channel[c] += t;
+                    }
+                    if !inst.overlap[k] {
+                        load[k] += t;
                     }
                 }
                 start = start.max(finish[edge.from] + t);

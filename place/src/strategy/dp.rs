@@ -13,6 +13,10 @@
 //! then evaluated by [`crate::eval::evaluate`] (direct routes, not forwarding), and the best
 //! real plan over the chains tried is returned.
 //!
+//! Devices that do not overlap transfers (`overlap = false`) are not charged for the
+//! forwarding in the DP's model (a stage's time would depend on the next stage's device);
+//! the evaluation of its plan charges them, so for such targets the DP is a heuristic.
+//!
 //! **Chains.** With at most 4 devices, every permutation; otherwise the topology path (start
 //! at device 0, repeatedly step to the nearest unvisited device by hops, lowest index on
 //! ties: a snake on a mesh) and its reverse.

@@ -11,7 +11,9 @@
 //!
 //! **Device choice.** Each op goes to the allowed device where it finishes earliest
 //! (non-insertion: a device runs its ops in the schedule order, which is exactly the list
-//! schedule [`crate::eval`] evaluates, so the finish times computed here are the plan's).
+//! schedule [`crate::eval`] evaluates, so the finish times computed here are the plan's;
+//! on a device that does not overlap transfers the finish time includes receiving the
+//! op's inputs, but not the sends of later consumers' tensors, which are not placed yet).
 //! Ties are broken by the smaller resulting bottleneck (device and link loads), then by device
 //! index. A colocation unit is placed whole at its first member's turn (by that member's
 //! finish time); its other members follow on that device at their own turns.
@@ -87,12 +89,19 @@ pub fn solve(inst: &Instance, _opts: &SolveOptions) -> Result<Solution, ProblemE
     let mut free = vec![0.0f64; d];
     let eft = |st: &State, finish: &[f64], free: &[f64], o: usize, k: usize| {
         let mut start = free[k];
+        // A device that does not overlap transfers receives them itself, at the op's start
+        // (as `crate::eval` schedules it).
+        let mut receiving = 0.0;
         for &e in &inst.in_edges[o] {
             let edge = &inst.problem.edges[e];
             let p = edge.from;
-            start = start.max(finish[p] + inst.transfer(st.assign[p], k, edge.bytes));
+            let t = inst.transfer(st.assign[p], k, edge.bytes);
+            start = start.max(finish[p] + t);
+            if !inst.overlap[k] && st.assign[p] != k {
+                receiving += t;
+            }
         }
-        start + inst.t(o, k)
+        start + receiving + inst.t(o, k)
     };
     for &o in &order {
         let unit = &us[unit_of[o]];

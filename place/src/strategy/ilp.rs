@@ -7,7 +7,10 @@
 //!   `z >= x[producer][k1] + x[consumer][k2] - 1` for each consumer: the tensor moves from
 //!   `k1` to `k2` (once, however many consumers are on `k2`). Minimizing pushes `z` to
 //!   exactly the product of the binaries, so the linearization is exact.
-//! - Device rows: `sum_u x[u][k] · time(u, k) <= T`.
+//! - Device rows: `sum_u x[u][k] · time(u, k) <= T`; on a device that does not overlap
+//!   transfers, plus `sum z[t][k1][k] · transfer` (what it receives) and, per tensor it
+//!   sends, a variable `send[t][k] >= z[t][k][k2] · transfer(k, k2)` for every `k2` (the
+//!   longest of its transfers, as [`crate::eval`] charges it).
 //! - Channel rows: every transfer is charged, for its whole `transfer(k1, k2, bytes)`, to
 //!   every channel of the route `k1 -> k2`: `sum z · transfer <= T`.
 //! - Memory rows: `sum_u x[u][k] · memory(u) + sum z[t][k1][k] · bytes(t) <= capacity(k)`.
@@ -203,6 +206,13 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
     for (t, zt) in ts.iter().zip(&z) {
         for k1 in 0..d {
             let Some(xp) = x[t.from][k1] else { continue };
+            // A sender that does not overlap transfers is busy for the longest of them:
+            // `send >= z · transfer` for every receiving device.
+            let send = (!inst.overlap[k1]).then(|| {
+                let v = lp.add_var(0.0, (0.0, f64::INFINITY));
+                load[k1].push((v, 1.0));
+                v
+            });
             for k2 in 0..d {
                 let Some(zv) = zt[k1 * d + k2] else { continue };
                 let mut used = false;
@@ -233,6 +243,12 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
                     chan[ch].push((zv, tt * tscale));
                 }
                 mem[k2].push((zv, t.bytes as f64 * mscale));
+                if !inst.overlap[k2] {
+                    load[k2].push((zv, tt * tscale));
+                }
+                if let Some(sv) = send {
+                    lp.add_constraint([(sv, 1.0), (zv, -tt * tscale)], ComparisonOp::Ge, 0.0);
+                }
             }
         }
     }

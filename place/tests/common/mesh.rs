@@ -66,6 +66,7 @@ pub fn layered_mesh(n: usize, rows: usize, cols: usize, seed: u64) -> Problem {
             kind: "chiplet".into(),
             memory: total_mem / d as u64 * 4 + 10_000_000,
             unsupported_ops: Vec::new(),
+            overlap: true,
         })
         .collect::<Vec<_>>();
     let mut links = Vec::new();
