@@ -111,11 +111,21 @@ fn count_vars(inst: &Instance, cap: usize) -> usize {
     }
     let allowed = |u: usize| (0..inst.d).filter(|&k| inst.allowed(us[u][0], k)).count();
     let x: usize = (0..us.len()).map(allowed).sum();
-    let z: usize = tensors(inst, &unit_of)
+    let ts = tensors(inst, &unit_of);
+    let z: usize = ts
         .iter()
         .map(|t| allowed(t.from) * inst.d.saturating_sub(1))
         .sum();
-    x + z
+    // A send variable per tensor and allowed sender that does not overlap transfers.
+    let sends: usize = ts
+        .iter()
+        .map(|t| {
+            (0..inst.d)
+                .filter(|&k| !inst.overlap[k] && inst.allowed(us[t.from][0], k))
+                .count()
+        })
+        .sum();
+    x + z + sends
 }
 
 /// Whether the problem is small enough for the ILP.
