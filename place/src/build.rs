@@ -187,6 +187,64 @@ fn base_name(graph: &Graph, op: OpId) -> String {
         .unwrap_or_else(|| op.to_string())
 }
 
+/// Puts each backward op (one with `grad_of`, made by the `grad` pass) in one colocation
+/// group with the forward op it differentiates, as PipeDream keeps a layer's forward and
+/// backward on one stage: the weights, the activations the backward reads and the weight's
+/// gradient then stay on one device, and the contiguous splits of the `dp` strategy cut the
+/// step between layers. A group is left out (its ops stay free) when no device could take it:
+/// no device kind runs all its members, its pins disagree, or its memory exceeds every
+/// device's capacity. Ops on the mesh and graph inputs are never grouped.
+fn colocate_backward_ops(
+    graph: &Graph,
+    producer: &[Option<(usize, u32)>],
+    graph_ops: &[Option<OpId>],
+    ops: &mut [OpSpec],
+    devices: &[problem::Device],
+) {
+    // The forward op of each group, and its members (forward op first), by forward op.
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut root: HashMap<usize, usize> = HashMap::new();
+    for (me, gop) in graph_ops.iter().enumerate() {
+        let Some(op) = gop else { continue };
+        let Some(v) = graph.op(*op).grad_of else {
+            continue;
+        };
+        let Some((fwd, _)) = producer.get(v.index()).copied().flatten() else {
+            continue;
+        };
+        if graph_ops[fwd].is_none() || !ops[fwd].spmd.is_empty() || !ops[me].spmd.is_empty() {
+            continue;
+        }
+        let r = root.get(&fwd).copied().unwrap_or(fwd);
+        root.insert(me, r);
+        groups.entry(r).or_insert_with(|| vec![r]).push(me);
+    }
+    for (fwd, members) in groups {
+        // The device kinds every member runs on, the pins, the memory.
+        let runs_on = |k: usize| {
+            let kind = &devices[k].kind;
+            members.iter().all(|&o| ops[o].time.contains_key(kind))
+        };
+        let pins: BTreeSet<&str> = members
+            .iter()
+            .filter_map(|&o| ops[o].pin.as_deref())
+            .collect();
+        let memory = members
+            .iter()
+            .fold(0u64, |m, &o| m.saturating_add(ops[o].memory));
+        let fits = (0..devices.len()).any(|k| {
+            runs_on(k) && devices[k].memory >= memory && pins.iter().all(|&p| p == devices[k].name)
+        });
+        if !fits {
+            continue;
+        }
+        let name = format!("grad:{}", ops[fwd].name);
+        for o in members {
+            ops[o].colocate = Some(name.clone());
+        }
+    }
+}
+
 /// The problem of placing `graph` on `cost`'s target.
 pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
     let spec = cost.spec();
@@ -427,6 +485,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         });
         graph_ops.push(Some(op));
     }
+    colocate_backward_ops(graph, &producer, &graph_ops, &mut ops, &devices);
     for (i, &v) in graph.outputs().iter().enumerate() {
         if state_nexts.contains(&v) {
             // Stays where it was computed, in the state's buffer.

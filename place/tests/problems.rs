@@ -582,3 +582,38 @@ fn infeasibility_says_what_it_is() {
     assert!(matches!(e, ProblemError::Unsolved(_)), "{e}");
     assert!(!e.to_string().starts_with("infeasible"), "{e}");
 }
+
+/// The problem of a training step groups each backward op with the forward op it
+/// differentiates (`grad-of`), and leaves the group out when the pins disagree.
+#[test]
+fn backward_ops_are_colocated_with_their_forward_op() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/ir/state.tir");
+    let mut g = tessera_ir::text::load(std::path::Path::new(path)).expect("state.tir");
+    let spec = tessera_targets::lookup("mcm-2x2", &[]).expect("builtin");
+    let cost = tessera_targets::CostModel::new(&spec, None);
+    let groups = |g: &tessera_ir::Graph| -> Vec<(String, Option<String>)> {
+        let built = tessera_place::build::build(g, &cost).expect("built");
+        built
+            .problem
+            .ops
+            .iter()
+            .filter(|o| !o.name.starts_with("input:") && !o.name.starts_with("output:"))
+            .map(|o| (o.kind.clone(), o.colocate.clone()))
+            .collect()
+    };
+    let grouped = Some("grad:fc".to_string());
+    assert_eq!(
+        groups(&g),
+        [
+            ("matmul".to_string(), grouped.clone()),
+            ("transpose".to_string(), grouped.clone()),
+            ("matmul".to_string(), grouped),
+            ("sub".to_string(), None),
+            ("add".to_string(), None),
+        ]
+    );
+    let ops: Vec<_> = g.ops().to_vec();
+    g.op_mut(ops[0]).device = Some("chip0".into());
+    g.op_mut(ops[2]).device = Some("chip1".into());
+    assert!(groups(&g).iter().all(|(_, c)| c.is_none()));
+}

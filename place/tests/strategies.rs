@@ -280,6 +280,285 @@ proptest! {
     fn dp_is_exact_on_chains(seed in any::<u64>()) {
         dp_on_chain(seed);
     }
+
+    #[test]
+    fn dp_is_exact_over_contiguous_splits_of_dags_with_colocation(seed in any::<u64>()) {
+        dp_on_dag(seed);
+    }
+}
+
+/// A stage: which ops it holds, and its device.
+type Stage = (Vec<bool>, usize);
+
+/// The contiguous DP's model (`strategy::contiguous`'s module doc), written out directly:
+/// the value of `stages` (op sets, in chain order, each with its device), or infinity when a
+/// stage does not fit its device.
+fn model_value(inst: &Instance, stages: &[Stage], objective: Objective) -> f64 {
+    let comb = |x: f64, y: f64| match objective {
+        Objective::Throughput => x.max(y),
+        Objective::Latency => x + y,
+    };
+    // Distinct tensors: (producer, result) -> (bytes, consumers).
+    let mut tensors: BTreeMap<(usize, u32), (u64, Vec<usize>)> = BTreeMap::new();
+    for e in &inst.problem.edges {
+        tensors
+            .entry((e.from, e.tensor))
+            .or_insert((e.bytes, Vec::new()))
+            .1
+            .push(e.to);
+    }
+    let mut value: f64 = 0.0;
+    let mut before = vec![false; inst.n];
+    for (s, (ops, k)) in stages.iter().enumerate() {
+        let k = *k;
+        let mut time = inst.base_load[k];
+        let mut mem = inst.base_memory[k];
+        for o in (0..inst.n).filter(|&o| ops[o]) {
+            if !inst.allowed(o, k) {
+                return f64::INFINITY;
+            }
+            time += inst.t(o, k);
+            mem += inst.memory[o];
+        }
+        for (&(from, _), (bytes, to)) in &tensors {
+            if !ops[from] && to.iter().any(|&c| ops[c]) {
+                mem += bytes;
+            }
+        }
+        if mem > inst.capacity[k] {
+            return f64::INFINITY;
+        }
+        value = comb(value, time);
+        for o in 0..inst.n {
+            before[o] |= ops[o];
+        }
+        if let Some((_, next)) = stages.get(s + 1) {
+            let (mut f, mut b) = (0u64, 0u64);
+            for (&(from, _), (bytes, to)) in &tensors {
+                if to.iter().any(|&c| before[c] != before[from]) {
+                    if before[from] {
+                        f += bytes;
+                    } else {
+                        b += bytes;
+                    }
+                }
+            }
+            let tf = if f > 0 {
+                inst.transfer(k, *next, f)
+            } else {
+                0.0
+            };
+            let tb = if b > 0 {
+                inst.transfer(*next, k, b)
+            } else {
+                0.0
+            };
+            value = comb(value, comb(tf, tb));
+        }
+    }
+    value
+}
+
+/// The units of the contiguous DP (an ungrouped op, or a colocation group) as op sets in the
+/// order of their first op, and the unit of each op.
+fn dag_units(inst: &Instance) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut of = vec![usize::MAX; inst.n];
+    for o in 0..inst.n {
+        if of[o] != usize::MAX {
+            continue;
+        }
+        let members: Vec<usize> = match inst.group_of[o] {
+            Some(g) => inst.groups[g].clone(),
+            None => vec![o],
+        };
+        for &m in &members {
+            of[m] = units.len();
+        }
+        units.push(members);
+    }
+    (units, of)
+}
+
+/// Brute force: the best model value over every contiguous split on `chain` (every chain of
+/// ideals of the units' DAG, every increasing choice of chain positions).
+fn brute_contiguous(inst: &Instance, chain: &[usize], objective: Objective) -> f64 {
+    let (units, of) = dag_units(inst);
+    let u = units.len();
+    let ideal = |set: u32| {
+        inst.problem.edges.iter().all(|e| {
+            let (a, b) = (of[e.from], of[e.to]);
+            a >= b || set >> b & 1 == 0 || set >> a & 1 == 1
+        })
+    };
+    let ideals: Vec<u32> = (0..1u32 << u).filter(|&s| ideal(s)).collect();
+    let full = (1u32 << u) - 1;
+    let mut best = f64::INFINITY;
+    // (ideal so far, next chain position, stages).
+    let mut stack: Vec<(u32, usize, Vec<Stage>)> = vec![(0, 0, Vec::new())];
+    while let Some((done, pos, stages)) = stack.pop() {
+        if done == full {
+            best = best.min(model_value(inst, &stages, objective));
+            continue;
+        }
+        for &next in &ideals {
+            if next & done != done || next == done {
+                continue;
+            }
+            let ops: Vec<bool> = (0..inst.n)
+                .map(|o| (next & !done) >> of[o] & 1 == 1)
+                .collect();
+            for (p, &k) in chain.iter().enumerate().skip(pos) {
+                let mut more = stages.clone();
+                more.push((ops.clone(), k));
+                stack.push((next, p + 1, more));
+            }
+        }
+    }
+    best
+}
+
+/// The stages of a plan made by the contiguous DP on `chain`: the ops of each used chain
+/// device, in chain order.
+fn stages_of(inst: &Instance, assign: &[usize], chain: &[usize]) -> Vec<Stage> {
+    chain
+        .iter()
+        .map(|&k| ((0..inst.n).map(|o| assign[o] == k).collect::<Vec<_>>(), k))
+        .filter(|(ops, _)| ops.iter().any(|&x| x))
+        .collect()
+}
+
+/// A random problem of `random_problem` with more colocation groups (each op joins one of two
+/// groups with probability 1/3): on every chain of devices, the contiguous DP's value equals
+/// brute force over contiguous splits, its plan has that value under the model, and `dp`'s
+/// plan is feasible.
+fn dp_on_dag(seed: u64) {
+    let mut p = random_problem(seed);
+    let mut s = seed ^ 0xc0_10ca7e;
+    for op in &mut p.ops {
+        let r = splitmix(&mut s) % 6;
+        op.colocate = (r < 2).then(|| format!("g{r}"));
+    }
+    let Ok(inst) = Instance::new(p) else {
+        return;
+    };
+    let chains = strategy::dp::chains(&inst);
+    for objective in [Objective::Throughput, Objective::Latency] {
+        let (fam, splits) = strategy::contiguous::splits(&inst, &chains, objective);
+        assert!(
+            fam.exact,
+            "seed {seed}: a problem this small is solved exactly"
+        );
+        let mut found = splits.into_iter();
+        let mut any = false;
+        for chain in &chains {
+            let brute = brute_contiguous(&inst, chain, objective);
+            let dp = strategy::contiguous::best_on_chain(&inst, &fam, chain, objective);
+            match dp {
+                None => assert!(
+                    brute.is_infinite(),
+                    "seed {seed} {objective} {chain:?}: dp found no split, brute force {brute}"
+                ),
+                Some(split) => {
+                    any = true;
+                    assert_eq!(found.next().as_ref(), Some(&split));
+                    assert!(
+                        (split.value - brute).abs() <= 1e-9 * brute.max(1.0),
+                        "seed {seed} {objective} {chain:?}: dp {}, brute force {brute}",
+                        split.value
+                    );
+                    let v = model_value(&inst, &stages_of(&inst, &split.assign, chain), objective);
+                    assert!(
+                        (v - split.value).abs() <= 1e-9 * v.max(1.0),
+                        "seed {seed} {objective} {chain:?}: plan's model value {v}, dp's {}",
+                        split.value
+                    );
+                }
+            }
+        }
+        if let Ok(sol) = strategy::dp::solve(&inst, &SolveOptions { objective }) {
+            assert_eq!(violation(&inst, &sol.assign), None, "seed {seed}");
+        } else {
+            assert!(
+                !any || chains.is_empty(),
+                "seed {seed}: a split was found, dp failed"
+            );
+        }
+    }
+}
+
+/// A four-layer training step: forward ops `f0..f3` (1 s each), a loss (0.5 s), backward ops
+/// `b3..b0` (2 s each), each `bi` colocated with `fi`, on two equal devices. Cutting the one
+/// op order never separates a group (each spans the loss), so the order's DP puts everything
+/// on one device (12.5 s); the DAG's contiguous splits put layers 0-1 on one device and
+/// layers 2-3 with the loss on the other: period max(6, 6.5) = 6.5 s.
+#[test]
+fn dp_splits_a_training_step_whose_backward_ops_follow_their_forward_ops() {
+    let op = |name: &str, t: f64, group: Option<usize>| OpSpec {
+        name: name.into(),
+        kind: "a".into(),
+        time: BTreeMap::from([("x".to_string(), t)]),
+        memory: 10,
+        colocate: group.map(|g| format!("layer{g}")),
+        pin: None,
+        spmd: Vec::new(),
+    };
+    let mut ops: Vec<OpSpec> = (0..4).map(|i| op(&format!("f{i}"), 1.0, Some(i))).collect();
+    ops.push(op("loss", 0.5, None));
+    ops.extend((0..4).rev().map(|i| op(&format!("b{i}"), 2.0, Some(i))));
+    let f = |i: usize| i;
+    let b = |i: usize| 8 - i;
+    let edge = |from: usize, to: usize| Edge {
+        from,
+        to,
+        bytes: 1000,
+        tensor: 0,
+    };
+    let mut edges = Vec::new();
+    for i in 0..3 {
+        edges.push(edge(f(i), f(i + 1)));
+        edges.push(edge(b(i + 1), b(i)));
+    }
+    edges.push(edge(f(3), 4));
+    edges.push(edge(4, b(3)));
+    for i in 0..4 {
+        edges.push(edge(f(i), b(i)));
+    }
+    edges.sort_by_key(|e| (e.from, e.to));
+    let device = |name: &str| Device {
+        name: name.into(),
+        kind: "x".into(),
+        memory: 1 << 20,
+        unsupported_ops: Vec::new(),
+        overlap: true,
+    };
+    let p = Problem {
+        version: VERSION,
+        name: "train-step".into(),
+        devices: vec![device("d0"), device("d1")],
+        routers: Vec::new(),
+        links: vec![Link {
+            a: "d0".into(),
+            b: "d1".into(),
+            bandwidth: 1e9,
+            latency: 0.0,
+        }],
+        ops,
+        edges,
+    };
+    let inst = Instance::new(p).expect("valid problem");
+    let opts = SolveOptions {
+        objective: Objective::Throughput,
+    };
+    let linear = strategy::dp::linear(&inst, &opts).expect("one device fits");
+    assert_eq!(linear.value(&inst, Objective::Throughput), 12.5);
+    let dp = strategy::dp::solve(&inst, &opts).expect("a split fits");
+    assert_eq!(dp.value(&inst, Objective::Throughput), 6.5);
+    let on_first: Vec<&str> = (0..inst.n)
+        .filter(|&o| dp.assign[o] == dp.assign[0])
+        .map(|o| inst.op_name(o))
+        .collect();
+    assert_eq!(on_first, ["f0", "f1", "b1", "b0"]);
 }
 
 /// A random chain of 2-9 ops on two devices of different kinds joined by one link, memory

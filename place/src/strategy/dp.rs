@@ -1,8 +1,16 @@
-//! Pipeline stages by dynamic programming: the ops, in the problem's topological order, are
-//! cut into consecutive stages, each stage on one device, the stages following a chain of
-//! devices (a stage may be empty, so any subsequence of the chain is used).
+//! Pipeline stages by dynamic programming, two searches whose plans are both evaluated by
+//! [`crate::eval::evaluate`], the better kept:
 //!
-//! **Model** (exact for it): a stage's time on its device is the sum of its ops' times there;
+//! - [`super::contiguous`]: the contiguous splits of the DAG (stages as differences of
+//!   ideals, colocation groups as units, backward flows allowed), exact over all of them up
+//!   to its size limits, over unions of blocks above them;
+//! - [`linear`], below: the ops in the problem's topological order cut into consecutive
+//!   stages, each stage on one device, the stages following a chain of devices (a stage may
+//!   be empty, so any subsequence of the chain is used). It is exact over single ops up to
+//!   3,000 of them (blocks of the order above), but never cuts inside a colocation group's
+//!   span.
+//!
+//! **Model of the order's cuts** (exact for it): a stage's time on its device is the sum of its ops' times there;
 //! a stage may go on a device only when every op in it may run there; its memory is its ops'
 //! memory plus every tensor it receives from earlier stages (one copy per tensor, as in
 //! [`crate::eval`], so the plan's real memory is what the DP checked); a colocation group is
@@ -37,7 +45,7 @@
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::{Solution, SolveOptions};
+use crate::strategy::{Solution, SolveOptions, better, contiguous, score};
 
 /// The most blocks the DP runs over (one op per block up to this many ops).
 pub const MAX_BLOCKS: usize = 3000;
@@ -123,8 +131,38 @@ fn blocks(inst: &Instance) -> Vec<(usize, usize)> {
     out
 }
 
-/// The best contiguous split (see the module doc).
+/// The best plan of the two searches (see the module doc): the contiguous splits of the DAG
+/// and the cuts of the one op order, each plan evaluated; the order's error when neither
+/// finds a plan.
 pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    if inst.n == 0 {
+        return Ok(Solution::in_problem_order(inst, Vec::new()));
+    }
+    let order = problem_order(inst);
+    let (_, splits) = contiguous::splits(inst, &chains(inst), opts.objective);
+    let mut best: Option<((f64, f64), Vec<usize>)> = None;
+    let lin = linear(inst, opts);
+    let candidates = splits
+        .into_iter()
+        .map(|s| s.assign)
+        .chain(lin.as_ref().ok().map(|s| s.assign.clone()));
+    for assign in candidates {
+        if violation(inst, &assign).is_some() {
+            continue;
+        }
+        let sc = score(&evaluate(inst, &assign, &order), opts.objective);
+        if best.as_ref().is_none_or(|(b, _)| better(sc, *b)) {
+            best = Some((sc, assign));
+        }
+    }
+    match best {
+        Some((_, assign)) => Ok(Solution::in_problem_order(inst, assign)),
+        None => lin,
+    }
+}
+
+/// The best cut of the problem's op order into stages (see the module doc).
+pub fn linear(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
     let n = inst.n;
     if n == 0 {
         return Ok(Solution::in_problem_order(inst, Vec::new()));

@@ -5,7 +5,8 @@
 //! - `exhaustive`: every assignment, with pruning; exact, for tiny problems only.
 //! - `ilp`: integer programming, exact for throughput, small problems only.
 //! - `single`, `round-robin`, `greedy`: the baselines every benchmark compares with.
-//! - `dp`: contiguous pipeline stages along a device chain, exact by dynamic programming.
+//! - `dp`: contiguous pipeline stages along a device chain, exact by dynamic programming
+//!   (over the DAG's contiguous splits, [`contiguous`], and over cuts of one op order).
 //! - `heft`: HEFT list scheduling (latency-driven, heterogeneous devices).
 //! - `multilevel`: METIS-style multilevel partitioning with topology-aware placement.
 //! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
@@ -15,6 +16,7 @@ use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
 
 pub mod baseline;
+pub mod contiguous;
 pub mod dp;
 pub mod exhaustive;
 pub mod heft;
@@ -47,7 +49,7 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     ),
     (
         "dp",
-        "ops in order cut into pipeline stages along a chain of devices (exact dynamic programming over contiguous splits)",
+        "contiguous subgraphs as pipeline stages along a chain of devices (exact dynamic programming over the DAG's ideals, coarsened above a size)",
     ),
     (
         "heft",
