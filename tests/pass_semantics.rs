@@ -196,3 +196,42 @@ fn eqsat_preserves_interpreter_results_within_tolerance() {
         "eqsat rewrote only {rewritten} model/target pairs"
     );
 }
+
+/// `eqsat` keeps each backward op's link to its forward op (`grad-of`), which placement uses
+/// to colocate them, also in a region it rewrites (here the double negation goes and the
+/// transpose folds into a `gemm`, which keeps the link).
+#[test]
+fn eqsat_keeps_backward_links() {
+    tessera_eqsat::register().expect("eqsat registers");
+    let src = r#"graph @step(%x: f32[4, 4], %w: f32[4, 4]) {
+  %h = matmul %x, %w : f32[4, 4] loc("fc")
+  %a = neg %h : f32[4, 4]
+  %b = neg %a : f32[4, 4]
+  %t = transpose %x {perm = [1, 0]} : f32[4, 4] loc("fc") grad-of(%h)
+  %d = matmul %t, %b : f32[4, 4] loc("fc") grad-of(%h)
+  return %d as "dw"
+}
+"#;
+    let mut g = tessera_ir::text::parse(src, None).expect("parses");
+    let pipeline = Pipeline::parse("eqsat{target=cpu}").expect("pipeline");
+    let report = PassManager::new(pipeline)
+        .run(&mut g, &mut NoInstrumentation)
+        .expect("eqsat runs");
+    assert!(report.runs[0].changed, "{}", tessera_ir::text::print(&g));
+    let text = tessera_ir::text::print(&g);
+    assert!(!text.contains("neg"), "{text}");
+    let fwd: Vec<_> = g
+        .ops()
+        .iter()
+        .filter(|&&o| g.op(o).grad_of.is_none() && g.op(o).loc.as_deref() == Some("fc"))
+        .map(|&o| g.op(o).results[0])
+        .collect();
+    assert_eq!(fwd.len(), 1, "{text}");
+    let linked = g
+        .ops()
+        .iter()
+        .filter(|&&o| g.op(o).grad_of == Some(fwd[0]))
+        .count();
+    assert_eq!(linked, g.ops().len() - 1, "{text}");
+    assert!(linked >= 1, "{text}");
+}

@@ -112,13 +112,25 @@ pub fn region_to_egraph(
     }
 }
 
+/// Where an extracted class came from: the original op's location and, for a backward op,
+/// the forward value it differentiates (already a value of the new graph).
+#[derive(Clone, Debug, Default)]
+pub struct Origin {
+    /// The original op's `loc`.
+    pub loc: Option<String>,
+    /// The original op's `grad_of`, when its forward value is already in the new graph.
+    pub grad_of: Option<ValueId>,
+    /// The class of the forward value, when it is inside the region: linked once emitted.
+    pub grad_class: Option<Id>,
+}
+
 /// Why an extraction could not be emitted.
 #[derive(Debug)]
 pub struct EmitError;
 
 /// Appends the extracted ops for `roots` to `out`, reading region inputs from `inputs` (new
 /// graph values, by `input<i>`), adding constants through `consts` (by name, shared across
-/// regions). Returns the value of each root. `locs` gives a class's original location.
+/// regions). Returns the value of each root. `locs` gives a class's origin (location, `grad_of`).
 pub fn emit(
     egraph: &TEGraph,
     extraction: &Extraction,
@@ -126,7 +138,7 @@ pub fn emit(
     inputs: &[ValueId],
     out: &mut Graph,
     consts: &mut BTreeMap<String, ConstId>,
-    locs: &BTreeMap<Id, String>,
+    locs: &BTreeMap<Id, Origin>,
 ) -> Result<Vec<ValueId>, EmitError> {
     let mut values: BTreeMap<Id, Vec<ValueId>> = BTreeMap::new();
     let mut on_stack: std::collections::BTreeSet<Id> = std::collections::BTreeSet::new();
@@ -146,6 +158,24 @@ pub fn emit(
         )?;
         result.push(*vs.first().ok_or(EmitError)?);
     }
+    // Backward ops whose forward value this region emitted too.
+    for (class, origin) in locs {
+        let (Some(gc), Some(vs)) = (origin.grad_class, values.get(class)) else {
+            continue;
+        };
+        let (Some(&v), Some(&fwd)) = (
+            vs.first(),
+            values.get(&egraph.find(gc)).and_then(|f| f.first()),
+        ) else {
+            continue;
+        };
+        if let ValueDef::Result(op, _) = out.value(v).def
+            && matches!(out.value(fwd).def, ValueDef::Result(..))
+            && out.op(op).grad_of.is_none()
+        {
+            out.op_mut(op).grad_of = Some(fwd);
+        }
+    }
     Ok(result)
 }
 
@@ -157,7 +187,7 @@ fn visit(
     inputs: &[ValueId],
     out: &mut Graph,
     consts: &mut BTreeMap<String, ConstId>,
-    locs: &BTreeMap<Id, String>,
+    locs: &BTreeMap<Id, Origin>,
     values: &mut BTreeMap<Id, Vec<ValueId>>,
     on_stack: &mut std::collections::BTreeSet<Id>,
 ) -> Result<Vec<ValueId>, EmitError> {
@@ -220,7 +250,10 @@ fn visit(
                 return Err(EmitError);
             }
             let id = out.push_op(op, args, types);
-            out.op_mut(id).loc = locs.get(&class).cloned();
+            if let Some(origin) = locs.get(&class) {
+                out.op_mut(id).loc = origin.loc.clone();
+                out.op_mut(id).grad_of = origin.grad_of;
+            }
             out.op(id).results.clone()
         }
     };

@@ -481,10 +481,25 @@ pub fn run_eqsat(
             .map(|v| map.get(v).copied())
             .collect::<Option<_>>()
             .ok_or_else(|| PassError::new("a region reads a value defined after it"))?;
-        let locs: BTreeMap<Id, String> = region
+        let class_of_op: BTreeMap<OpId, Id> =
+            region.original.iter().map(|&(id, op)| (op, id)).collect();
+        let locs: BTreeMap<Id, crate::convert::Origin> = region
             .original
             .iter()
-            .filter_map(|&(id, op)| graph.op(op).loc.clone().map(|l| (egraph.find(id), l)))
+            .filter_map(|&(id, op)| {
+                let data = graph.op(op);
+                let grad_class = data.grad_of.and_then(|v| match graph.value(v).def {
+                    ValueDef::Result(p, 0) => class_of_op.get(&p).map(|&gid| egraph.find(gid)),
+                    _ => None,
+                });
+                let origin = crate::convert::Origin {
+                    loc: data.loc.clone(),
+                    grad_of: data.grad_of.and_then(|v| map.get(&v).copied()),
+                    grad_class,
+                };
+                (origin.loc.is_some() || origin.grad_of.is_some() || origin.grad_class.is_some())
+                    .then(|| (egraph.find(id), origin))
+            })
             .collect();
         let rewritten = match &extraction {
             Some(ex) if ex.cost < before * (1.0 - 1e-9) => {
@@ -642,6 +657,7 @@ fn copy_region(
         let id = out.push_op(data.op.clone(), args, types);
         out.op_mut(id).loc = data.loc.clone();
         out.op_mut(id).device = data.device.clone();
+        out.op_mut(id).grad_of = data.grad_of.and_then(|v| map.get(&v).copied());
         for (&old, &new) in data.results.iter().zip(out.op(id).results.clone().iter()) {
             if let Some(n) = &graph.value(old).name {
                 out.set_name(new, n.clone());
