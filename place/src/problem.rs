@@ -269,6 +269,13 @@ pub struct Instance {
     pub out_edges: Vec<Vec<usize>>,
     /// Edges into each op: indices into `problem.edges`.
     pub in_edges: Vec<Vec<usize>>,
+    /// The distinct tensors (a producer's result, which all its consumers share): the tensor
+    /// of each edge, numbered by producer and then by first edge in `out_edges`.
+    pub tensor_of_edge: Vec<usize>,
+    /// Each tensor's producer.
+    pub tensor_from: Vec<usize>,
+    /// Each tensor's bytes.
+    pub tensor_bytes: Vec<u64>,
     /// `latency[a * d + b]`: route latency from device `a` to `b` (0 on the diagonal).
     pub latency: Vec<f64>,
     /// `inv_bandwidth[a * d + b]`: seconds per byte on the route's narrowest link.
@@ -622,6 +629,25 @@ impl Instance {
                 route_last[a * d + b] = offset + l;
             }
         }
+        let mut tensor_of_edge = vec![0usize; problem.edges.len()];
+        let mut tensor_from = Vec::new();
+        let mut tensor_bytes = Vec::new();
+        let mut local: Vec<(u32, usize)> = Vec::new();
+        for (u, outs) in out_edges.iter().enumerate() {
+            local.clear();
+            for &e in outs {
+                let edge = &problem.edges[e];
+                tensor_of_edge[e] = match local.iter().find(|t| t.0 == edge.tensor) {
+                    Some(&(_, t)) => t,
+                    None => {
+                        local.push((edge.tensor, tensor_from.len()));
+                        tensor_from.push(u);
+                        tensor_bytes.push(edge.bytes);
+                        tensor_from.len() - 1
+                    }
+                };
+            }
+        }
         let capacity = problem.devices.iter().map(|x| x.memory).collect();
         let overlap = problem.devices.iter().map(|x| x.overlap).collect();
         let num_channels = 2 * problem.links.len();
@@ -637,6 +663,9 @@ impl Instance {
             groups,
             out_edges,
             in_edges,
+            tensor_of_edge,
+            tensor_from,
+            tensor_bytes,
             latency,
             inv_bandwidth,
             route_labels,

@@ -74,6 +74,21 @@ pub struct Family {
     pub exact: bool,
 }
 
+impl Family {
+    fn new(block_of: Vec<usize>, blocks: usize, ideals: Vec<Vec<u64>>, exact: bool) -> Family {
+        let mut block_ops = vec![Vec::new(); blocks];
+        for (o, &b) in block_of.iter().enumerate() {
+            block_ops[b].push(o);
+        }
+        Family {
+            block_of,
+            block_ops,
+            ideals,
+            exact,
+        }
+    }
+}
+
 /// The units of the module doc: the unit of each op, in the order of first members.
 pub fn units(inst: &Instance) -> (Vec<usize>, usize) {
     let mut unit_of = vec![usize::MAX; inst.n];
@@ -236,30 +251,12 @@ pub fn family(inst: &Instance, chains: usize, chain_len: usize) -> Family {
         if let Some(ideals) = enumerate(&preds, MAX_IDEALS)
             && work(inst, &block_of, &ideals, chains, chain_len) <= MAX_WORK
         {
-            let mut block_ops = vec![Vec::new(); blocks];
-            for (o, &b) in block_of.iter().enumerate() {
-                block_ops[b].push(o);
-            }
-            return Family {
-                block_of,
-                block_ops,
-                ideals,
-                exact: blocks == units,
-            };
+            return Family::new(block_of, blocks, ideals, blocks == units);
         }
         if blocks <= 1 {
             // One block has two ideals: the whole graph on one device of the chain.
-            let mut block_ops = vec![Vec::new(); blocks];
-            for (o, &b) in block_of.iter().enumerate() {
-                block_ops[b].push(o);
-            }
             let ideals = vec![vec![0u64], vec![u64::from(blocks == 1)]];
-            return Family {
-                block_of,
-                block_ops,
-                ideals,
-                exact: units <= 1,
-            };
+            return Family::new(block_of, blocks, ideals, units <= 1);
         }
         // Strictly fewer each time (the balancing may give one block more than asked).
         target = (blocks * 3 / 4).min(target.saturating_sub(1)).max(1);
@@ -278,15 +275,8 @@ fn sizes(inst: &Instance, fam_block_of: &[usize], ideals: &[Vec<u64>]) -> (Vec<u
     let mut io = Vec::with_capacity(ideals.len());
     let mut ii = Vec::with_capacity(ideals.len());
     for set in ideals {
-        let (mut a, mut c) = (0, 0);
-        for b in 0..blocks {
-            if has(set, b) {
-                a += ops[b];
-                c += ins[b];
-            }
-        }
-        io.push(a);
-        ii.push(c);
+        io.push(members(set).map(|b| ops[b]).sum());
+        ii.push(members(set).map(|b| ins[b]).sum());
     }
     (io, ii)
 }
@@ -358,29 +348,13 @@ struct Tables {
 fn tables(inst: &Instance, fam: &Family) -> Tables {
     let d = inst.d;
     let ni = fam.ideals.len();
-    // A key per distinct tensor (producer, result), and the key of each edge.
-    let mut key_of_edge = vec![0usize; inst.problem.edges.len()];
-    let mut key_bytes: Vec<u64> = Vec::new();
-    let mut key_from: Vec<usize> = Vec::new();
-    let mut key_to: Vec<Vec<usize>> = Vec::new();
-    let mut local: Vec<(u32, usize)> = Vec::new();
-    for u in 0..inst.n {
-        local.clear();
-        for &e in &inst.out_edges[u] {
-            let edge = &inst.problem.edges[e];
-            let key = match local.iter().find(|t| t.0 == edge.tensor) {
-                Some(&(_, k)) => k,
-                None => {
-                    key_bytes.push(edge.bytes);
-                    key_from.push(u);
-                    key_to.push(Vec::new());
-                    local.push((edge.tensor, key_bytes.len() - 1));
-                    key_bytes.len() - 1
-                }
-            };
-            key_of_edge[e] = key;
-            key_to[key].push(edge.to);
-        }
+    // The consumers of each tensor.
+    let key_of_edge = &inst.tensor_of_edge;
+    let key_bytes = &inst.tensor_bytes;
+    let key_from = &inst.tensor_from;
+    let mut key_to: Vec<Vec<usize>> = vec![Vec::new(); key_from.len()];
+    for (e, edge) in inst.problem.edges.iter().enumerate() {
+        key_to[key_of_edge[e]].push(edge.to);
     }
     let bo = &fam.block_of;
     let mut time = vec![0.0f64; ni * d];

@@ -77,8 +77,6 @@ pub(crate) struct State<'a> {
     pub chan: Vec<f64>,
     /// Bytes held per device.
     pub mem: Vec<u64>,
-    key_src: Vec<usize>,
-    key_bytes: Vec<u64>,
     /// Per tensor: (device, consuming edges on it).
     recv: Vec<Vec<(usize, u32)>>,
     out_keys: Vec<Vec<usize>>,
@@ -97,38 +95,24 @@ pub(crate) struct State<'a> {
 impl<'a> State<'a> {
     /// The state of `assign` (entries may be [`NONE`]).
     pub fn new(inst: &'a Instance, assign: &[usize]) -> State<'a> {
-        let mut key_src = Vec::new();
-        let mut key_bytes = Vec::new();
-        let mut out_keys = vec![Vec::new(); inst.n];
+        let mut out_keys: Vec<Vec<usize>> = vec![Vec::new(); inst.n];
         let mut in_keys = vec![Vec::new(); inst.n];
-        let mut tensors: Vec<(u32, usize)> = Vec::new();
         for (u, outs) in out_keys.iter_mut().enumerate() {
-            tensors.clear();
             for &e in &inst.out_edges[u] {
-                let edge = &inst.problem.edges[e];
-                let key = match tensors.iter().find(|t| t.0 == edge.tensor) {
-                    Some(&(_, key)) => key,
-                    None => {
-                        let key = key_src.len();
-                        key_src.push(u);
-                        key_bytes.push(edge.bytes);
-                        tensors.push((edge.tensor, key));
-                        outs.push(key);
-                        key
-                    }
-                };
-                in_keys[edge.to].push(key);
+                let key = inst.tensor_of_edge[e];
+                if !outs.contains(&key) {
+                    outs.push(key);
+                }
+                in_keys[inst.problem.edges[e].to].push(key);
             }
         }
-        let nk = key_src.len();
+        let nk = inst.tensor_from.len();
         let mut s = State {
             inst,
             assign: vec![NONE; inst.n],
             load: vec![0.0; inst.d],
             chan: vec![0.0; inst.num_channels],
             mem: vec![0; inst.d],
-            key_src,
-            key_bytes,
             recv: vec![Vec::new(); nk],
             out_keys,
             in_keys,
@@ -167,12 +151,12 @@ impl<'a> State<'a> {
                 }
             }
         }
-        for key in 0..self.key_src.len() {
-            let src = assign[self.key_src[key]];
+        for key in 0..self.inst.tensor_from.len() {
+            let src = assign[self.inst.tensor_from[key]];
             if src == NONE {
                 continue;
             }
-            let bytes = self.key_bytes[key];
+            let bytes = self.inst.tensor_bytes[key];
             let mut send: f64 = 0.0;
             for &(to, c) in &self.recv[key] {
                 if c == 0 || to == src {
@@ -272,8 +256,8 @@ impl<'a> State<'a> {
         }
         for p in 0..self.akeys.len() {
             let key = self.akeys[p];
-            let bytes = self.key_bytes[key];
-            let s = self.key_src[key];
+            let bytes = self.inst.tensor_bytes[key];
+            let s = self.inst.tensor_from[key];
             let old_src = self.assign[s];
             let new_src = if self.in_s[s] { self.tgt[s] } else { old_src };
             for (sign, src, list) in [
