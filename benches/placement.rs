@@ -391,6 +391,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
             colocate: None,
             pin: None,
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
         if o > 0 {
             let preds = 1 + next() % 3;
@@ -402,6 +403,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
                     to: o,
                     bytes: out_bytes[from],
                     tensor: 0,
+                    operand: 0,
                 });
             }
         }
@@ -416,6 +418,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
         links: target.links.iter().map(Link::from).collect(),
         ops,
         edges,
+        groups: Vec::new(),
     }
 }
 

@@ -27,6 +27,16 @@
 //!
 //! Memory: when the ops' own memory exceeds the capacity of all the devices together, no plan
 //! exists; that is reported as an error, not as a bound.
+//!
+//! **Split alternatives** ([`crate::split`]) enlarge every choice, and each component stays
+//! valid over the enlarged choice: an op's work is its least total device time over its
+//! options (whole, or the sum of a split's shares), its duration its least over its options
+//! (a split's slowest share), its memory its least total; a unit on a device group loads
+//! each group device with at least its ops' fastest shares there; the LP gains a variable per
+//! unit and device group whose every op has an alternative there, which loads (and fills)
+//! each group device with those least shares; a transfer to or from a pinned op may be
+//! split over a group's devices, so its least link time is the least over those options; an
+//! edge whose ends may be split is not counted as an unavoidable transfer.
 
 use std::collections::BTreeMap;
 
@@ -63,7 +73,7 @@ impl LowerBound {
 /// The lower bound of `inst` for `objective`; an error when memory makes it infeasible.
 pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, ProblemError> {
     let mut components = BTreeMap::new();
-    let total_memory: u128 = inst.memory.iter().map(|&m| u128::from(m)).sum();
+    let total_memory: u128 = (0..inst.n).map(|o| least_memory(inst, o)).sum();
     let total_capacity: u128 = inst.capacity.iter().map(|&c| u128::from(c)).sum();
     if total_memory > total_capacity {
         return Err(ProblemError::Infeasible(format!(
@@ -101,11 +111,19 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
             )));
         }
     }
-    let usable = (0..inst.d)
-        .filter(|&k| (0..inst.n).any(|o| inst.allowed(o, k)))
-        .count()
-        .max(1);
-    let work: f64 = (0..inst.n).map(|o| inst.min_time(o)).sum();
+    let mut usable = vec![false; inst.d];
+    for o in 0..inst.n {
+        for (k, u) in usable.iter_mut().enumerate() {
+            *u |= inst.allowed(o, k);
+        }
+        for a in inst.alts[o].iter().filter(|a| a.allowed) {
+            for &k in &inst.place_devices[inst.d + a.group] {
+                usable[k] = true;
+            }
+        }
+    }
+    let usable = usable.iter().filter(|&&u| u).count().max(1);
+    let work: f64 = (0..inst.n).map(|o| least_work(inst, o)).sum();
     components.insert("work".to_string(), work / usable as f64);
     let mut n_units = 0usize;
     let largest = unit_heads(inst)
@@ -115,14 +133,23 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
                 Some(g) => &inst.groups[g][..],
                 None => std::slice::from_ref(&head),
             };
-            (0..inst.d)
+            let whole = (0..inst.d)
                 .filter(|&k| inst.allowed(head, k))
                 .map(|k| members.iter().map(|&o| inst.t(o, k)).sum::<f64>())
-                .fold(f64::INFINITY, f64::min)
+                .fold(f64::INFINITY, f64::min);
+            let split = (0..inst.problem.groups.len())
+                .filter_map(|g| group_shares(inst, members, g))
+                .map(|shares| shares.iter().map(|s| s.0).fold(0.0, f64::max))
+                .fold(f64::INFINITY, f64::min);
+            let split = match members {
+                [o] => split.max(least_split_duration(inst, *o)),
+                _ => split,
+            };
+            whole.min(split)
         })
         .fold(0.0, f64::max);
     components.insert("largest-op".to_string(), largest);
-    if n_units.saturating_mul(inst.d) <= LP_MAX_VARS
+    if n_units.saturating_mul(inst.d + inst.problem.groups.len()) <= LP_MAX_VARS
         && let Some(lp) = lp_bound(inst, &units(inst))?
     {
         components.insert("lp".to_string(), lp);
@@ -152,7 +179,7 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
                 .iter()
                 .map(|&e| path[inst.problem.edges[e].from] + unavoidable[e])
                 .fold(0.0, f64::max);
-            path[o] = start + inst.min_time(o);
+            path[o] = start + least_duration(inst, o);
             longest = longest.max(path[o]);
         }
         components.insert("critical-path".to_string(), longest);
@@ -175,6 +202,9 @@ fn links_at(inst: &Instance, k: usize) -> usize {
 fn only_device(inst: &Instance) -> Vec<Option<usize>> {
     (0..inst.n)
         .map(|o| {
+            if inst.alts[o].iter().any(|a| a.allowed) {
+                return None;
+            }
             let mut it = (0..inst.d).filter(|&k| inst.allowed(o, k));
             match (it.next(), it.next()) {
                 (Some(k), None) => Some(k),
@@ -192,6 +222,10 @@ fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
         .edges
         .iter()
         .map(|edge| {
+            let splits = |o: usize| inst.alts[o].iter().any(|a| a.allowed);
+            if splits(edge.from) || splits(edge.to) {
+                return 0.0;
+            }
             for (k, t) in to_allowed.iter_mut().enumerate() {
                 *t = inst.allowed(edge.to, k);
             }
@@ -212,6 +246,67 @@ fn unavoidable_transfers(inst: &Instance) -> Vec<f64> {
         .collect()
 }
 
+/// Op `o`'s least total device time over its options.
+fn least_work(inst: &Instance, o: usize) -> f64 {
+    inst.alts[o]
+        .iter()
+        .filter(|a| a.allowed)
+        .map(|a| a.time.iter().sum::<f64>())
+        .fold(inst.min_time(o), f64::min)
+}
+
+/// Op `o`'s least duration over its splits (infinite without any).
+fn least_split_duration(inst: &Instance, o: usize) -> f64 {
+    inst.alts[o]
+        .iter()
+        .filter(|a| a.allowed)
+        .map(|a| a.duration())
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Op `o`'s least duration over its options.
+fn least_duration(inst: &Instance, o: usize) -> f64 {
+    inst.min_time(o).min(least_split_duration(inst, o))
+}
+
+/// Op `o`'s least total memory over its options.
+fn least_memory(inst: &Instance, o: usize) -> u128 {
+    let whole = if inst.runs_whole(o) {
+        u128::from(inst.memory[o])
+    } else {
+        u128::MAX
+    };
+    inst.alts[o]
+        .iter()
+        .filter(|a| a.allowed)
+        .map(|a| u128::from(a.memory) * a.time.len() as u128)
+        .fold(whole, u128::min)
+}
+
+/// For a unit on device group `g` (every member has an allowed alternative there): per
+/// group device, the least seconds and bytes its members' shares put on it. `None` when
+/// some member has no alternative on `g`.
+fn group_shares(inst: &Instance, unit: &[usize], g: usize) -> Option<Vec<(f64, u64)>> {
+    let k = inst.place_devices[inst.d + g].len();
+    let mut out = vec![(0.0, 0u64); k];
+    for &o in unit {
+        let mut alts = inst.alts[o].iter().filter(|a| a.allowed && a.group == g);
+        let first = alts.next()?;
+        let mut least: Vec<(f64, u64)> = first.time.iter().map(|&t| (t, first.memory)).collect();
+        for a in alts {
+            for (l, &t) in least.iter_mut().zip(&a.time) {
+                l.0 = l.0.min(t);
+                l.1 = l.1.min(a.memory);
+            }
+        }
+        for (x, l) in out.iter_mut().zip(least) {
+            x.0 += l.0;
+            x.1 = x.1.saturating_add(l.1);
+        }
+    }
+    Some(out)
+}
+
 /// The LP relaxation's optimum, `None` when the solver fails (the other components stand);
 /// an error when even the relaxation cannot fit the memory.
 fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemError> {
@@ -223,12 +318,21 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
     let mut x: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(us.len());
+    // Per unit, its device groups: (the group's shares, variable).
+    type Shares = Vec<(f64, u64)>;
+    let mut xg: Vec<Vec<(usize, Shares, good_lp::Variable)>> = Vec::with_capacity(us.len());
     for u in us {
         let row = (0..inst.d)
             .filter(|&k| inst.allowed(u[0], k))
             .map(|k| (k, vars.add(variable().min(0.0).max(1.0))))
             .collect();
         x.push(row);
+        let groups = (0..inst.problem.groups.len())
+            .filter_map(|g| {
+                group_shares(inst, u, g).map(|s| (g, s, vars.add(variable().min(0.0).max(1.0))))
+            })
+            .collect();
+        xg.push(groups);
     }
     // Transfers to and from ops that can only run on one device `p` (inputs and outputs on the
     // host): each occupies one of `p`'s incoming (outgoing) link directions for at least its
@@ -247,16 +351,31 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
     };
     let only = only_device(inst);
     let fastest = |o: usize, p: usize, into: bool, bytes: u64| {
+        let one = |k: usize, bytes: u64| {
+            if into {
+                inst.transfer(k, p, bytes)
+            } else {
+                inst.transfer(p, k, bytes)
+            }
+        };
+        // Split over a group, the tensor moves in blocks between `p` and the group's other
+        // devices (see `crate::split`), each at least a block's transfer.
+        let split = inst.alts[o]
+            .iter()
+            .filter(|a| a.allowed)
+            .map(|a| {
+                let ds = &inst.place_devices[inst.d + a.group];
+                let block = bytes.div_ceil(ds.len() as u64);
+                ds.iter()
+                    .filter(|&&k| k != p)
+                    .map(|&k| one(k, block))
+                    .sum::<f64>()
+            })
+            .fold(f64::INFINITY, f64::min);
         (0..inst.d)
             .filter(|&k| k != p && inst.allowed(o, k))
-            .map(|k| {
-                if into {
-                    inst.transfer(k, p, bytes)
-                } else {
-                    inst.transfer(p, k, bytes)
-                }
-            })
-            .fold(f64::INFINITY, f64::min)
+            .map(|k| one(k, bytes))
+            .fold(split, f64::min)
     };
     // (p, producer, tensor) -> (seconds, consumers) for tensors leaving p; and for tensors
     // arriving at p, (p, producer, tensor) -> seconds.
@@ -319,7 +438,7 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
     }
     let mut load: Vec<Expression> = vec![Expression::from(0.0); inst.d];
     let mut mem: Vec<Expression> = vec![Expression::from(0.0); inst.d];
-    for (u, row) in us.iter().zip(&x) {
+    for ((u, row), groups) in us.iter().zip(&x).zip(&xg) {
         let mut sum = Expression::from(0.0);
         for &(k, v) in row {
             let time: f64 = u.iter().map(|&o| inst.t(o, k)).sum::<f64>() * 1e6;
@@ -327,6 +446,13 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
             load[k] += time * v;
             mem[k] += bytes * v;
             sum += v;
+        }
+        for (g, shares, v) in groups {
+            for (&k, &(time, bytes)) in inst.place_devices[inst.d + g].iter().zip(shares) {
+                load[k] += time * 1e6 * *v;
+                mem[k] += bytes as f64 / 1e6 * *v;
+            }
+            sum += *v;
         }
         model = model.with(constraint!(sum == 1.0));
     }
@@ -348,6 +474,11 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
         // The relaxation is infeasible only through memory (every other row can be met by a
         // large enough `T`); say which devices overflow, exactly. When the exact check finds
         // room after all, the solver's answer was round-off and the component is skipped.
+        Ok(Err(ResolutionError::Infeasible)) if inst.has_splits() => Err(ProblemError::Infeasible(
+            "the ops' memory does not fit the devices, even with every op split as its \
+                 alternatives allow and spread fractionally"
+                .into(),
+        )),
         Ok(Err(ResolutionError::Infeasible)) => match memory_cut(inst, us) {
             Some(why) => Err(ProblemError::Infeasible(why)),
             None => Ok(None),

@@ -170,6 +170,7 @@ fn mesh_op(
         colocate: None,
         pin: mesh.devices.first().cloned(),
         spmd: mesh.devices.iter().skip(1).cloned().collect(),
+        splits: Vec::new(),
     })
 }
 
@@ -370,6 +371,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             colocate: None,
             pin: Some(host_name.clone()),
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
         graph_ops.push(None);
     }
@@ -382,7 +384,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         let me = ops.len();
         let mut memory = 0u64;
         let mut seen_inputs: BTreeSet<ValueId> = BTreeSet::new();
-        for &v in &data.operands {
+        for (operand, &v) in data.operands.iter().enumerate() {
             match graph.value(v).def {
                 ValueDef::Result(p, _) if matches!(graph.op(p).op, Op::Const(_)) => {
                     if seen_inputs.insert(v) {
@@ -403,6 +405,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
                             to: me,
                             bytes: bytes_of(graph, v, &describe)?,
                             tensor,
+                            operand: operand as u32,
                         });
                     }
                 }
@@ -482,6 +485,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             colocate: None,
             pin,
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
         graph_ops.push(Some(op));
     }
@@ -503,6 +507,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
                 to: me,
                 bytes: bytes_of(graph, v, &|| format!("graph output `{name}`"))?,
                 tensor,
+                operand: 0,
             });
         }
         ops.push(OpSpec {
@@ -513,6 +518,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             colocate: None,
             pin: Some(host_name.clone()),
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
         graph_ops.push(None);
     }
@@ -524,6 +530,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         links: spec.links.iter().map(problem::Link::from).collect(),
         ops,
         edges,
+        groups: Vec::new(),
     };
     Ok(Built {
         problem,

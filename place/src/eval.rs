@@ -25,6 +25,10 @@
 //! transfer time, once, at the start of the first op there that reads it, after the tensor
 //! arrived.
 //!
+//! **Split ops** (an assignment where some op takes a split alternative,
+//! [`crate::problem::Alt`]) are evaluated by [`crate::split`]'s model, which reduces to the
+//! one above for ops run whole.
+//!
 //! **Memory**: a device holds the `memory` of every op on it plus every tensor it receives;
 //! a plan is feasible when no device exceeds its capacity, every op runs where it is allowed,
 //! and colocated ops share a device.
@@ -125,6 +129,9 @@ pub fn transfers(inst: &Instance, assign: &[usize]) -> Vec<(usize, usize, u64)> 
 /// Evaluates `assign` (a device per op), with `order` (a topological order of all ops) as the
 /// order each device runs its ops in.
 pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluation {
+    if crate::split::any_split(inst, assign) {
+        return crate::split::evaluate(inst, assign, order);
+    }
     let mut device_load = inst.base_load.clone();
     let mut memory = inst.base_memory.clone();
     for o in 0..inst.n {
@@ -209,6 +216,9 @@ fn sends(inst: &Instance, assign: &[usize], u: usize) -> (f64, Vec<(usize, f64)>
 
 /// The latency of one sample when devices run their ops in `order` (see the module doc).
 pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f64 {
+    if crate::split::any_split(inst, assign) {
+        return crate::split::schedule_latency(inst, assign, order);
+    }
     let mut finish = vec![0.0f64; inst.n];
     let mut free = vec![0.0f64; inst.d];
     let mut end: f64 = 0.0;
@@ -256,6 +266,9 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             assign.len(),
             inst.n
         ));
+    }
+    if crate::split::any_split(inst, assign) {
+        return crate::split::violation(inst, assign);
     }
     for (o, &k) in assign.iter().enumerate() {
         if k >= inst.d {
@@ -311,6 +324,9 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
 
 /// Bytes held on each device: its ops' memory plus the tensors it receives.
 pub fn memory_use(inst: &Instance, assign: &[usize]) -> Vec<u64> {
+    if crate::split::any_split(inst, assign) {
+        return crate::split::memory_use(inst, assign);
+    }
     let mut memory = inst.base_memory.clone();
     for o in 0..inst.n {
         memory[assign[o]] = memory[assign[o]].saturating_add(inst.memory[o]);

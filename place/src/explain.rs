@@ -53,6 +53,208 @@ pub fn explain_all(
         .collect()
 }
 
+/// The name of split alternative `a` of op `o` in explanations and plans:
+/// `GROUP/AXIS` (`GROUP/split-A` without an axis).
+pub fn split_name(inst: &Instance, o: usize, a: usize) -> String {
+    let spec = &inst.problem.ops[o].splits[a];
+    let axis = if spec.axis.is_empty() {
+        format!("split-{a}")
+    } else {
+        spec.axis.clone()
+    };
+    format!("{}/{axis}", spec.group)
+}
+
+/// The most ops a plan with splits has for its explanations to weigh every op's other
+/// options by evaluating the whole plan (quadratic work); above it they give the costs and
+/// the reason of the op's own option only.
+pub const SPLIT_EXPLAIN_MAX_OPS: usize = 5_000;
+
+/// The explanation of op `o` in a plan that splits some op: every option's modelled time
+/// (devices whole, splits by `GROUP/AXIS`: the slowest share) and why its option won,
+/// weighed by evaluating the plan with the op's unit moved to the best other option:
+/// `memory` (the other option overflows a device, or the op fits no device whole), `time`
+/// (the other option makes the objective worse by computing longer), `link` (it makes the
+/// objective worse through transfers and resharding: a link or the reshard time binds), or
+/// `search`.
+fn explain_split(
+    inst: &Instance,
+    sol: &Solution,
+    objective: Objective,
+    ev: &Evaluation,
+    o: usize,
+) -> Explanation {
+    let x = sol.assign[o];
+    let mut costs: BTreeMap<String, Option<f64>> = (0..inst.d)
+        .map(|j| {
+            let t = inst.t(o, j);
+            (inst.device_name(j).to_string(), t.is_finite().then_some(t))
+        })
+        .collect();
+    for (a, alt) in inst.alts[o].iter().enumerate() {
+        costs.insert(split_name(inst, o, a), alt.allowed.then(|| alt.duration()));
+    }
+    let here = if x < inst.d {
+        inst.device_name(x).to_string()
+    } else {
+        split_name(inst, o, x - inst.d)
+    };
+    let (constraint, reason) = decide_split(inst, sol, objective, ev, o);
+    Explanation {
+        op: inst.op_name(o).to_string(),
+        device: here,
+        costs,
+        constraint: constraint.to_string(),
+        reason,
+    }
+}
+
+fn decide_split(
+    inst: &Instance,
+    sol: &Solution,
+    objective: Objective,
+    ev: &Evaluation,
+    o: usize,
+) -> (&'static str, String) {
+    let x = sol.assign[o];
+    let spec = &inst.problem.ops[o];
+    if let Some(p) = &spec.pin {
+        return ("pin", format!("pinned to {p}"));
+    }
+    let duration = inst.option_times(o, x).iter().copied().fold(0.0, f64::max);
+    let what = if x < inst.d {
+        format!("whole on {} ({})", inst.device_name(x), secs(duration))
+    } else {
+        let a = x - inst.d;
+        format!(
+            "split {} ways ({}, {} per device)",
+            inst.alts[o][a].time.len(),
+            split_name(inst, o, a),
+            secs(duration)
+        )
+    };
+    if x >= inst.d && !inst.runs_whole(o) {
+        let largest = (0..inst.d)
+            .filter(|&k| {
+                inst.time[o * inst.d + k].is_finite()
+                    || spec.time.contains_key(&inst.problem.devices[k].kind)
+            })
+            .map(|k| inst.capacity[k])
+            .max()
+            .unwrap_or(0);
+        return (
+            "memory",
+            format!(
+                "{what}: whole it needs {} bytes, more than any device that could run it holds                  (the largest holds {largest})",
+                spec.memory
+            ),
+        );
+    }
+    if inst.n > SPLIT_EXPLAIN_MAX_OPS {
+        return ("search", format!("{what}: the strategy's search chose it"));
+    }
+    let unit: Vec<usize> = match inst.group_of[o] {
+        Some(g) => inst.groups[g].clone(),
+        None => vec![o],
+    };
+    // The best other option of the unit by the objective: devices, and each split of a
+    // single op.
+    let mut others: Vec<Vec<usize>> = (0..inst.d)
+        .filter(|&k| inst.allowed(o, k))
+        .map(|k| vec![k; unit.len()])
+        .collect();
+    if unit.len() == 1 {
+        others.extend(
+            (0..inst.alts[o].len())
+                .filter(|&a| inst.alts[o][a].allowed)
+                .map(|a| vec![inst.d + a]),
+        );
+    }
+    let mut assign = sol.assign.clone();
+    let mut best: Option<(f64, Evaluation, usize)> = None;
+    let mut overflow: Option<(usize, String)> = None;
+    for choice in &others {
+        if unit.iter().zip(choice).all(|(&u, &c)| sol.assign[u] == c) {
+            continue;
+        }
+        for (&u, &c) in unit.iter().zip(choice) {
+            assign[u] = c;
+        }
+        if let Some(why) = crate::eval::violation(inst, &assign) {
+            overflow.get_or_insert((choice[0], why));
+        } else {
+            let e = crate::eval::evaluate(inst, &assign, &sol.order);
+            let v = e.value(objective);
+            if best.as_ref().is_none_or(|b| v < b.0) {
+                best = Some((v, e, choice[0]));
+            }
+        }
+        for &u in &unit {
+            assign[u] = sol.assign[u];
+        }
+    }
+    let option_name = |y: usize| {
+        if y < inst.d {
+            format!("whole on {}", inst.device_name(y))
+        } else {
+            format!("split as {}", split_name(inst, o, y - inst.d))
+        }
+    };
+    let now = ev.value(objective);
+    let Some((v, other, y)) = best else {
+        return match overflow {
+            Some((y, why)) => (
+                "memory",
+                format!("{what}; {} would not fit: {why}", option_name(y)),
+            ),
+            None => ("support", format!("{what}: it has no other option")),
+        };
+    };
+    if v <= now * (1.0 + 1e-12) {
+        return (
+            "search",
+            format!(
+                "{what}; {} would make the {objective} {} (now {}), no worse: only the \
+                 strategy's search kept it here",
+                option_name(y),
+                secs(v),
+                secs(now)
+            ),
+        );
+    }
+    let y_time = inst.option_times(o, y).iter().copied().fold(0.0, f64::max);
+    let busiest_channel = other.channel_load.iter().copied().fold(0.0, f64::max);
+    let busiest_device = other.device_load.iter().copied().fold(0.0, f64::max);
+    let by_link = match objective {
+        Objective::Throughput => busiest_channel >= busiest_device,
+        Objective::Latency => y_time <= duration,
+    };
+    if by_link {
+        (
+            "link",
+            format!(
+                "{what}; {} computes it in {} but its transfers and resharding would make \
+                 the {objective} {} against {}",
+                option_name(y),
+                secs(y_time),
+                secs(v),
+                secs(now)
+            ),
+        )
+    } else {
+        (
+            "time",
+            format!(
+                "{what}; {} would take {} and make the {objective} {} against {}",
+                option_name(y),
+                secs(y_time),
+                secs(v),
+                secs(now)
+            ),
+        )
+    }
+}
+
 fn secs(s: f64) -> String {
     tessera_targets::sim::seconds(s)
 }
@@ -65,6 +267,9 @@ pub fn explain_op(
     ev: &Evaluation,
     o: usize,
 ) -> Explanation {
+    if crate::split::any_split(inst, &sol.assign) {
+        return explain_split(inst, sol, objective, ev, o);
+    }
     let assign = &sol.assign;
     let k = assign[o];
     let costs = (0..inst.d)

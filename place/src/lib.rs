@@ -4,6 +4,7 @@
 //! - [`problem`]: placement problems as data (the JSON schema) and their indexed form.
 //! - [`eval`]: the objectives (pipelined throughput, one-sample latency), memory and the
 //!   constraints of an assignment.
+//! - [`split`]: split alternatives (an op over a device group) and the resharding they imply.
 //! - [`bound`]: lower bounds on the optimum, so every plan reports its gap.
 //! - [`strategy`]: the solvers, each documented with its source, and `auto`.
 //! - [`plan`]: the solved plan as JSON, with per-op explanations ([`explain`]).
@@ -17,6 +18,7 @@ pub mod explain;
 pub mod pass;
 pub mod plan;
 pub mod problem;
+pub mod split;
 pub mod strategy;
 
 pub use bound::{LowerBound, lower_bound};

@@ -117,6 +117,7 @@ pub fn place_graph(
             links: Vec::new(),
             ops: Vec::new(),
             edges: Vec::new(),
+            groups: Vec::new(),
         },
     ))?;
     let (plan, sol) = solve_with_solution(&inst, strategy, objective, explain)?;

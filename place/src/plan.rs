@@ -104,14 +104,30 @@ pub struct AttemptRecord {
     pub error: Option<String>,
 }
 
-/// An op's device.
+/// An op's device, or its device group when it runs split.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Assigned {
     /// The op.
     pub op: String,
-    /// Its device.
+    /// Its device (whole), or its device group (split).
     pub device: String,
+    /// The split it runs as, when split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitUse>,
+}
+
+/// The split alternative an op runs as.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitUse {
+    /// Its index in the problem op's `splits`.
+    pub index: usize,
+    /// What is split (the alternative's `axis`).
+    #[serde(default)]
+    pub axis: String,
+    /// Over how many devices.
+    pub ways: usize,
 }
 
 /// Solves `inst` with `strategy` for `objective` and builds the plan (with explanations when
@@ -186,8 +202,10 @@ pub fn plan_of(
         0.0
     };
     let mut counts = vec![0; inst.d];
-    for &k in &sol.assign {
-        counts[k] += 1;
+    for (o, &x) in sol.assign.iter().enumerate() {
+        for &k in &inst.place_devices[inst.place_of(o, x)] {
+            counts[k] += 1;
+        }
     }
     let devices = (0..inst.d)
         .map(|k| DeviceUse {
@@ -239,9 +257,20 @@ pub fn plan_of(
         selected_by: None,
         attempts: Vec::new(),
         assignment: (0..inst.n)
-            .map(|o| Assigned {
-                op: inst.op_name(o).to_string(),
-                device: inst.device_name(sol.assign[o]).to_string(),
+            .map(|o| {
+                let x = sol.assign[o];
+                Assigned {
+                    op: inst.op_name(o).to_string(),
+                    device: inst.place_name(inst.place_of(o, x)).to_string(),
+                    split: (x >= inst.d).then(|| {
+                        let a = x - inst.d;
+                        SplitUse {
+                            index: a,
+                            axis: inst.problem.ops[o].splits[a].axis.clone(),
+                            ways: inst.alts[o][a].time.len(),
+                        }
+                    }),
+                }
             })
             .collect(),
         order: (!identity).then(|| sol.order.clone()),

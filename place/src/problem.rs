@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
 use tessera_targets::limits::{MAX_BYTES, MAX_RATE, MAX_SECONDS, MIN_RATE, is_rate, is_seconds};
 use tessera_targets::{Device as TargetDevice, Link as TargetLink, TargetSpec};
 
+pub use crate::split::Layout;
+
 /// The schema version this build reads and writes.
 pub const VERSION: u32 = 1;
 
@@ -68,6 +70,46 @@ pub struct Problem {
     /// Data moving from one op to a later one.
     #[serde(default)]
     pub edges: Vec<Edge>,
+    /// Groups of devices an op may run split over ([`OpSpec::splits`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<DeviceGroup>,
+}
+
+/// Devices an op may run split over, in ring order: the collectives a split implies run as
+/// rings through the devices in this order, each step over the route between neighbours.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceGroup {
+    /// Unique name among the groups.
+    pub name: String,
+    /// Two or more distinct devices.
+    pub devices: Vec<String>,
+}
+
+/// One way to run an op split over a device group: every device of the group runs its
+/// share at the same time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitSpec {
+    /// The device group ([`Problem::groups`]).
+    pub group: String,
+    /// What is split, for reports (`batch`, `heads`, `hidden`, `vocab`, `channels`, ...).
+    #[serde(default)]
+    pub axis: String,
+    /// Seconds of one device's share, per device kind (every device of the group needs its
+    /// kind listed).
+    pub time: BTreeMap<String, f64>,
+    /// Bytes one device of the group keeps (its share of the weights and results).
+    #[serde(default)]
+    pub memory: u64,
+    /// The layout each operand must arrive in, by operand index (`Edge::operand`): `R`
+    /// (every device holds all of it) or `S<axis>` (split along that tensor axis).
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// The layout of each result, by result index (`Edge::tensor`): `R`, `S<axis>`, or `P`
+    /// (every device holds a partial sum of the whole).
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 /// A device of a placement problem.
@@ -150,6 +192,9 @@ pub struct OpSpec {
     /// and leave through `pin`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spmd: Vec<String>,
+    /// Ways to run the op split over a device group instead of whole on one device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<SplitSpec>,
 }
 
 /// Data from one op to a later one.
@@ -165,6 +210,9 @@ pub struct Edge {
     /// Which result of the producer (consumers of one tensor on one device share a copy).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tensor: u32,
+    /// Which operand of the consumer it is (its layout under a split: [`SplitSpec::inputs`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub operand: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -296,6 +344,38 @@ pub struct Instance {
     pub base_memory: Vec<u64>,
     /// The `spmd` devices of each op (empty for most).
     pub spmd: Vec<Vec<usize>>,
+    /// The devices of each place: places `0..d` are the devices themselves, place `d + g`
+    /// is device group `g`'s devices in ring order.
+    pub place_devices: Vec<Vec<usize>>,
+    /// Each op's split alternatives, in the problem's order: option `d + a` of op `o` is
+    /// `alts[o][a]` (options below `d` are the devices, the op whole).
+    pub alts: Vec<Vec<Alt>>,
+}
+
+/// A split alternative of an op, checked ([`SplitSpec`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alt {
+    /// The device group (place `d + group`).
+    pub group: usize,
+    /// Seconds of each group device's share, in the group's order (infinite where the
+    /// device cannot run it; then the alternative is not allowed).
+    pub time: Vec<f64>,
+    /// Bytes each group device keeps.
+    pub memory: u64,
+    /// The layout each operand must arrive in.
+    pub inputs: Vec<Layout>,
+    /// The layout of each result.
+    pub outputs: Vec<Layout>,
+    /// Whether the op may run this way (every device of the group can run its share, holds
+    /// its memory, and the op is not pinned).
+    pub allowed: bool,
+}
+
+impl Alt {
+    /// The op's duration this way: its slowest share.
+    pub fn duration(&self) -> f64 {
+        self.time.iter().copied().fold(0.0, f64::max)
+    }
 }
 
 impl Instance {
@@ -397,6 +477,38 @@ impl Instance {
                 ));
             }
         }
+        let mut group_names: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut place_devices: Vec<Vec<usize>> = (0..d).map(|k| vec![k]).collect();
+        for (g, grp) in problem.groups.iter().enumerate() {
+            let at = format!("groups[{g}] ({})", grp.name);
+            if group_names.insert(grp.name.as_str(), g).is_some() {
+                return Err(invalid(at, "the name is used twice"));
+            }
+            if grp.devices.len() < 2 {
+                return Err(invalid(at, "a device group needs at least two devices"));
+            }
+            let mut members = Vec::with_capacity(grp.devices.len());
+            for (i, name) in grp.devices.iter().enumerate() {
+                let k = *nodes
+                    .get(name.as_str())
+                    .filter(|&&k| k < d)
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{at}.devices[{i}]"),
+                            format!("`{name}` is not a device"),
+                        )
+                    })?;
+                if members.contains(&k) {
+                    return Err(invalid(
+                        format!("{at}.devices[{i}]"),
+                        format!("`{name}` is listed twice"),
+                    ));
+                }
+                members.push(k);
+            }
+            place_devices.push(members);
+        }
+        let mut alts: Vec<Vec<Alt>> = vec![Vec::new(); n];
         // Membership only (nothing iterates it), so a hash set: a million names check fast.
         let mut names: std::collections::HashSet<&str> =
             std::collections::HashSet::with_capacity(n);
@@ -447,7 +559,77 @@ impl Instance {
                     time[o * d + k] = op.time.get(&dev.kind).copied().unwrap_or(f64::INFINITY);
                 }
             }
-            if (0..d).all(|k| time[o * d + k].is_infinite()) {
+            for (a, sp) in op.splits.iter().enumerate() {
+                let at = format!("{}.splits[{a}]", at());
+                let g = *group_names.get(sp.group.as_str()).ok_or_else(|| {
+                    invalid(
+                        format!("{at}.group"),
+                        format!("`{}` is not a device group", sp.group),
+                    )
+                })?;
+                for (kind, &t) in &sp.time {
+                    if !is_seconds(t) {
+                        return Err(invalid(
+                            format!("{at}.time.{kind}"),
+                            format!(
+                                "must be a number >= 0 and <= {MAX_SECONDS:e} (seconds), not {}",
+                                num(t)
+                            ),
+                        ));
+                    }
+                }
+                if sp.memory > MAX_BYTES {
+                    return Err(invalid(
+                        format!("{at}.memory"),
+                        format!(
+                            "must be at most 2^60 = {MAX_BYTES} bytes, not {}",
+                            sp.memory
+                        ),
+                    ));
+                }
+                let layouts = |list: &[String], field: &str, partial: bool| {
+                    list.iter()
+                        .enumerate()
+                        .map(|(i, l)| {
+                            let bad = |why: String| invalid(format!("{at}.{field}[{i}]"), why);
+                            match l.parse::<Layout>() {
+                                Ok(Layout::Partial) if !partial => Err(bad(
+                                    "an operand arrives whole (`R`) or split (`S<axis>`), \
+                                     not as a partial sum"
+                                        .into(),
+                                )),
+                                Ok(x) => Ok(x),
+                                Err(e) => Err(bad(e)),
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                };
+                let inputs = layouts(&sp.inputs, "inputs", false)?;
+                let outputs = layouts(&sp.outputs, "outputs", true)?;
+                let members = &place_devices[d + g];
+                let time: Vec<f64> = members
+                    .iter()
+                    .map(|&k| {
+                        let dev = &problem.devices[k];
+                        if dev.unsupported_ops.contains(&op.kind) || sp.memory > dev.memory {
+                            f64::INFINITY
+                        } else {
+                            sp.time.get(&dev.kind).copied().unwrap_or(f64::INFINITY)
+                        }
+                    })
+                    .collect();
+                let allowed =
+                    pin.is_none() && op.spmd.is_empty() && time.iter().all(|t| t.is_finite());
+                alts[o].push(Alt {
+                    group: g,
+                    time,
+                    memory: sp.memory,
+                    inputs,
+                    outputs,
+                    allowed,
+                });
+            }
+            if (0..d).all(|k| time[o * d + k].is_infinite()) && !alts[o].iter().any(|a| a.allowed) {
                 let why = match pin {
                     Some(p) => {
                         let dev = &problem.devices[p];
@@ -520,7 +702,12 @@ impl Instance {
                     }
                 }
             }
-            if (0..d).all(|k| time[members[0] * d + k].is_infinite()) {
+            let on_a_group = (0..problem.groups.len()).any(|g| {
+                members
+                    .iter()
+                    .all(|&o| alts[o].iter().any(|a| a.allowed && a.group == g))
+            });
+            if (0..d).all(|k| time[members[0] * d + k].is_infinite()) && !on_a_group {
                 let g = problem.ops[members[0]].colocate.clone().unwrap_or_default();
                 // For each device, the first member that cannot run there, and why.
                 let reasons = problem.devices.iter().enumerate().map(|(k, dev)| {
@@ -582,6 +769,37 @@ impl Instance {
                 .or_insert((i, e.bytes));
             out_edges[e.from].push(i);
             in_edges[e.to].push(i);
+        }
+        for (o, list) in alts.iter().enumerate() {
+            for (a, alt) in list.iter().enumerate() {
+                let at = || format!("ops[{o}] ({}).splits[{a}]", problem.ops[o].name);
+                if let Some(&e) = in_edges[o]
+                    .iter()
+                    .find(|&&e| problem.edges[e].operand as usize >= alt.inputs.len())
+                {
+                    return Err(invalid(
+                        format!("{}.inputs", at()),
+                        format!(
+                            "edges[{e}] feeds operand {}, but only {} input layouts are given",
+                            problem.edges[e].operand,
+                            alt.inputs.len()
+                        ),
+                    ));
+                }
+                if let Some(&e) = out_edges[o]
+                    .iter()
+                    .find(|&&e| problem.edges[e].tensor as usize >= alt.outputs.len())
+                {
+                    return Err(invalid(
+                        format!("{}.outputs", at()),
+                        format!(
+                            "edges[{e}] carries result {}, but only {} output layouts are given",
+                            problem.edges[e].tensor,
+                            alt.outputs.len()
+                        ),
+                    ));
+                }
+            }
         }
         // Routes, from the targets crate so that they match the simulator's: one search per
         // source device, kept as its tree of labels (memory linear in the devices per source,
@@ -675,7 +893,72 @@ impl Instance {
             base_load,
             base_memory,
             spmd,
+            place_devices,
+            alts,
         })
+    }
+
+    /// Whether any op has split alternatives.
+    pub fn has_splits(&self) -> bool {
+        self.alts.iter().any(|a| !a.is_empty())
+    }
+
+    /// The number of options of op `o`: the devices, then its split alternatives.
+    #[inline]
+    pub fn options(&self, o: usize) -> usize {
+        self.d + self.alts[o].len()
+    }
+
+    /// Whether op `o` may take option `x` (a device it may run on whole, or an allowed
+    /// split alternative).
+    pub fn option_allowed(&self, o: usize, x: usize) -> bool {
+        if x < self.d {
+            self.allowed(o, x)
+        } else {
+            self.alts[o].get(x - self.d).is_some_and(|a| a.allowed)
+        }
+    }
+
+    /// The place of op `o` under option `x` (an index into `place_devices`).
+    #[inline]
+    pub fn place_of(&self, o: usize, x: usize) -> usize {
+        if x < self.d {
+            x
+        } else {
+            self.d + self.alts[o][x - self.d].group
+        }
+    }
+
+    /// Op `o`'s seconds on each device of its place under option `x`.
+    pub fn option_times(&self, o: usize, x: usize) -> &[f64] {
+        if x < self.d {
+            std::slice::from_ref(&self.time[o * self.d + x])
+        } else {
+            &self.alts[o][x - self.d].time
+        }
+    }
+
+    /// Bytes op `o` keeps on each device of its place under option `x`.
+    pub fn option_memory(&self, o: usize, x: usize) -> u64 {
+        if x < self.d {
+            self.memory[o]
+        } else {
+            self.alts[o][x - self.d].memory
+        }
+    }
+
+    /// The name of place `p`: a device's, or a device group's.
+    pub fn place_name(&self, p: usize) -> &str {
+        if p < self.d {
+            self.device_name(p)
+        } else {
+            &self.problem.groups[p - self.d].name
+        }
+    }
+
+    /// Whether op `o` can run whole on some device.
+    pub fn runs_whole(&self, o: usize) -> bool {
+        (0..self.d).any(|k| self.allowed(o, k))
     }
 
     /// The directed channels (`2 * link + direction`, direction 1 from the link's `b` to its

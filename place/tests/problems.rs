@@ -80,6 +80,7 @@ fn schema_errors_name_the_file_or_field() {
         to: 2,
         bytes: 1,
         tensor: 0,
+        operand: 0,
     });
     assert!(err(p).starts_with("edges[5]: goes from ops[4] to ops[2]"));
 
@@ -89,6 +90,7 @@ fn schema_errors_name_the_file_or_field() {
         to: 3,
         bytes: 99,
         tensor: 0,
+        operand: 0,
     });
     assert_eq!(
         err(p),
@@ -228,6 +230,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
                     colocate: ((1..=2).contains(&o) && next() % 3 == 0).then(|| "g".into()),
                     pin: None,
                     spmd: Vec::new(),
+                    splits: Vec::new(),
                 }
             })
             .collect();
@@ -241,6 +244,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
                         to,
                         bytes: b,
                         tensor: 0,
+                        operand: 0,
                     });
                 }
             }
@@ -257,6 +261,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
             links,
             ops,
             edges,
+            groups: Vec::new(),
         };
         if next() % 3 == 0 {
             let o = (next() % n as u64) as usize;
@@ -548,6 +553,7 @@ fn infeasibility_says_what_it_is() {
                 colocate: None,
                 pin: Some(pin.into()),
                 spmd: Vec::new(),
+                splits: Vec::new(),
             })
             .collect(),
         edges: vec![Edge {
@@ -555,7 +561,9 @@ fn infeasibility_says_what_it_is() {
             to: 1,
             bytes: 8,
             tensor: 0,
+            operand: 0,
         }],
+        groups: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     let opts = SolveOptions {

@@ -46,6 +46,7 @@ fn chain_problem(n: usize) -> Problem {
                 colocate: None,
                 pin: None,
                 spmd: Vec::new(),
+                splits: Vec::new(),
             })
             .collect(),
         edges: (1..n)
@@ -54,8 +55,10 @@ fn chain_problem(n: usize) -> Problem {
                 to: o,
                 bytes: 16,
                 tensor: 0,
+                operand: 0,
             })
             .collect(),
+        groups: Vec::new(),
     }
 }
 
@@ -168,6 +171,7 @@ fn a_400_device_ring_is_placed_with_the_targets_routes() {
                 colocate: None,
                 pin: (o == 0 || o == 11).then(|| "d0".to_string()),
                 spmd: Vec::new(),
+                splits: Vec::new(),
             })
             .collect(),
         edges: (1..12)
@@ -176,8 +180,10 @@ fn a_400_device_ring_is_placed_with_the_targets_routes() {
                 to: o,
                 bytes: 1_000_000,
                 tensor: 0,
+                operand: 0,
             })
             .collect(),
+        groups: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     // The instance's routes are the target's, channel for channel (both ways round the ring).

@@ -57,6 +57,7 @@ fn random_problem(seed: u64) -> Problem {
                 .filter(|&(p, _)| p == o)
                 .map(|(_, k)| format!("dev{k}")),
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
     }
     let devices: Vec<Device> = (0..d)
@@ -89,6 +90,7 @@ fn random_problem(seed: u64) -> Problem {
                     to,
                     bytes: sizes[tensor as usize],
                     tensor,
+                    operand: 0,
                 });
             }
         }
@@ -131,6 +133,7 @@ fn random_problem(seed: u64) -> Problem {
         links,
         ops,
         edges,
+        groups: Vec::new(),
     }
 }
 
@@ -502,6 +505,7 @@ fn dp_splits_a_training_step_whose_backward_ops_follow_their_forward_ops() {
         colocate: group.map(|g| format!("layer{g}")),
         pin: None,
         spmd: Vec::new(),
+        splits: Vec::new(),
     };
     let mut ops: Vec<OpSpec> = (0..4).map(|i| op(&format!("f{i}"), 1.0, Some(i))).collect();
     ops.push(op("loss", 0.5, None));
@@ -513,6 +517,7 @@ fn dp_splits_a_training_step_whose_backward_ops_follow_their_forward_ops() {
         to,
         bytes: 1000,
         tensor: 0,
+        operand: 0,
     };
     let mut edges = Vec::new();
     for i in 0..3 {
@@ -545,6 +550,7 @@ fn dp_splits_a_training_step_whose_backward_ops_follow_their_forward_ops() {
         }],
         ops,
         edges,
+        groups: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid problem");
     let opts = SolveOptions {
@@ -580,6 +586,7 @@ fn dp_on_chain(seed: u64) {
             colocate: None,
             pin: None,
             spmd: Vec::new(),
+            splits: Vec::new(),
         })
         .collect();
     let edges = (1..n)
@@ -588,6 +595,7 @@ fn dp_on_chain(seed: u64) {
             to: o,
             bytes: r(2000),
             tensor: 0,
+            operand: 0,
         })
         .collect();
     let p = Problem {
@@ -618,6 +626,7 @@ fn dp_on_chain(seed: u64) {
         }],
         ops,
         edges,
+        groups: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid chain");
     for objective in [Objective::Throughput, Objective::Latency] {

@@ -1,21 +1,113 @@
-//! Exhaustive search: every assignment of colocation units to allowed devices, depth first,
-//! pruned when the devices' loads so far (throughput) or the memory so far already rule a
-//! branch out. Exact for the problem's model (latency in the problem's op order), and only
+//! Exhaustive search: every assignment of colocation units to their options (an allowed
+//! device, or a split alternative over a device group: for a group of several ops, every
+//! combination of its ops' alternatives over one device group), depth first, pruned when the
+//! devices' loads so far (throughput) or the memory so far already rule a branch out. Exact for the problem's model (latency in the problem's op order), and only
 //! for tiny problems: it refuses spaces over [`MAX_SPACE`] assignments. The tests use it as
 //! the reference optimum.
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::strategy::{Solution, SolveOptions, better, score, unit_heads, units};
+use crate::strategy::{Solution, SolveOptions, better, score, units};
 
 /// The largest number of assignments it enumerates.
 pub const MAX_SPACE: f64 = 2.0e5;
 
-/// The number of assignments of units to allowed devices.
+/// The number of assignments of units to their options.
 pub fn space(inst: &Instance) -> f64 {
-    unit_heads(inst)
-        .map(|o| (0..inst.d).filter(|&k| inst.allowed(o, k)).count() as f64)
+    units(inst)
+        .iter()
+        .map(|u| unit_option_count(inst, u))
         .product()
+}
+
+/// The number of options of a unit: its allowed devices, plus, per device group, the
+/// combinations of its ops' allowed alternatives there.
+fn unit_option_count(inst: &Instance, unit: &[usize]) -> f64 {
+    let devices = (0..inst.d).filter(|&k| inst.allowed(unit[0], k)).count() as f64;
+    let splits: f64 = (0..inst.problem.groups.len())
+        .map(|g| {
+            unit.iter()
+                .map(|&o| {
+                    inst.alts[o]
+                        .iter()
+                        .filter(|a| a.allowed && a.group == g)
+                        .count() as f64
+                })
+                .product::<f64>()
+        })
+        .sum();
+    devices + splits
+}
+
+/// One option of a unit: the option of each of its ops, and what it adds per device
+/// (device, seconds, bytes).
+struct UnitOption {
+    choice: Vec<usize>,
+    adds: Vec<(usize, f64, u64)>,
+}
+
+/// Every option of `unit`, devices first in index order, then device groups in order with
+/// their ops' alternatives combined in order.
+fn unit_options(inst: &Instance, unit: &[usize]) -> Vec<UnitOption> {
+    let mut out = Vec::new();
+    for k in (0..inst.d).filter(|&k| inst.allowed(unit[0], k)) {
+        out.push(UnitOption {
+            choice: vec![k; unit.len()],
+            adds: vec![(
+                k,
+                unit.iter().map(|&o| inst.t(o, k)).sum(),
+                unit.iter()
+                    .fold(0u64, |m, &o| m.saturating_add(inst.memory[o])),
+            )],
+        });
+    }
+    for g in 0..inst.problem.groups.len() {
+        let lists: Vec<Vec<usize>> = unit
+            .iter()
+            .map(|&o| {
+                (0..inst.alts[o].len())
+                    .filter(|&a| inst.alts[o][a].allowed && inst.alts[o][a].group == g)
+                    .map(|a| inst.d + a)
+                    .collect()
+            })
+            .collect();
+        if lists.iter().any(Vec::is_empty) {
+            continue;
+        }
+        // Odometer over the combinations (no recursion).
+        let mut at = vec![0usize; unit.len()];
+        loop {
+            let choice: Vec<usize> = at.iter().zip(&lists).map(|(&i, l)| l[i]).collect();
+            let members = &inst.place_devices[inst.d + g];
+            let adds = members
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| {
+                    let mut t = 0.0;
+                    let mut m = 0u64;
+                    for (&o, &x) in unit.iter().zip(&choice) {
+                        t += inst.option_times(o, x)[i];
+                        m = m.saturating_add(inst.option_memory(o, x));
+                    }
+                    (k, t, m)
+                })
+                .collect();
+            out.push(UnitOption { choice, adds });
+            let mut i = 0;
+            while i < at.len() {
+                at[i] += 1;
+                if at[i] < lists[i].len() {
+                    break;
+                }
+                at[i] = 0;
+                i += 1;
+            }
+            if i == at.len() {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// Whether the problem is small enough.
@@ -27,6 +119,7 @@ struct Search<'a> {
     inst: &'a Instance,
     objective: Objective,
     units: Vec<Vec<usize>>,
+    options: Vec<Vec<UnitOption>>,
     order: Vec<usize>,
     assign: Vec<usize>,
     load: Vec<f64>,
@@ -37,11 +130,11 @@ struct Search<'a> {
     first_violation: Option<String>,
 }
 
-/// One level of the depth-first search: the unit being placed, the next device to try for
-/// it, and what placing it on its current device added (to take back).
+/// One level of the depth-first search: the unit being placed, the next option to try for
+/// it, and the option it has now (whose additions to take back).
 struct Frame {
     next: usize,
-    placed: Option<(usize, f64, u64)>,
+    placed: Option<usize>,
 }
 
 impl Search<'_> {
@@ -77,46 +170,47 @@ impl Search<'_> {
         while !stack.is_empty() {
             let u = stack.len() - 1;
             let top = &mut stack[u];
-            // Take back this unit's current device before trying the next.
-            if let Some((k, dt, dm)) = top.placed.take() {
-                self.load[k] -= dt;
-                self.memory[k] -= dm;
+            // Take back this unit's current option before trying the next.
+            if let Some(i) = top.placed.take() {
+                for &(k, dt, dm) in &self.options[u][i].adds {
+                    self.load[k] -= dt;
+                    self.memory[k] -= dm;
+                }
             }
             let unit = &self.units[u];
             let mut chosen = None;
-            while top.next < inst.d {
-                let k = top.next;
+            while top.next < self.options[u].len() {
+                let i = top.next;
                 top.next += 1;
-                if !inst.allowed(unit[0], k) {
-                    continue;
-                }
-                let dt: f64 = unit.iter().map(|&o| inst.t(o, k)).sum();
-                let dm: u64 = unit
+                let adds = &self.options[u][i].adds;
+                if adds
                     .iter()
-                    .fold(0u64, |m, &o| m.saturating_add(inst.memory[o]));
-                if self.memory[k].saturating_add(dm) > inst.capacity[k] {
+                    .any(|&(k, _, dm)| self.memory[k].saturating_add(dm) > inst.capacity[k])
+                {
                     continue;
                 }
                 // Loads only grow, and both objectives are at least the busiest device's load
                 // (equal loads may still win the tie-break).
                 if let Some((b, _)) = &self.best
-                    && self.load[k] + dt > b.0
+                    && adds.iter().any(|&(k, dt, _)| self.load[k] + dt > b.0)
                 {
                     continue;
                 }
-                chosen = Some((k, dt, dm));
+                chosen = Some(i);
                 break;
             }
-            let Some((k, dt, dm)) = chosen else {
+            let Some(i) = chosen else {
                 stack.pop();
                 continue;
             };
-            top.placed = Some((k, dt, dm));
-            for &o in unit {
-                self.assign[o] = k;
+            top.placed = Some(i);
+            for (&o, &x) in unit.iter().zip(&self.options[u][i].choice) {
+                self.assign[o] = x;
             }
-            self.load[k] += dt;
-            self.memory[k] += dm;
+            for &(k, dt, dm) in &self.options[u][i].adds {
+                self.load[k] += dt;
+                self.memory[k] += dm;
+            }
             if u + 1 == n_units {
                 self.leaf();
             } else {
@@ -137,10 +231,13 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
             space(inst)
         )));
     }
+    let us = units(inst);
+    let options = us.iter().map(|u| unit_options(inst, u)).collect();
     let mut s = Search {
         inst,
         objective: opts.objective,
-        units: units(inst),
+        units: us,
+        options,
         order: problem_order(inst),
         assign: vec![0; inst.n],
         load: vec![0.0; inst.d],

@@ -11,6 +11,10 @@
 //! - `multilevel`: METIS-style multilevel partitioning with topology-aware placement.
 //! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
 //!   on the best few plans of the other strategies.
+//! - `split`: placement and op splitting together, local search over every op's options
+//!   (a device, or a split alternative over a device group; [`split`]). Only it and
+//!   `exhaustive` take split alternatives; the others place ops whole, so they refuse a
+//!   problem with an op that fits no device whole.
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
@@ -23,6 +27,7 @@ pub mod heft;
 pub mod ilp;
 pub mod local;
 pub mod multilevel;
+pub mod split;
 
 /// Every strategy name with a one-line description, in the order `auto` tries them.
 pub const STRATEGIES: &[(&str, &str)] = &[
@@ -62,6 +67,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "local",
         "greedy, then moves of ops between devices while the plan improves (local search)",
+    ),
+    (
+        "split",
+        "placement and op splitting together: local search over devices and split alternatives, with chained moves (problems with splits)",
     ),
 ];
 
@@ -142,7 +151,21 @@ pub fn run(
     Ok((sol, name.to_string(), Vec::new()))
 }
 
+/// The strategies that choose split alternatives; the others place every op whole.
+pub const SPLITTING: &[&str] = &["exhaustive", "split"];
+
 fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    if !SPLITTING.contains(&name)
+        && STRATEGIES.iter().any(|s| s.0 == name)
+        && let Some(o) = (0..inst.n).find(|&o| !inst.runs_whole(o))
+    {
+        return Err(ProblemError::Infeasible(format!(
+            "`{}` fits no device whole and must be split; `{name}` places ops whole (the \
+             strategies that split: {})",
+            inst.op_name(o),
+            SPLITTING.join(", ")
+        )));
+    }
     match name {
         "exhaustive" => exhaustive::solve(inst, opts),
         "single" => baseline::single(inst, opts),
@@ -153,6 +176,7 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "heft" => heft::solve(inst, opts),
         "ilp" => ilp::solve(inst, opts),
         "multilevel" => multilevel::solve(inst, opts),
+        "split" => split::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
             message: format!(
@@ -176,6 +200,9 @@ pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
     }
     if ilp::fits(inst) {
         v.push("ilp");
+    }
+    if inst.has_splits() {
+        v.push("split");
     }
     v.extend([
         "dp",
@@ -213,12 +240,15 @@ pub fn forced(inst: &Instance, objective: Objective) -> bool {
         device = Some(k);
     }
     let no_spmd = inst.spmd.iter().all(Vec::is_empty);
-    objective == Objective::Throughput || (one_device && no_spmd)
+    !inst.has_splits() && (objective == Objective::Throughput || (one_device && no_spmd))
 }
 
 /// The `local` strategy: local search from greedy's plan, or, when greedy finds none, from
 /// the better of `single` and `round-robin`.
-fn local_from_baseline(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+pub(crate) fn local_from_baseline(
+    inst: &Instance,
+    opts: &SolveOptions,
+) -> Result<Solution, ProblemError> {
     let start = baseline::greedy(inst, opts).or_else(|e| {
         let mut best: Option<(f64, Solution)> = None;
         for s in [baseline::single(inst, opts), baseline::round_robin(inst)]
@@ -310,7 +340,12 @@ pub fn auto_ranked(
     };
     // Local search on the best few distinct plans (stable sort: ties keep strategy order).
     found.sort_by(by_score);
-    let mut seeds = found.clone();
+    // Local search moves ops between devices: its seeds are the plans without splits.
+    let mut seeds: Vec<_> = found
+        .iter()
+        .filter(|f| !crate::split::any_split(inst, &f.1.assign))
+        .cloned()
+        .collect();
     seeds.dedup_by(|a, b| a.1.assign == b.1.assign);
     for (_, sol, name) in seeds
         .into_iter()

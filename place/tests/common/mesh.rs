@@ -39,6 +39,7 @@ pub fn layered_mesh(n: usize, rows: usize, cols: usize, seed: u64) -> Problem {
             colocate: None,
             pin: None,
             spmd: Vec::new(),
+            splits: Vec::new(),
         });
         if o >= width {
             let layer_start = o / width * width;
@@ -56,6 +57,7 @@ pub fn layered_mesh(n: usize, rows: usize, cols: usize, seed: u64) -> Problem {
                     to: o,
                     bytes: out_bytes[from],
                     tensor: 0,
+                    operand: 0,
                 });
             }
         }
@@ -99,5 +101,6 @@ pub fn layered_mesh(n: usize, rows: usize, cols: usize, seed: u64) -> Problem {
         links,
         ops,
         edges,
+        groups: Vec::new(),
     }
 }

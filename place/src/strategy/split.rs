@@ -1,0 +1,409 @@
+//! The `split` strategy: placement and op splitting decided together, by local search over
+//! every op's options (a device, or a split alternative over a device group), after the
+//! intra- and inter-operator search of Alpa (Zheng et al., OSDI 2022), here as one
+//! neighbourhood instead of an integer program per stage: Alpa's per-stage ILP needs a
+//! solver run per candidate stage, and on the problems tessera builds the option search
+//! reaches the same Megatron-style plans (column-parallel, elementwise, row-parallel) through
+//! its chained moves.
+//!
+//! 1. Starts: the best device-only plan (`local`'s, when every op fits some device whole) and
+//!    two greedy plans over options: units in order, each to the option that finishes it
+//!    soonest (its devices' loads plus its share, plus the time to reshard its operands), or
+//!    to the one that leaves its fullest device the least full, among those that fit memory
+//!    (the least overflow when none does); an op too large for every device takes a split.
+//! 2. Local search on each start: for every unit with split alternatives, every other
+//!    option is tried; a move to a split is also tried *chained*: the op's only consumer
+//!    follows it onto the same device group with an alternative that reads the new layout as
+//!    it is (no reshard between them), then that op's only consumer, up to [`CHAIN`] ops, and
+//!    the best prefix counts. A move is kept when the plan stays feasible and its score
+//!    improves. Passes repeat until none improves or the evaluation budget (proportional to
+//!    the problem's size, [`EVAL_WORK`]) is spent.
+//!
+//! While a start is over memory (the greedy's, when nothing fits an op), the search ranks
+//! plans by the bytes over capacity first, and, when no single move lowers them, also tries
+//! pair moves (a unit and a unit it feeds, every option of each).
+//!
+//! Every plan is evaluated whole by [`crate::eval::evaluate`], so the search optimizes
+//! exactly the model the plan reports.
+
+use crate::eval::{evaluate, memory_use, violation};
+use crate::problem::{Instance, ProblemError};
+use crate::split::{Delivery, Layout, comm_time, in_layout, kept, out_layout, reshard};
+use crate::strategy::{Solution, SolveOptions, better, score, units};
+
+/// The most ops a chained move carries along.
+pub const CHAIN: usize = 8;
+
+/// The evaluation budget, in op and edge visits: the search stops after about this much
+/// work (deterministic: counted, not timed).
+pub const EVAL_WORK: f64 = 4e8;
+
+/// The `split` strategy.
+pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    let mut starts = Vec::new();
+    if (0..inst.n).all(|o| inst.runs_whole(o))
+        && let Ok(s) = super::local_from_baseline(inst, opts)
+    {
+        starts.push(s);
+    }
+    starts.push(greedy(inst, false)?);
+    starts.push(greedy(inst, true)?);
+    let mut best: Option<((f64, f64), Solution)> = None;
+    let mut last = None;
+    for s in starts {
+        let s = improve(inst, s, opts);
+        match violation(inst, &s.assign) {
+            None => {
+                let v = s.score(inst, opts.objective);
+                if best.as_ref().is_none_or(|(b, _)| better(v, *b)) {
+                    best = Some((v, s));
+                }
+            }
+            Some(why) => last = Some(why),
+        }
+    }
+    match best {
+        Some((_, s)) => Ok(s),
+        None => Err(ProblemError::Infeasible(format!(
+            "split: the search found no feasible plan: {}",
+            last.unwrap_or_default()
+        ))),
+    }
+}
+
+/// The options of a unit: per option, each member's option. Devices first, then per device
+/// group the members' alternatives there (the fastest of each member's, so a unit of several
+/// ops has one option per group).
+fn unit_options(inst: &Instance, unit: &[usize]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = (0..inst.d)
+        .filter(|&k| inst.allowed(unit[0], k))
+        .map(|k| vec![k; unit.len()])
+        .collect();
+    if let [o] = unit {
+        out.extend(
+            (0..inst.alts[*o].len())
+                .filter(|&a| inst.alts[*o][a].allowed)
+                .map(|a| vec![inst.d + a]),
+        );
+        return out;
+    }
+    for g in 0..inst.problem.groups.len() {
+        let choice: Option<Vec<usize>> = unit
+            .iter()
+            .map(|&o| {
+                (0..inst.alts[o].len())
+                    .filter(|&a| inst.alts[o][a].allowed && inst.alts[o][a].group == g)
+                    .min_by(|&a, &b| {
+                        inst.alts[o][a]
+                            .duration()
+                            .total_cmp(&inst.alts[o][b].duration())
+                    })
+                    .map(|a| inst.d + a)
+            })
+            .collect();
+        out.extend(choice);
+    }
+    out
+}
+
+/// Units in order, each to the option finishing it soonest among those that fit memory (its
+/// own and the operands it receives from units placed before it); with `roomy`, to the
+/// option leaving the fullest of its devices the least full instead (the fallback when
+/// the first way runs out of memory).
+fn greedy(inst: &Instance, roomy: bool) -> Result<Solution, ProblemError> {
+    let mut assign = vec![usize::MAX; inst.n];
+    let mut load = inst.base_load.clone();
+    let mut memory = inst.base_memory.clone();
+    let mut received: std::collections::BTreeSet<(usize, u32, usize, Layout)> = Default::default();
+    for unit in units(inst) {
+        // (score, choice, bytes it adds per device, the tensors it receives)
+        let mut best: Option<(f64, Vec<usize>, u64, Vec<Delivery>)> = None;
+        for choice in unit_options(inst, &unit) {
+            let place = inst.place_of(unit[0], choice[0]);
+            let devices = &inst.place_devices[place];
+            let mut t = vec![0.0; devices.len()];
+            let mut m = 0u64;
+            let mut comm = 0.0f64;
+            let mut gets: Vec<Delivery> = Vec::new();
+            for (&o, &x) in unit.iter().zip(&choice) {
+                for (ti, &s) in t.iter_mut().zip(inst.option_times(o, x)) {
+                    *ti += s;
+                }
+                m = m.saturating_add(inst.option_memory(o, x));
+                for &e in &inst.in_edges[o] {
+                    let edge = &inst.problem.edges[e];
+                    let u = edge.from;
+                    if assign[u] == usize::MAX {
+                        continue; // a member of this unit
+                    }
+                    let lv = in_layout(inst, o, x, edge.operand);
+                    let c = reshard(
+                        inst,
+                        inst.place_of(u, assign[u]),
+                        out_layout(inst, u, assign[u], edge.tensor),
+                        place,
+                        lv,
+                        edge.bytes,
+                    );
+                    comm = comm.max(comm_time(inst, &c));
+                    let key = (u, edge.tensor, place, lv);
+                    if !c.is_empty() && !received.contains(&key) && !gets.contains(&key) {
+                        gets.push(key);
+                        m = m.saturating_add(kept(inst, place, lv, edge.bytes));
+                    }
+                }
+            }
+            let over: u64 = devices
+                .iter()
+                .map(|&k| memory[k].saturating_add(m).saturating_sub(inst.capacity[k]))
+                .sum();
+            let score = if over > 0 {
+                // Only when nothing fits: the least overflow, for the search to repair.
+                f64::MAX / 2.0 + over as f64
+            } else if roomy {
+                devices
+                    .iter()
+                    .map(|&k| memory[k].saturating_add(m) as f64 / inst.capacity[k].max(1) as f64)
+                    .fold(0.0, f64::max)
+            } else {
+                devices
+                    .iter()
+                    .zip(&t)
+                    .map(|(&k, &ti)| load[k] + ti)
+                    .fold(0.0, f64::max)
+                    + comm
+            };
+            if best.as_ref().is_none_or(|b| score < b.0) {
+                best = Some((score, choice, m, gets));
+            }
+        }
+        let Some((_, choice, m, gets)) = best else {
+            return Err(ProblemError::Infeasible(format!(
+                "split: `{}` has no option",
+                inst.op_name(unit[0])
+            )));
+        };
+        let place = inst.place_of(unit[0], choice[0]);
+        for &k in &inst.place_devices[place] {
+            memory[k] = memory[k].saturating_add(m);
+        }
+        received.extend(gets);
+        for (&o, &x) in unit.iter().zip(&choice) {
+            assign[o] = x;
+            for (&k, &s) in inst.place_devices[place]
+                .iter()
+                .zip(inst.option_times(o, x))
+            {
+                load[k] += s;
+            }
+        }
+    }
+    Ok(Solution::in_problem_order(inst, assign))
+}
+
+/// Bytes over capacity, summed over the devices.
+fn overflow(inst: &Instance, assign: &[usize]) -> u64 {
+    memory_use(inst, assign)
+        .iter()
+        .zip(&inst.capacity)
+        .map(|(&m, &c)| m.saturating_sub(c))
+        .sum()
+}
+
+/// The only consumer op of `o` (every out-edge goes to it), with the edge's tensor and
+/// operand, when it is a unit of its own.
+fn only_consumer(inst: &Instance, o: usize) -> Option<(usize, u32, u32)> {
+    let first = &inst.problem.edges[*inst.out_edges[o].first()?];
+    let same = inst.out_edges[o]
+        .iter()
+        .all(|&e| inst.problem.edges[e].to == first.to);
+    (same && inst.group_of[first.to].is_none()).then_some((first.to, first.tensor, first.operand))
+}
+
+/// A chained move from op `o` on split option `x`: its consumers in turn onto the same group,
+/// each with an alternative that reads the layout it is given as it is. Each step is
+/// `(op, option)`.
+fn chain(inst: &Instance, o: usize, x: usize) -> Vec<(usize, usize)> {
+    let mut steps = Vec::new();
+    let (mut cur, mut cx) = (o, x);
+    while steps.len() < CHAIN {
+        let Some((v, tensor, operand)) = only_consumer(inst, cur) else {
+            break;
+        };
+        let layout = out_layout(inst, cur, cx, tensor);
+        let group = inst.alts[cur][cx - inst.d].group;
+        let fits = |a: &crate::problem::Alt| {
+            let need = a.inputs.get(operand as usize).copied();
+            a.allowed
+                && a.group == group
+                && (need == Some(layout)
+                    || (layout == Layout::Replicated && matches!(need, Some(Layout::Split(_)))))
+        };
+        let Some(a) = inst.alts[v]
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| fits(a))
+            .min_by(|(_, a), (_, b)| a.duration().total_cmp(&b.duration()))
+            .map(|(a, _)| a)
+        else {
+            break;
+        };
+        steps.push((v, inst.d + a));
+        (cur, cx) = (v, inst.d + a);
+    }
+    steps
+}
+
+/// A plan's rank in the search: bytes over capacity, then its score.
+type Key = (u64, (f64, f64));
+
+/// Local search over options from `start` (see the module doc).
+pub fn improve(inst: &Instance, start: Solution, opts: &SolveOptions) -> Solution {
+    let order = start.order;
+    let mut assign = start.assign;
+    // (bytes over capacity, score): a plan over memory is repaired first. A plan within
+    // memory that breaks another rule (no route) is no candidate.
+    let eval = |a: &[usize]| -> Option<Key> {
+        let over = overflow(inst, a);
+        if over == 0 && violation(inst, a).is_some() {
+            return None;
+        }
+        Some((over, score(&evaluate(inst, a, &order), opts.objective)))
+    };
+    let wins = |a: Key, b: Key| a.0 < b.0 || (a.0 == b.0 && better(a.1, b.1));
+    let Some(mut cur) = eval(&assign) else {
+        return Solution { assign, order };
+    };
+    let per_eval = (inst.n + inst.problem.edges.len() + 1) as f64;
+    let mut budget = (EVAL_WORK / per_eval).max(50.0) as usize;
+    // Units with splits; every unit while the start is over memory.
+    let movable: Vec<Vec<usize>> = units(inst)
+        .into_iter()
+        .filter(|u| cur.0 > 0 || u.iter().any(|&o| !inst.alts[o].is_empty()))
+        .collect();
+    'passes: loop {
+        let mut improved = false;
+        for unit in &movable {
+            for choice in unit_options(inst, unit) {
+                if unit.iter().zip(&choice).all(|(&o, &x)| assign[o] == x) {
+                    continue;
+                }
+                if budget == 0 {
+                    break 'passes;
+                }
+                let saved: Vec<usize> = unit.iter().map(|&o| assign[o]).collect();
+                for (&o, &x) in unit.iter().zip(&choice) {
+                    assign[o] = x;
+                }
+                budget -= 1;
+                let mut best = eval(&assign).filter(|&s| wins(s, cur)).map(|s| (s, 0));
+                // Chained: the only consumers follow onto the group.
+                let steps = match unit[..] {
+                    [o] if choice[0] >= inst.d => chain(inst, o, choice[0]),
+                    _ => Vec::new(),
+                };
+                let before: Vec<usize> = steps.iter().map(|&(v, _)| assign[v]).collect();
+                for (i, &(v, x)) in steps.iter().enumerate() {
+                    if budget == 0 {
+                        break;
+                    }
+                    budget -= 1;
+                    assign[v] = x;
+                    if let Some(s) = eval(&assign)
+                        && wins(s, best.map_or(cur, |b| b.0))
+                    {
+                        best = Some((s, i + 1));
+                    }
+                }
+                for (&(v, _), &x) in steps.iter().zip(&before) {
+                    assign[v] = x;
+                }
+                match best {
+                    Some((s, len)) => {
+                        for &(v, x) in &steps[..len] {
+                            assign[v] = x;
+                        }
+                        cur = s;
+                        improved = true;
+                    }
+                    None => {
+                        for (&o, &x) in unit.iter().zip(&saved) {
+                            assign[o] = x;
+                        }
+                    }
+                }
+            }
+        }
+        if !improved && cur.0 > 0 {
+            // Still over memory and stuck: move a unit and a neighbour together.
+            improved = pair_pass(
+                inst,
+                &units(inst),
+                &mut assign,
+                &mut cur,
+                &mut budget,
+                &eval,
+            );
+        }
+        if !improved {
+            break;
+        }
+    }
+    Solution { assign, order }
+}
+
+/// One pass of pair moves (a unit and a unit it shares an edge with, every option of each),
+/// keeping the first that improves; whether one did.
+fn pair_pass(
+    inst: &Instance,
+    us: &[Vec<usize>],
+    assign: &mut [usize],
+    cur: &mut Key,
+    budget: &mut usize,
+    eval: &dyn Fn(&[usize]) -> Option<Key>,
+) -> bool {
+    let mut unit_of = vec![0usize; inst.n];
+    for (i, u) in us.iter().enumerate() {
+        for &o in u {
+            unit_of[o] = i;
+        }
+    }
+    let options: Vec<Vec<Vec<usize>>> = us.iter().map(|u| unit_options(inst, u)).collect();
+    for (i, u) in us.iter().enumerate() {
+        let mut next: Vec<usize> = u
+            .iter()
+            .flat_map(|&o| {
+                inst.out_edges[o]
+                    .iter()
+                    .map(|&e| unit_of[inst.problem.edges[e].to])
+            })
+            .filter(|&j| j != i)
+            .collect();
+        next.sort_unstable();
+        next.dedup();
+        for j in next {
+            let saved: Vec<usize> = u.iter().chain(&us[j]).map(|&o| assign[o]).collect();
+            for a in &options[i] {
+                for b in &options[j] {
+                    if *budget == 0 {
+                        return false;
+                    }
+                    *budget -= 1;
+                    for (&o, &x) in u.iter().zip(a).chain(us[j].iter().zip(b)) {
+                        assign[o] = x;
+                    }
+                    if let Some(k) = eval(assign)
+                        && (k.0 < cur.0 || (k.0 == cur.0 && better(k.1, cur.1)))
+                    {
+                        *cur = k;
+                        return true;
+                    }
+                    for (&o, &x) in u.iter().chain(&us[j]).zip(&saved) {
+                        assign[o] = x;
+                    }
+                }
+            }
+        }
+    }
+    false
+}

@@ -1,0 +1,616 @@
+//! Split alternatives: placement problems where an op may run split over a device group.
+//! Exhaustive search against a brute force over every op's options on random small problems
+//! (with the bound never above the optimum and every plan within memory), the resharding
+//! model against hand-computed numbers, an op too large for every device split rather than
+//! refused, chained splits (Megatron's column- then row-parallel pair) found by the `split`
+//! strategy, and the schema's errors.
+
+// Only its random numbers are used here.
+#[allow(dead_code)]
+#[path = "common/mesh.rs"]
+mod mesh;
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use tessera_place::plan::solve;
+use tessera_place::problem::{
+    Device, DeviceGroup, Edge, Link, OpSpec, Problem, SplitSpec, VERSION,
+};
+use tessera_place::strategy::{self, SolveOptions};
+use tessera_place::{Instance, Objective, ProblemError, evaluate, lower_bound, violation};
+
+use mesh::splitmix;
+
+fn op(name: &str, time: &[(&str, f64)], memory: u64) -> OpSpec {
+    OpSpec {
+        name: name.into(),
+        kind: "x".into(),
+        time: time.iter().map(|&(k, t)| (k.to_string(), t)).collect(),
+        memory,
+        colocate: None,
+        pin: None,
+        spmd: Vec::new(),
+        splits: Vec::new(),
+    }
+}
+
+fn split(
+    group: &str,
+    axis: &str,
+    time: &[(&str, f64)],
+    memory: u64,
+    ins: &[&str],
+    outs: &[&str],
+) -> SplitSpec {
+    SplitSpec {
+        group: group.into(),
+        axis: axis.into(),
+        time: time.iter().map(|&(k, t)| (k.to_string(), t)).collect(),
+        memory,
+        inputs: ins.iter().map(|s| s.to_string()).collect(),
+        outputs: outs.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn edge(from: usize, to: usize, bytes: u64) -> Edge {
+    Edge {
+        from,
+        to,
+        bytes,
+        tensor: 0,
+        operand: 0,
+    }
+}
+
+fn device(name: &str, kind: &str, memory: u64) -> Device {
+    Device {
+        name: name.into(),
+        kind: kind.into(),
+        memory,
+        unsupported_ops: Vec::new(),
+        overlap: true,
+    }
+}
+
+fn link(a: &str, b: &str) -> Link {
+    Link {
+        a: a.into(),
+        b: b.into(),
+        bandwidth: 1e9,
+        latency: 0.0,
+    }
+}
+
+/// A host `h` linked to `c0` of a ring of four chips `c0..c3` (1 GB/s links, no latency),
+/// the group `all` = the ring; `in` and `out` pinned to the host around `ops`, a chain.
+fn ring_problem(chip_memory: u64, host_memory: u64, mut ops: Vec<OpSpec>, bytes: u64) -> Problem {
+    let mut all = vec![OpSpec {
+        pin: Some("h".into()),
+        ..op("in", &[("cpu", 0.0)], 0)
+    }];
+    all.append(&mut ops);
+    all.push(OpSpec {
+        pin: Some("h".into()),
+        ..op("out", &[("cpu", 0.0)], 0)
+    });
+    let n = all.len();
+    Problem {
+        version: VERSION,
+        name: "ring".into(),
+        devices: std::iter::once(device("h", "cpu", host_memory))
+            .chain((0..4).map(|i| device(&format!("c{i}"), "chip", chip_memory)))
+            .collect(),
+        routers: Vec::new(),
+        links: vec![
+            link("h", "c0"),
+            link("c0", "c1"),
+            link("c1", "c2"),
+            link("c2", "c3"),
+            link("c3", "c0"),
+        ],
+        ops: all,
+        edges: (1..n).map(|o| edge(o - 1, o, bytes)).collect(),
+        groups: vec![DeviceGroup {
+            name: "all".into(),
+            devices: (0..4).map(|i| format!("c{i}")).collect(),
+        }],
+    }
+}
+
+/// Megatron's pair: a column-parallel matmul (`R` in, split columns out), then a
+/// row-parallel one (split rows in, partial sums out), each too large for a chip whole.
+fn megatron_pair(host_memory: u64) -> Problem {
+    let mut mm1 = op("mm1", &[("cpu", 80.0), ("chip", 8e-7)], 2000);
+    mm1.splits = vec![split(
+        "all",
+        "hidden",
+        &[("chip", 1e-7)],
+        250,
+        &["R"],
+        &["S1"],
+    )];
+    let mut mm2 = op("mm2", &[("cpu", 80.0), ("chip", 8e-7)], 2000);
+    mm2.splits = vec![
+        split("all", "hidden", &[("chip", 1e-7)], 250, &["S1"], &["P"]),
+        split("all", "out", &[("chip", 1e-7)], 250, &["R"], &["S1"]),
+    ];
+    ring_problem(1000, host_memory, vec![mm1, mm2], 400)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 + 1e-9 * a.abs().max(b.abs())
+}
+
+#[test]
+fn resharding_costs_match_hand_computed_numbers() {
+    let inst = Instance::new(megatron_pair(1_000_000)).expect("valid");
+    let d = inst.d;
+    // in (h) -> mm1 column-parallel -> mm2 row-parallel -> out (h).
+    let assign = vec![0, d, d, 0];
+    assert_eq!(violation(&inst, &assign), None);
+    let ev = evaluate(&inst, &assign, &[0, 1, 2, 3]);
+    // The host sends all 400 bytes to each chip (mm1 reads `R`): four 0.4 us transfers,
+    // every one through the link h -> c0, the busiest channel.
+    let hc0 = inst
+        .problem
+        .links
+        .iter()
+        .position(|l| l.a == "h" && l.b == "c0")
+        .expect("link h-c0");
+    assert!(
+        close(ev.channel_load[2 * hc0], 1.6e-6),
+        "{:?}",
+        ev.channel_load
+    );
+    // mm2's partial sums are reduce-scattered around the ring (3 steps of 100 bytes on every
+    // neighbour link; c2 -> c3 carries nothing else), then each chip sends its 100 bytes to
+    // the host.
+    let c23 = inst
+        .problem
+        .links
+        .iter()
+        .position(|l| l.a == "c2" && l.b == "c3")
+        .expect("link c2-c3");
+    assert!(
+        close(ev.channel_load[2 * c23], 3e-7),
+        "{:?}",
+        ev.channel_load
+    );
+    assert!(
+        close(ev.channel_load[2 * hc0 + 1], 4e-7),
+        "{:?}",
+        ev.channel_load
+    );
+    assert!(close(ev.period, 1.6e-6), "period {}", ev.period);
+    // Latency: 1.6 us to scatter, two matmuls of 0.1 us with nothing between them (S1 is
+    // what mm2 reads), 0.3 us of ring, then the host receives four 0.1 us blocks in turn.
+    assert!(close(ev.latency, 2.5e-6), "latency {}", ev.latency);
+    // Each chip: two quarter matmuls (250 bytes each) and the whole input (400).
+    for k in 1..5 {
+        assert_eq!(ev.memory[k], 900, "{}", inst.device_name(k));
+    }
+    assert_eq!(ev.memory[0], 400);
+    assert_eq!(ev.traffic, 4 * 400 + 3 * 100 * 4 + 4 * 100);
+    // The other split of mm2 reads `R`: an all-gather of mm1's split columns (3 steps of 100
+    // bytes) first, and the host then receives four blocks of 100 bytes as before.
+    let assign = vec![0, d, d + 1, 0];
+    let ev = evaluate(&inst, &assign, &[0, 1, 2, 3]);
+    assert!(
+        close(ev.latency, 1.6e-6 + 1e-7 + 3e-7 + 1e-7 + 4e-7),
+        "latency {}",
+        ev.latency
+    );
+    assert_eq!(ev.memory[1], 250 + 250 + 400 + 400);
+}
+
+#[test]
+fn an_op_too_large_for_every_device_is_split() {
+    // Neither matmul fits any device whole (2,000 bytes; chips hold 1,000, the host 1,500).
+    let inst = Instance::new(megatron_pair(1500)).expect("a split fits");
+    let opts = SolveOptions {
+        objective: Objective::Throughput,
+    };
+    let err = strategy::run("dp", &inst, &opts).expect_err("dp places whole");
+    assert_eq!(
+        err.to_string(),
+        "infeasible: `mm1` fits no device whole and must be split; `dp` places ops whole (the \
+         strategies that split: exhaustive, split)"
+    );
+    let plan = solve(&inst, "auto", Objective::Throughput, true).expect("auto splits");
+    let mm1 = &plan.assignment[1];
+    assert_eq!(mm1.device, "all");
+    assert_eq!(
+        mm1.split.as_ref().map(|s| (s.axis.as_str(), s.ways)),
+        Some(("hidden", 4))
+    );
+    assert!(plan.lower_bound.value <= plan.value * (1.0 + 1e-9));
+    let e = plan.explanation("mm1").expect("explained");
+    assert_eq!(e.constraint, "memory", "{}", e.reason);
+    assert!(
+        e.reason.contains("whole it needs 2000 bytes"),
+        "{}",
+        e.reason
+    );
+    // With room on the host, the slow host is still the worse choice, by time.
+    let inst = Instance::new(megatron_pair(1_000_000)).expect("valid");
+    let plan = solve(&inst, "auto", Objective::Throughput, true).expect("solved");
+    assert_eq!(plan.assignment[1].device, "all");
+    let e = plan.explanation("mm1").expect("explained");
+    assert_eq!(e.constraint, "time", "{}", e.reason);
+    // A problem where no split fits either is an error naming the op.
+    let mut p = megatron_pair(1500);
+    p.ops[1].splits[0].memory = 1001;
+    let err = Instance::new(p).map(|_| ()).expect_err("nothing fits");
+    assert!(
+        err.to_string()
+            .starts_with("infeasible: ops[1] (mm1): no device can run it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_split_strategy_chains_column_and_row_parallel_matmuls() {
+    let inst = Instance::new(megatron_pair(1500)).expect("valid");
+    for objective in [Objective::Throughput, Objective::Latency] {
+        let opts = SolveOptions { objective };
+        let exact = strategy::run("exhaustive", &inst, &opts).expect("exact").0;
+        let found = strategy::run("split", &inst, &opts).expect("split").0;
+        let (ve, vf) = (exact.value(&inst, objective), found.value(&inst, objective));
+        assert!(close(ve, vf), "{objective}: exhaustive {ve}, split {vf}");
+        // The row-parallel form: mm2 reads mm1's split columns as they are.
+        assert_eq!(found.assign, vec![0, inst.d, inst.d, 0], "{objective}");
+    }
+}
+
+/// A random small problem with device groups and split alternatives: 2-5 ops, 2-4 devices
+/// (a ring, a line or a switch), one or two groups, each op with up to two splits of random
+/// layouts (some not allowed: a group device of a kind without a time), tight memory that
+/// sometimes fits an op nowhere whole, an input pinned to device 0, sometimes a colocated
+/// pair, devices that do not overlap transfers.
+#[allow(clippy::needless_range_loop)]
+fn random_problem(seed: u64) -> Problem {
+    let mut s = seed;
+    let mut r = |m: u64| splitmix(&mut s) % m;
+    let n = 2 + r(4) as usize;
+    let d = 2 + r(3) as usize;
+    let layouts_in = ["R", "S0", "S1"];
+    let layouts_out = ["R", "S0", "S1", "P"];
+    let mut groups = vec![DeviceGroup {
+        name: "g0".into(),
+        devices: (0..d).map(|k| format!("dev{k}")).collect(),
+    }];
+    if d > 2 && r(2) == 0 {
+        groups.push(DeviceGroup {
+            name: "g1".into(),
+            devices: vec![format!("dev{}", d - 1), format!("dev{}", d - 2)],
+        });
+    }
+    let cap = 100 + r(200);
+    let pair = (r(3) == 0 && n > 2).then(|| 1 + r(n as u64 - 1) as usize);
+    let mut ops = Vec::new();
+    let mut in_edges = vec![0u32; n];
+    let mut edges = Vec::new();
+    for from in 0..n {
+        for to in from + 1..n {
+            if to == from + 1 || r(3) == 0 {
+                edges.push(Edge {
+                    from,
+                    to,
+                    bytes: 1 + r(500),
+                    tensor: 0,
+                    operand: in_edges[to],
+                });
+                in_edges[to] += 1;
+            }
+        }
+    }
+    // Consumers of one tensor get the same bytes.
+    let mut first: BTreeMap<usize, u64> = BTreeMap::new();
+    for e in &mut edges {
+        e.bytes = *first.entry(e.from).or_insert(e.bytes);
+    }
+    for o in 0..n {
+        let mut time = BTreeMap::new();
+        time.insert("k0".to_string(), 0.5 + r(40) as f64 / 10.0);
+        if r(3) != 0 {
+            time.insert("k1".to_string(), 0.5 + r(40) as f64 / 10.0);
+        }
+        let memory = if o == 0 { 0 } else { r(cap + cap / 2) };
+        let mut splits = Vec::new();
+        for _ in 0..(if o == 0 { 0 } else { r(3) }) {
+            let g = r(groups.len() as u64) as usize;
+            let mut t = BTreeMap::new();
+            t.insert("k0".to_string(), 0.1 + r(20) as f64 / 10.0);
+            if r(4) != 0 {
+                t.insert("k1".to_string(), 0.1 + r(20) as f64 / 10.0);
+            }
+            splits.push(SplitSpec {
+                group: groups[g].name.clone(),
+                axis: format!("a{}", splits.len()),
+                time: t,
+                memory: memory / 2 + r(10),
+                inputs: (0..in_edges[o])
+                    .map(|_| layouts_in[r(3) as usize].to_string())
+                    .collect(),
+                outputs: vec![layouts_out[r(4) as usize].to_string()],
+            });
+        }
+        ops.push(OpSpec {
+            name: format!("op{o}"),
+            kind: "x".into(),
+            time,
+            memory,
+            colocate: pair
+                .filter(|&p| o == p || o == p + 1)
+                .map(|_| "pair".into()),
+            pin: (o == 0).then(|| "dev0".to_string()),
+            spmd: Vec::new(),
+            splits,
+        });
+    }
+    let devices: Vec<Device> = (0..d)
+        .map(|k| Device {
+            name: format!("dev{k}"),
+            kind: format!("k{}", k % 2),
+            memory: cap + r(cap),
+            unsupported_ops: Vec::new(),
+            overlap: r(4) != 0,
+        })
+        .collect();
+    let mut routers = Vec::new();
+    let mut links = Vec::new();
+    let mut lk = |a: String, b: String, r: &mut dyn FnMut(u64) -> u64| {
+        links.push(Link {
+            a,
+            b,
+            bandwidth: 100.0 + r(900) as f64,
+            latency: r(10) as f64 / 100.0,
+        })
+    };
+    match r(3) {
+        0 => (0..d - 1).for_each(|k| lk(format!("dev{k}"), format!("dev{}", k + 1), &mut r)),
+        1 => (0..d).for_each(|k| lk(format!("dev{k}"), format!("dev{}", (k + 1) % d), &mut r)),
+        _ => {
+            routers.push("sw".to_string());
+            (0..d).for_each(|k| lk(format!("dev{k}"), "sw".into(), &mut r));
+        }
+    }
+    Problem {
+        version: VERSION,
+        name: format!("random-split-{seed}"),
+        devices,
+        routers,
+        links,
+        ops,
+        edges,
+        groups,
+    }
+}
+
+/// The best value over every assignment of options to ops (the problem's order as the
+/// schedule), by odometer; `None` when none is feasible.
+fn brute_force(inst: &Instance, objective: Objective) -> Option<f64> {
+    let order: Vec<usize> = (0..inst.n).collect();
+    let mut at = vec![0usize; inst.n];
+    let mut best: Option<f64> = None;
+    loop {
+        if (0..inst.n).all(|o| inst.option_allowed(o, at[o])) && violation(inst, &at).is_none() {
+            let v = evaluate(inst, &at, &order).value(objective);
+            best = Some(best.map_or(v, |b: f64| b.min(v)));
+        }
+        let mut i = 0;
+        while i < inst.n {
+            at[i] += 1;
+            if at[i] < inst.options(i) {
+                break;
+            }
+            at[i] = 0;
+            i += 1;
+        }
+        if i == inst.n {
+            return best;
+        }
+    }
+}
+
+/// Each device's memory under `assign`, recomputed here from the problem's fields: the ops'
+/// own memory on every device of their place (received tensors come on top, so this is a
+/// floor the plan's memory must also respect).
+fn own_memory(p: &Problem, inst: &Instance, assign: &[usize]) -> Vec<u64> {
+    let mut m = vec![0u64; p.devices.len()];
+    for (o, &x) in assign.iter().enumerate() {
+        if x < inst.d {
+            m[x] += p.ops[o].memory;
+        } else {
+            let spec = &p.ops[o].splits[x - inst.d];
+            let g = p
+                .groups
+                .iter()
+                .find(|g| g.name == spec.group)
+                .expect("group");
+            for name in &g.devices {
+                let k = p
+                    .devices
+                    .iter()
+                    .position(|d| &d.name == name)
+                    .expect("device");
+                m[k] += spec.memory;
+            }
+        }
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 300,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5917),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn exact_strategies_equal_a_brute_force_over_splits(seed in any::<u64>()) {
+        let p = random_problem(seed);
+        let inst = match Instance::new(p.clone()) {
+            Ok(i) => i,
+            // Some random problems fit an op nowhere, split or whole: an error, as it must be.
+            Err(ProblemError::Infeasible(_)) => return Ok(()),
+            Err(e) => panic!("{e}"),
+        };
+        for objective in [Objective::Throughput, Objective::Latency] {
+            let opts = SolveOptions { objective };
+            let brute = brute_force(&inst, objective);
+            let exact = strategy::run("exhaustive", &inst, &opts);
+            match (brute, &exact) {
+                (Some(b), Ok((sol, _, _))) => {
+                    let v = sol.value(&inst, objective);
+                    prop_assert!(close(v, b), "{objective}: exhaustive {v}, brute force {b}");
+                    if let Ok(bound) = lower_bound(&inst, objective) {
+                        prop_assert!(
+                            bound.value <= b * (1.0 + 1e-9) + 1e-12,
+                            "{objective}: bound {:?} above the optimum {b}", bound
+                        );
+                    }
+                }
+                (None, Err(_)) => {}
+                (b, e) => prop_assert!(false, "brute force {b:?}, exhaustive {e:?}"),
+            }
+            if brute.is_none() {
+                continue;
+            }
+            for name in ["split", "auto"] {
+                let sol = match strategy::run(name, &inst, &opts) {
+                    Ok((sol, _, _)) => sol,
+                    // A heuristic may miss a plan (measured in `split_strategy_measured`);
+                    // auto runs exhaustive at this size, so it may not.
+                    Err(_) if name == "split" => continue,
+                    Err(e) => return Err(TestCaseError::fail(format!("{name}: {e}"))),
+                };
+                prop_assert_eq!(violation(&inst, &sol.assign), None);
+                let mem = evaluate(&inst, &sol.assign, &sol.order).memory;
+                let own = own_memory(&p, &inst, &sol.assign);
+                for k in 0..inst.d {
+                    prop_assert!(own[k] <= mem[k] && mem[k] <= inst.capacity[k]);
+                }
+                prop_assert!(
+                    sol.value(&inst, objective) >= brute.unwrap_or(0.0) * (1.0 - 1e-9),
+                    "{name} beat the optimum"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn schema_errors_name_the_field() {
+    type Edit = Box<dyn Fn(&mut Problem)>;
+    let cases: Vec<(Edit, &str)> = vec![
+        (
+            Box::new(|p| p.ops[1].splits[0].group = "none".into()),
+            "ops[1] (mm1).splits[0].group: `none` is not a device group",
+        ),
+        (
+            Box::new(|p| p.ops[1].splits[0].inputs[0] = "P".into()),
+            "ops[1] (mm1).splits[0].inputs[0]: an operand arrives whole (`R`) or split \
+             (`S<axis>`), not as a partial sum",
+        ),
+        (
+            Box::new(|p| p.ops[1].splits[0].outputs[0] = "T3".into()),
+            "ops[1] (mm1).splits[0].outputs[0]: `T3` is not a layout (expected R, P, or \
+             S<axis> with axis < 64)",
+        ),
+        (
+            Box::new(|p| p.edges[0].operand = 1),
+            "ops[1] (mm1).splits[0].inputs: edges[0] feeds operand 1, but only 1 input \
+             layouts are given",
+        ),
+        (
+            Box::new(|p| p.groups[0].devices.truncate(1)),
+            "groups[0] (all): a device group needs at least two devices",
+        ),
+        (
+            Box::new(|p| p.groups[0].devices[1] = "c0".into()),
+            "groups[0] (all).devices[1]: `c0` is listed twice",
+        ),
+        (
+            Box::new(|p| p.groups[0].devices[1] = "sw".into()),
+            "groups[0] (all).devices[1]: `sw` is not a device",
+        ),
+        (
+            Box::new(|p| {
+                p.ops[1].splits[0]
+                    .time
+                    .insert("chip".into(), -1.0)
+                    .map(|_| ())
+                    .unwrap_or(())
+            }),
+            "ops[1] (mm1).splits[0].time.chip: must be a number >= 0 and <= 1e6 (seconds), not -1",
+        ),
+    ];
+    for (edit, want) in cases {
+        let mut p = megatron_pair(1_000_000);
+        edit(&mut p);
+        let err = Instance::new(p).map(|_| ()).expect_err(want);
+        assert_eq!(err.to_string(), want);
+    }
+    // The problem round-trips through JSON with its groups and splits.
+    let p = megatron_pair(1_000_000);
+    assert_eq!(Problem::parse(&p.to_json(), "p.json").expect("parses"), p);
+}
+
+/// The `split` strategy against the optimum on random problems with splits: how often it
+/// misses a plan that exists, and its worst and mean ratio to the optimum. A heuristic has
+/// no worst-case guarantee, so the limits are measured: over 20,000 seeds per objective
+/// (`SPLIT_SEEDS=20000`, release mode), of 9,448 feasible problems it missed 20
+/// (throughput) and 13 (latency), with worst ratios 3.98 and 2.24 and geometric means 1.0030
+/// and 1.0009; the limits leave room above those.
+#[test]
+fn split_strategy_measured() {
+    const WORST: f64 = 6.0;
+    const MEAN: f64 = 1.02;
+    let seeds: u64 = std::env::var("SPLIT_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    for objective in [Objective::Throughput, Objective::Latency] {
+        let opts = SolveOptions { objective };
+        let (mut feasible, mut missed, mut worst, mut log_sum) = (0usize, 0usize, 1.0f64, 0.0);
+        for seed in 0..seeds {
+            let Ok(inst) = Instance::new(random_problem(seed)) else {
+                continue;
+            };
+            let Ok((exact, _, _)) = strategy::run("exhaustive", &inst, &opts) else {
+                continue;
+            };
+            feasible += 1;
+            let best = exact.value(&inst, objective);
+            match strategy::run("split", &inst, &opts) {
+                Ok((sol, _, _)) => {
+                    assert_eq!(violation(&inst, &sol.assign), None);
+                    let ratio = if best > 0.0 {
+                        sol.value(&inst, objective) / best
+                    } else {
+                        1.0
+                    };
+                    assert!(ratio >= 1.0 - 1e-9, "seed {seed}: below the optimum");
+                    worst = worst.max(ratio);
+                    log_sum += ratio.ln();
+                }
+                Err(_) => missed += 1,
+            }
+        }
+        let mean = (log_sum / (feasible - missed).max(1) as f64).exp();
+        eprintln!(
+            "{objective}: {feasible} feasible problems, split missed {missed}, worst ratio \
+             {worst:.3}, geometric mean {mean:.4}"
+        );
+        assert!(
+            missed * 100 <= feasible,
+            "{objective}: missed {missed} of {feasible}"
+        );
+        assert!(worst <= WORST, "{objective}: worst ratio {worst}");
+        assert!(mean <= MEAN, "{objective}: geometric mean {mean}");
+    }
+}
