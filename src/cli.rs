@@ -330,6 +330,11 @@ struct CompileArgs {
     /// Write the placement problem (JSON, see the README) to FILE before solving it.
     #[arg(long, value_name = "FILE.json")]
     emit_placement_problem: Option<PathBuf>,
+    /// With --emit-placement-problem: the written problem also offers every op's split
+    /// alternatives over the target's device groups, for `tessera place` to choose among
+    /// (compile itself still places ops whole).
+    #[arg(long, requires = "emit_placement_problem")]
+    split_alternatives: bool,
     /// Further outputs in DIR (needs -o): `lowered` (each module after its device's MLIR
     /// pipeline), `llvm` (LLVM IR, CPU devices), `object` (object files, CPU devices), `ptx`
     /// (NVIDIA GPU devices), `mpi` (one executable for `mpirun`); comma-separated.
@@ -657,6 +662,7 @@ pub fn main_named(name: &str) -> ExitCode {
                 strategy: &a.strategy,
                 objective: a.objective,
                 emit_problem: a.emit_placement_problem.as_deref(),
+                split_alternatives: a.split_alternatives,
                 emits: &a.emit,
                 dot: a.dot.as_deref(),
                 train: &a.train,

@@ -72,3 +72,86 @@ fn every_model_on_every_builtin_target_places_feasibly_and_computes_the_same() {
     }
     assert_eq!(reported, models.len() * targets.len() * 2);
 }
+
+/// Problems with split alternatives (`--split-alternatives`): every test model's on every
+/// built-in target validates, and the `split` strategy places it feasibly within its bound;
+/// GPT-2 tiny offers the splits tensor parallelism needs (vocab-parallel embedding,
+/// column- and row-parallel linear layers, heads through reshape and transpose, the fused QKV
+/// split, replicated layer norms).
+#[test]
+fn every_model_offers_split_alternatives_that_solve() {
+    use tessera_place::build::{BuildOptions, build_with};
+    use tessera_place::strategy::{self, SolveOptions};
+    use tessera_place::{Instance, lower_bound, violation};
+    use tessera_targets::{CostModel, Target};
+    let options = BuildOptions { splits: true };
+    let mut seen: std::collections::BTreeSet<(String, String)> = Default::default();
+    for (name, graph, _) in onnx_models() {
+        // A mesh of chiplets, GPUs behind a switch, and a CPU with GPUs of two kinds.
+        for spec in tessera_targets::builtin_targets()
+            .into_iter()
+            .filter(|t| ["mcm-4x4", "gpu-8", "hetero-cpu-gpu"].contains(&t.name.as_str()))
+        {
+            let target: std::sync::Arc<dyn Target> = std::sync::Arc::new(spec.clone());
+            let cost = CostModel::new(target.as_ref(), None);
+            let built = build_with(&graph, &cost, &options)
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}", spec.name));
+            let p = &built.problem;
+            // A group per block of two or more devices of one kind.
+            let shared_kind = p
+                .devices
+                .iter()
+                .any(|d| p.devices.iter().filter(|e| e.kind == d.kind).count() > 1);
+            assert_eq!(!p.groups.is_empty(), shared_kind, "{name} on {}", spec.name);
+            if name == "gpt2_tiny" && spec.name == "mcm-4x4" {
+                for op in &p.ops {
+                    for s in &op.splits {
+                        seen.insert((
+                            op.kind.clone(),
+                            format!("{} {:?}->{:?}", s.axis, s.inputs, s.outputs),
+                        ));
+                    }
+                }
+            }
+            let inst = Instance::new(built.problem.clone())
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}", spec.name));
+            let opts = SolveOptions {
+                objective: Objective::Throughput,
+            };
+            let (sol, _, _) = strategy::run("split", &inst, &opts)
+                .unwrap_or_else(|e| panic!("{name} on {}: {e}", spec.name));
+            assert_eq!(
+                violation(&inst, &sol.assign),
+                None,
+                "{name} on {}",
+                spec.name
+            );
+            let bound = lower_bound(&inst, Objective::Throughput).expect("bound");
+            let value = sol.value(&inst, Objective::Throughput);
+            assert!(
+                bound.value <= value * (1.0 + 1e-9),
+                "{name} on {}: bound {} above {value}",
+                spec.name,
+                bound.value
+            );
+        }
+    }
+    let has = |kind: &str, what: &str| seen.contains(&(kind.to_string(), what.to_string()));
+    let shown: Vec<String> = seen.iter().map(|(k, w)| format!("{k}: {w}")).collect();
+    for (kind, what) in [
+        ("gather", r#"vocab ["R", "R"]->["P"]"#),
+        ("gemm", r#"columns ["R", "R"]->["S1"]"#),
+        ("gemm", r#"rows ["S1", "R"]->["P"]"#),
+        ("matmul", r#"heads ["S1", "S1"]->["S1"]"#),
+        ("split", r#"fused ["S2"]->["S2", "S2", "S2"]"#),
+        ("transpose", r#"heads ["S2"]->["S1"]"#),
+        ("layer-norm", r#"replicated ["R", "R", "R"]->["R"]"#),
+        ("softmax", r#"heads ["S1"]->["S1"]"#),
+    ] {
+        assert!(
+            has(kind, what),
+            "gpt2_tiny lacks {kind} {what}; it has:\n{}",
+            shown.join("\n")
+        );
+    }
+}

@@ -246,8 +246,99 @@ fn colocate_backward_ops(
     }
 }
 
+/// The split alternatives of `op` over every group (see [`crate::alternatives`]): per group
+/// and rule, the share's time on the group's device class and the bytes each device keeps
+/// (weights whole or split as the rule says, each once; results split or whole as their
+/// layout; a state's next value, written in place, not counted).
+#[allow(clippy::too_many_arguments)]
+fn split_specs(
+    graph: &Graph,
+    op: OpId,
+    cost: &CostModel<'_>,
+    groups: &[problem::DeviceGroup],
+    group_class: &[(u64, usize)],
+    class_names: &[String],
+    representative: &[usize],
+    weight: &dyn Fn(ValueId) -> bool,
+    state_nexts: &BTreeSet<ValueId>,
+) -> Result<Vec<problem::SplitSpec>, BuildError> {
+    let data = graph.op(op);
+    let describe = || describe_op(graph, op);
+    let mut by_k: BTreeMap<u64, Vec<crate::alternatives::Rule>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (g, &(k, c)) in groups.iter().zip(group_class) {
+        let rules = by_k
+            .entry(k)
+            .or_insert_with(|| crate::alternatives::rules(graph, op, k, weight));
+        if rules.is_empty() {
+            continue;
+        }
+        let time_of = |parts: u64| -> Result<Option<f64>, BuildError> {
+            let t = cost
+                .op_time_sharded(graph, op, representative[c], parts)
+                .map_err(|e| BuildError::Op {
+                    op: describe(),
+                    message: e.to_string(),
+                })?;
+            let OpTime::Time { seconds, .. } = t else {
+                return Ok(None);
+            };
+            check_seconds(seconds, &class_names[c], &describe)?;
+            Ok(Some(seconds))
+        };
+        let (Some(share), Some(all)) = (time_of(k)?, time_of(1)?) else {
+            continue;
+        };
+        for rule in rules.iter() {
+            let seconds = if rule.shares { share } else { all };
+            let mut memory = 0u64;
+            let mut seen: BTreeSet<ValueId> = BTreeSet::new();
+            for (i, &v) in data.operands.iter().enumerate() {
+                if weight(v) && seen.insert(v) {
+                    let bytes = bytes_of(graph, v, &describe)?;
+                    let split = rule.split_operand.get(i).copied().unwrap_or(false);
+                    memory = memory.saturating_add(if split { bytes.div_ceil(k) } else { bytes });
+                }
+            }
+            for (r, &v) in data.results.iter().enumerate() {
+                if state_nexts.contains(&v) {
+                    continue;
+                }
+                let bytes = bytes_of(graph, v, &describe)?;
+                let split = matches!(rule.outputs.get(r), Some(crate::split::Layout::Split(_)));
+                memory = memory.saturating_add(if split { bytes.div_ceil(k) } else { bytes });
+            }
+            out.push(problem::SplitSpec {
+                group: g.name.clone(),
+                axis: rule.axis.clone(),
+                time: BTreeMap::from([(class_names[c].clone(), seconds)]),
+                memory,
+                inputs: rule.inputs.iter().map(ToString::to_string).collect(),
+                outputs: rule.outputs.iter().map(ToString::to_string).collect(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What a built problem offers beyond placing ops whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Device groups and each op's split alternatives over them ([`crate::alternatives`]).
+    pub splits: bool,
+}
+
 /// The problem of placing `graph` on `cost`'s target.
 pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
+    build_with(graph, cost, &BuildOptions::default())
+}
+
+/// [`build`], with split alternatives when `options` asks.
+pub fn build_with(
+    graph: &Graph,
+    cost: &CostModel<'_>,
+    options: &BuildOptions,
+) -> Result<Built, BuildError> {
     let spec = cost.spec();
     // Devices and their kinds.
     let mut device_index = vec![None; spec.devices.len()];
@@ -324,6 +415,25 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         .map(|d| d.name.clone())
         .unwrap_or_default();
     let zero_time: BTreeMap<String, f64> = class_names.iter().map(|c| (c.clone(), 0.0)).collect();
+    let links: Vec<problem::Link> = spec.links.iter().map(problem::Link::from).collect();
+    let groups = if options.splits {
+        let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+        let kinds: Vec<String> = devices.iter().map(|d| d.kind.clone()).collect();
+        crate::alternatives::device_groups(&names, &kinds, &routers, &links)
+    } else {
+        Vec::new()
+    };
+    // Per group: its size and the class of its devices.
+    let group_class: Vec<(u64, usize)> = groups
+        .iter()
+        .map(|g| {
+            let first = devices
+                .iter()
+                .position(|d| d.name == g.devices[0])
+                .unwrap_or(0);
+            (g.devices.len() as u64, class_of[first])
+        })
+        .collect();
 
     let mut ops: Vec<OpSpec> = Vec::new();
     let mut graph_ops: Vec<Option<OpId>> = Vec::new();
@@ -477,6 +587,25 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             },
             None => None,
         };
+        let splits = if pin.is_none() && !groups.is_empty() {
+            let weight = |v: ValueId| match graph.value(v).def {
+                ValueDef::Result(p, _) => matches!(graph.op(p).op, Op::Const(_)),
+                ValueDef::Input(_) => state_inputs.contains(&v),
+            };
+            split_specs(
+                graph,
+                op,
+                cost,
+                &groups,
+                &group_class,
+                &class_names,
+                &representative,
+                &weight,
+                &state_nexts,
+            )?
+        } else {
+            Vec::new()
+        };
         ops.push(OpSpec {
             name: unique(base_name(graph, op)),
             kind: data.op.name().to_string(),
@@ -485,7 +614,7 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
             colocate: None,
             pin,
             spmd: Vec::new(),
-            splits: Vec::new(),
+            splits,
         });
         graph_ops.push(Some(op));
     }
@@ -527,10 +656,10 @@ pub fn build(graph: &Graph, cost: &CostModel<'_>) -> Result<Built, BuildError> {
         name: format!("{} on {}", graph.name, spec.name),
         devices,
         routers,
-        links: spec.links.iter().map(problem::Link::from).collect(),
+        links,
         ops,
         edges,
-        groups: Vec::new(),
+        groups,
     };
     Ok(Built {
         problem,

@@ -8,9 +8,10 @@
 //! - [`bound`]: lower bounds on the optimum, so every plan reports its gap.
 //! - [`strategy`]: the solvers, each documented with its source, and `auto`.
 //! - [`plan`]: the solved plan as JSON, with per-op explanations ([`explain`]).
-//! - [`build`]: the problem a graph and a target give.
+//! - [`build`]: the problem a graph and a target give ([`alternatives`]: its ops' splits).
 //! - [`pass`]: the `place` and `schedule` passes over the IR.
 
+pub mod alternatives;
 pub mod bound;
 pub mod build;
 pub mod eval;

@@ -28,8 +28,10 @@
 //! steps at the slowest neighbour pair, then its transfers as the busiest sender or receiver
 //! does them one after another. The devices of the consumer's place each keep what they
 //! receive (`B` for `R`, a block for `S`), once per tensor, place and layout. A device that
-//! does not overlap transfers ([`crate::problem::Device::overlap`]) is charged every ring step
-//! and transfer it sends or receives.
+//! does not overlap transfers ([`crate::problem::Device::overlap`]) is charged as
+//! [`crate::eval`] charges it: every ring step it sends or receives, every transfer it
+//! receives, and, per tensor it sends, its longest transfer of it (the tensor is staged once
+//! in its memory); for a plan without splits this is exactly `eval`'s rule.
 
 use std::fmt;
 use std::str::FromStr;
@@ -289,7 +291,9 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
     }
     let mut channel_load = vec![0.0; inst.num_channels];
     let mut traffic = 0u64;
-    for ((_, _, pv, lv), bytes, comm) in deliveries(inst, assign) {
+    // Per (producer, tensor, sending device): its longest transfer of the tensor.
+    let mut sends: std::collections::BTreeMap<(usize, u32, usize), f64> = Default::default();
+    for ((u, tensor, pv, lv), bytes, comm) in deliveries(inst, assign) {
         let keep = kept(inst, pv, lv, bytes);
         for &k in &inst.place_devices[pv] {
             memory[k] = memory[k].saturating_add(keep);
@@ -297,14 +301,29 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
         for r in &comm.rings {
             for (a, b) in ring_pairs(inst, r) {
                 let t = f64::from(r.steps) * inst.transfer(a, b, r.piece);
-                charge(inst, &mut device_load, &mut channel_load, a, b, t);
+                charge(inst, &mut channel_load, a, b, t);
+                for k in [a, b] {
+                    if !inst.overlap[k] {
+                        device_load[k] += t;
+                    }
+                }
                 traffic = traffic.saturating_add(u64::from(r.steps).saturating_mul(r.piece));
             }
         }
         for &(a, b, bytes) in &comm.flows {
             let t = inst.transfer(a, b, bytes);
-            charge(inst, &mut device_load, &mut channel_load, a, b, t);
+            charge(inst, &mut channel_load, a, b, t);
+            if !inst.overlap[b] {
+                device_load[b] += t;
+            }
+            let s = sends.entry((u, tensor, a)).or_insert(0.0);
+            *s = s.max(t);
             traffic = traffic.saturating_add(bytes);
+        }
+    }
+    for ((_, _, a), t) in sends {
+        if !inst.overlap[a] {
+            device_load[a] += t;
         }
     }
     let period = device_load
@@ -323,31 +342,32 @@ pub fn evaluate(inst: &Instance, assign: &[usize], order: &[usize]) -> Evaluatio
     }
 }
 
-/// Adds a transfer of `t` seconds from `a` to `b` to its route's channels, and to the ends
-/// that do not overlap transfers.
-fn charge(inst: &Instance, load: &mut [f64], channels: &mut [f64], a: usize, b: usize, t: f64) {
+/// Adds a transfer of `t` seconds from `a` to `b` to its route's channels.
+fn charge(inst: &Instance, channels: &mut [f64], a: usize, b: usize, t: f64) {
     for c in inst.route_channels(a, b) {
         channels[c] += t;
-    }
-    for k in [a, b] {
-        if !inst.overlap[k] {
-            load[k] += t;
-        }
     }
 }
 
 /// The list-scheduled latency of an assignment of options: an op starts when every device of
 /// its place is free and every operand has been resharded to it (its producer's finish plus
-/// the reshard's time), and runs for its slowest share.
+/// the reshard's time), and runs for its slowest share. A device that does not overlap
+/// transfers spends, as in [`crate::eval`], what it receives of a tensor (once) before the
+/// first op there that reads it, and stays busy after an op for its longest transfer of each
+/// tensor the op made.
 pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f64 {
     let mut finish = vec![0.0f64; inst.n];
     let mut free = vec![0.0f64; inst.d];
     let mut end: f64 = 0.0;
+    let occupy = !inst.overlap.iter().all(|&x| x);
+    let mut received: std::collections::BTreeSet<(usize, u32, usize)> = Default::default();
+    let mut seen: Vec<Delivery> = Vec::new();
     for &o in order {
         let x = assign[o];
         let pv = inst.place_of(o, x);
+        let devices = &inst.place_devices[pv];
         let mut ready: f64 = 0.0;
-        let mut receiving = 0.0;
+        let mut receiving = vec![0.0f64; devices.len()];
         for &e in &inst.in_edges[o] {
             let edge = &inst.problem.edges[e];
             let u = edge.from;
@@ -355,22 +375,82 @@ pub fn schedule_latency(inst: &Instance, assign: &[usize], order: &[usize]) -> f
             let lu = out_layout(inst, u, assign[u], edge.tensor);
             let lv = in_layout(inst, o, x, edge.operand);
             let comm = reshard(inst, pu, lu, pv, lv, edge.bytes);
-            let t = comm_time(inst, &comm);
-            ready = ready.max(finish[u] + t);
-            if inst.place_devices[pv].iter().any(|&k| !inst.overlap[k]) {
-                receiving += t;
+            ready = ready.max(finish[u] + comm_time(inst, &comm));
+            if occupy {
+                for (i, &b) in devices.iter().enumerate() {
+                    if inst.overlap[b] || !received.insert((u, edge.tensor, b)) {
+                        continue;
+                    }
+                    receiving[i] += comm
+                        .rings
+                        .iter()
+                        .flat_map(|r| {
+                            ring_pairs(inst, r).filter(move |&(_, to)| to == b).map(
+                                move |(a, to)| f64::from(r.steps) * inst.transfer(a, to, r.piece),
+                            )
+                        })
+                        .chain(
+                            comm.flows
+                                .iter()
+                                .filter(|f| f.1 == b)
+                                .map(|&(a, to, bytes)| inst.transfer(a, to, bytes)),
+                        )
+                        .sum::<f64>();
+                }
             }
         }
-        let devices = &inst.place_devices[pv];
         let start = devices
             .iter()
             .chain(&inst.spmd[o])
             .map(|&k| free[k])
             .fold(ready, f64::max);
         let duration = inst.option_times(o, x).iter().copied().fold(0.0, f64::max);
-        finish[o] = start + receiving + duration;
+        let receive = receiving.iter().copied().fold(0.0, f64::max);
+        finish[o] = start + receive + duration;
         for &k in devices.iter().chain(&inst.spmd[o]) {
             free[k] = finish[o];
+        }
+        if occupy {
+            // Each sending device's longest transfer of each tensor, after the op.
+            let mut sends: std::collections::BTreeMap<(u32, usize), f64> = Default::default();
+            seen.clear();
+            for &e in &inst.out_edges[o] {
+                let edge = &inst.problem.edges[e];
+                let v = edge.to;
+                let key = (
+                    o,
+                    edge.tensor,
+                    inst.place_of(v, assign[v]),
+                    in_layout(inst, v, assign[v], edge.operand),
+                );
+                if seen.contains(&key) {
+                    continue;
+                }
+                seen.push(key);
+                let comm = reshard(
+                    inst,
+                    pv,
+                    out_layout(inst, o, x, edge.tensor),
+                    key.2,
+                    key.3,
+                    edge.bytes,
+                );
+                for &(a, b, bytes) in &comm.flows {
+                    let s = sends.entry((edge.tensor, a)).or_insert(0.0);
+                    *s = s.max(inst.transfer(a, b, bytes));
+                }
+                for r in &comm.rings {
+                    for (a, b) in ring_pairs(inst, r) {
+                        *sends.entry((edge.tensor, a)).or_insert(0.0) +=
+                            f64::from(r.steps) * inst.transfer(a, b, r.piece);
+                    }
+                }
+            }
+            for ((_, a), t) in sends {
+                if !inst.overlap[a] {
+                    free[a] += t;
+                }
+            }
         }
         end = end.max(finish[o]);
     }
@@ -469,4 +549,200 @@ pub fn memory_use(inst: &Instance, assign: &[usize]) -> Vec<u64> {
 /// Whether `assign` splits any op (so the general model of this module applies).
 pub fn any_split(inst: &Instance, assign: &[usize]) -> bool {
     assign.iter().any(|&x| x >= inst.d)
+}
+
+/// An assignment of options with its device loads, link-direction loads and memory kept up
+/// to date as single ops change option (only the op's own shares and the reshards of its
+/// edges are redone): the `split` strategy's search evaluates its moves with it. Sums drift
+/// by round-off as moves come and go; [`Tracker::new`] recomputes from scratch.
+#[derive(Clone, Debug)]
+pub struct Tracker<'a> {
+    inst: &'a Instance,
+    /// The option of each op.
+    pub assign: Vec<usize>,
+    load: Vec<f64>,
+    channel: Vec<f64>,
+    memory: Vec<i128>,
+    /// The live reshards: how many edges need each, its communication, its kept bytes.
+    live: std::collections::HashMap<Delivery, (u32, Comm, u64)>,
+    /// Per (producer, tensor, sending device that does not overlap transfers): the times of
+    /// its live transfers of the tensor (it is charged the longest).
+    sends: std::collections::HashMap<(usize, u32, usize), Vec<f64>>,
+}
+
+impl<'a> Tracker<'a> {
+    /// The tracker of `assign`.
+    pub fn new(inst: &'a Instance, assign: Vec<usize>) -> Tracker<'a> {
+        let mut t = Tracker {
+            inst,
+            assign,
+            load: inst.base_load.clone(),
+            channel: vec![0.0; inst.num_channels],
+            memory: inst.base_memory.iter().map(|&m| i128::from(m)).collect(),
+            live: Default::default(),
+            sends: Default::default(),
+        };
+        for o in 0..inst.n {
+            t.own(o, 1.0);
+        }
+        for e in 0..inst.problem.edges.len() {
+            t.attach(e);
+        }
+        t
+    }
+
+    /// Adds (`sign` 1) or removes (-1) op `o`'s own shares and memory.
+    fn own(&mut self, o: usize, sign: f64) {
+        let inst = self.inst;
+        let x = self.assign[o];
+        let m = i128::from(inst.option_memory(o, x));
+        for (&k, &t) in inst.place_devices[inst.place_of(o, x)]
+            .iter()
+            .zip(inst.option_times(o, x))
+        {
+            self.load[k] += sign * t;
+            self.memory[k] += sign as i128 * m;
+        }
+    }
+
+    fn key(&self, e: usize) -> Delivery {
+        let inst = self.inst;
+        let edge = &inst.problem.edges[e];
+        let v = edge.to;
+        (
+            edge.from,
+            edge.tensor,
+            inst.place_of(v, self.assign[v]),
+            in_layout(inst, v, self.assign[v], edge.operand),
+        )
+    }
+
+    /// Adds (`sign` 1) or removes (-1) a reshard's loads and kept memory (`key`: its
+    /// delivery).
+    fn comm(&mut self, key: Delivery, comm: &Comm, kept: u64, sign: f64) {
+        let inst = self.inst;
+        let (u, tensor, pv, _) = key;
+        for &k in &inst.place_devices[pv] {
+            self.memory[k] += sign as i128 * i128::from(kept);
+        }
+        for r in &comm.rings {
+            for (a, b) in ring_pairs(inst, r) {
+                let t = f64::from(r.steps) * inst.transfer(a, b, r.piece);
+                charge(inst, &mut self.channel, a, b, sign * t);
+                for k in [a, b] {
+                    if !inst.overlap[k] {
+                        self.load[k] += sign * t;
+                    }
+                }
+            }
+        }
+        for &(a, b, bytes) in &comm.flows {
+            let t = inst.transfer(a, b, bytes);
+            charge(inst, &mut self.channel, a, b, sign * t);
+            if !inst.overlap[b] {
+                self.load[b] += sign * t;
+            }
+            if !inst.overlap[a] {
+                let times = self.sends.entry((u, tensor, a)).or_default();
+                let before = times.iter().copied().fold(0.0, f64::max);
+                if sign > 0.0 {
+                    times.push(t);
+                } else if let Some(i) = times.iter().position(|&x| x == t) {
+                    times.swap_remove(i);
+                }
+                let after = times.iter().copied().fold(0.0, f64::max);
+                self.load[a] += after - before;
+            }
+        }
+    }
+
+    fn attach(&mut self, e: usize) {
+        let key = self.key(e);
+        if let Some(entry) = self.live.get_mut(&key) {
+            entry.0 += 1;
+            return;
+        }
+        let inst = self.inst;
+        let (u, tensor, pv, lv) = key;
+        let bytes = inst.problem.edges[e].bytes;
+        let comm = reshard(
+            inst,
+            inst.place_of(u, self.assign[u]),
+            out_layout(inst, u, self.assign[u], tensor),
+            pv,
+            lv,
+            bytes,
+        );
+        let kept_bytes = if comm.is_empty() {
+            0
+        } else {
+            kept(inst, pv, lv, bytes)
+        };
+        self.comm(key, &comm, kept_bytes, 1.0);
+        self.live.insert(key, (1, comm, kept_bytes));
+    }
+
+    fn detach(&mut self, e: usize) {
+        let key = self.key(e);
+        let Some(entry) = self.live.get_mut(&key) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 == 0
+            && let Some((_, comm, kept_bytes)) = self.live.remove(&key)
+        {
+            self.comm(key, &comm, kept_bytes, -1.0);
+        }
+    }
+
+    /// The instance.
+    pub fn inst(&self) -> &'a Instance {
+        self.inst
+    }
+
+    /// Gives op `o` option `x`.
+    pub fn set(&mut self, o: usize, x: usize) {
+        if self.assign[o] == x {
+            return;
+        }
+        let inst = self.inst;
+        for i in 0..inst.in_edges[o].len() {
+            self.detach(inst.in_edges[o][i]);
+        }
+        for i in 0..inst.out_edges[o].len() {
+            self.detach(inst.out_edges[o][i]);
+        }
+        self.own(o, -1.0);
+        self.assign[o] = x;
+        self.own(o, 1.0);
+        for i in 0..inst.in_edges[o].len() {
+            self.attach(inst.in_edges[o][i]);
+        }
+        for i in 0..inst.out_edges[o].len() {
+            self.attach(inst.out_edges[o][i]);
+        }
+    }
+
+    /// The period: the busiest device or link direction.
+    pub fn period(&self) -> f64 {
+        self.load
+            .iter()
+            .chain(&self.channel)
+            .copied()
+            .fold(0.0, f64::max)
+    }
+
+    /// Every device's and link direction's busy time, summed.
+    pub fn total_busy(&self) -> f64 {
+        self.load.iter().chain(&self.channel).sum()
+    }
+
+    /// Bytes over capacity, summed over the devices.
+    pub fn overflow(&self) -> u64 {
+        self.memory
+            .iter()
+            .zip(&self.inst.capacity)
+            .map(|(&m, &c)| (m - i128::from(c)).max(0) as u64)
+            .sum()
+    }
 }

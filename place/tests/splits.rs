@@ -614,3 +614,53 @@ fn split_strategy_measured() {
         assert!(mean <= MEAN, "{objective}: geometric mean {mean}");
     }
 }
+
+#[test]
+fn the_tracker_agrees_with_a_fresh_evaluation_after_every_move() {
+    let mut checked = 0;
+    for seed in 0..200u64 {
+        let Ok(inst) = Instance::new(random_problem(seed)) else {
+            continue;
+        };
+        let mut s = seed ^ 0xabcdef;
+        // Moves between allowed options (the only ones a search makes).
+        let allowed: Vec<Vec<usize>> = (0..inst.n)
+            .map(|o| {
+                (0..inst.options(o))
+                    .filter(|&x| inst.option_allowed(o, x))
+                    .collect()
+            })
+            .collect();
+        let start = allowed.iter().map(|a| a[0]).collect();
+        let mut t = tessera_place::split::Tracker::new(&inst, start);
+        for _ in 0..40 {
+            let o = (splitmix(&mut s) % inst.n as u64) as usize;
+            let x = allowed[o][(splitmix(&mut s) % allowed[o].len() as u64) as usize];
+            t.set(o, x);
+            let order: Vec<usize> = (0..inst.n).collect();
+            let ev = evaluate(&inst, &t.assign, &order);
+            assert!(
+                close(t.period(), ev.period),
+                "seed {seed}: {} vs {}",
+                t.period(),
+                ev.period
+            );
+            let over: u64 = ev
+                .memory
+                .iter()
+                .zip(&inst.capacity)
+                .map(|(&m, &c)| m.saturating_sub(c))
+                .sum();
+            assert_eq!(t.overflow(), over, "seed {seed}");
+            // Without splits `evaluate` is the whole-op model; the split model must agree.
+            let lat = tessera_place::split::schedule_latency(&inst, &t.assign, &order);
+            assert!(
+                close(lat, ev.latency),
+                "seed {seed}: latency {lat} vs {}",
+                ev.latency
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 1000);
+}

@@ -51,6 +51,8 @@ pub struct CompileRequest<'a> {
     pub objective: Objective,
     /// Write the placement problem here (JSON) before solving it.
     pub emit_problem: Option<&'a Path>,
+    /// The written problem also offers split alternatives.
+    pub split_alternatives: bool,
     /// Further outputs (with `output`).
     pub emits: &'a [super::emit::Emit],
     /// Write the placed graph as Graphviz DOT here (devices as clusters).
@@ -128,6 +130,7 @@ fn compile_loaded(
         strategy: req.strategy,
         objective: req.objective,
         emit_problem: req.emit_problem,
+        split_alternatives: req.split_alternatives,
         ir_dump: req
             .flags
             .ir_dump_dir
@@ -254,6 +257,9 @@ pub struct PlaceSettings<'a> {
     pub objective: Objective,
     /// Where to write the placement problem, if anywhere.
     pub emit_problem: Option<&'a Path>,
+    /// Whether the written problem offers split alternatives (the problem `compile` solves
+    /// itself places ops whole until split plans can be applied to the graph).
+    pub split_alternatives: bool,
     /// `--ir-dump-dir`: the folder, and the number of the first dump placement writes (the
     /// graph after placement, after scheduling and after transfer insertion, numbered on
     /// from the pass pipeline's dumps).
@@ -266,6 +272,7 @@ impl Default for PlaceSettings<'_> {
             strategy: "auto",
             objective: Objective::Throughput,
             emit_problem: None,
+            split_alternatives: false,
             ir_dump: None,
         }
     }
@@ -284,7 +291,15 @@ pub fn compile(
     let cost = CostModel::new(target, calibration);
     let built = tessera_place::build::build(&graph, &cost)?;
     if let Some(path) = settings.emit_problem {
-        super::write_atomically(path, built.problem.to_json().as_bytes())?;
+        let json = if settings.split_alternatives {
+            let options = tessera_place::build::BuildOptions { splits: true };
+            tessera_place::build::build_with(&graph, &cost, &options)?
+                .problem
+                .to_json()
+        } else {
+            built.problem.to_json()
+        };
+        super::write_atomically(path, json.as_bytes())?;
     }
     let pinned = built
         .problem

@@ -6,8 +6,10 @@
 //! reaches the same Megatron-style plans (column-parallel, elementwise, row-parallel) through
 //! its chained moves.
 //!
-//! 1. Starts: the best device-only plan (`local`'s, when every op fits some device whole) and
-//!    two greedy plans over options: units in order, each to the option that finishes it
+//! 1. Starts: the best device-only plan (`local`'s, when every op fits some device whole),
+//!    the best [`ON_GROUP_STARTS`] plans that put every op on one device group (each op the
+//!    alternative there that costs least with the reshards from its producers, Megatron-like
+//!    tensor parallelism), and two greedy plans over options: units in order, each to the option that finishes it
 //!    soonest (its devices' loads plus its share, plus the time to reshard its operands), or
 //!    to the one that leaves its fullest device the least full, among those that fit memory
 //!    (the least overflow when none does); an op too large for every device takes a split.
@@ -26,17 +28,20 @@
 //! Every plan is evaluated whole by [`crate::eval::evaluate`], so the search optimizes
 //! exactly the model the plan reports.
 
-use crate::eval::{evaluate, memory_use, violation};
+use crate::eval::{Objective, violation};
 use crate::problem::{Instance, ProblemError};
-use crate::split::{Delivery, Layout, comm_time, in_layout, kept, out_layout, reshard};
-use crate::strategy::{Solution, SolveOptions, better, score, units};
+use crate::split::{
+    Delivery, Layout, Tracker, comm_time, in_layout, kept, out_layout, reshard, schedule_latency,
+};
+use crate::strategy::{Solution, SolveOptions, better, units};
 
 /// The most ops a chained move carries along.
 pub const CHAIN: usize = 8;
 
 /// The evaluation budget, in op and edge visits: the search stops after about this much
-/// work (deterministic: counted, not timed).
-pub const EVAL_WORK: f64 = 4e8;
+/// work (deterministic: counted, not timed). A throughput move costs about 64 visits (the
+/// op's edges, kept incrementally), a latency move a list schedule of the whole graph.
+pub const EVAL_WORK: f64 = 3e7;
 
 /// The `split` strategy.
 pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
@@ -48,10 +53,26 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
     }
     starts.push(greedy(inst, false)?);
     starts.push(greedy(inst, true)?);
+    // Everything on one device group, as tensor parallelism does: the best of the groups.
+    let mut on: Vec<(Key, Solution)> = (0..inst.problem.groups.len())
+        .map(|g| {
+            let s = on_group(inst, g);
+            let t = Tracker::new(inst, s.assign.clone());
+            (key_of(&t, &s.order, opts.objective), s)
+        })
+        .collect();
+    on.sort_by(|a, b| {
+        a.0.0
+            .cmp(&b.0.0)
+            .then(a.0.1.0.total_cmp(&b.0.1.0))
+            .then(a.0.1.1.total_cmp(&b.0.1.1))
+    });
+    starts.extend(on.into_iter().take(ON_GROUP_STARTS).map(|(_, s)| s));
     let mut best: Option<((f64, f64), Solution)> = None;
     let mut last = None;
+    let mut budget = budget(inst, opts.objective);
     for s in starts {
-        let s = improve(inst, s, opts);
+        let s = improve(inst, s, opts, &mut budget);
         match violation(inst, &s.assign) {
             None => {
                 let v = s.score(inst, opts.objective);
@@ -69,6 +90,70 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
             last.unwrap_or_default()
         ))),
     }
+}
+
+/// How many of the everything-on-one-group starts (the best by the objective) the search
+/// improves.
+pub const ON_GROUP_STARTS: usize = 2;
+
+/// Every unit, in order, to its best option on device group `g`: the one whose duration plus
+/// the time to reshard its operands from where its producers are is least; a unit with no
+/// alternative there goes to its fastest allowed device. Tensor parallelism chosen op by op
+/// (Megatron-LM's column-then-row pairs come out of it where they are cheapest).
+fn on_group(inst: &Instance, g: usize) -> Solution {
+    let mut assign = vec![usize::MAX; inst.n];
+    let place = inst.d + g;
+    for unit in units(inst) {
+        let options = unit_options(inst, &unit);
+        let here: Vec<&Vec<usize>> = options
+            .iter()
+            .filter(|c| inst.place_of(unit[0], c[0]) == place)
+            .collect();
+        let pick = if here.is_empty() {
+            options.iter().min_by(|a, b| {
+                let t = |c: &Vec<usize>| -> f64 {
+                    unit.iter()
+                        .zip(c.iter())
+                        .map(|(&o, &x)| inst.option_times(o, x)[0])
+                        .sum()
+                };
+                t(a).total_cmp(&t(b))
+            })
+        } else {
+            here.into_iter().min_by(|a, b| {
+                let cost = |c: &Vec<usize>| -> f64 {
+                    let mut total = 0.0;
+                    for (&o, &x) in unit.iter().zip(c.iter()) {
+                        total += inst.option_times(o, x).iter().copied().fold(0.0, f64::max);
+                        for &e in &inst.in_edges[o] {
+                            let edge = &inst.problem.edges[e];
+                            let u = edge.from;
+                            if assign[u] == usize::MAX {
+                                continue;
+                            }
+                            let comm = reshard(
+                                inst,
+                                inst.place_of(u, assign[u]),
+                                out_layout(inst, u, assign[u], edge.tensor),
+                                place,
+                                in_layout(inst, o, x, edge.operand),
+                                edge.bytes,
+                            );
+                            total += comm_time(inst, &comm);
+                        }
+                    }
+                    total
+                };
+                cost(a).total_cmp(&cost(b))
+            })
+        };
+        if let Some(c) = pick {
+            for (&o, &x) in unit.iter().zip(c) {
+                assign[o] = x;
+            }
+        }
+    }
+    Solution::in_problem_order(inst, assign)
 }
 
 /// The options of a unit: per option, each member's option. Devices first, then per device
@@ -201,15 +286,6 @@ fn greedy(inst: &Instance, roomy: bool) -> Result<Solution, ProblemError> {
     Ok(Solution::in_problem_order(inst, assign))
 }
 
-/// Bytes over capacity, summed over the devices.
-fn overflow(inst: &Instance, assign: &[usize]) -> u64 {
-    memory_use(inst, assign)
-        .iter()
-        .zip(&inst.capacity)
-        .map(|(&m, &c)| m.saturating_sub(c))
-        .sum()
-}
-
 /// The only consumer op of `o` (every out-edge goes to it), with the edge's tensor and
 /// operand, when it is a unit of its own.
 fn only_consumer(inst: &Instance, o: usize) -> Option<(usize, u32, u32)> {
@@ -254,28 +330,64 @@ fn chain(inst: &Instance, o: usize, x: usize) -> Vec<(usize, usize)> {
     steps
 }
 
-/// A plan's rank in the search: bytes over capacity, then its score.
+/// A plan's rank in the search: bytes over capacity, then the objective, then a tie-break
+/// (throughput: every resource's busy time summed; latency: the period).
 type Key = (u64, (f64, f64));
 
-/// Local search over options from `start` (see the module doc).
-pub fn improve(inst: &Instance, start: Solution, opts: &SolveOptions) -> Solution {
+fn wins(a: Key, b: Key) -> bool {
+    // Sums kept by moves drift by round-off: a gain must beat it.
+    let less = |x: f64, y: f64| x < y - 1e-12 * y.abs();
+    let same = |x: f64, y: f64| !less(x, y) && !less(y, x);
+    a.0 < b.0 || (a.0 == b.0 && (less(a.1.0, b.1.0) || (same(a.1.0, b.1.0) && less(a.1.1, b.1.1))))
+}
+
+/// The key of the tracker's assignment.
+fn key_of(t: &Tracker<'_>, order: &[usize], objective: Objective) -> Key {
+    let over = t.overflow();
+    match objective {
+        Objective::Throughput => (over, (t.period(), t.total_busy())),
+        Objective::Latency => (
+            over,
+            (schedule_latency(t.inst(), &t.assign, order), t.period()),
+        ),
+    }
+}
+
+/// Whether a plan that fits memory breaks no other rule (a route must exist); checked when a
+/// move is kept.
+fn valid(inst: &Instance, t: &Tracker<'_>, key: Key) -> bool {
+    key.0 > 0 || violation(inst, &t.assign).is_none()
+}
+
+/// The search's budget of moves for `inst` ([`EVAL_WORK`] over a move's cost), shared by its
+/// starts.
+pub fn budget(inst: &Instance, objective: Objective) -> usize {
+    // The latency's list schedule visits every op and edge; the throughput's moves only the
+    // op's own edges.
+    let per_eval = match objective {
+        Objective::Latency => (inst.n + inst.problem.edges.len() + 1) as f64,
+        Objective::Throughput => 64.0,
+    };
+    (EVAL_WORK / per_eval).max(50.0) as usize
+}
+
+/// Local search over options from `start` (see the module doc), spending at most `budget`
+/// moves (what it spends is taken off).
+pub fn improve(
+    inst: &Instance,
+    start: Solution,
+    opts: &SolveOptions,
+    budget: &mut usize,
+) -> Solution {
     let order = start.order;
-    let mut assign = start.assign;
-    // (bytes over capacity, score): a plan over memory is repaired first. A plan within
-    // memory that breaks another rule (no route) is no candidate.
-    let eval = |a: &[usize]| -> Option<Key> {
-        let over = overflow(inst, a);
-        if over == 0 && violation(inst, a).is_some() {
-            return None;
-        }
-        Some((over, score(&evaluate(inst, a, &order), opts.objective)))
-    };
-    let wins = |a: Key, b: Key| a.0 < b.0 || (a.0 == b.0 && better(a.1, b.1));
-    let Some(mut cur) = eval(&assign) else {
-        return Solution { assign, order };
-    };
-    let per_eval = (inst.n + inst.problem.edges.len() + 1) as f64;
-    let mut budget = (EVAL_WORK / per_eval).max(50.0) as usize;
+    let mut t = Tracker::new(inst, start.assign);
+    let mut cur = key_of(&t, &order, opts.objective);
+    if !valid(inst, &t, cur) {
+        return Solution {
+            assign: t.assign,
+            order,
+        };
+    }
     // Units with splits; every unit while the start is over memory.
     let movable: Vec<Vec<usize>> = units(inst)
         .into_iter()
@@ -285,50 +397,51 @@ pub fn improve(inst: &Instance, start: Solution, opts: &SolveOptions) -> Solutio
         let mut improved = false;
         for unit in &movable {
             for choice in unit_options(inst, unit) {
-                if unit.iter().zip(&choice).all(|(&o, &x)| assign[o] == x) {
+                if unit.iter().zip(&choice).all(|(&o, &x)| t.assign[o] == x) {
                     continue;
                 }
-                if budget == 0 {
+                if *budget == 0 {
                     break 'passes;
                 }
-                let saved: Vec<usize> = unit.iter().map(|&o| assign[o]).collect();
+                *budget -= 1;
+                let saved: Vec<usize> = unit.iter().map(|&o| t.assign[o]).collect();
                 for (&o, &x) in unit.iter().zip(&choice) {
-                    assign[o] = x;
+                    t.set(o, x);
                 }
-                budget -= 1;
-                let mut best = eval(&assign).filter(|&s| wins(s, cur)).map(|s| (s, 0));
+                let k = key_of(&t, &order, opts.objective);
+                let mut best = wins(k, cur).then_some((k, 0));
                 // Chained: the only consumers follow onto the group.
                 let steps = match unit[..] {
                     [o] if choice[0] >= inst.d => chain(inst, o, choice[0]),
                     _ => Vec::new(),
                 };
-                let before: Vec<usize> = steps.iter().map(|&(v, _)| assign[v]).collect();
+                let before: Vec<usize> = steps.iter().map(|&(v, _)| t.assign[v]).collect();
                 for (i, &(v, x)) in steps.iter().enumerate() {
-                    if budget == 0 {
+                    if *budget == 0 {
                         break;
                     }
-                    budget -= 1;
-                    assign[v] = x;
-                    if let Some(s) = eval(&assign)
-                        && wins(s, best.map_or(cur, |b| b.0))
-                    {
-                        best = Some((s, i + 1));
+                    *budget -= 1;
+                    t.set(v, x);
+                    let k = key_of(&t, &order, opts.objective);
+                    if wins(k, best.map_or(cur, |b| b.0)) {
+                        best = Some((k, i + 1));
                     }
                 }
-                for (&(v, _), &x) in steps.iter().zip(&before) {
-                    assign[v] = x;
+                let len = best.map_or(0, |b| b.1);
+                for (&(v, _), &x) in steps.iter().zip(&before).skip(len).rev() {
+                    t.set(v, x);
                 }
                 match best {
-                    Some((s, len)) => {
-                        for &(v, x) in &steps[..len] {
-                            assign[v] = x;
-                        }
-                        cur = s;
+                    Some((k, _)) if valid(inst, &t, k) => {
+                        cur = k;
                         improved = true;
                     }
-                    None => {
+                    _ => {
+                        for (&(v, _), &x) in steps.iter().zip(&before).take(len).rev() {
+                            t.set(v, x);
+                        }
                         for (&o, &x) in unit.iter().zip(&saved) {
-                            assign[o] = x;
+                            t.set(o, x);
                         }
                     }
                 }
@@ -336,32 +449,29 @@ pub fn improve(inst: &Instance, start: Solution, opts: &SolveOptions) -> Solutio
         }
         if !improved && cur.0 > 0 {
             // Still over memory and stuck: move a unit and a neighbour together.
-            improved = pair_pass(
-                inst,
-                &units(inst),
-                &mut assign,
-                &mut cur,
-                &mut budget,
-                &eval,
-            );
+            improved = pair_pass(inst, &mut t, &order, opts.objective, &mut cur, budget);
         }
         if !improved {
             break;
         }
     }
-    Solution { assign, order }
+    Solution {
+        assign: t.assign,
+        order,
+    }
 }
 
-/// One pass of pair moves (a unit and a unit it shares an edge with, every option of each),
-/// keeping the first that improves; whether one did.
+/// One pass of pair moves (a unit and a unit it feeds, every option of each), keeping the
+/// first that improves; whether one did.
 fn pair_pass(
     inst: &Instance,
-    us: &[Vec<usize>],
-    assign: &mut [usize],
+    t: &mut Tracker<'_>,
+    order: &[usize],
+    objective: Objective,
     cur: &mut Key,
     budget: &mut usize,
-    eval: &dyn Fn(&[usize]) -> Option<Key>,
 ) -> bool {
+    let us = units(inst);
     let mut unit_of = vec![0usize; inst.n];
     for (i, u) in us.iter().enumerate() {
         for &o in u {
@@ -382,24 +492,24 @@ fn pair_pass(
         next.sort_unstable();
         next.dedup();
         for j in next {
-            let saved: Vec<usize> = u.iter().chain(&us[j]).map(|&o| assign[o]).collect();
+            let both: Vec<usize> = u.iter().chain(&us[j]).copied().collect();
+            let saved: Vec<usize> = both.iter().map(|&o| t.assign[o]).collect();
             for a in &options[i] {
                 for b in &options[j] {
                     if *budget == 0 {
                         return false;
                     }
                     *budget -= 1;
-                    for (&o, &x) in u.iter().zip(a).chain(us[j].iter().zip(b)) {
-                        assign[o] = x;
+                    for (&o, &x) in both.iter().zip(a.iter().chain(b)) {
+                        t.set(o, x);
                     }
-                    if let Some(k) = eval(assign)
-                        && (k.0 < cur.0 || (k.0 == cur.0 && better(k.1, cur.1)))
-                    {
+                    let k = key_of(t, order, objective);
+                    if wins(k, *cur) && valid(inst, t, k) {
                         *cur = k;
                         return true;
                     }
-                    for (&o, &x) in u.iter().chain(&us[j]).zip(&saved) {
-                        assign[o] = x;
+                    for (&o, &x) in both.iter().zip(&saved).rev() {
+                        t.set(o, x);
                     }
                 }
             }

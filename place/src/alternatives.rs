@@ -1,0 +1,548 @@
+//! The split alternatives of a graph's ops, for the placement problem ([`crate::build`] with
+//! [`crate::build::BuildOptions::splits`]): the device groups a target offers and, per op and
+//! group, the ways the op can run split over it, each with the layouts it reads and makes
+//! ([`crate::split`]), its share's time from the cost model and its memory per device.
+//!
+//! **Groups**: per device kind with two or more devices, the devices in a ring order (from the
+//! first, each next the nearest unvisited one by hops, ties by target order: a snake through
+//! a mesh), cut into consecutive blocks of the three largest powers of two up to their number
+//! (and all of them when that is not a power of two).
+//!
+//! **Rules** (`k` ways; an axis is split only when `k` divides its extent, shapes static;
+//! constants and state inputs are weights, resident, split or whole as the rule says):
+//! - elementwise ops (unary, binary, `select`, `cast`, `clip`): the result split along its
+//!   first or last axis (or the heads axis of a 4-D tensor): operands aligned at their last
+//!   axis split the same way, broadcast ones read whole;
+//! - `matmul` with a 2-D right operand (a weight, or an activation such as a transposed
+//!   embedding): *columns* (left whole, right split by columns, result split along its last
+//!   axis), *rows* (left split along its last axis, right by rows, the result partial sums,
+//!   Megatron-LM's pair) and, with a weight, *batch* (first axis); `matmul` of two
+//!   higher-rank activations: a batch or heads axis; `gemm` (untransposed A, weight B) the same three ways;
+//! - `softmax`, `log-softmax`: any listed axis but the op's; `layer-norm`: one before its
+//!   normalized axes;
+//! - `transpose`: an axis and where the permutation takes it; `reshape`: an axis and the result
+//!   axis whose leading extents multiply to the same (the same contiguous blocks);
+//! - `split` and `concat`: an axis other than the op's, or the op's own axis when every piece
+//!   divides (*fused*: each device holds its block of every piece, as Megatron-LM splits a
+//!   fused QKV weight; the producer's weight columns are permuted to match);
+//! - `gather` from a 2-D weight (an embedding): *vocab* (table split by rows, indices whole,
+//!   partial sums: each device fills the rows it holds) and *hidden* (table by columns);
+//! - `conv`: *channels* (weight and bias split by output channels, `groups = 1`) and *batch*;
+//!   `pool`, `batch-norm`: batch and channels.
+//!
+//! - every op (but communication, random numbers and region ops): *replicated*, whole on
+//!   every device of the group (all of the work on each; what Megatron-LM does with layer
+//!   norms and residual adds between its split matmuls).
+//!
+//! Axis names: `batch` (axis 0), `heads` (axis 1 of a 4-D tensor), `channels` (axis 1 of
+//! convolutions), `hidden` (the last), `columns`, `rows`, `vocab`, `fused`, else `axisN`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tessera_ir::{Graph, Op, OpId, ValueId};
+
+use crate::problem::{DeviceGroup, Link};
+use crate::split::Layout;
+
+/// One way to run an op split `k` ways.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    /// What is split (for reports).
+    pub axis: String,
+    /// The layout each operand must arrive in (weights: `R`, their split is `split_operand`).
+    pub inputs: Vec<Layout>,
+    /// The layout of each result.
+    pub outputs: Vec<Layout>,
+    /// Per operand: whether each device holds only its `1/k` of it (a split weight).
+    pub split_operand: Vec<bool>,
+    /// Whether each device does `1/k` of the work (else all of it: `replicated`).
+    pub shares: bool,
+}
+
+fn axis_name(a: usize, rank: usize) -> String {
+    match (a, rank) {
+        (0, _) => "batch".into(),
+        (1, 4) => "heads".into(),
+        (a, r) if a + 1 == r => "hidden".into(),
+        (a, _) => format!("axis{a}"),
+    }
+}
+
+fn dims(g: &Graph, v: ValueId) -> Option<Vec<u64>> {
+    g.ty(v).static_dims()
+}
+
+fn divides(k: u64, extent: u64) -> bool {
+    extent >= k && extent.is_multiple_of(k)
+}
+
+/// The axes of a rank-`r` result that elementwise-like rules try: first, last, and the heads
+/// axis of a 4-D tensor.
+fn candidate_axes(r: usize) -> Vec<usize> {
+    let mut v = vec![0];
+    if r == 4 {
+        v.push(1);
+    }
+    if r >= 2 {
+        v.push(r - 1);
+    }
+    v
+}
+
+/// The elementwise rule for result axis `a`: operands aligned at their last axis.
+fn aligned(
+    g: &Graph,
+    op: OpId,
+    k: u64,
+    a: usize,
+    weight: &dyn Fn(ValueId) -> bool,
+) -> Option<Rule> {
+    let data = g.op(op);
+    let res = dims(g, *data.results.first()?)?;
+    if a >= res.len() || !divides(k, res[a]) {
+        return None;
+    }
+    let r = res.len();
+    let mut inputs = Vec::new();
+    let mut split_operand = Vec::new();
+    for &v in &data.operands {
+        let d = dims(g, v)?;
+        let along = (a + d.len()).checked_sub(r).filter(|&x| d[x] == res[a]);
+        match along {
+            Some(x) => {
+                inputs.push(if weight(v) {
+                    Layout::Replicated
+                } else {
+                    Layout::Split(x as u32)
+                });
+                split_operand.push(true);
+            }
+            None => {
+                inputs.push(Layout::Replicated);
+                split_operand.push(false);
+            }
+        }
+    }
+    // A weight aligned with the split is split with it; a weight's `R` above only says it is
+    // not an edge's layout.
+    let outputs = data
+        .results
+        .iter()
+        .map(|&v| match dims(g, v) {
+            Some(d) if d.len() == r && d[a] == res[a] => Layout::Split(a as u32),
+            _ => Layout::Replicated,
+        })
+        .collect();
+    Some(Rule {
+        axis: axis_name(a, r),
+        inputs,
+        outputs,
+        split_operand,
+        shares: true,
+    })
+}
+
+/// Every rule of op `op` for `k` ways; `weight` says which values are weights.
+pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> Vec<Rule> {
+    let data = g.op(op);
+    let Some(&res0) = data.results.first() else {
+        return Vec::new();
+    };
+    let Some(res) = dims(g, res0) else {
+        return Vec::new();
+    };
+    let r = res.len();
+    let nops = data.operands.len();
+    let whole = |n: usize| vec![Layout::Replicated; n];
+    let one = |axis: &str, inputs: Vec<Layout>, outputs: Vec<Layout>, split: Vec<bool>| Rule {
+        axis: axis.into(),
+        inputs,
+        outputs,
+        split_operand: split,
+        shares: true,
+    };
+    let mut out = Vec::new();
+    match &data.op {
+        Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } | Op::Clip { .. } => {
+            out.extend(
+                candidate_axes(r)
+                    .into_iter()
+                    .filter_map(|a| aligned(g, op, k, a, weight)),
+            );
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            for a in candidate_axes(r).into_iter().filter(|a| a != axis) {
+                out.extend(aligned(g, op, k, a, weight));
+            }
+        }
+        Op::LayerNorm { axis, .. } => {
+            for a in candidate_axes(r).into_iter().filter(|a| a < axis) {
+                if let Some(mut rule) = aligned(g, op, k, a, weight) {
+                    // Scale and bias are over the normalized axes: whole on every device.
+                    for (i, s) in rule.split_operand.iter_mut().enumerate() {
+                        *s &= i == 0;
+                    }
+                    out.push(rule);
+                }
+            }
+        }
+        Op::MatMul => {
+            let (Some(a), Some(b)) = (
+                data.operands.first().and_then(|&v| dims(g, v)),
+                data.operands.get(1).and_then(|&v| dims(g, v)),
+            ) else {
+                return out;
+            };
+            if a.len() < 2 || b.len() < 2 {
+                return out;
+            }
+            if b.len() == 2 && !weight(data.operands[0]) {
+                // The right operand a weight or an activation (the transposed embedding of a
+                // language-model head): split by columns or rows either way.
+                let (kk, n) = (b[0], b[1]);
+                if divides(k, n) {
+                    out.push(one(
+                        "columns",
+                        vec![Layout::Replicated, Layout::Split(1)],
+                        vec![Layout::Split(r as u32 - 1)],
+                        vec![false, true],
+                    ));
+                }
+                if divides(k, kk) {
+                    out.push(one(
+                        "rows",
+                        vec![Layout::Split(a.len() as u32 - 1), Layout::Split(0)],
+                        vec![Layout::Partial],
+                        vec![true, true],
+                    ));
+                }
+                if divides(k, res[0]) {
+                    out.push(one(
+                        "batch",
+                        vec![Layout::Split(0), Layout::Replicated],
+                        vec![Layout::Split(0)],
+                        vec![true, false],
+                    ));
+                }
+            } else if !weight(data.operands[0]) && !weight(data.operands[1]) {
+                // Batch axes of two activations (aligned at the matrix axes).
+                for ax in candidate_axes(r).into_iter().filter(|&x| x + 2 < r) {
+                    if !divides(k, res[ax]) {
+                        continue;
+                    }
+                    let lay = |d: &[u64]| {
+                        (ax + d.len())
+                            .checked_sub(r)
+                            .filter(|&x| d[x] == res[ax])
+                            .map_or(Layout::Replicated, |x| Layout::Split(x as u32))
+                    };
+                    out.push(one(
+                        &axis_name(ax, r),
+                        vec![lay(&a), lay(&b)],
+                        vec![Layout::Split(ax as u32)],
+                        vec![true, true],
+                    ));
+                }
+            }
+        }
+        Op::Gemm {
+            trans_a, trans_b, ..
+        } => {
+            let Some(b) = data.operands.get(1).and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            if *trans_a || !weight(data.operands[1]) || weight(data.operands[0]) || b.len() != 2 {
+                return out;
+            }
+            let (kk, n) = if *trans_b { (b[1], b[0]) } else { (b[0], b[1]) };
+            let c_split = |split_n: bool| {
+                // The bias splits with the columns when it has them.
+                data.operands.get(2).map(|&c| {
+                    split_n && dims(g, c).is_some_and(|d| d.last() == Some(&n) && d.len() <= 2)
+                })
+            };
+            if divides(k, n) {
+                let mut split = vec![false, true];
+                split.extend(c_split(true));
+                out.push(one("columns", whole(nops), vec![Layout::Split(1)], split));
+            }
+            if divides(k, kk) {
+                let mut split = vec![true, true];
+                split.extend(c_split(false));
+                let mut inputs = whole(nops);
+                inputs[0] = Layout::Split(1);
+                out.push(one("rows", inputs, vec![Layout::Partial], split));
+            }
+            if divides(k, res[0]) {
+                let mut split = vec![true, false];
+                split.extend(c_split(false));
+                let mut inputs = whole(nops);
+                inputs[0] = Layout::Split(0);
+                out.push(one("batch", inputs, vec![Layout::Split(0)], split));
+            }
+        }
+        Op::Transpose { perm } => {
+            let Some(input) = data.operands.first().and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            for (a, &extent) in input.iter().enumerate() {
+                if !divides(k, extent) {
+                    continue;
+                }
+                if let Some(b) = perm.iter().position(|&p| p == a) {
+                    out.push(one(
+                        &axis_name(b, r),
+                        vec![Layout::Split(a as u32)],
+                        vec![Layout::Split(b as u32)],
+                        vec![true],
+                    ));
+                }
+            }
+        }
+        Op::Reshape { .. } => {
+            let Some(input) = data.operands.first().and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            for a in 0..input.len() {
+                if !divides(k, input[a]) {
+                    continue;
+                }
+                let lead: u64 = input[..a].iter().product();
+                let mut acc = 1u64;
+                for (b, &e) in res.iter().enumerate() {
+                    if acc == lead && divides(k, e) {
+                        let mut inputs = whole(nops);
+                        inputs[0] = Layout::Split(a as u32);
+                        let mut split = vec![false; nops];
+                        split[0] = true;
+                        out.push(one(
+                            &axis_name(b, r),
+                            inputs,
+                            vec![Layout::Split(b as u32)],
+                            split,
+                        ));
+                        break;
+                    }
+                    acc = acc.saturating_mul(e);
+                    if acc > lead {
+                        break;
+                    }
+                }
+            }
+        }
+        Op::Split { axis, sizes } => {
+            let Some(input) = data.operands.first().and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            for c in candidate_axes(input.len()) {
+                let ok = if c == *axis {
+                    sizes.iter().all(|&s| divides(k, s))
+                } else {
+                    divides(k, input[c])
+                };
+                if ok {
+                    let name = if c == *axis {
+                        "fused".to_string()
+                    } else {
+                        axis_name(c, input.len())
+                    };
+                    out.push(one(
+                        &name,
+                        vec![Layout::Split(c as u32)],
+                        vec![Layout::Split(c as u32); data.results.len()],
+                        vec![true],
+                    ));
+                }
+            }
+        }
+        Op::Concat { axis } => {
+            let ins: Option<Vec<Vec<u64>>> = data.operands.iter().map(|&v| dims(g, v)).collect();
+            let Some(ins) = ins else { return out };
+            for c in candidate_axes(r) {
+                let ok = ins.iter().all(|d| divides(k, d[c]));
+                if ok && !data.operands.iter().any(|&v| weight(v)) {
+                    let name = if c == *axis {
+                        "fused".to_string()
+                    } else {
+                        axis_name(c, r)
+                    };
+                    out.push(one(
+                        &name,
+                        vec![Layout::Split(c as u32); nops],
+                        vec![Layout::Split(c as u32)],
+                        vec![true; nops],
+                    ));
+                }
+            }
+        }
+        Op::Gather { axis: 0 } if nops == 2 && weight(data.operands[0]) => {
+            let Some(table) = dims(g, data.operands[0]) else {
+                return out;
+            };
+            if table.len() == 2 && !weight(data.operands[1]) {
+                if divides(k, table[0]) {
+                    out.push(one(
+                        "vocab",
+                        whole(2),
+                        vec![Layout::Partial],
+                        vec![true, false],
+                    ));
+                }
+                if divides(k, table[1]) {
+                    out.push(one(
+                        "hidden",
+                        whole(2),
+                        vec![Layout::Split(r as u32 - 1)],
+                        vec![true, false],
+                    ));
+                }
+            }
+        }
+        Op::Conv(attrs) => {
+            let Some(w) = data.operands.get(1).and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            if !weight(data.operands[1]) || weight(data.operands[0]) {
+                return out;
+            }
+            if attrs.groups == 1 && divides(k, w[0]) {
+                let mut split = vec![true; nops];
+                split[0] = false;
+                out.push(one("channels", whole(nops), vec![Layout::Split(1)], split));
+            }
+            if divides(k, res[0]) {
+                let mut inputs = whole(nops);
+                inputs[0] = Layout::Split(0);
+                let mut split = vec![false; nops];
+                split[0] = true;
+                out.push(one("batch", inputs, vec![Layout::Split(0)], split));
+            }
+        }
+        Op::Pool(_) | Op::BatchNorm { .. } => {
+            for a in [0usize, 1]
+                .into_iter()
+                .filter(|&a| a < r && divides(k, res[a]))
+            {
+                let mut inputs = whole(nops);
+                inputs[0] = Layout::Split(a as u32);
+                // Batch norm's per-channel weights split with the channels.
+                let split = (0..nops).map(|i| i == 0 || a == 1).collect();
+                let name = if a == 0 { "batch" } else { "channels" };
+                out.push(one(name, inputs, vec![Layout::Split(a as u32)], split));
+            }
+        }
+        _ => {}
+    }
+    // Every op can also run whole on every device of the group (Megatron-LM's replicated
+    // layer norms and residual adds): no reshard between split neighbours, all the work on
+    // each device.
+    if !matches!(
+        data.op,
+        Op::Transfer { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::RandomUniform { .. }
+    ) && data.op.regions().is_empty()
+    {
+        out.push(Rule {
+            axis: "replicated".into(),
+            inputs: whole(nops),
+            outputs: whole(data.results.len()),
+            split_operand: vec![false; nops],
+            shares: false,
+        });
+    }
+    // Weights never arrive over an edge: their layout entry is `R` whatever the rule splits.
+    for rule in &mut out {
+        for (i, &v) in data.operands.iter().enumerate() {
+            if weight(v)
+                && let Some(l) = rule.inputs.get_mut(i)
+            {
+                *l = Layout::Replicated;
+            }
+        }
+    }
+    out
+}
+
+/// The device groups of a target's problem devices (see the module doc): `kind_of` gives each
+/// problem device's kind, `links` the problem's links (`routers` are the other nodes).
+pub fn device_groups(
+    names: &[String],
+    kind_of: &[String],
+    routers: &[String],
+    links: &[Link],
+) -> Vec<DeviceGroup> {
+    // Hops between devices, by breadth-first search over the links.
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, n) in names.iter().chain(routers).enumerate() {
+        index.insert(n.as_str(), i);
+    }
+    let nodes = names.len() + routers.len();
+    let mut adj = vec![Vec::new(); nodes];
+    for l in links {
+        if let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) {
+            adj[a].push(b);
+            adj[b].push(a);
+        }
+    }
+    let hops_from = |s: usize| {
+        let mut h = vec![usize::MAX; nodes];
+        h[s] = 0;
+        let mut q = VecDeque::from([s]);
+        while let Some(v) = q.pop_front() {
+            for &w in &adj[v] {
+                if h[w] == usize::MAX {
+                    h[w] = h[v] + 1;
+                    q.push_back(w);
+                }
+            }
+        }
+        h
+    };
+    let mut kinds: Vec<&str> = Vec::new();
+    for k in kind_of {
+        if !kinds.contains(&k.as_str()) {
+            kinds.push(k);
+        }
+    }
+    let mut groups = Vec::new();
+    for kind in kinds {
+        let members: Vec<usize> = (0..names.len()).filter(|&i| kind_of[i] == kind).collect();
+        if members.len() < 2 {
+            continue;
+        }
+        // The ring order: nearest unvisited next.
+        let mut order = vec![members[0]];
+        let mut left: Vec<usize> = members[1..].to_vec();
+        while !left.is_empty() {
+            let h = hops_from(*order.last().unwrap_or(&members[0]));
+            let (at, _) = left
+                .iter()
+                .enumerate()
+                .min_by_key(|&(i, &m)| (h[m], i))
+                .unwrap_or((0, &left[0]));
+            order.push(left.remove(at));
+        }
+        let count = order.len();
+        let mut sizes: Vec<usize> = (1..usize::BITS)
+            .map(|b| 1usize << b)
+            .take_while(|&s| s <= count)
+            .collect();
+        sizes.reverse();
+        sizes.truncate(3);
+        if !count.is_power_of_two() {
+            sizes.insert(0, count);
+        }
+        sizes.sort_unstable();
+        for s in sizes {
+            for (i, block) in order.chunks_exact(s).enumerate() {
+                groups.push(DeviceGroup {
+                    name: format!("{kind}*{s}#{i}"),
+                    devices: block.iter().map(|&m| names[m].clone()).collect(),
+                });
+            }
+        }
+    }
+    groups
+}
