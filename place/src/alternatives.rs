@@ -49,14 +49,28 @@ use crate::split::Layout;
 pub struct Rule {
     /// What is split (for reports).
     pub axis: String,
-    /// The layout each operand must arrive in (weights: `R`, their split is `split_operand`).
-    pub inputs: Vec<Layout>,
+    /// The layout of each operand on the group's devices, weights included (a split weight
+    /// is `S<axis>`: each device holds its block).
+    pub operands: Vec<Layout>,
     /// The layout of each result.
     pub outputs: Vec<Layout>,
-    /// Per operand: whether each device holds only its `1/k` of it (a split weight).
-    pub split_operand: Vec<bool>,
     /// Whether each device does `1/k` of the work (else all of it: `replicated`).
     pub shares: bool,
+}
+
+impl Rule {
+    /// The layout operand `i` arrives in over an edge (`R` for a weight, which is resident).
+    pub fn input(&self, i: usize, is_weight: bool) -> Layout {
+        match self.operands.get(i) {
+            Some(&l) if !is_weight => l,
+            _ => Layout::Replicated,
+        }
+    }
+
+    /// Whether each device holds only its block of operand `i`.
+    pub fn splits_operand(&self, i: usize) -> bool {
+        matches!(self.operands.get(i), Some(Layout::Split(_)))
+    }
 }
 
 fn axis_name(a: usize, rank: usize) -> String {
@@ -89,42 +103,21 @@ fn candidate_axes(r: usize) -> Vec<usize> {
     v
 }
 
-/// The elementwise rule for result axis `a`: operands aligned at their last axis.
-fn aligned(
-    g: &Graph,
-    op: OpId,
-    k: u64,
-    a: usize,
-    weight: &dyn Fn(ValueId) -> bool,
-) -> Option<Rule> {
+/// The elementwise rule for result axis `a`: operands aligned at their last axis, split where
+/// they have the result's extent there, whole where they broadcast.
+fn aligned(g: &Graph, op: OpId, k: u64, a: usize) -> Option<Rule> {
     let data = g.op(op);
     let res = dims(g, *data.results.first()?)?;
     if a >= res.len() || !divides(k, res[a]) {
         return None;
     }
     let r = res.len();
-    let mut inputs = Vec::new();
-    let mut split_operand = Vec::new();
+    let mut operands = Vec::new();
     for &v in &data.operands {
         let d = dims(g, v)?;
         let along = (a + d.len()).checked_sub(r).filter(|&x| d[x] == res[a]);
-        match along {
-            Some(x) => {
-                inputs.push(if weight(v) {
-                    Layout::Replicated
-                } else {
-                    Layout::Split(x as u32)
-                });
-                split_operand.push(true);
-            }
-            None => {
-                inputs.push(Layout::Replicated);
-                split_operand.push(false);
-            }
-        }
+        operands.push(along.map_or(Layout::Replicated, |x| Layout::Split(x as u32)));
     }
-    // A weight aligned with the split is split with it; a weight's `R` above only says it is
-    // not an edge's layout.
     let outputs = data
         .results
         .iter()
@@ -135,9 +128,8 @@ fn aligned(
         .collect();
     Some(Rule {
         axis: axis_name(a, r),
-        inputs,
+        operands,
         outputs,
-        split_operand,
         shares: true,
     })
 }
@@ -154,36 +146,31 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
     let r = res.len();
     let nops = data.operands.len();
     let whole = |n: usize| vec![Layout::Replicated; n];
-    let one = |axis: &str, inputs: Vec<Layout>, outputs: Vec<Layout>, split: Vec<bool>| Rule {
+    let one = |axis: &str, operands: Vec<Layout>, outputs: Vec<Layout>| Rule {
         axis: axis.into(),
-        inputs,
+        operands,
         outputs,
-        split_operand: split,
         shares: true,
     };
+    let s = |a: usize| Layout::Split(a as u32);
     let mut out = Vec::new();
     match &data.op {
         Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } | Op::Clip { .. } => {
             out.extend(
                 candidate_axes(r)
                     .into_iter()
-                    .filter_map(|a| aligned(g, op, k, a, weight)),
+                    .filter_map(|a| aligned(g, op, k, a)),
             );
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             for a in candidate_axes(r).into_iter().filter(|a| a != axis) {
-                out.extend(aligned(g, op, k, a, weight));
+                out.extend(aligned(g, op, k, a));
             }
         }
         Op::LayerNorm { axis, .. } => {
+            // Scale and bias are over the normalized axes: they align with no earlier axis.
             for a in candidate_axes(r).into_iter().filter(|a| a < axis) {
-                if let Some(mut rule) = aligned(g, op, k, a, weight) {
-                    // Scale and bias are over the normalized axes: whole on every device.
-                    for (i, s) in rule.split_operand.iter_mut().enumerate() {
-                        *s &= i == 0;
-                    }
-                    out.push(rule);
-                }
+                out.extend(aligned(g, op, k, a));
             }
         }
         Op::MatMul => {
@@ -193,38 +180,31 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             ) else {
                 return out;
             };
-            if a.len() < 2 || b.len() < 2 {
+            if a.len() < 2 || b.len() < 2 || weight(data.operands[0]) {
                 return out;
             }
-            if b.len() == 2 && !weight(data.operands[0]) {
+            if b.len() == 2 {
                 // The right operand a weight or an activation (the transposed embedding of a
                 // language-model head): split by columns or rows either way.
                 let (kk, n) = (b[0], b[1]);
                 if divides(k, n) {
                     out.push(one(
                         "columns",
-                        vec![Layout::Replicated, Layout::Split(1)],
-                        vec![Layout::Split(r as u32 - 1)],
-                        vec![false, true],
+                        vec![Layout::Replicated, s(1)],
+                        vec![s(r - 1)],
                     ));
                 }
                 if divides(k, kk) {
                     out.push(one(
                         "rows",
-                        vec![Layout::Split(a.len() as u32 - 1), Layout::Split(0)],
+                        vec![s(a.len() - 1), s(0)],
                         vec![Layout::Partial],
-                        vec![true, true],
                     ));
                 }
-                if divides(k, res[0]) {
-                    out.push(one(
-                        "batch",
-                        vec![Layout::Split(0), Layout::Replicated],
-                        vec![Layout::Split(0)],
-                        vec![true, false],
-                    ));
+                if weight(data.operands[1]) && divides(k, res[0]) {
+                    out.push(one("batch", vec![s(0), Layout::Replicated], vec![s(0)]));
                 }
-            } else if !weight(data.operands[0]) && !weight(data.operands[1]) {
+            } else if !weight(data.operands[1]) {
                 // Batch axes of two activations (aligned at the matrix axes).
                 for ax in candidate_axes(r).into_iter().filter(|&x| x + 2 < r) {
                     if !divides(k, res[ax]) {
@@ -234,14 +214,9 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                         (ax + d.len())
                             .checked_sub(r)
                             .filter(|&x| d[x] == res[ax])
-                            .map_or(Layout::Replicated, |x| Layout::Split(x as u32))
+                            .map_or(Layout::Replicated, s)
                     };
-                    out.push(one(
-                        &axis_name(ax, r),
-                        vec![lay(&a), lay(&b)],
-                        vec![Layout::Split(ax as u32)],
-                        vec![true, true],
-                    ));
+                    out.push(one(&axis_name(ax, r), vec![lay(&a), lay(&b)], vec![s(ax)]));
                 }
             }
         }
@@ -255,30 +230,25 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                 return out;
             }
             let (kk, n) = if *trans_b { (b[1], b[0]) } else { (b[0], b[1]) };
-            let c_split = |split_n: bool| {
-                // The bias splits with the columns when it has them.
-                data.operands.get(2).map(|&c| {
-                    split_n && dims(g, c).is_some_and(|d| d.last() == Some(&n) && d.len() <= 2)
-                })
-            };
+            let (b_cols, b_rows) = if *trans_b { (s(0), s(1)) } else { (s(1), s(0)) };
+            // The bias: split with the columns when it has them, else whole.
+            let c = data.operands.get(2).map(|&c| match dims(g, c) {
+                Some(d) if d.last() == Some(&n) && n > 1 => s(d.len() - 1),
+                _ => Layout::Replicated,
+            });
             if divides(k, n) {
-                let mut split = vec![false, true];
-                split.extend(c_split(true));
-                out.push(one("columns", whole(nops), vec![Layout::Split(1)], split));
+                let mut ops = vec![Layout::Replicated, b_cols];
+                ops.extend(c);
+                out.push(one("columns", ops, vec![s(1)]));
             }
-            if divides(k, kk) {
-                let mut split = vec![true, true];
-                split.extend(c_split(false));
-                let mut inputs = whole(nops);
-                inputs[0] = Layout::Split(1);
-                out.push(one("rows", inputs, vec![Layout::Partial], split));
+            // Row-parallel sums partial products: a bias would be added on every device.
+            if divides(k, kk) && nops == 2 {
+                out.push(one("rows", vec![s(1), b_rows], vec![Layout::Partial]));
             }
             if divides(k, res[0]) {
-                let mut split = vec![true, false];
-                split.extend(c_split(false));
-                let mut inputs = whole(nops);
-                inputs[0] = Layout::Split(0);
-                out.push(one("batch", inputs, vec![Layout::Split(0)], split));
+                let mut ops = vec![s(0), Layout::Replicated];
+                ops.extend(c.map(|_| Layout::Replicated));
+                out.push(one("batch", ops, vec![s(0)]));
             }
         }
         Op::Transpose { perm } => {
@@ -290,12 +260,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                     continue;
                 }
                 if let Some(b) = perm.iter().position(|&p| p == a) {
-                    out.push(one(
-                        &axis_name(b, r),
-                        vec![Layout::Split(a as u32)],
-                        vec![Layout::Split(b as u32)],
-                        vec![true],
-                    ));
+                    out.push(one(&axis_name(b, r), vec![s(a)], vec![s(b)]));
                 }
             }
         }
@@ -311,16 +276,9 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                 let mut acc = 1u64;
                 for (b, &e) in res.iter().enumerate() {
                     if acc == lead && divides(k, e) {
-                        let mut inputs = whole(nops);
-                        inputs[0] = Layout::Split(a as u32);
-                        let mut split = vec![false; nops];
-                        split[0] = true;
-                        out.push(one(
-                            &axis_name(b, r),
-                            inputs,
-                            vec![Layout::Split(b as u32)],
-                            split,
-                        ));
+                        let mut ops = whole(nops);
+                        ops[0] = s(a);
+                        out.push(one(&axis_name(b, r), ops, vec![s(b)]));
                         break;
                     }
                     acc = acc.saturating_mul(e);
@@ -336,7 +294,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             };
             for c in candidate_axes(input.len()) {
                 let ok = if c == *axis {
-                    sizes.iter().all(|&s| divides(k, s))
+                    sizes.iter().all(|&x| divides(k, x))
                 } else {
                     divides(k, input[c])
                 };
@@ -346,12 +304,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                     } else {
                         axis_name(c, input.len())
                     };
-                    out.push(one(
-                        &name,
-                        vec![Layout::Split(c as u32)],
-                        vec![Layout::Split(c as u32); data.results.len()],
-                        vec![true],
-                    ));
+                    out.push(one(&name, vec![s(c)], vec![s(c); data.results.len()]));
                 }
             }
         }
@@ -359,19 +312,13 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             let ins: Option<Vec<Vec<u64>>> = data.operands.iter().map(|&v| dims(g, v)).collect();
             let Some(ins) = ins else { return out };
             for c in candidate_axes(r) {
-                let ok = ins.iter().all(|d| divides(k, d[c]));
-                if ok && !data.operands.iter().any(|&v| weight(v)) {
+                if ins.iter().all(|d| divides(k, d[c])) {
                     let name = if c == *axis {
                         "fused".to_string()
                     } else {
                         axis_name(c, r)
                     };
-                    out.push(one(
-                        &name,
-                        vec![Layout::Split(c as u32); nops],
-                        vec![Layout::Split(c as u32)],
-                        vec![true; nops],
-                    ));
+                    out.push(one(&name, vec![s(c); nops], vec![s(c)]));
                 }
             }
         }
@@ -383,17 +330,15 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                 if divides(k, table[0]) {
                     out.push(one(
                         "vocab",
-                        whole(2),
+                        vec![s(0), Layout::Replicated],
                         vec![Layout::Partial],
-                        vec![true, false],
                     ));
                 }
                 if divides(k, table[1]) {
                     out.push(one(
                         "hidden",
-                        whole(2),
-                        vec![Layout::Split(r as u32 - 1)],
-                        vec![true, false],
+                        vec![s(1), Layout::Replicated],
+                        vec![s(r - 1)],
                     ));
                 }
             }
@@ -406,16 +351,14 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                 return out;
             }
             if attrs.groups == 1 && divides(k, w[0]) {
-                let mut split = vec![true; nops];
-                split[0] = false;
-                out.push(one("channels", whole(nops), vec![Layout::Split(1)], split));
+                let mut ops = vec![s(0); nops];
+                ops[0] = Layout::Replicated;
+                out.push(one("channels", ops, vec![s(1)]));
             }
             if divides(k, res[0]) {
-                let mut inputs = whole(nops);
-                inputs[0] = Layout::Split(0);
-                let mut split = vec![false; nops];
-                split[0] = true;
-                out.push(one("batch", inputs, vec![Layout::Split(0)], split));
+                let mut ops = whole(nops);
+                ops[0] = s(0);
+                out.push(one("batch", ops, vec![s(0)]));
             }
         }
         Op::Pool(_) | Op::BatchNorm { .. } => {
@@ -423,12 +366,16 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
                 .into_iter()
                 .filter(|&a| a < r && divides(k, res[a]))
             {
-                let mut inputs = whole(nops);
-                inputs[0] = Layout::Split(a as u32);
-                // Batch norm's per-channel weights split with the channels.
-                let split = (0..nops).map(|i| i == 0 || a == 1).collect();
+                // Batch norm's per-channel parameters split with the channels.
+                let ops = (0..nops)
+                    .map(|i| match (i, a) {
+                        (0, _) => s(a),
+                        (_, 1) => s(0),
+                        _ => Layout::Replicated,
+                    })
+                    .collect();
                 let name = if a == 0 { "batch" } else { "channels" };
-                out.push(one(name, inputs, vec![Layout::Split(a as u32)], split));
+                out.push(one(name, ops, vec![s(a)]));
             }
         }
         _ => {}
@@ -446,21 +393,10 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
     {
         out.push(Rule {
             axis: "replicated".into(),
-            inputs: whole(nops),
+            operands: whole(nops),
             outputs: whole(data.results.len()),
-            split_operand: vec![false; nops],
             shares: false,
         });
-    }
-    // Weights never arrive over an edge: their layout entry is `R` whatever the rule splits.
-    for rule in &mut out {
-        for (i, &v) in data.operands.iter().enumerate() {
-            if weight(v)
-                && let Some(l) = rule.inputs.get_mut(i)
-            {
-                *l = Layout::Replicated;
-            }
-        }
     }
     out
 }

@@ -296,7 +296,7 @@ fn split_specs(
             for (i, &v) in data.operands.iter().enumerate() {
                 if weight(v) && seen.insert(v) {
                     let bytes = bytes_of(graph, v, &describe)?;
-                    let split = rule.split_operand.get(i).copied().unwrap_or(false);
+                    let split = rule.splits_operand(i);
                     memory = memory.saturating_add(if split { bytes.div_ceil(k) } else { bytes });
                 }
             }
@@ -313,7 +313,9 @@ fn split_specs(
                 axis: rule.axis.clone(),
                 time: BTreeMap::from([(class_names[c].clone(), seconds)]),
                 memory,
-                inputs: rule.inputs.iter().map(ToString::to_string).collect(),
+                inputs: (0..data.operands.len())
+                    .map(|i| rule.input(i, weight(data.operands[i])).to_string())
+                    .collect(),
                 outputs: rule.outputs.iter().map(ToString::to_string).collect(),
             });
         }

@@ -1,0 +1,434 @@
+//! The sharding rules of `tessera_place::alternatives` against the reference interpreter, on
+//! random shapes: for every op kind with rules, every rule and every number of ways that
+//! divides, each device computes the op on its blocks of the operands (the same op, with the
+//! attributes of its local shapes; the vocab-parallel gather masks the rows it does not
+//! hold), and the blocks put back together by the result's layout (split: concatenated,
+//! partial: summed, replicated: each device's equal to the whole) equal the op on whole
+//! tensors.
+
+// Only its random numbers are used here.
+#[allow(dead_code)]
+#[path = "common/mesh.rs"]
+mod mesh;
+
+use ndarray::{ArrayD, Axis, IxDyn, Slice, concatenate};
+use proptest::prelude::*;
+use tessera_ir::interp::eval_op;
+use tessera_ir::{
+    BinaryOp, ConvAttrs, Dim, ElemType, Graph, Op, PoolAttrs, PoolKind, Tensor, TensorType, UnaryOp,
+};
+use tessera_place::alternatives::{Rule, rules};
+use tessera_place::split::Layout;
+
+use mesh::splitmix;
+
+/// An op with its operands' shapes, which operands are weights, and whether operand 1 holds
+/// indices (gather) into operand 0's first axis.
+struct Case {
+    op: Op,
+    shapes: Vec<Vec<u64>>,
+    weights: Vec<bool>,
+    indices: Option<usize>,
+}
+
+fn f32_tensor(shape: &[u64], s: &mut u64) -> Tensor {
+    let n: u64 = shape.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|_| (splitmix(s) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    Tensor::F32(ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape"))
+}
+
+fn array(t: &Tensor) -> ArrayD<f32> {
+    match t {
+        Tensor::F32(a) => a.clone(),
+        other => panic!("expected f32, got {:?}", other.elem()),
+    }
+}
+
+/// Block `i` of `k` of `a` along `axis`.
+fn block(a: &ArrayD<f32>, axis: usize, i: usize, k: usize) -> ArrayD<f32> {
+    let n = a.shape()[axis] / k;
+    a.slice_axis(Axis(axis), Slice::from(i * n..(i + 1) * n))
+        .to_owned()
+}
+
+fn cat(parts: &[ArrayD<f32>], axis: usize) -> ArrayD<f32> {
+    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+    concatenate(Axis(axis), &views).expect("concatenate")
+}
+
+/// `sizes` pieces along `axis`, each cut into `k` blocks: device `i`'s blocks of every piece,
+/// concatenated (the fused layout of a split QKV).
+fn fused_block(a: &ArrayD<f32>, axis: usize, sizes: &[u64], i: usize, k: usize) -> ArrayD<f32> {
+    let mut at = 0usize;
+    let mut parts = Vec::new();
+    for &size in sizes {
+        let piece = a
+            .slice_axis(Axis(axis), Slice::from(at..at + size as usize))
+            .to_owned();
+        parts.push(block(&piece, axis, i, k));
+        at += size as usize;
+    }
+    cat(&parts, axis)
+}
+
+fn close(got: &ArrayD<f32>, want: &ArrayD<f32>) -> Result<(), String> {
+    if got.shape() != want.shape() {
+        return Err(format!("shape {:?}, want {:?}", got.shape(), want.shape()));
+    }
+    let scale = want.iter().fold(1.0f32, |m, &x| m.max(x.abs()));
+    let diff = got
+        .iter()
+        .zip(want.iter())
+        .fold(0.0f32, |m, (&a, &b)| m.max((a - b).abs()));
+    if diff <= 1e-4 * scale {
+        Ok(())
+    } else {
+        Err(format!("differs by {diff}"))
+    }
+}
+
+/// Runs `rule` of `case` over `k` devices and compares with the whole op.
+fn check(
+    case: &Case,
+    rule: &Rule,
+    k: usize,
+    inputs: &[Tensor],
+    full: &[Tensor],
+) -> Result<(), String> {
+    let mut outs: Vec<Vec<ArrayD<f32>>> = vec![Vec::new(); full.len()];
+    for i in 0..k {
+        let mut local = Vec::new();
+        for (j, t) in inputs.iter().enumerate() {
+            local.push(match (rule.operands[j], &case.op) {
+                (Layout::Split(_), Op::Split { axis, sizes }) if rule.axis == "fused" => {
+                    Tensor::F32(fused_block(&array(t), *axis, sizes, i, k))
+                }
+                (Layout::Split(a), _) => Tensor::F32(block(&array(t), a as usize, i, k)),
+                _ => t.clone(),
+            });
+        }
+        let got = if rule.axis == "vocab" {
+            // The rows this device holds; an index outside them gives zeros.
+            let table = array(&local[0]);
+            let rows = table.shape()[0] as i64;
+            let Tensor::I64(idx) = &local[1] else {
+                return Err("indices".into());
+            };
+            let width = table.shape()[1];
+            let mut shape: Vec<usize> = idx.shape().to_vec();
+            shape.push(width);
+            let mut out = ArrayD::<f32>::zeros(IxDyn(&shape));
+            for (n, &x) in idx.iter().enumerate() {
+                let r = x - i as i64 * rows;
+                if (0..rows).contains(&r) {
+                    for c in 0..width {
+                        out.as_slice_mut().expect("standard layout")[n * width + c] =
+                            table[[r as usize, c]];
+                    }
+                }
+            }
+            vec![Tensor::F32(out)]
+        } else {
+            let op = match &case.op {
+                Op::Reshape { .. } => {
+                    let mut shape: Vec<usize> = full[0].shape().to_vec();
+                    if let Layout::Split(b) = rule.outputs[0] {
+                        shape[b as usize] /= k;
+                    }
+                    Op::Reshape {
+                        shape: shape.iter().map(|&d| Dim::Static(d as u64)).collect(),
+                    }
+                }
+                Op::Split { axis, sizes } if rule.axis == "fused" => Op::Split {
+                    axis: *axis,
+                    sizes: sizes.iter().map(|&x| x / k as u64).collect(),
+                },
+                op => op.clone(),
+            };
+            let refs: Vec<&Tensor> = local.iter().collect();
+            eval_op(&op, &refs).map_err(|e| format!("device {i}: {e}"))?
+        };
+        for (r, t) in got.iter().enumerate() {
+            outs[r].push(array(t));
+        }
+    }
+    for (r, want) in full.iter().enumerate() {
+        let want = array(want);
+        let got = match (rule.outputs[r], &case.op) {
+            (Layout::Split(a), Op::Concat { axis }) if rule.axis == "fused" => {
+                // Device i holds block i of every input: piece p back from every device.
+                let mut pieces = Vec::new();
+                let mut at = 0usize;
+                for s in &case.shapes {
+                    let size = s[*axis] as usize / k;
+                    let blocks: Vec<ArrayD<f32>> = outs[r]
+                        .iter()
+                        .map(|o| {
+                            o.slice_axis(Axis(a as usize), Slice::from(at..at + size))
+                                .to_owned()
+                        })
+                        .collect();
+                    pieces.push(cat(&blocks, a as usize));
+                    at += size;
+                }
+                cat(&pieces, *axis)
+            }
+            (Layout::Split(a), _) => cat(&outs[r], a as usize),
+            (Layout::Partial, _) => outs[r]
+                .iter()
+                .skip(1)
+                .fold(outs[r][0].clone(), |acc, x| acc + x),
+            (Layout::Replicated, _) => {
+                for o in &outs[r] {
+                    close(o, &want).map_err(|e| format!("result {r} (replicated): {e}"))?;
+                }
+                continue;
+            }
+        };
+        close(&got, &want).map_err(|e| format!("result {r} ({}): {e}", rule.outputs[r]))?;
+    }
+    Ok(())
+}
+
+/// A random case of op family `family` (see the match) with extents from `pick`.
+fn case(family: u64, s: &mut u64) -> Case {
+    let mut pick = |xs: &[u64]| xs[(splitmix(s) % xs.len() as u64) as usize];
+    let ext = [4u64, 6, 8, 12];
+    let (b, sq, h) = (pick(&[1, 2, 4]), pick(&ext), pick(&ext));
+    let d = pick(&[2, 4, 6]);
+    let heads = pick(&[2, 4, 6]);
+    let plain = |op: Op, shapes: Vec<Vec<u64>>, weights: Vec<bool>| Case {
+        op,
+        shapes,
+        weights,
+        indices: None,
+    };
+    match family {
+        0 => plain(Op::Unary(UnaryOp::Tanh), vec![vec![b, sq, h]], vec![false]),
+        1 => plain(
+            Op::Binary(BinaryOp::Add),
+            vec![vec![b, sq, h], vec![h]],
+            vec![false, pick(&[0, 1]) == 1],
+        ),
+        2 => plain(
+            Op::Binary(BinaryOp::Mul),
+            vec![vec![b, heads, sq, sq], vec![1, 1, sq, sq]],
+            vec![false, false],
+        ),
+        3 => plain(
+            Op::Softmax { axis: 3 },
+            vec![vec![b, heads, sq, sq]],
+            vec![false],
+        ),
+        4 => plain(
+            Op::LayerNorm {
+                axis: 2,
+                epsilon: 1e-5,
+            },
+            vec![vec![b, sq, h], vec![h], vec![h]],
+            vec![false, true, true],
+        ),
+        5 => plain(
+            Op::MatMul,
+            vec![vec![b, sq, h], vec![h, pick(&ext)]],
+            vec![false, pick(&[0, 1]) == 1],
+        ),
+        6 => plain(
+            Op::MatMul,
+            vec![vec![b, heads, sq, d], vec![b, heads, d, sq]],
+            vec![false, false],
+        ),
+        7 => {
+            let trans_b = pick(&[0, 1]) == 1;
+            let n = pick(&ext);
+            let bias = pick(&[0, 1]) == 1;
+            let mut shapes = vec![vec![sq, h], if trans_b { vec![n, h] } else { vec![h, n] }];
+            if bias {
+                shapes.push(vec![n]);
+            }
+            let weights = vec![false, true, true][..shapes.len()].to_vec();
+            plain(
+                Op::Gemm {
+                    alpha: 1.0,
+                    beta: 1.0,
+                    trans_a: false,
+                    trans_b,
+                },
+                shapes,
+                weights,
+            )
+        }
+        8 => plain(
+            Op::Transpose {
+                perm: vec![0, 2, 1, 3],
+            },
+            vec![vec![b, sq, heads, d]],
+            vec![false],
+        ),
+        9 => plain(
+            Op::Reshape {
+                shape: [b, sq, heads, d].iter().map(|&x| Dim::Static(x)).collect(),
+            },
+            vec![vec![b, sq, heads * d]],
+            vec![false],
+        ),
+        10 => plain(
+            Op::Split {
+                axis: 2,
+                sizes: vec![h, h, h],
+            },
+            vec![vec![b, sq, 3 * h]],
+            vec![false],
+        ),
+        11 => plain(
+            Op::Concat { axis: 2 },
+            vec![vec![b, sq, h], vec![b, sq, h]],
+            vec![false, false],
+        ),
+        12 => Case {
+            op: Op::Gather { axis: 0 },
+            shapes: vec![vec![pick(&ext) * 2, h], vec![b, sq]],
+            weights: vec![true, false],
+            indices: Some(1),
+        },
+        13 => plain(
+            Op::Conv(ConvAttrs {
+                strides: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+                dilations: vec![1, 1],
+                groups: 1,
+            }),
+            vec![vec![b, 3, 6, 6], vec![pick(&ext), 3, 3, 3], vec![0]],
+            vec![false, true, true],
+        ),
+        14 => plain(
+            Op::Pool(PoolAttrs {
+                kind: PoolKind::Max,
+                kernel: vec![2, 2],
+                strides: vec![2, 2],
+                pads: vec![0, 0, 0, 0],
+                dilations: vec![1, 1],
+                ceil_mode: false,
+                count_include_pad: false,
+            }),
+            vec![vec![b, pick(&ext), 4, 4]],
+            vec![false],
+        ),
+        _ => {
+            let c = pick(&ext);
+            plain(
+                Op::BatchNorm { epsilon: 1e-5 },
+                vec![vec![b, c, 3, 3], vec![c], vec![c], vec![c], vec![c]],
+                vec![false, true, true, true, true],
+            )
+        }
+    }
+}
+
+const FAMILIES: u64 = 16;
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 400,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5a4d),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn every_rule_computes_the_whole_op(seed in any::<u64>(), family in 0..FAMILIES) {
+        let mut s = seed;
+        let mut c = case(family, &mut s);
+        if let Op::Conv(_) = c.op {
+            // The bias has the output channels.
+            c.shapes[2] = vec![c.shapes[1][0]];
+        }
+        let mut g = Graph::new("case");
+        let mut inputs = Vec::new();
+        let mut values = Vec::new();
+        for (j, shape) in c.shapes.iter().enumerate() {
+            let elem = if c.indices == Some(j) { ElemType::I64 } else { ElemType::F32 };
+            let ty = TensorType::new(elem, shape.iter().map(|&x| Dim::Static(x)).collect());
+            values.push(g.add_input(None, ty));
+            inputs.push(if c.indices == Some(j) {
+                let rows = c.shapes[0][0];
+                let n: u64 = shape.iter().product();
+                let data: Vec<i64> = (0..n).map(|_| (splitmix(&mut s) % rows) as i64).collect();
+                let dims: Vec<usize> = shape.iter().map(|&x| x as usize).collect();
+                Tensor::I64(ArrayD::from_shape_vec(IxDyn(&dims), data).expect("shape"))
+            } else {
+                f32_tensor(shape, &mut s)
+            });
+        }
+        let types: Vec<TensorType> = values.iter().map(|&v| g.ty(v).clone()).collect();
+        let refs: Vec<&TensorType> = types.iter().collect();
+        let results = tessera_ir::infer::infer(&g, &c.op, &refs)
+            .map_err(|e| TestCaseError::fail(format!("{:?}: {e}", c.op)))?;
+        let op = g.push_op(c.op.clone(), values.clone(), results);
+        let in_refs: Vec<&Tensor> = inputs.iter().collect();
+        let full = eval_op(&c.op, &in_refs).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let weight = |v| values.iter().position(|&x| x == v).is_some_and(|j| c.weights[j]);
+        let mut checked = 0;
+        for k in [2usize, 3, 4] {
+            for rule in rules(&g, op, k as u64, &weight) {
+                if let Err(e) = check(&c, &rule, k, &inputs, &full) {
+                    return Err(TestCaseError::fail(format!(
+                        "{:?} on {:?}, rule {} ({:?} -> {:?}) over {k}: {e}",
+                        c.op, c.shapes, rule.axis, rule.operands, rule.outputs
+                    )));
+                }
+                checked += 1;
+            }
+        }
+        // The replicated rule at least, for every k.
+        prop_assert!(checked >= 3);
+    }
+}
+
+/// Every family has at least one splitting (not replicated) rule on some shape, so the
+/// property above checks real splits for each.
+#[test]
+fn every_family_has_a_split_rule() {
+    for family in 0..FAMILIES {
+        let mut found = false;
+        for seed in 0..64u64 {
+            let mut s = seed;
+            let mut c = case(family, &mut s);
+            if let Op::Conv(_) = c.op {
+                c.shapes[2] = vec![c.shapes[1][0]];
+            }
+            let mut g = Graph::new("case");
+            let values: Vec<_> = c
+                .shapes
+                .iter()
+                .enumerate()
+                .map(|(j, shape)| {
+                    let elem = if c.indices == Some(j) {
+                        ElemType::I64
+                    } else {
+                        ElemType::F32
+                    };
+                    g.add_input(
+                        None,
+                        TensorType::new(elem, shape.iter().map(|&x| Dim::Static(x)).collect()),
+                    )
+                })
+                .collect();
+            let types: Vec<TensorType> = values.iter().map(|&v| g.ty(v).clone()).collect();
+            let refs: Vec<&TensorType> = types.iter().collect();
+            let results = tessera_ir::infer::infer(&g, &c.op, &refs).expect("infers");
+            let op = g.push_op(c.op.clone(), values.clone(), results);
+            let weight = |v| {
+                values
+                    .iter()
+                    .position(|&x| x == v)
+                    .is_some_and(|j| c.weights[j])
+            };
+            found |= rules(&g, op, 2, &weight).iter().any(|r| r.shares);
+        }
+        assert!(found, "family {family} never splits");
+    }
+}
