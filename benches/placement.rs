@@ -2,12 +2,7 @@
 //! every built-in target, and the solve time on a 100,000-op synthetic DAG.
 //!
 //! `cargo bench -p tessera --bench placement` prints markdown tables (the README's
-//! "Placement" section holds a run). Models: the ONNX test corpus (`testdata/models/onnx`),
-//! the large models of `make_onnx_models.py --eqsat-bench` when present
-//! (`testdata/models/large`), and the ImageNet topologies the `onnx` wheel ships as
-//! `backend/test/data/light/light_*.onnx` (found through `python3 -c "import onnx"`, or
-//! `ONNX_LIGHT_DIR`). Each is imported with its sample shapes and run through
-//! `canonicalize,cse,dce` (no eqsat, so only placement differs).
+//! "Placement" section holds a run). Models: those of `common/models.rs`.
 //!
 //! Methods, all simulated by the same discrete-event simulator after the same scheduling:
 //! - `tessera`: what `tessera compile` does (`auto` for the throughput objective, then the
@@ -22,110 +17,21 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "common/models.rs"]
+mod common_models;
+
+use common_models::models;
 use tessera::commands::compile::{PlaceSettings, compile};
 use tessera_ir::Graph;
-use tessera_passes::{NoInstrumentation, PassManager, Pipeline};
 use tessera_place::build::build;
 use tessera_place::eval::violation;
 use tessera_place::pass::{apply_order, rank_order};
 use tessera_place::problem::{Device, Edge, Link, OpSpec, Problem};
 use tessera_place::{Instance, Objective};
 use tessera_targets::{CostModel, SimOptions, TargetSpec, simulate};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-fn import(path: &Path, shapes: BTreeMap<String, Vec<u64>>) -> Option<Graph> {
-    let options = tessera_onnx::ImportOptions {
-        input_shapes: shapes,
-        ..Default::default()
-    };
-    let g = tessera_onnx::import_file(path, &options).ok()?;
-    let pipeline = Pipeline::parse("canonicalize,cse,dce").ok()?;
-    let mut g = g;
-    PassManager::new(pipeline)
-        .run(&mut g, &mut NoInstrumentation)
-        .ok()?;
-    Some(g)
-}
-
-fn io_shapes(dir: &Path) -> Option<BTreeMap<String, Vec<u64>>> {
-    let io: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("io.json")).ok()?).ok()?;
-    let mut shapes = BTreeMap::new();
-    for i in io["inputs"].as_array()? {
-        let dims: Vec<u64> = i["sample_shape"]
-            .as_array()?
-            .iter()
-            .map(|d| d.as_u64())
-            .collect::<Option<_>>()?;
-        shapes.insert(i["name"].as_str()?.to_string(), dims);
-    }
-    Some(shapes)
-}
-
-fn light_dir() -> Option<PathBuf> {
-    if let Ok(d) = std::env::var("ONNX_LIGHT_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-        .args([
-            "-c",
-            "import onnx, os; print(os.path.dirname(onnx.__file__))",
-        ])
-        .output()
-        .ok()?;
-    let dir =
-        PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("backend/test/data/light");
-    dir.is_dir().then_some(dir)
-}
-
-fn models() -> Vec<(String, Graph)> {
-    let mut out = Vec::new();
-    for sub in ["testdata/models/onnx", "testdata/models/large"] {
-        let Ok(read) = std::fs::read_dir(repo().join(sub)) else {
-            continue;
-        };
-        let mut dirs: Vec<PathBuf> = read
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.join("io.json").is_file())
-            .collect();
-        dirs.sort();
-        for d in dirs {
-            let name = d
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if let Some(g) = io_shapes(&d).and_then(|s| import(&d.join("model.onnx"), s)) {
-                out.push((name, g));
-            }
-        }
-    }
-    if let Some(dir) = light_dir()
-        && let Ok(read) = std::fs::read_dir(&dir)
-    {
-        let mut files: Vec<PathBuf> = read
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-            .collect();
-        files.sort();
-        for f in files {
-            let name = f
-                .file_stem()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if let Some(g) = import(&f, BTreeMap::new()) {
-                out.push((name, g));
-            }
-        }
-    }
-    out
-}
 
 /// gpmetis's partition of the problem's op graph into `k` parts, or `None` if gpmetis is
 /// missing or fails.
