@@ -76,8 +76,8 @@ fn every_model_on_every_builtin_target_places_feasibly_and_computes_the_same() {
 /// Problems with split alternatives (`--split-alternatives`): every test model's on every
 /// built-in target validates, and the `split` strategy places it feasibly within its bound;
 /// GPT-2 tiny offers the splits tensor parallelism needs (vocab-parallel embedding,
-/// column- and row-parallel linear layers, heads through reshape and transpose, the fused QKV
-/// split, replicated layer norms).
+/// column- and row-parallel linear layers, heads through reshape and transpose,
+/// replicated layer norms).
 #[test]
 fn every_model_offers_split_alternatives_that_solve() {
     use tessera_place::build::{BuildOptions, build_with};
@@ -143,7 +143,6 @@ fn every_model_offers_split_alternatives_that_solve() {
         ("gemm", r#"columns ["R", "R"]->["S1"]"#),
         ("gemm", r#"rows ["S1", "R"]->["P"]"#),
         ("matmul", r#"heads ["S1", "S1"]->["S1"]"#),
-        ("split", r#"fused ["S2"]->["S2", "S2", "S2"]"#),
         ("transpose", r#"heads ["S2"]->["S1"]"#),
         ("layer-norm", r#"replicated ["R", "R", "R"]->["R"]"#),
         ("softmax", r#"heads ["S1"]->["S1"]"#),

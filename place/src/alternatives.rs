@@ -6,7 +6,8 @@
 //! **Groups**: per device kind with two or more devices, the devices in a ring order (from the
 //! first, each next the nearest unvisited one by hops, ties by target order: a snake through
 //! a mesh), cut into consecutive blocks of the three largest powers of two up to their number
-//! (and all of them when that is not a power of two).
+//! (and all of them when that is not a power of two), at most
+//! [`crate::problem::MAX_GROUP_DEVICES`] devices each.
 //!
 //! **Rules** (`k` ways; an axis is split only when `k` divides its extent, shapes static;
 //! constants and state inputs are weights, resident, split or whole as the rule says):
@@ -22,11 +23,12 @@
 //!   normalized axes;
 //! - `transpose`: an axis and where the permutation takes it; `reshape`: an axis and the result
 //!   axis whose leading extents multiply to the same (the same contiguous blocks);
-//! - `split` and `concat`: an axis other than the op's, or the op's own axis when every piece
-//!   divides (*fused*: each device holds its block of every piece, as Megatron-LM splits a
-//!   fused QKV weight; the producer's weight columns are permuted to match);
+//! - `split` and `concat`: an axis other than the op's. (Splitting along the op's own axis, a
+//!   fused QKV as Megatron-LM does it, needs a layout where each device holds its block of
+//!   every piece; `S<axis>` means contiguous blocks, so that rule waits for such a layout.)
 //! - `gather` from a 2-D weight (an embedding): *vocab* (table split by rows, indices whole,
-//!   partial sums: each device fills the rows it holds) and *hidden* (table by columns);
+//!   partial sums: each device fills the rows it holds; indices must be normalized to be
+//!   non-negative first) and *hidden* (table by columns);
 //! - `conv`: *channels* (weight and bias split by output channels, `groups = 1`) and *batch*;
 //!   `pool`, `batch-norm`: batch and channels.
 //!
@@ -35,7 +37,7 @@
 //!   norms and residual adds between its split matmuls).
 //!
 //! Axis names: `batch` (axis 0), `heads` (axis 1 of a 4-D tensor), `channels` (axis 1 of
-//! convolutions), `hidden` (the last), `columns`, `rows`, `vocab`, `fused`, else `axisN`.
+//! convolutions), `hidden` (the last), `columns`, `rows`, `vocab`, else `axisN`.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -134,8 +136,34 @@ fn aligned(g: &Graph, op: OpId, k: u64, a: usize) -> Option<Rule> {
     })
 }
 
-/// Every rule of op `op` for `k` ways; `weight` says which values are weights.
+/// Every rule of op `op` for `k` ways; `weight` says which values are weights. Every op but
+/// communication, random numbers and region ops has the replicated rule, last.
 pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> Vec<Rule> {
+    let data = g.op(op);
+    let mut out = split_rules(g, op, k, weight);
+    // Every op can also run whole on every device of the group (Megatron-LM's replicated
+    // layer norms and residual adds): no reshard between split neighbours, all the work on
+    // each device.
+    if !matches!(
+        data.op,
+        Op::Transfer { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::RandomUniform { .. }
+    ) && data.op.regions().is_empty()
+    {
+        out.push(Rule {
+            axis: "replicated".into(),
+            operands: vec![Layout::Replicated; data.operands.len()],
+            outputs: vec![Layout::Replicated; data.results.len()],
+            shares: false,
+        });
+    }
+    out
+}
+
+/// The splitting rules of `op` (see the module doc).
+fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> Vec<Rule> {
     let data = g.op(op);
     let Some(&res0) = data.results.first() else {
         return Vec::new();
@@ -247,7 +275,11 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             }
             if divides(k, res[0]) {
                 let mut ops = vec![s(0), Layout::Replicated];
-                ops.extend(c.map(|_| Layout::Replicated));
+                // A bias with the rows ([M, N] or [M, 1]) splits with them.
+                ops.extend(data.operands.get(2).map(|&c| match dims(g, c) {
+                    Some(d) if d.len() == 2 && d[0] == res[0] && res[0] > 1 => s(0),
+                    _ => Layout::Replicated,
+                }));
                 out.push(one("batch", ops, vec![s(0)]));
             }
         }
@@ -292,18 +324,13 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             let Some(input) = data.operands.first().and_then(|&v| dims(g, v)) else {
                 return out;
             };
-            for c in candidate_axes(input.len()) {
-                let ok = if c == *axis {
-                    sizes.iter().all(|&x| divides(k, x))
-                } else {
-                    divides(k, input[c])
-                };
-                if ok {
-                    let name = if c == *axis {
-                        "fused".to_string()
-                    } else {
-                        axis_name(c, input.len())
-                    };
+            let _ = sizes;
+            for c in candidate_axes(input.len())
+                .into_iter()
+                .filter(|c| c != axis)
+            {
+                if divides(k, input[c]) {
+                    let name = axis_name(c, input.len());
                     out.push(one(&name, vec![s(c)], vec![s(c); data.results.len()]));
                 }
             }
@@ -311,14 +338,9 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
         Op::Concat { axis } => {
             let ins: Option<Vec<Vec<u64>>> = data.operands.iter().map(|&v| dims(g, v)).collect();
             let Some(ins) = ins else { return out };
-            for c in candidate_axes(r) {
+            for c in candidate_axes(r).into_iter().filter(|c| c != axis) {
                 if ins.iter().all(|d| divides(k, d[c])) {
-                    let name = if c == *axis {
-                        "fused".to_string()
-                    } else {
-                        axis_name(c, r)
-                    };
-                    out.push(one(&name, vec![s(c); nops], vec![s(c)]));
+                    out.push(one(&axis_name(c, r), vec![s(c); nops], vec![s(c)]));
                 }
             }
         }
@@ -379,24 +401,6 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             }
         }
         _ => {}
-    }
-    // Every op can also run whole on every device of the group (Megatron-LM's replicated
-    // layer norms and residual adds): no reshard between split neighbours, all the work on
-    // each device.
-    if !matches!(
-        data.op,
-        Op::Transfer { .. }
-            | Op::AllReduce { .. }
-            | Op::AllGather { .. }
-            | Op::RandomUniform { .. }
-    ) && data.op.regions().is_empty()
-    {
-        out.push(Rule {
-            axis: "replicated".into(),
-            operands: whole(nops),
-            outputs: whole(data.results.len()),
-            shares: false,
-        });
     }
     out
 }
@@ -461,14 +465,15 @@ pub fn device_groups(
             order.push(left.remove(at));
         }
         let count = order.len();
+        let most = count.min(crate::problem::MAX_GROUP_DEVICES);
         let mut sizes: Vec<usize> = (1..usize::BITS)
             .map(|b| 1usize << b)
-            .take_while(|&s| s <= count)
+            .take_while(|&s| s <= most)
             .collect();
         sizes.reverse();
         sizes.truncate(3);
-        if !count.is_power_of_two() {
-            sizes.insert(0, count);
+        if !most.is_power_of_two() {
+            sizes.insert(0, most);
         }
         sizes.sort_unstable();
         for s in sizes {

@@ -68,7 +68,7 @@ pub fn split_name(inst: &Instance, o: usize, a: usize) -> String {
 /// The most ops a plan with splits has for its explanations to weigh every op's other
 /// options by evaluating the whole plan (quadratic work); above it they give the costs and
 /// the reason of the op's own option only.
-pub const SPLIT_EXPLAIN_MAX_OPS: usize = 5_000;
+pub const SPLIT_EXPLAIN_MAX_OPS: usize = 1_000;
 
 /// The explanation of op `o` in a plan that splits some op: every option's modelled time
 /// (devices whole, splits by `GROUP/AXIS`: the slowest share) and why its option won,
@@ -145,7 +145,8 @@ fn decide_split(
         return (
             "memory",
             format!(
-                "{what}: whole it needs {} bytes, more than any device that could run it holds                  (the largest holds {largest})",
+                "{what}: it fits no device whole (it needs {} bytes; the largest device that could \
+                 run it holds {largest})",
                 spec.memory
             ),
         );

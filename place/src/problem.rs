@@ -45,8 +45,13 @@ pub const VERSION: u32 = 1;
 /// pair of devices and a route tree per device.
 pub const MAX_NODES: usize = 4096;
 
-/// The most (op, device) pairs a problem may have: the solvers keep a table of them.
+/// The most (op, device) pairs a problem may have: the solvers keep a table of them. The
+/// (split, group device) pairs of the ops' splits count too.
 pub const MAX_OP_DEVICE_PAIRS: usize = 1 << 27;
+
+/// The most devices a device group may have: an all-to-all between two splits of a group
+/// moves a block between every pair of its devices.
+pub const MAX_GROUP_DEVICES: usize = 256;
 
 /// A placement problem, as written to and read from JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -487,6 +492,15 @@ impl Instance {
             if grp.devices.len() < 2 {
                 return Err(invalid(at, "a device group needs at least two devices"));
             }
+            if grp.devices.len() > MAX_GROUP_DEVICES {
+                return Err(invalid(
+                    at,
+                    format!(
+                        "{} devices, more than the {MAX_GROUP_DEVICES} a device group may have",
+                        grp.devices.len()
+                    ),
+                ));
+            }
             let mut members = Vec::with_capacity(grp.devices.len());
             for (i, name) in grp.devices.iter().enumerate() {
                 let k = *nodes
@@ -507,6 +521,27 @@ impl Instance {
                 members.push(k);
             }
             place_devices.push(members);
+        }
+        // Each split keeps a time per device of its group: bound the total before building.
+        let split_pairs = problem
+            .ops
+            .iter()
+            .flat_map(|op| &op.splits)
+            .fold(0usize, |t, sp| {
+                let k = group_names
+                    .get(sp.group.as_str())
+                    .map_or(0, |&g| place_devices[d + g].len());
+                t.saturating_add(k)
+            });
+        if split_pairs.saturating_add(n.saturating_mul(d)) > MAX_OP_DEVICE_PAIRS {
+            return Err(invalid(
+                "ops",
+                format!(
+                    "the ops' splits give {split_pairs} (split, device) pairs, which with the \
+                     {} (op, device) pairs is more than the {MAX_OP_DEVICE_PAIRS} a problem may have",
+                    n.saturating_mul(d)
+                ),
+            ));
         }
         let mut alts: Vec<Vec<Alt>> = vec![Vec::new(); n];
         // Membership only (nothing iterates it), so a hash set: a million names check fast.

@@ -742,7 +742,7 @@ impl<'a> Tracker<'a> {
         self.memory
             .iter()
             .zip(&self.inst.capacity)
-            .map(|(&m, &c)| (m - i128::from(c)).max(0) as u64)
-            .sum()
+            .map(|(&m, &c)| u64::try_from((m - i128::from(c)).max(0)).unwrap_or(u64::MAX))
+            .fold(0u64, u64::saturating_add)
     }
 }

@@ -59,21 +59,6 @@ fn cat(parts: &[ArrayD<f32>], axis: usize) -> ArrayD<f32> {
     concatenate(Axis(axis), &views).expect("concatenate")
 }
 
-/// `sizes` pieces along `axis`, each cut into `k` blocks: device `i`'s blocks of every piece,
-/// concatenated (the fused layout of a split QKV).
-fn fused_block(a: &ArrayD<f32>, axis: usize, sizes: &[u64], i: usize, k: usize) -> ArrayD<f32> {
-    let mut at = 0usize;
-    let mut parts = Vec::new();
-    for &size in sizes {
-        let piece = a
-            .slice_axis(Axis(axis), Slice::from(at..at + size as usize))
-            .to_owned();
-        parts.push(block(&piece, axis, i, k));
-        at += size as usize;
-    }
-    cat(&parts, axis)
-}
-
 fn close(got: &ArrayD<f32>, want: &ArrayD<f32>) -> Result<(), String> {
     if got.shape() != want.shape() {
         return Err(format!("shape {:?}, want {:?}", got.shape(), want.shape()));
@@ -102,11 +87,8 @@ fn check(
     for i in 0..k {
         let mut local = Vec::new();
         for (j, t) in inputs.iter().enumerate() {
-            local.push(match (rule.operands[j], &case.op) {
-                (Layout::Split(_), Op::Split { axis, sizes }) if rule.axis == "fused" => {
-                    Tensor::F32(fused_block(&array(t), *axis, sizes, i, k))
-                }
-                (Layout::Split(a), _) => Tensor::F32(block(&array(t), a as usize, i, k)),
+            local.push(match rule.operands[j] {
+                Layout::Split(a) => Tensor::F32(block(&array(t), a as usize, i, k)),
                 _ => t.clone(),
             });
         }
@@ -142,10 +124,6 @@ fn check(
                         shape: shape.iter().map(|&d| Dim::Static(d as u64)).collect(),
                     }
                 }
-                Op::Split { axis, sizes } if rule.axis == "fused" => Op::Split {
-                    axis: *axis,
-                    sizes: sizes.iter().map(|&x| x / k as u64).collect(),
-                },
                 op => op.clone(),
             };
             let refs: Vec<&Tensor> = local.iter().collect();
@@ -157,31 +135,13 @@ fn check(
     }
     for (r, want) in full.iter().enumerate() {
         let want = array(want);
-        let got = match (rule.outputs[r], &case.op) {
-            (Layout::Split(a), Op::Concat { axis }) if rule.axis == "fused" => {
-                // Device i holds block i of every input: piece p back from every device.
-                let mut pieces = Vec::new();
-                let mut at = 0usize;
-                for s in &case.shapes {
-                    let size = s[*axis] as usize / k;
-                    let blocks: Vec<ArrayD<f32>> = outs[r]
-                        .iter()
-                        .map(|o| {
-                            o.slice_axis(Axis(a as usize), Slice::from(at..at + size))
-                                .to_owned()
-                        })
-                        .collect();
-                    pieces.push(cat(&blocks, a as usize));
-                    at += size;
-                }
-                cat(&pieces, *axis)
-            }
-            (Layout::Split(a), _) => cat(&outs[r], a as usize),
-            (Layout::Partial, _) => outs[r]
+        let got = match rule.outputs[r] {
+            Layout::Split(a) => cat(&outs[r], a as usize),
+            Layout::Partial => outs[r]
                 .iter()
                 .skip(1)
                 .fold(outs[r][0].clone(), |acc, x| acc + x),
-            (Layout::Replicated, _) => {
+            Layout::Replicated => {
                 for o in &outs[r] {
                     close(o, &want).map_err(|e| format!("result {r} (replicated): {e}"))?;
                 }
@@ -244,10 +204,14 @@ fn case(family: u64, s: &mut u64) -> Case {
         7 => {
             let trans_b = pick(&[0, 1]) == 1;
             let n = pick(&ext);
-            let bias = pick(&[0, 1]) == 1;
+            let bias = pick(&[0, 1, 2, 3]);
             let mut shapes = vec![vec![sq, h], if trans_b { vec![n, h] } else { vec![h, n] }];
-            if bias {
-                shapes.push(vec![n]);
+            // No bias, a row vector, a full matrix, a column.
+            match bias {
+                1 => shapes.push(vec![n]),
+                2 => shapes.push(vec![sq, n]),
+                3 => shapes.push(vec![sq, 1]),
+                _ => {}
             }
             let weights = vec![false, true, true][..shapes.len()].to_vec();
             plain(

@@ -228,7 +228,8 @@ fn an_op_too_large_for_every_device_is_split() {
     let e = plan.explanation("mm1").expect("explained");
     assert_eq!(e.constraint, "memory", "{}", e.reason);
     assert!(
-        e.reason.contains("whole it needs 2000 bytes"),
+        e.reason
+            .contains("it fits no device whole (it needs 2000 bytes"),
         "{}",
         e.reason
     );
@@ -506,7 +507,7 @@ proptest! {
 #[test]
 fn schema_errors_name_the_field() {
     type Edit = Box<dyn Fn(&mut Problem)>;
-    let cases: Vec<(Edit, &str)> = vec![
+    let mut cases: Vec<(Edit, &str)> = vec![
         (
             Box::new(|p| p.ops[1].splits[0].group = "none".into()),
             "ops[1] (mm1).splits[0].group: `none` is not a device group",
@@ -549,6 +550,15 @@ fn schema_errors_name_the_field() {
             "ops[1] (mm1).splits[0].time.chip: must be a number >= 0 and <= 1e6 (seconds), not -1",
         ),
     ];
+    cases.push((
+        Box::new(|p| {
+            for i in 0..300 {
+                p.devices.push(device(&format!("x{i}"), "chip", 10));
+            }
+            p.groups[0].devices = (0..300).map(|i| format!("x{i}")).collect();
+        }),
+        "groups[0] (all): 300 devices, more than the 256 a device group may have",
+    ));
     for (edit, want) in cases {
         let mut p = megatron_pair(1_000_000);
         edit(&mut p);

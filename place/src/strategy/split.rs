@@ -241,7 +241,7 @@ fn greedy(inst: &Instance, roomy: bool) -> Result<Solution, ProblemError> {
             let over: u64 = devices
                 .iter()
                 .map(|&k| memory[k].saturating_add(m).saturating_sub(inst.capacity[k]))
-                .sum();
+                .fold(0u64, u64::saturating_add);
             let score = if over > 0 {
                 // Only when nothing fits: the least overflow, for the search to repair.
                 f64::MAX / 2.0 + over as f64
