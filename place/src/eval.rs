@@ -308,18 +308,21 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             ));
         }
     }
-    let memory = memory_use(inst, assign);
-    for (k, &m) in memory.iter().enumerate() {
-        if m > inst.capacity[k] {
-            return Some(format!(
-                "`{}` needs {m} bytes, {} more than its capacity of {} bytes",
-                inst.device_name(k),
-                m - inst.capacity[k],
-                inst.capacity[k]
-            ));
-        }
-    }
-    None
+    over_capacity(inst, &memory_use(inst, assign))
+}
+
+/// The first device whose `memory` exceeds its capacity, in words with the overflow.
+pub(crate) fn over_capacity(inst: &Instance, memory: &[u64]) -> Option<String> {
+    let (k, &m) = memory
+        .iter()
+        .enumerate()
+        .find(|&(k, &m)| m > inst.capacity[k])?;
+    Some(format!(
+        "`{}` needs {m} bytes, {} more than its capacity of {} bytes",
+        inst.device_name(k),
+        m - inst.capacity[k],
+        inst.capacity[k]
+    ))
 }
 
 /// Bytes held on each device: its ops' memory plus the tensors it receives.

@@ -85,12 +85,7 @@ fn explain_split(
     o: usize,
 ) -> Explanation {
     let x = sol.assign[o];
-    let mut costs: BTreeMap<String, Option<f64>> = (0..inst.d)
-        .map(|j| {
-            let t = inst.t(o, j);
-            (inst.device_name(j).to_string(), t.is_finite().then_some(t))
-        })
-        .collect();
+    let mut costs = device_costs(inst, o);
     for (a, alt) in inst.alts[o].iter().enumerate() {
         costs.insert(split_name(inst, o, a), alt.allowed.then(|| alt.duration()));
     }
@@ -256,6 +251,16 @@ fn decide_split(
     }
 }
 
+/// Op `o`'s modelled seconds on each device, `None` where it cannot run.
+fn device_costs(inst: &Instance, o: usize) -> BTreeMap<String, Option<f64>> {
+    (0..inst.d)
+        .map(|j| {
+            let t = inst.t(o, j);
+            (inst.device_name(j).to_string(), t.is_finite().then_some(t))
+        })
+        .collect()
+}
+
 fn secs(s: f64) -> String {
     tessera_targets::sim::seconds(s)
 }
@@ -273,12 +278,7 @@ pub fn explain_op(
     }
     let assign = &sol.assign;
     let k = assign[o];
-    let costs = (0..inst.d)
-        .map(|j| {
-            let t = inst.t(o, j);
-            (inst.device_name(j).to_string(), t.is_finite().then_some(t))
-        })
-        .collect();
+    let costs = device_costs(inst, o);
     let (constraint, reason) = decide(inst, assign, objective, ev, o);
     Explanation {
         op: inst.op_name(o).to_string(),

@@ -192,28 +192,26 @@ pub fn kept(inst: &Instance, pv: usize, lv: Layout, bytes: u64) -> u64 {
 
 /// The layout of result `tensor` of op `o` under option `x`.
 pub fn out_layout(inst: &Instance, o: usize, x: usize, tensor: u32) -> Layout {
-    if x < inst.d {
-        Layout::Replicated
-    } else {
-        inst.alts[o][x - inst.d]
-            .outputs
-            .get(tensor as usize)
-            .copied()
-            .unwrap_or(Layout::Replicated)
-    }
+    alt_layout(inst, o, x, |a| &a.outputs, tensor)
 }
 
 /// The layout operand `operand` of op `o` must arrive in under option `x`.
 pub fn in_layout(inst: &Instance, o: usize, x: usize, operand: u32) -> Layout {
-    if x < inst.d {
-        Layout::Replicated
-    } else {
-        inst.alts[o][x - inst.d]
-            .inputs
-            .get(operand as usize)
-            .copied()
-            .unwrap_or(Layout::Replicated)
-    }
+    alt_layout(inst, o, x, |a| &a.inputs, operand)
+}
+
+/// Entry `i` of the layout list `list` picks from op `o`'s alternative under option `x`: `R`
+/// for a whole op (or past the list).
+fn alt_layout(
+    inst: &Instance,
+    o: usize,
+    x: usize,
+    list: impl Fn(&crate::problem::Alt) -> &Vec<Layout>,
+    i: u32,
+) -> Layout {
+    x.checked_sub(inst.d)
+        .and_then(|a| list(&inst.alts[o][a]).get(i as usize).copied())
+        .unwrap_or(Layout::Replicated)
 }
 
 /// The ring's neighbour pairs `(from, to)`.
@@ -494,7 +492,9 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             ));
         }
     }
-    for ((u, _, pv, _), _, comm) in deliveries(inst, assign) {
+    let delivered = deliveries(inst, assign);
+    for ((u, _, pv, _), _, comm) in &delivered {
+        let (u, pv) = (*u, *pv);
         let pairs = comm
             .rings
             .iter()
@@ -514,22 +514,16 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             }
         }
     }
-    let memory = memory_use(inst, assign);
-    for (k, &m) in memory.iter().enumerate() {
-        if m > inst.capacity[k] {
-            return Some(format!(
-                "`{}` needs {m} bytes, {} more than its capacity of {} bytes",
-                inst.device_name(k),
-                m - inst.capacity[k],
-                inst.capacity[k]
-            ));
-        }
-    }
-    None
+    crate::eval::over_capacity(inst, &memory_of(inst, assign, &delivered))
 }
 
 /// [`crate::eval::memory_use`] for an assignment of options.
 pub fn memory_use(inst: &Instance, assign: &[usize]) -> Vec<u64> {
+    memory_of(inst, assign, &deliveries(inst, assign))
+}
+
+/// Each device's memory: its ops' own, plus what it keeps of the `delivered` tensors.
+fn memory_of(inst: &Instance, assign: &[usize], delivered: &[(Delivery, u64, Comm)]) -> Vec<u64> {
     let mut memory = inst.base_memory.clone();
     for (o, &x) in assign.iter().enumerate().take(inst.n) {
         let m = inst.option_memory(o, x);
@@ -537,7 +531,7 @@ pub fn memory_use(inst: &Instance, assign: &[usize]) -> Vec<u64> {
             memory[k] = memory[k].saturating_add(m);
         }
     }
-    for ((_, _, pv, lv), bytes, _) in deliveries(inst, assign) {
+    for &((_, _, pv, lv), bytes, _) in delivered {
         let keep = kept(inst, pv, lv, bytes);
         for &k in &inst.place_devices[pv] {
             memory[k] = memory[k].saturating_add(keep);
