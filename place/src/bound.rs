@@ -14,14 +14,17 @@
 //!   the transfers to and from ops that can only run on one device `p` (graph inputs and
 //!   outputs on the host): unless the other end runs on `p` (a fraction `x`), the tensor
 //!   occupies one of `p`'s link directions for at least its fastest transfer, so `p`'s
-//!   incoming (and outgoing) transfers fractionally summed stay within `T` times its links. Solved with
+//!   incoming (and outgoing) transfers fractionally summed stay within `T` times its links
+//!   (for the period only: the latency's list schedule does not serialize a link's
+//!   transfers, so they would not bound it). Solved with
 //!   good_lp and the pure-Rust microlp simplex; the result is shrunk by a relative 1e-9 so
 //!   round-off never lifts it above the optimum.
 //! - `io`: transfers no plan avoids. An edge whose ends have no device in common moves its
 //!   tensor at least as fast as the best pair of allowed devices allows; all such transfers
 //!   into ops pinned to one device share that device's incoming link directions, so the
 //!   period is at least their total over the number of its links (inputs and outputs pinned
-//!   to the host make this the host link's load).
+//!   to the host make this the host link's load). For the latency, whose schedule lets
+//!   transfers share a link, only the longest single unavoidable transfer counts.
 //! - `critical-path` (latency only): the longest chain of ops at their fastest times, with
 //!   each edge's unavoidable transfer time.
 //!
@@ -150,7 +153,7 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         .fold(0.0, f64::max);
     components.insert("largest-op".to_string(), largest);
     if n_units.saturating_mul(inst.d + inst.problem.groups.len()) <= LP_MAX_VARS
-        && let Some(lp) = lp_bound(inst, &units(inst))?
+        && let Some(lp) = lp_bound(inst, &units(inst), objective)?
     {
         components.insert("lp".to_string(), lp);
     }
@@ -167,8 +170,10 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         }
     }
     let mut io: f64 = unavoidable.iter().copied().fold(0.0, f64::max);
-    for (&p, &total) in &into_pinned {
-        io = io.max(total / links_at(inst, p).max(1) as f64);
+    if objective == Objective::Throughput {
+        for (&p, &total) in &into_pinned {
+            io = io.max(total / links_at(inst, p).max(1) as f64);
+        }
     }
     components.insert("io".to_string(), io);
     if objective == Objective::Latency {
@@ -309,7 +314,11 @@ fn group_shares(inst: &Instance, unit: &[usize], g: usize) -> Option<Vec<(f64, u
 
 /// The LP relaxation's optimum, `None` when the solver fails (the other components stand);
 /// an error when even the relaxation cannot fit the memory.
-fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemError> {
+fn lp_bound(
+    inst: &Instance,
+    us: &[Vec<usize>],
+    objective: Objective,
+) -> Result<Option<f64>, ProblemError> {
     use good_lp::{
         Expression, ProblemVariables, ResolutionError, Solution, SolverModel, constraint, microlp,
         variable,
@@ -430,9 +439,11 @@ fn lp_bound(inst: &Instance, us: &[Vec<usize>]) -> Result<Option<f64>, ProblemEr
         }
         *out_of_p.entry(p).or_insert_with(|| Expression::from(0.0)) += *c * 1e6 * yv;
     }
+    // The latency's schedule does not serialize transfers on a link (module doc): the link
+    // rows bound the period only.
     for (p, expr) in into_p.into_iter().chain(out_of_p) {
         let links = links_at(inst, p);
-        if links > 0 {
+        if links > 0 && objective == Objective::Throughput {
             model = model.with(constraint!(expr - (links as f64) * t <= 0.0));
         }
     }

@@ -625,3 +625,75 @@ fn backward_ops_are_colocated_with_their_forward_op() {
     g.op_mut(ops[2]).device = Some("chip1".into());
     assert!(groups(&g).iter().all(|(_, c)| c.is_none()));
 }
+
+/// The latency's schedule lets transfers share a link, so transfers into one pinned op do not
+/// add up in its bound: two ops that only GPUs run each send a large tensor to the host's one
+/// link; the optimum runs them on two GPUs at once and their transfers overlap.
+#[test]
+fn the_latency_bound_does_not_serialize_a_link() {
+    let device = |name: &str, kind: &str, unsupported: &[&str]| Device {
+        name: name.into(),
+        kind: kind.into(),
+        memory: 1 << 30,
+        unsupported_ops: unsupported.iter().map(|s| s.to_string()).collect(),
+        overlap: true,
+    };
+    let link = |a: &str, b: &str| Link {
+        a: a.into(),
+        b: b.into(),
+        bandwidth: 1e6,
+        latency: 0.0,
+    };
+    let op = |name: &str, kind: &str, pin: Option<&str>| OpSpec {
+        name: name.into(),
+        kind: kind.into(),
+        time: [("host".to_string(), 1e-6), ("gpu".to_string(), 1e-6)].into(),
+        memory: 0,
+        colocate: None,
+        pin: pin.map(Into::into),
+        spmd: Vec::new(),
+        splits: Vec::new(),
+    };
+    let edge = |from, to, bytes, operand| Edge {
+        from,
+        to,
+        bytes,
+        tensor: 0,
+        operand,
+    };
+    let p = Problem {
+        version: 1,
+        name: "shared-link".into(),
+        devices: vec![
+            device("h", "host", &["b"]),
+            device("g0", "gpu", &[]),
+            device("g1", "gpu", &[]),
+        ],
+        routers: vec!["r".into()],
+        links: vec![link("h", "r"), link("r", "g0"), link("r", "g1")],
+        ops: vec![
+            op("in", "a", Some("h")),
+            op("b1", "b", None),
+            op("b2", "b", None),
+            op("out", "a", Some("h")),
+        ],
+        // 1 MB each way: one second on a link.
+        edges: vec![
+            edge(0, 1, 1, 0),
+            edge(0, 2, 1, 0),
+            edge(1, 3, 1_000_000, 0),
+            edge(2, 3, 1_000_000, 1),
+        ],
+        groups: Vec::new(),
+    };
+    let inst = Instance::new(p).expect("valid");
+    let latency = brute_force(&inst, Objective::Latency).expect("a plan");
+    assert!(latency < 1.5, "the two transfers overlap: {latency}");
+    let lb = lower_bound(&inst, Objective::Latency).expect("bound");
+    assert!(lb.value <= latency * (1.0 + 1e-9), "{lb:?} above {latency}");
+    // The period serializes them on the host's one link.
+    let period = brute_force(&inst, Objective::Throughput).expect("a plan");
+    let lb = lower_bound(&inst, Objective::Throughput).expect("bound");
+    assert!(period >= 2.0 && lb.value >= 2.0 - 1e-6, "{period} {lb:?}");
+    assert!(lb.value <= period * (1.0 + 1e-9));
+}
