@@ -331,10 +331,21 @@ struct CompileArgs {
     #[arg(long, value_name = "FILE.json")]
     emit_placement_problem: Option<PathBuf>,
     /// With --emit-placement-problem: the written problem also offers every op's split
-    /// alternatives over the target's device groups, for `tessera place` to choose among
-    /// (compile itself still places ops whole).
+    /// alternatives over the target's device groups, for `tessera place` to choose among.
     #[arg(long, requires = "emit_placement_problem")]
     split_alternatives: bool,
+    /// Splitting ops over a group of devices (tensor and data parallelism, decided with
+    /// placement): `off` (every op whole on one device), `auto` (the planner chooses, op by op,
+    /// against the plans without splits) or `force` (every op that can split does). The split
+    /// ops run on a device mesh of one group, with the collectives their layouts need.
+    #[arg(long, value_name = "MODE", default_value = "off")]
+    split: tessera_place::apply::SplitMode,
+    /// With --split: offer only splits along these axes, comma-separated (`batch`, `columns`,
+    /// `rows`, `heads`, `hidden`, `vocab`, `channels`, `axis<N>`, `replicated`); for example
+    /// `--split force --split-axes batch` is data parallelism, `columns,rows` Megatron-style
+    /// tensor parallelism.
+    #[arg(long, value_name = "AXES", value_delimiter = ',')]
+    split_axes: Vec<String>,
     /// Further outputs in DIR (needs -o): `lowered` (each module after its device's MLIR
     /// pipeline), `llvm` (LLVM IR, CPU devices), `object` (object files, CPU devices), `ptx`
     /// (NVIDIA GPU devices), `mpi` (one executable for `mpirun`); comma-separated.
@@ -663,6 +674,8 @@ pub fn main_named(name: &str) -> ExitCode {
                 objective: a.objective,
                 emit_problem: a.emit_placement_problem.as_deref(),
                 split_alternatives: a.split_alternatives,
+                split: a.split,
+                split_axes: &a.split_axes,
                 emits: &a.emit,
                 dot: a.dot.as_deref(),
                 train: &a.train,

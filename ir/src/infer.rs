@@ -888,7 +888,7 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             }
             one(operands[0].clone())
         }
-        Op::AllReduce { axes } | Op::AllGather { axes } => {
+        Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
             arity(operands, 1, 1)?;
             if axes.is_empty() {
                 return err("`axes` must list at least one mesh axis");

@@ -14,7 +14,8 @@
 //!   1 to 3 spatial axes.
 //! - Elementwise ops keep the element type of their inputs unless stated otherwise.
 //!
-//! - **Global view** (the collectives `all-reduce`, `all-gather`, and `transfer`): a value is
+//! - **Global view** (the collectives `all-reduce`, `all-gather`, `all-slice`, and
+//!   `transfer`): a value is
 //!   always the logical full tensor, as in GSPMD and Shardy before partitioning; its
 //!   [`Sharding`](crate::Sharding) says how it is laid out over the graph's
 //!   [`Mesh`](crate::Mesh). Collectives change only the layout, so on the logical tensor
@@ -374,6 +375,15 @@ pub enum Op {
     /// equals the operand type; only the shardings differ.
     AllGather {
         /// Mesh axes gathered over, strictly increasing, non-empty.
+        axes: Vec<u32>,
+    },
+    /// The inverse of `all-gather` (MLIR's `shard.all_slice`), in the *global view*: the
+    /// operand is replicated along the mesh axes `axes`, and every device keeps its own block
+    /// of it, so the result is the same logical tensor, split over those mesh axes. No data
+    /// moves: each device slices what it holds. Result type equals the operand type; only
+    /// the shardings differ.
+    AllSlice {
+        /// Mesh axes sliced over, strictly increasing, non-empty.
         axes: Vec<u32>,
     },
     /// `if %cond, %captured...`: runs one of two regions. `cond` is a bool scalar; both
@@ -799,6 +809,7 @@ impl Op {
             Op::Transfer { .. } => "transfer",
             Op::AllReduce { .. } => "all-reduce",
             Op::AllGather { .. } => "all-gather",
+            Op::AllSlice { .. } => "all-slice",
             Op::If { .. } => "if",
             Op::Loop { .. } => "loop",
             Op::Scan(_) => "scan",

@@ -40,10 +40,11 @@
 //!     starting with `@` names the mesh: it is `@` followed by the mesh's name.
 //! 11. **Transfers and collectives**: a `transfer` goes between two different devices, and
 //!     when it has a device, that device is its `to`. A collective (`all-reduce`,
-//!     `all-gather`) needs a mesh, names only mesh axes, and when it has a device, runs on
+//!     `all-gather`, `all-slice`) needs a mesh, names only mesh axes, and when it has a device, runs on
 //!     the mesh (`@name`). An `all-gather`'s operand is split over each of its axes and its
 //!     result over none of them; an `all-reduce`'s operand and result are split over none of
-//!     its axes (the operand holds partial sums along them).
+//!     its axes (the operand holds partial sums along them); an `all-slice`'s operand is
+//!     split over none of its axes and its result over each of them.
 //! 12. **Regions**: the regions (nested graphs) of `if`, `loop` and `scan` satisfy every
 //!     invariant above themselves, and besides have no constants, no mesh, no shardings and
 //!     no devices (the region op is placed as one unit, and what a body needs from outside
@@ -404,7 +405,7 @@ impl Verifier<'_> {
                     );
                 }
             }
-            Op::AllReduce { axes } | Op::AllGather { axes } => {
+            Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
                 let Some(m) = mesh else {
                     self.error(e, format!("{desc}: a collective needs a mesh"));
                     return;
@@ -438,6 +439,23 @@ impl Verifier<'_> {
                 };
                 let (operand, result) = (split(data.operands.first()), split(data.results.first()));
                 let gather = matches!(data.op, Op::AllGather { .. });
+                if matches!(data.op, Op::AllSlice { .. }) {
+                    for &a in axes {
+                        if operand.contains(&a) {
+                            self.error(
+                                e,
+                                format!("{desc}: slices over mesh axis {a}, but its operand is already split over it"),
+                            );
+                        }
+                        if !result.contains(&a) {
+                            self.error(
+                                e,
+                                format!("{desc}: its result is not split over mesh axis {a}"),
+                            );
+                        }
+                    }
+                    return;
+                }
                 for &a in axes {
                     if gather && !operand.contains(&a) {
                         self.error(

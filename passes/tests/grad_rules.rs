@@ -799,6 +799,7 @@ const COVERED: &[&str] = &[
     // The collectives are the identity on the logical tensor, like `transfer` (same rule).
     "all-reduce",
     "all-gather",
+    "all-slice",
 ];
 
 #[test]

@@ -61,12 +61,10 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// The layout operand `i` arrives in over an edge (`R` for a weight, which is resident).
-    pub fn input(&self, i: usize, is_weight: bool) -> Layout {
-        match self.operands.get(i) {
-            Some(&l) if !is_weight => l,
-            _ => Layout::Replicated,
-        }
+    /// The layout operand `i` arrives in over an edge, or, for a weight (resident, no edge),
+    /// how each device's copy of it is cut.
+    pub fn input(&self, i: usize) -> Layout {
+        self.operands.get(i).copied().unwrap_or(Layout::Replicated)
     }
 
     /// Whether each device holds only its block of operand `i`.
@@ -149,6 +147,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
         Op::Transfer { .. }
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
+            | Op::AllSlice { .. }
             | Op::RandomUniform { .. }
     ) && data.op.regions().is_empty()
     {

@@ -314,7 +314,7 @@ fn split_specs(
                 time: BTreeMap::from([(class_names[c].clone(), seconds)]),
                 memory,
                 inputs: (0..data.operands.len())
-                    .map(|i| rule.input(i, weight(data.operands[i])).to_string())
+                    .map(|i| rule.input(i).to_string())
                     .collect(),
                 outputs: rule.outputs.iter().map(ToString::to_string).collect(),
             });

@@ -12,6 +12,7 @@
 //! - [`pass`]: the `place` and `schedule` passes over the IR.
 
 pub mod alternatives;
+pub mod apply;
 pub mod bound;
 pub mod build;
 pub mod eval;

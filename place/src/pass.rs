@@ -251,10 +251,12 @@ pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
 }
 
 /// Writes the device of each op of `assign` (indices into `inst`'s devices) on the graph ops
-/// behind `built`'s problem ops; ops on a mesh (SPMD) keep it.
+/// behind `built`'s problem ops; ops on a mesh (SPMD) keep it, and ops split over a device
+/// group (options past the devices) are left to [`crate::apply::apply_plan`].
 pub fn write_devices(graph: &mut Graph, built: &Built, inst: &Instance, assign: &[usize]) {
     for (o, &k) in assign.iter().enumerate() {
         if let Some(op) = built.graph_ops[o]
+            && k < inst.d
             && built.problem.ops[o].spmd.is_empty()
         {
             graph.op_mut(op).device = Some(inst.device_name(k).to_string());
@@ -264,15 +266,23 @@ pub fn write_devices(graph: &mut Graph, built: &Built, inst: &Instance, assign: 
 
 /// Upward ranks of a fixed assignment, and the order HEFT's list scheduling gives: the ready
 /// op of highest rank first (ties: the earlier op), so every edge goes forward.
+/// An op split over a device group (option `>= inst.d`) counts its slowest share, and its
+/// transfers as if from and to the group's first device.
 pub fn rank_order(inst: &Instance, assign: &[usize]) -> Vec<usize> {
+    let device = |o: usize| inst.place_devices[inst.place_of(o, assign[o])][0];
     let mut rank = vec![0.0f64; inst.n];
     for o in (0..inst.n).rev() {
         let mut tail: f64 = 0.0;
         for &e in &inst.out_edges[o] {
             let edge = &inst.problem.edges[e];
-            tail = tail.max(inst.transfer(assign[o], assign[edge.to], edge.bytes) + rank[edge.to]);
+            tail = tail.max(inst.transfer(device(o), device(edge.to), edge.bytes) + rank[edge.to]);
         }
-        rank[o] = inst.t(o, assign[o]) + tail;
+        let time = inst
+            .option_times(o, assign[o])
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        rank[o] = time + tail;
     }
     #[derive(PartialEq)]
     struct Ready(f64, usize);

@@ -108,7 +108,9 @@ pub struct SplitSpec {
     #[serde(default)]
     pub memory: u64,
     /// The layout each operand must arrive in, by operand index (`Edge::operand`): `R`
-    /// (every device holds all of it) or `S<axis>` (split along that tensor axis).
+    /// (every device holds all of it) or `S<axis>` (split along that tensor axis). For an
+    /// operand no edge brings (a weight, resident where it is used), how each device's copy is
+    /// cut (its bytes are in `memory`).
     #[serde(default)]
     pub inputs: Vec<String>,
     /// The layout of each result, by result index (`Edge::tensor`): `R`, `S<axis>`, or `P`

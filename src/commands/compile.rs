@@ -12,9 +12,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, OpId, text};
 use tessera_passes::Pipeline;
-use tessera_place::pass::{apply_order, insert_transfers, rank_order, write_devices};
+use tessera_place::apply::{SplitMode, apply_plan, one_group_problems};
+use tessera_place::build::Built;
+use tessera_place::pass::{apply_order, insert_transfers, rank_order};
 use tessera_place::plan::{plan_of, records, solve_with_solution};
-use tessera_place::strategy::{SolveOptions, auto_ranked};
+use tessera_place::strategy::{Ranked, SolveOptions, auto_ranked};
 use tessera_place::{Instance, Objective, Plan, lower_bound};
 use tessera_targets::{
     Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
@@ -53,6 +55,10 @@ pub struct CompileRequest<'a> {
     pub emit_problem: Option<&'a Path>,
     /// The written problem also offers split alternatives.
     pub split_alternatives: bool,
+    /// Whether the plan may split ops over a device group (`--split`).
+    pub split: SplitMode,
+    /// Only these split axes (`--split-axes`; empty: every axis).
+    pub split_axes: &'a [String],
     /// Further outputs (with `output`).
     pub emits: &'a [super::emit::Emit],
     /// Write the placed graph as Graphviz DOT here (devices as clusters).
@@ -131,6 +137,8 @@ fn compile_loaded(
         objective: req.objective,
         emit_problem: req.emit_problem,
         split_alternatives: req.split_alternatives,
+        split: req.split,
+        split_axes: req.split_axes,
         ir_dump: req
             .flags
             .ir_dump_dir
@@ -257,9 +265,12 @@ pub struct PlaceSettings<'a> {
     pub objective: Objective,
     /// Where to write the placement problem, if anywhere.
     pub emit_problem: Option<&'a Path>,
-    /// Whether the written problem offers split alternatives (the problem `compile` solves
-    /// itself places ops whole until split plans can be applied to the graph).
+    /// Whether the written problem offers split alternatives.
     pub split_alternatives: bool,
+    /// Whether the plan may split ops over a device group (`--split`).
+    pub split: SplitMode,
+    /// Only these split axes (`--split-axes`; empty: every axis).
+    pub split_axes: &'a [String],
     /// `--ir-dump-dir`: the folder, and the number of the first dump placement writes (the
     /// graph after placement, after scheduling and after transfer insertion, numbered on
     /// from the pass pipeline's dumps).
@@ -273,6 +284,8 @@ impl Default for PlaceSettings<'_> {
             objective: Objective::Throughput,
             emit_problem: None,
             split_alternatives: false,
+            split: SplitMode::Off,
+            split_axes: &[],
             ir_dump: None,
         }
     }
@@ -308,13 +321,47 @@ pub fn compile(
         .zip(&built.graph_ops)
         .filter(|(o, g)| o.pin.is_some() && g.is_some())
         .count();
-    let inst = Instance::new(built.problem.clone())?;
+    // The problems a plan may come from: the one without splits (unless splits are forced)
+    // and, when splitting is asked, one per device group (a graph has one device mesh).
+    let mut variants: Vec<(Built, Instance)> = Vec::new();
+    let split = if graph.mesh.is_some() || !graph.state.is_empty() {
+        // A graph the `shard` pass put on a mesh keeps it; a training step's state is not
+        // split yet.
+        SplitMode::Off
+    } else {
+        settings.split
+    };
+    if split != SplitMode::Force {
+        let inst = Instance::new(built.problem.clone())?;
+        variants.push((built.clone(), inst));
+    }
+    if split != SplitMode::Off {
+        stages.stage("placement: split alternatives");
+        let options = tessera_place::build::BuildOptions { splits: true };
+        let with_splits = tessera_place::build::build_with(&graph, &cost, &options)?;
+        for p in one_group_problems(&with_splits.problem, split, settings.split_axes) {
+            let b = Built {
+                problem: p.clone(),
+                graph_ops: with_splits.graph_ops.clone(),
+                device_index: with_splits.device_index.clone(),
+            };
+            variants.push((b, Instance::new(p)?));
+        }
+        if variants.is_empty() {
+            bail!(
+                "--split force: no op of the graph splits over a device group of target {}",
+                target.spec().name
+            );
+        }
+    }
     let host = &target.spec().host;
-    // Places, schedules and inserts the transfers of an assignment, then simulates it.
-    let realize = |assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
+    // Places, schedules and inserts the transfers and collectives of an assignment, then
+    // simulates it.
+    let realize = |v: usize, assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
+        let (built, inst) = &variants[v];
         let mut g = graph.clone();
-        write_devices(&mut g, &built, &inst, assign);
-        apply_order(&mut g, &built, &rank_order(&inst, assign));
+        apply_order(&mut g, built, &rank_order(inst, assign));
+        apply_plan(&mut g, built, inst, assign)?;
         let transfers = insert_transfers(&mut g, host);
         let devices = placement_from_graph(&g, target.spec(), None)?;
         let report = simulate(&g, &cost, &devices, &SimOptions { samples })?;
@@ -324,53 +371,140 @@ pub fn compile(
         objective: settings.objective,
     };
     let chosen: Vec<usize>;
+    let chosen_variant: usize;
     // The graph before placement, for the IR dumps of the chosen plan's steps.
     let unplaced = settings.ir_dump.map(|_| graph.clone());
     let (plan, (graph, report, _transfers)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
-        // contention and the stream's start, which the model leaves out).
+        // contention and the stream's start, which the model leaves out). With several
+        // problems, the best plan of each is simulated, and the best others fill up to
+        // SIMULATED_CANDIDATES.
         stages.stage("placement: lower bound");
-        let bound = lower_bound(&inst, settings.objective)?;
+        let mut bounds = Vec::with_capacity(variants.len());
+        for (_, inst) in &variants {
+            bounds.push(lower_bound(inst, settings.objective)?);
+        }
         stages.stage("placement: searching (auto)");
-        let (ranked, attempts) = auto_ranked(&inst, &opts)?;
+        let mut all: Vec<(usize, Ranked)> = Vec::new();
+        let mut attempts = Vec::new();
+        let mut errors = Vec::new();
+        for (v, (built, inst)) in variants.iter().enumerate() {
+            match auto_ranked(inst, &opts) {
+                Ok((ranked, att)) => {
+                    all.extend(ranked.into_iter().map(|r| (v, r)));
+                    attempts.extend(att.into_iter().map(|mut a| {
+                        if variants.len() > 1 {
+                            a.strategy = format!("{} ({})", a.strategy, built.problem.name);
+                        }
+                        a
+                    }));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if all.is_empty() {
+            match errors.into_iter().next() {
+                Some(e) => return Err(e.into()),
+                None => bail!("placement found no plan"),
+            }
+        }
+        let mut picks: Vec<usize> = Vec::new();
+        for v in 0..variants.len() {
+            if let Some(i) = all.iter().position(|(w, _)| *w == v) {
+                picks.push(i);
+            }
+        }
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (sa, sb) = (all[a].1.2, all[b].1.2);
+            sa.0.total_cmp(&sb.0)
+                .then(sa.1.total_cmp(&sb.1))
+                .then(a.cmp(&b))
+        });
+        for i in order {
+            if picks.len() >= SIMULATED_CANDIDATES.max(variants.len()) {
+                break;
+            }
+            if !picks.contains(&i) {
+                picks.push(i);
+            }
+        }
+        picks.sort_by(|&a, &b| {
+            let (sa, sb) = (all[a].1.2, all[b].1.2);
+            sa.0.total_cmp(&sb.0)
+                .then(sa.1.total_cmp(&sb.1))
+                .then(a.cmp(&b))
+        });
         let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
-        let candidates = ranked.len().min(SIMULATED_CANDIDATES);
-        for (i, (_, sol, _)) in ranked.iter().take(SIMULATED_CANDIDATES).enumerate() {
-            stages.stage(format!("simulating plan {} of {candidates}", i + 1));
-            let done = realize(&sol.assign)?;
+        let candidates = picks.len();
+        for (rank, &i) in picks.iter().enumerate() {
+            stages.stage(format!("simulating plan {} of {candidates}", rank + 1));
+            let (v, (_, sol, _)) = &all[i];
+            let done = realize(*v, &sol.assign)?;
             let measure = match settings.objective {
                 Objective::Throughput => done.1.period,
                 Objective::Latency => done.1.latency,
             };
             if best.as_ref().is_none_or(|b| measure < b.0) {
-                best = Some((measure, i, done));
+                best = Some((measure, rank, done));
             }
         }
-        let Some((_, i, done)) = best else {
+        let Some((_, rank, done)) = best else {
             bail!("placement found no plan");
         };
-        let (name, sol, _) = &ranked[i];
+        let (v, (name, sol, _)) = &all[picks[rank]];
         chosen = sol.assign.clone();
-        let mut plan = plan_of(&inst, sol, settings.objective, "auto", name, bound, true)?;
+        chosen_variant = *v;
+        // The least bound over the problems bounds every plan any of them has.
+        let bound = bounds
+            .iter()
+            .min_by(|a, b| a.value.total_cmp(&b.value))
+            .cloned()
+            .unwrap_or_else(|| bounds[*v].clone());
+        let inst = &variants[*v].1;
+        let mut plan = plan_of(inst, sol, settings.objective, "auto", name, bound, true)?;
         plan.attempts = records(attempts);
         plan.selected_by = Some(format!(
-            "simulation ({samples} samples) of the {} best plans by the model; the model's \
-             rank of this one: {}",
-            ranked.len().min(SIMULATED_CANDIDATES),
-            i + 1
+            "simulation ({samples} samples) of the {candidates} best plans by the model; the \
+             model's rank of this one: {}",
+            rank + 1
         ));
         (plan, done)
     } else {
         stages.stage(format!("placement: {}", settings.strategy));
-        let (plan, sol) = solve_with_solution(&inst, settings.strategy, settings.objective, true)?;
-        chosen = sol.assign.clone();
-        (plan, realize(&sol.assign)?)
+        let mut best: Option<(usize, Plan, Vec<usize>)> = None;
+        let mut errors = Vec::new();
+        for (v, (_, inst)) in variants.iter().enumerate() {
+            match solve_with_solution(inst, settings.strategy, settings.objective, true) {
+                Ok((plan, sol)) => {
+                    if best.as_ref().is_none_or(|b| plan.value < b.1.value) {
+                        best = Some((v, plan, sol.assign));
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let Some((v, plan, assign)) = best else {
+            match errors.into_iter().next() {
+                Some(e) => return Err(e.into()),
+                None => bail!("placement found no plan"),
+            }
+        };
+        chosen = assign;
+        chosen_variant = v;
+        (plan, realize(v, &chosen)?)
     };
-    if let (Some((dir, first)), Some(mut g)) = (settings.ir_dump, unplaced) {
+    let (built, inst) = &variants[chosen_variant];
+    if let (Some((dir, first)), Some(unplaced)) = (settings.ir_dump, unplaced) {
         // The chosen plan's graph after each step of `realize`.
-        write_devices(&mut g, &built, &inst, &chosen);
+        let mut g = unplaced.clone();
+        apply_plan(&mut g, built, inst, &chosen)?;
         crate::instrument::dump_after(dir, first, "place", &g)?;
-        apply_order(&mut g, &built, &rank_order(&inst, &chosen));
+        // Scheduling reorders the body; the plan's conversions go before their first users
+        // in the new order.
+        let mut g = unplaced;
+        apply_order(&mut g, built, &rank_order(inst, &chosen));
+        apply_plan(&mut g, built, inst, &chosen)?;
         crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
         insert_transfers(&mut g, host);
         crate::instrument::dump_after(dir, first + 2, "transfers", &g)?;

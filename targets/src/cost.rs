@@ -153,7 +153,11 @@ impl<'a> CostModel<'a> {
         let data = graph.op(op);
         if matches!(
             data.op,
-            Op::Const(_) | Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. }
+            Op::Const(_)
+                | Op::Transfer { .. }
+                | Op::AllReduce { .. }
+                | Op::AllGather { .. }
+                | Op::AllSlice { .. }
         ) {
             return Ok(OpTime::Time {
                 seconds: 0.0,

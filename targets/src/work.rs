@@ -602,7 +602,10 @@ impl Cx<'_> {
             Op::Shape { .. } | Op::Size => Ok((0.0, 0.0)),
             // Communication, not compute: the cost model times them on links
             // (`CostModel::transfer_time`, `CostModel::collective_time`).
-            Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } => Ok((0.0, 0.0)),
+            Op::Transfer { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::AllSlice { .. } => Ok((0.0, 0.0)),
             Op::Fill { .. } => Ok((0.0, self.result(0)?.bytes())),
             Op::Range { .. } => {
                 let r = self.result(0)?;

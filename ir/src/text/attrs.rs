@@ -30,7 +30,7 @@ pub const OP_NAMES: &[&str] = &[
     "transpose", "expand", "concat", "split", "slice", "pad", "tile", "gather", "gather-elements",
     "gather-nd", "scatter-elements", "scatter-nd", "top-k", "trilu", "depth-to-space",
     "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "random-uniform", "dropout", "transfer",
-    "all-reduce", "all-gather", "if", "loop", "scan",
+    "all-reduce", "all-gather", "all-slice", "if", "loop", "scan",
 ];
 
 const PAD_MODES: &[(&str, PadMode)] = &[
@@ -260,7 +260,9 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
             put("from", quote(from));
             put("to", quote(to));
         }
-        Op::AllReduce { axes } | Op::AllGather { axes } => put("axes", list(axes)),
+        Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
+            put("axes", list(axes))
+        }
         Op::If { .. } => {}
         Op::Loop { carried, trip, .. } => {
             put("carried", carried.to_string());
@@ -529,6 +531,9 @@ pub(crate) fn build_op(name: &str, a: &mut Attrs) -> Option<Op> {
             axes: a.list("axes"),
         },
         "all-gather" => Op::AllGather {
+            axes: a.list("axes"),
+        },
+        "all-slice" => Op::AllSlice {
             axes: a.list("axes"),
         },
         // The regions follow the op line; the parser fills them in.

@@ -270,6 +270,41 @@ fn gather(b: &mut Body, x: &Val, idx: &Val, axis: usize, out: &TensorType) -> LR
     })
 }
 
+/// Vocabulary-parallel `gather` along axis 0 on a mesh device: `x` is this device's block of
+/// rows of a table of `whole` rows, starting at row `offset` (an `index` value). An index
+/// (normalized against the whole table) inside the block reads its row; one outside reads
+/// zeros, so the devices' results are partial sums whose all-reduce is the whole gather.
+pub fn gather_rows_block(
+    b: &mut Body,
+    x: &Val,
+    idx: &Val,
+    whole: u64,
+    offset: &str,
+    out: &TensorType,
+) -> LResult<String> {
+    let rows = dims(&x.ty)?[0];
+    let ir = idx.ty.rank();
+    let ie = idx.ty.elem;
+    b.index_generic(out, |b, o| {
+        let raw = b.extract(idx, &o[..ir])?;
+        let k = normalized_index(b, &raw, ie, whole);
+        let local = b.assign(format!("arith.subi {k}, {offset} : index"));
+        let n = b.index(rows as i64);
+        // Below the block, `local` wraps to a large unsigned value.
+        let inside = b.assign(format!("arith.cmpi ult, {local}, {n} : index"));
+        let z = b.index(0);
+        let row = b.assign(format!("arith.select {inside}, {local}, {z} : index"));
+        let mut src = vec![row];
+        src.extend(o[ir..].iter().cloned());
+        let v = b.extract(x, &src)?;
+        let zero = b.scalar(out.elem, 0.0);
+        Ok(b.assign(format!(
+            "arith.select {inside}, {v}, {zero} : {}",
+            super::body::elem(out.elem)
+        )))
+    })
+}
+
 /// `random-uniform`: each element hashes its row-major index with the stream's key, in
 /// wrapping i64 arithmetic (the bits of the IR's u64 definition, [`tessera_ir::random_key`]).
 fn random_uniform(

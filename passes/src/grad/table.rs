@@ -160,6 +160,7 @@ pub const TABLE: &[(&str, Differentiability)] = &[
     ("transfer", Rule(shape::identity)),
     ("all-reduce", Rule(shape::identity)),
     ("all-gather", Rule(shape::identity)),
+    ("all-slice", Rule(shape::identity)),
     (
         "if",
         Unsupported("region ops (if, loop, scan) are not differentiated yet"),

@@ -1,0 +1,453 @@
+//! A plan with split alternatives applied to its graph: the device group of the split ops
+//! becomes the graph's one device mesh (a ring of its devices, one mesh axis), every split op
+//! runs on it (`device("@<mesh>")`, SPMD), each result carries the sharding of its layout, and
+//! where a value's layout is not the one its user needs, collectives change it
+//! ([`crate::split`]'s layouts):
+//!
+//! - `P` (a partial sum) is summed by an `all-reduce` before anything reads it;
+//! - `S<a>` becomes whole (`R`) by an `all-gather`, and `S<b>` by an `all-gather` and an
+//!   `all-slice`;
+//! - a whole value (`R`, on the mesh or from a device or graph input off it) that a split
+//!   op needs as `S<b>` is cut by an `all-slice` (each device keeps its block: no data moves);
+//! - a constant that a split op reads split is a `const` op of its own with that sharding
+//!   (the lowering writes each device's block into the weights file); a constant read split
+//!   two ways gets a copy for the second way, since the weights file holds one block of a
+//!   constant per device.
+//!
+//! Each conversion is made once per value and layout, just before its first user, and every
+//! later user of that layout reads it. A value leaving the mesh (to an op placed whole, or as
+//! a graph output) is made whole on the mesh first; it then leaves from the mesh's first
+//! device (the simulator's and the lowering's convention). The plan's ops placed whole get
+//! their device as without splits.
+//!
+//! The cost model of the plan ([`crate::split`]) charges a reduce-scatter for `P -> S` and an
+//! all-to-all for `S<a> -> S<b>`; the graph does them as an all-reduce or an all-gather
+//! followed by a slice, which moves more bytes: the simulator of the applied graph measures
+//! what the graph does.
+
+use std::collections::BTreeMap;
+
+use tessera_ir::{Constant, Graph, Mesh, Op, OpId, Sharding, ValueDef, ValueId};
+
+use crate::build::Built;
+use crate::problem::Instance;
+use crate::problem::Problem;
+use crate::split::Layout;
+
+/// The name of the mesh a split plan declares.
+pub const MESH: &str = "split";
+
+/// Why a plan cannot be applied to its graph.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The plan splits ops over more than one device group (the graph has one mesh).
+    #[error("the plan splits ops over {0} device groups; a graph has one device mesh")]
+    Groups(usize),
+    /// The graph already has a device mesh (from the `shard` pass).
+    #[error("the graph already declares device mesh @{0}")]
+    HasMesh(String),
+    /// The plan and the graph disagree.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// What applying a plan did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Ops placed on the mesh (split, or replicated over it).
+    pub split_ops: usize,
+    /// `all-reduce` ops inserted.
+    pub all_reduces: usize,
+    /// `all-gather` ops inserted.
+    pub all_gathers: usize,
+    /// `all-slice` ops inserted.
+    pub all_slices: usize,
+}
+
+/// Where a value is and how it is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Home {
+    /// Off the mesh: whole, on one device.
+    Whole,
+    /// On the mesh, in this layout.
+    Mesh(Layout),
+}
+
+/// Writes the plan `assign` (options of `inst`, whose problem is `built`'s) on `graph`: every
+/// op placed whole gets its device; the split ops go on a mesh of their group, with their
+/// results' shardings and the collectives between layouts (module doc). Run it on the graph
+/// in its final order: the conversions go just before their first users.
+pub fn apply_plan(
+    graph: &mut Graph,
+    built: &Built,
+    inst: &Instance,
+    assign: &[usize],
+) -> Result<Applied, ApplyError> {
+    let mut groups: Vec<usize> = assign
+        .iter()
+        .enumerate()
+        .filter(|&(_, &x)| x >= inst.d)
+        .map(|(o, &x)| inst.alts[o][x - inst.d].group)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    // Whole ops first: their devices as without splits.
+    crate::pass::write_devices(graph, built, inst, assign);
+    let [group] = groups[..] else {
+        return match groups.len() {
+            0 => Ok(Applied::default()),
+            n => Err(ApplyError::Groups(n)),
+        };
+    };
+    if let Some(m) = &graph.mesh {
+        return Err(ApplyError::HasMesh(m.name.clone()));
+    }
+    let members: Vec<String> = inst.place_devices[inst.d + group]
+        .iter()
+        .map(|&k| inst.device_name(k).to_string())
+        .collect();
+    let k = members.len();
+    let mesh = Mesh {
+        name: MESH.to_string(),
+        shape: vec![k as u32],
+        devices: members,
+    };
+    let on_mesh = mesh.device_name();
+    let mut applied = Applied::default();
+    // The layouts of each split op's operands and results.
+    let mut wants: BTreeMap<OpId, Vec<Layout>> = BTreeMap::new();
+    let mut home: BTreeMap<ValueId, Home> = BTreeMap::new();
+    for (o, &x) in assign.iter().enumerate() {
+        if x < inst.d {
+            continue;
+        }
+        let Some(op) = built.graph_ops.get(o).copied().flatten() else {
+            return Err(ApplyError::Mismatch(format!(
+                "problem op {} is split but stands for no graph op",
+                inst.op_name(o)
+            )));
+        };
+        let alt = &inst.alts[o][x - inst.d];
+        let data = graph.op(op);
+        if alt.inputs.len() != data.operands.len() || alt.outputs.len() != data.results.len() {
+            return Err(ApplyError::Mismatch(format!(
+                "problem op {}: its split lists {} operand and {} result layouts, the graph \
+                 op has {} and {}",
+                inst.op_name(o),
+                alt.inputs.len(),
+                alt.outputs.len(),
+                data.operands.len(),
+                data.results.len()
+            )));
+        }
+        wants.insert(op, alt.inputs.clone());
+        let results = data.results.clone();
+        for (&r, &layout) in results.iter().zip(&alt.outputs) {
+            home.insert(r, Home::Mesh(layout));
+            if let Layout::Split(a) = layout {
+                graph.value_mut(r).sharding = Some(split_on(graph.ty(r).rank(), a));
+            }
+        }
+        graph.op_mut(op).device = Some(on_mesh.clone());
+        applied.split_ops += 1;
+    }
+    graph.mesh = Some(mesh);
+    let mut conv = Conversions {
+        names: (0..graph.num_values())
+            .filter_map(|i| graph.value(ValueId::from_index(i)).name.clone())
+            .collect(),
+        on_mesh,
+        made: BTreeMap::new(),
+        const_axis: BTreeMap::new(),
+        applied,
+    };
+    let body = graph.ops().to_vec();
+    let mut out: Vec<OpId> = Vec::with_capacity(body.len());
+    for &op in &body {
+        if matches!(graph.op(op).op, Op::Const(_)) {
+            out.push(op);
+            continue;
+        }
+        let operands = graph.op(op).operands.clone();
+        for (i, &v) in operands.iter().enumerate() {
+            let want = match wants.get(&op) {
+                Some(w) => Some(w[i]),
+                None => None,
+            };
+            let from = home.get(&v).copied().unwrap_or(Home::Whole);
+            let nv = conv.convert(graph, &mut out, v, from, want)?;
+            graph.op_mut(op).operands[i] = nv;
+        }
+        out.push(op);
+    }
+    // Graph outputs end whole on the host, under the names they had.
+    let names = tessera_ir::text::output_names(graph);
+    let mut outputs: Vec<(ValueId, Option<String>)> = graph
+        .outputs()
+        .iter()
+        .copied()
+        .zip(graph.output_names().to_vec())
+        .collect();
+    for ((v, name), old) in outputs.iter_mut().zip(names) {
+        let from = home.get(v).copied().unwrap_or(Home::Whole);
+        let nv = conv.convert(graph, &mut out, *v, from, None)?;
+        if nv != *v {
+            *v = nv;
+            *name = Some(old);
+        }
+    }
+    graph.set_named_outputs(outputs);
+    graph.set_ops(out);
+    Ok(conv.applied)
+}
+
+/// The sharding of a rank-`rank` value split along tensor axis `axis` over the one mesh axis.
+fn split_on(rank: usize, axis: u32) -> Sharding {
+    let mut s = Sharding::replicated(rank);
+    if let Some(a) = s.axes.get_mut(axis as usize) {
+        *a = vec![0];
+    }
+    s
+}
+
+/// The conversions made so far, by value and layout, and the body they go into.
+struct Conversions {
+    /// The value names taken.
+    names: std::collections::BTreeSet<String>,
+    on_mesh: String,
+    /// (value, layout on the mesh; `None` for whole off it) -> the value in that layout.
+    made: BTreeMap<(ValueId, Option<Layout>), ValueId>,
+    /// A constant's split axis in the weights file, and the copies made for other axes.
+    const_axis: BTreeMap<tessera_ir::ConstId, (u32, BTreeMap<u32, tessera_ir::ConstId>)>,
+    applied: Applied,
+}
+
+impl Conversions {
+    /// `v` (at `from`) as its user needs it: `want` on the mesh, or whole off it (`None`).
+    fn convert(
+        &mut self,
+        g: &mut Graph,
+        out: &mut Vec<OpId>,
+        v: ValueId,
+        from: Home,
+        want: Option<Layout>,
+    ) -> Result<ValueId, ApplyError> {
+        if let ValueDef::Result(def, _) = g.value(v).def
+            && let Op::Const(c) = g.op(def).op
+        {
+            return Ok(match want {
+                Some(Layout::Split(a)) => self.split_const(g, out, v, c, a),
+                _ => v,
+            });
+        }
+        let want_mesh = want.unwrap_or(Layout::Replicated);
+        match (from, want) {
+            (Home::Whole, None | Some(Layout::Replicated)) => Ok(v),
+            (Home::Mesh(a), Some(b)) if a == b => Ok(v),
+            (Home::Mesh(Layout::Replicated), None) => Ok(v),
+            (_, Some(Layout::Partial)) => Err(ApplyError::Mismatch(format!(
+                "value {v} is read as a partial sum"
+            ))),
+            (Home::Whole | Home::Mesh(Layout::Replicated), Some(Layout::Split(b))) => {
+                Ok(self.collective(g, out, v, Op::AllSlice { axes: vec![0] }, Some(b)))
+            }
+            (Home::Mesh(Layout::Partial), _) => {
+                let whole = self.collective(g, out, v, Op::AllReduce { axes: vec![0] }, None);
+                self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want)
+            }
+            (Home::Mesh(Layout::Split(_)), _) => {
+                let whole = self.collective(g, out, v, Op::AllGather { axes: vec![0] }, None);
+                match want_mesh {
+                    Layout::Replicated => Ok(whole),
+                    _ => self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want),
+                }
+            }
+            (Home::Mesh(Layout::Replicated), Some(Layout::Replicated)) => Ok(v),
+        }
+    }
+
+    /// `v` through `op` on the mesh, its result split along `axis` (`None`: whole), made
+    /// once per value and result layout.
+    fn collective(
+        &mut self,
+        g: &mut Graph,
+        out: &mut Vec<OpId>,
+        v: ValueId,
+        op: Op,
+        axis: Option<u32>,
+    ) -> ValueId {
+        let layout = match axis {
+            Some(a) => Layout::Split(a),
+            None => Layout::Replicated,
+        };
+        let key = (v, Some(layout));
+        if let Some(&r) = self.made.get(&key) {
+            return r;
+        }
+        let (suffix, count) = match op {
+            Op::AllReduce { .. } => ("sum", &mut self.applied.all_reduces),
+            Op::AllGather { .. } => ("whole", &mut self.applied.all_gathers),
+            _ => ("block", &mut self.applied.all_slices),
+        };
+        *count += 1;
+        let ty = g.ty(v).clone();
+        let c = g.create_detached_op(op, vec![v], vec![ty]);
+        g.op_mut(c).device = Some(self.on_mesh.clone());
+        if let ValueDef::Result(def, _) = g.value(v).def {
+            g.op_mut(c).loc = g.op(def).loc.clone();
+        }
+        let r = g.op(c).results[0];
+        if let Some(a) = axis {
+            g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a));
+        }
+        if let Some(name) = g.value(v).name.clone() {
+            let name = match axis {
+                Some(a) => format!("{name}.{suffix}{a}"),
+                None => format!("{name}.{suffix}"),
+            };
+            let name = unique_name(&self.names, name);
+            self.names.insert(name.clone());
+            g.set_name(r, name);
+        }
+        out.push(c);
+        self.made.insert(key, r);
+        r
+    }
+
+    /// The constant value `v` (of constant `c`) split along `axis`: a `const` op of its own
+    /// with that sharding, of a copy of the constant when `c` is already split another way.
+    fn split_const(
+        &mut self,
+        g: &mut Graph,
+        out: &mut Vec<OpId>,
+        v: ValueId,
+        c: tessera_ir::ConstId,
+        axis: u32,
+    ) -> ValueId {
+        let key = (v, Some(Layout::Split(axis)));
+        if let Some(&r) = self.made.get(&key) {
+            return r;
+        }
+        let (first, copies) = self
+            .const_axis
+            .entry(c)
+            .or_insert_with(|| (axis, BTreeMap::new()));
+        let c = if *first == axis {
+            c
+        } else if let Some(&copy) = copies.get(&axis) {
+            copy
+        } else {
+            let k = g.constant(c);
+            let copy = Constant {
+                name: unique_const_name(g, format!("{}.split{axis}", k.name)),
+                ty: k.ty.clone(),
+                data: k.data.clone(),
+            };
+            let id = g.add_const(copy);
+            copies.insert(axis, id);
+            id
+        };
+        let ty = g.ty(v).clone();
+        let op = g.create_detached_op(Op::Const(c), vec![], vec![ty]);
+        let r = g.op(op).results[0];
+        g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), axis));
+        out.push(op);
+        self.made.insert(key, r);
+        r
+    }
+}
+
+/// `name`, or `name.N` for the first N not in `taken`.
+fn unique_name(taken: &std::collections::BTreeSet<String>, name: String) -> String {
+    if !taken.contains(&name) {
+        return name;
+    }
+    (1..)
+        .map(|i| format!("{name}.{i}"))
+        .find(|n| !taken.contains(n))
+        .unwrap_or(name)
+}
+
+/// `name`, or `name.N` for the first N that no constant of `g` uses (a copy is made once
+/// per constant and axis: the scan is not repeated per use).
+fn unique_const_name(g: &Graph, name: String) -> String {
+    let taken: std::collections::BTreeSet<String> = (0..g.num_consts())
+        .map(|i| g.constant(tessera_ir::ConstId::from_index(i)).name.clone())
+        .collect();
+    unique_name(&taken, name)
+}
+
+/// Whether `compile` splits ops over device groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// Every op runs whole on one device.
+    #[default]
+    Off,
+    /// The planner chooses, per op, whole or split (the no-split plans compete too).
+    Auto,
+    /// Every op that has a split alternative takes one (a replicated run does not count).
+    Force,
+}
+
+impl SplitMode {
+    /// The name `--split` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitMode::Off => "off",
+            SplitMode::Auto => "auto",
+            SplitMode::Force => "force",
+        }
+    }
+}
+
+impl std::fmt::Display for SplitMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SplitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(SplitMode::Off),
+            "auto" => Ok(SplitMode::Auto),
+            "force" => Ok(SplitMode::Force),
+            _ => Err(format!(
+                "unknown split mode `{s}` (expected off, auto or force)"
+            )),
+        }
+    }
+}
+
+/// The problems a split plan may come from: one per device group of `problem` (a problem with
+/// split alternatives, [`crate::build::build_with`]), each keeping only that group and the
+/// alternatives over it, since a graph has one device mesh. With [`SplitMode::Force`], an op
+/// that has an alternative other than a replicated run keeps only those alternatives and may
+/// not run whole. With `axes` (not empty), only alternatives that split one of those axes
+/// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
+/// `hidden`, `vocab`, `channels`, `axis<N>`, `replicated`) are offered. Groups over which no
+/// op splits give no problem.
+pub fn one_group_problems(problem: &Problem, mode: SplitMode, axes: &[String]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for group in &problem.groups {
+        let mut p = problem.clone();
+        p.groups = vec![group.clone()];
+        let mut splits_any = false;
+        for op in &mut p.ops {
+            op.splits
+                .retain(|s| s.group == group.name && (axes.is_empty() || axes.contains(&s.axis)));
+            let split = op.splits.iter().any(|s| s.axis != "replicated");
+            splits_any |= split;
+            if mode == SplitMode::Force && split {
+                op.splits.retain(|s| s.axis != "replicated");
+                op.time.clear();
+            }
+        }
+        if splits_any {
+            p.name = format!("{} on {}", problem.name, group.name);
+            out.push(p);
+        }
+    }
+    out
+}
