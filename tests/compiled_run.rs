@@ -665,3 +665,238 @@ fn weights_are_written_once_and_ir_dumps_share_them() {
         tessera_ir::text::load(&dumps.join(n)).expect("each dump loads");
     }
 }
+
+/// A model of the corpus with one input binding per graph input and its reference outputs.
+struct Corpus {
+    dir: &'static str,
+    /// `NAME=SHAPE` per input, and the input's file in the model's folder.
+    inputs: &'static [(&'static str, &'static str, &'static str)],
+    /// Output names and their reference files.
+    outputs: &'static [(&'static str, &'static str)],
+}
+
+const GPT2_TINY: Corpus = Corpus {
+    dir: GPT2,
+    inputs: &[("input_ids", "1x16", "input_0_input_ids.npy")],
+    outputs: &[("logits", "output_0_logits.npy")],
+};
+
+const CNN: Corpus = Corpus {
+    dir: "testdata/models/onnx/cnn",
+    inputs: &[("image", "2x3x32x32", "input_0_image.npy")],
+    outputs: &[("logits", "output_0_logits.npy")],
+};
+
+const BERT_TINY: Corpus = Corpus {
+    dir: "testdata/models/onnx/bert_tiny",
+    inputs: &[
+        ("input_ids", "2x16", "input_0_input_ids.npy"),
+        ("attention_mask", "2x16", "input_1_attention_mask.npy"),
+    ],
+    outputs: &[
+        ("last_hidden_state", "output_0_last_hidden_state.npy"),
+        ("pooler_output", "output_1_pooler_output.npy"),
+    ],
+};
+
+/// Compiles `m` for `target` with `split` (`--split ...` arguments) into `dir`; returns how
+/// many ops the plan splits along each axis.
+fn compile_split(
+    m: &Corpus,
+    target: &str,
+    split: &[&str],
+    dir: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut cmd = tessera();
+    cmd.args(["compile", &model(m.dir), "--target", target]);
+    for (name, shape, _) in m.inputs {
+        cmd.args(["--input-shape", &format!("{name}={shape}")]);
+    }
+    cmd.args(split).args(extra).arg("-o").arg(dir);
+    ok(&mut cmd);
+    let plan: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("plan.json")).expect("plan"))
+            .expect("json");
+    plan["assignment"]
+        .as_array()
+        .expect("assignment")
+        .iter()
+        .filter_map(|a| a["split"]["axis"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Runs a compiled `dir` of `m` under the JIT and compares every output with onnxruntime's.
+fn run_matches(m: &Corpus, dir: &Path, what: &str) {
+    let out = dir.with_extension("out");
+    let mut cmd = tessera();
+    cmd.arg("run").arg(dir);
+    for (name, _, file) in m.inputs {
+        cmd.arg("--input").arg(format!(
+            "{name}={}",
+            repo().join(m.dir).join(file).display()
+        ));
+    }
+    ok(cmd.arg("-o").arg(&out));
+    for (name, file) in m.outputs {
+        let got = tessera::npy::read(&out.join(format!("{name}.npy"))).expect("output");
+        let want = tessera::npy::read(&repo().join(m.dir).join(file)).expect("reference");
+        let d = max_diff(&got, &want);
+        assert!(
+            d < 1e-4,
+            "{what}: {name}: max |diff| {d} against onnxruntime"
+        );
+    }
+}
+
+/// Every sharding rule the models use, forced (`--split force --split-axes AXIS`): the plan
+/// splits ops along that axis on a device mesh, with the collectives the layouts need, and the
+/// compiled program run under the JIT gives onnxruntime's outputs.
+#[test]
+fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cases: &[(&Corpus, &[&str])] = &[
+        (
+            &GPT2_TINY,
+            &[
+                "vocab", "hidden", "columns", "rows", "heads", "batch", "axis1", "axis2",
+            ],
+        ),
+        (&CNN, &["channels", "batch"]),
+        (&BERT_TINY, &["heads", "rows", "hidden"]),
+    ];
+    for (m, axes) in cases {
+        for axis in *axes {
+            let dir = tmp
+                .path()
+                .join(format!("{}-{axis}", m.dir.replace('/', "_")));
+            let split = compile_split(
+                m,
+                "gpu-8",
+                &["--split", "force", "--split-axes", axis],
+                &dir,
+                &[],
+            );
+            assert!(
+                !split.is_empty() && split.iter().all(|a| a == axis),
+                "{} along {axis}: the plan splits {split:?}",
+                m.dir
+            );
+            let placed = fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+            assert!(placed.contains("mesh @split = ["), "{placed}");
+            run_matches(m, &dir, &format!("{} split along {axis}", m.dir));
+        }
+    }
+    // Every rule at once, and the planner's own choice against the plans without splits.
+    for m in [&GPT2_TINY, &CNN, &BERT_TINY] {
+        for mode in ["force", "auto"] {
+            let dir = tmp
+                .path()
+                .join(format!("{}-{mode}", m.dir.replace('/', "_")));
+            let split = compile_split(m, "gpu-8", &["--split", mode], &dir, &[]);
+            if mode == "force" {
+                assert!(split.len() > 3, "{}: {split:?}", m.dir);
+            }
+            // The report shows the mesh and every split op with its axis and reason.
+            let html = fs::read_to_string(dir.join("report.html")).expect("report.html");
+            if !split.is_empty() {
+                assert!(
+                    html.contains("<h3 id=\"mesh\">Device mesh</h3>"),
+                    "{}",
+                    m.dir
+                );
+                let table = html
+                    .split("<table id=\"splits\">")
+                    .nth(1)
+                    .and_then(|t| t.split("</table>").next())
+                    .expect("the splits table");
+                assert_eq!(table.matches("<tr><td>").count(), split.len(), "{table}");
+                let axis = &split[0];
+                assert!(table.contains(&format!("<td>{axis}</td>")), "{table}");
+            }
+            run_matches(m, &dir, &format!("{} --split {mode}", m.dir));
+        }
+    }
+}
+
+/// Split plans as one MPI program: the mesh devices are ranks, the collectives MPI's.
+#[test]
+fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (m, axes) in [(&GPT2_TINY, "columns,rows,vocab"), (&CNN, "channels")] {
+        let dir = tmp.path().join(m.dir.replace('/', "_"));
+        let split = compile_split(
+            m,
+            "testdata/targets/mpi-4.toml",
+            &["--split", "force", "--split-axes", axes],
+            &dir,
+            &["--emit", "mpi"],
+        );
+        assert!(!split.is_empty(), "{}", m.dir);
+        let program = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
+        let results = tmp.path().join(format!("{}-mpi", m.dir.replace('/', "_")));
+        fs::create_dir_all(&results).expect("mkdir");
+        let (_, _, file) = m.inputs[0];
+        let run = mpirun(
+            4,
+            &dir.join("program"),
+            &repo().join(m.dir).join(file),
+            &results,
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let (name, file) = m.outputs[0];
+        let got = tessera::npy::read(&results.join(format!("{name}.npy"))).expect("mpi output");
+        let want = tessera::npy::read(&repo().join(m.dir).join(file)).expect("reference");
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "{} under mpirun: max |diff| {d}", m.dir);
+        if split.iter().any(|a| a == "rows" || a == "vocab") {
+            assert!(
+                program.contains("shard.all_reduce"),
+                "partial sums are all-reduced"
+            );
+        }
+    }
+}
+
+#[test]
+fn split_errors_say_what_the_graph_offers() {
+    let e = fails(tessera().args([
+        "compile",
+        &model(GPT2),
+        "--input-shape",
+        "input_ids=1x16",
+        "--target",
+        "gpu-8",
+        "--split",
+        "force",
+        "--split-axes",
+        "nosuch",
+    ]));
+    assert!(
+        e.contains("no op of the graph splits along nosuch") && e.contains("columns, heads"),
+        "{e}"
+    );
+    let e = fails(tessera().args([
+        "compile",
+        &model(GPT2),
+        "--input-shape",
+        "input_ids=1x16",
+        "--target",
+        "cpu",
+        "--split",
+        "force",
+    ]));
+    assert!(e.contains("no group of two or more alike devices"), "{e}");
+    // A usage error, like an unknown --objective (exit 2).
+    let out = tessera()
+        .args(["compile", &model(GPT2), "--split", "sometimes"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("unknown split mode `sometimes`"), "{e}");
+}

@@ -139,9 +139,10 @@ fn every_model_offers_split_alternatives_that_solve() {
     let has = |kind: &str, what: &str| seen.contains(&(kind.to_string(), what.to_string()));
     let shown: Vec<String> = seen.iter().map(|(k, w)| format!("{k}: {w}")).collect();
     for (kind, what) in [
-        ("gather", r#"vocab ["R", "R"]->["P"]"#),
-        ("gemm", r#"columns ["R", "R"]->["S1"]"#),
-        ("gemm", r#"rows ["S1", "R"]->["P"]"#),
+        // A weight's layout is how its resident copy is cut.
+        ("gather", r#"vocab ["S0", "R"]->["P"]"#),
+        ("gemm", r#"columns ["R", "S1"]->["S1"]"#),
+        ("gemm", r#"rows ["S1", "S0"]->["P"]"#),
         ("matmul", r#"heads ["S1", "S1"]->["S1"]"#),
         ("transpose", r#"heads ["S2"]->["S1"]"#),
         ("layer-norm", r#"replicated ["R", "R", "R"]->["R"]"#),

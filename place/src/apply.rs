@@ -170,10 +170,7 @@ pub fn apply_plan(
         }
         let operands = graph.op(op).operands.clone();
         for (i, &v) in operands.iter().enumerate() {
-            let want = match wants.get(&op) {
-                Some(w) => Some(w[i]),
-                None => None,
-            };
+            let want = wants.get(&op).map(|w| w[i]);
             let from = home.get(&v).copied().unwrap_or(Home::Whole);
             let nv = conv.convert(graph, &mut out, v, from, want)?;
             graph.op_mut(op).operands[i] = nv;

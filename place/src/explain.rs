@@ -75,8 +75,8 @@ pub const SPLIT_EXPLAIN_MAX_OPS: usize = 1_000;
 /// weighed by evaluating the plan with the op's unit moved to the best other option:
 /// `memory` (the other option overflows a device, or the op fits no device whole), `time`
 /// (the other option makes the objective worse by computing longer), `link` (it makes the
-/// objective worse through transfers and resharding: a link or the reshard time binds), or
-/// `search`.
+/// objective worse through transfers and resharding: a link or the reshard time binds),
+/// `forced` (the problem lists no time for it whole: `compile --split force`), or `search`.
 fn explain_split(
     inst: &Instance,
     sol: &Solution,
@@ -128,6 +128,13 @@ fn decide_split(
             secs(duration)
         )
     };
+    if x >= inst.d && !inst.runs_whole(o) && spec.time.is_empty() {
+        // No time on any kind: the problem does not let it run whole (`--split force`).
+        return (
+            "forced",
+            format!("{what}: the problem offers no whole option (compile --split force)"),
+        );
+    }
     if x >= inst.d && !inst.runs_whole(o) {
         let largest = (0..inst.d)
             .filter(|&k| {

@@ -339,19 +339,40 @@ pub fn compile(
         stages.stage("placement: split alternatives");
         let options = tessera_place::build::BuildOptions { splits: true };
         let with_splits = tessera_place::build::build_with(&graph, &cost, &options)?;
-        for p in one_group_problems(&with_splits.problem, split, settings.split_axes) {
+        let problems = one_group_problems(&with_splits.problem, split, settings.split_axes);
+        if problems.is_empty() && (split == SplitMode::Force || !settings.split_axes.is_empty()) {
+            let offered: std::collections::BTreeSet<&str> = with_splits
+                .problem
+                .ops
+                .iter()
+                .flat_map(|o| o.splits.iter().map(|s| s.axis.as_str()))
+                .filter(|&a| split != SplitMode::Force || a != "replicated")
+                .collect();
+            let asked = if settings.split_axes.is_empty() {
+                String::new()
+            } else {
+                format!(" along {}", settings.split_axes.join(", "))
+            };
+            bail!(
+                "--split {split}: no op of the graph splits{asked} over a device group of \
+                 target {} (its ops split along: {})",
+                target.spec().name,
+                if offered.is_empty() && with_splits.problem.groups.is_empty() {
+                    "nothing; the target has no group of two or more alike devices".to_string()
+                } else if offered.is_empty() {
+                    "nothing; no op's shapes split evenly over a device group".to_string()
+                } else {
+                    offered.into_iter().collect::<Vec<_>>().join(", ")
+                }
+            );
+        }
+        for p in problems {
             let b = Built {
                 problem: p.clone(),
                 graph_ops: with_splits.graph_ops.clone(),
                 device_index: with_splits.device_index.clone(),
             };
             variants.push((b, Instance::new(p)?));
-        }
-        if variants.is_empty() {
-            bail!(
-                "--split force: no op of the graph splits over a device group of target {}",
-                target.spec().name
-            );
         }
     }
     let host = &target.spec().host;

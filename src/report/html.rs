@@ -1145,7 +1145,57 @@ fn placement(h: &mut String, inputs: &Page<'_>) {
         }
         h.push_str("</table>\n");
     }
+    splits(h, inputs);
     h.push_str("</section>\n");
+}
+
+/// The device mesh of a split plan and every split op: its group, axis, ways and why.
+fn splits(h: &mut String, inputs: &Page<'_>) {
+    let Some(mesh) = &inputs.graph.mesh else {
+        return;
+    };
+    let split: Vec<_> = inputs
+        .plan
+        .assignment
+        .iter()
+        .filter_map(|a| a.split.as_ref().map(|s| (a, s)))
+        .collect();
+    let _ = writeln!(
+        h,
+        "<h3 id=\"mesh\">Device mesh</h3>\n<p>The graph's ops on <code>device(\"@{}\")</code> \
+         run on each of its {} devices at once (<code>mesh @{} = {:?}</code>: {}), each on its \
+         block of every split value; {} ops of the plan are split.</p>",
+        esc(&mesh.name),
+        mesh.devices.len(),
+        esc(&mesh.name),
+        mesh.shape,
+        esc(&mesh.devices.join(", ")),
+        split.len()
+    );
+    if split.is_empty() {
+        return;
+    }
+    let why: BTreeMap<&str, &str> = inputs
+        .plan
+        .explanations
+        .iter()
+        .map(|e| (e.op.as_str(), e.reason.as_str()))
+        .collect();
+    h.push_str(
+        "<table id=\"splits\"><tr><th>op</th><th>group</th><th>axis</th><th class=\"num\">ways</th><th>why</th></tr>\n",
+    );
+    for (a, s) in split {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            esc(&a.op),
+            esc(&a.device),
+            esc(&s.axis),
+            s.ways,
+            esc(why.get(a.op.as_str()).copied().unwrap_or(""))
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 fn ops(h: &mut String, inputs: &Page<'_>, ids: &BTreeMap<String, String>) {
