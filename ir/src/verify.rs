@@ -454,6 +454,16 @@ impl Verifier<'_> {
                             );
                         }
                     }
+                    let want: BTreeSet<u32> = operand.iter().chain(axes).copied().collect();
+                    if let Some(a) = result.difference(&want).next() {
+                        self.error(
+                            e,
+                            format!(
+                                "{desc}: its result is split over mesh axis {a}, which neither \
+                                 its operand nor its axes split"
+                            ),
+                        );
+                    }
                     return;
                 }
                 for &a in axes {

@@ -140,6 +140,23 @@ pub fn apply_plan(
                 data.results.len()
             )));
         }
+        // Every split axis names an axis of its value.
+        let ranks = data
+            .operands
+            .iter()
+            .zip(&alt.inputs)
+            .chain(data.results.iter().zip(&alt.outputs));
+        for (&v, layout) in ranks {
+            if let Layout::Split(a) = *layout
+                && a as usize >= graph.ty(v).rank()
+            {
+                return Err(ApplyError::Mismatch(format!(
+                    "problem op {}: its split cuts axis {a} of {v}, which has rank {}",
+                    inst.op_name(o),
+                    graph.ty(v).rank()
+                )));
+            }
+        }
         wants.insert(op, alt.inputs.clone());
         let results = data.results.clone();
         for (&r, &layout) in results.iter().zip(&alt.outputs) {
@@ -354,6 +371,37 @@ impl Conversions {
     }
 }
 
+/// Link hops from the host (the device the first pinned `input:` op is on) to every device and
+/// router; empty when no input is pinned.
+fn host_hops(problem: &Problem) -> BTreeMap<&str, u64> {
+    let mut hops = BTreeMap::new();
+    let Some(host) = problem
+        .ops
+        .iter()
+        .find(|o| o.name.starts_with("input:"))
+        .and_then(|o| o.pin.as_deref())
+    else {
+        return hops;
+    };
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for l in &problem.links {
+        next.entry(l.a.as_str()).or_default().push(l.b.as_str());
+        next.entry(l.b.as_str()).or_default().push(l.a.as_str());
+    }
+    let mut queue = std::collections::VecDeque::from([host]);
+    hops.insert(host, 0u64);
+    while let Some(at) = queue.pop_front() {
+        let h = hops[at];
+        for &n in next.get(at).into_iter().flatten() {
+            if !hops.contains_key(n) {
+                hops.insert(n, h + 1);
+                queue.push_back(n);
+            }
+        }
+    }
+    hops
+}
+
 /// `name`, or `name.N` for the first N not in `taken`.
 fn unique_name(taken: &std::collections::BTreeSet<String>, name: String) -> String {
     if !taken.contains(&name) {
@@ -423,11 +471,43 @@ impl std::str::FromStr for SplitMode {
 /// that has an alternative other than a replicated run keeps only those alternatives and may
 /// not run whole. With `axes` (not empty), only alternatives that split one of those axes
 /// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
-/// `hidden`, `vocab`, `channels`, `axis<N>`, `replicated`) are offered. Groups over which no
-/// op splits give no problem.
+/// `hidden`, `vocab`, `channels`, `axis<N>`) are offered. Groups over which no
+/// op splits give no problem. Of the groups of one device kind and size, only the one nearest
+/// the host (the device graph inputs are pinned to; fewest link hops from it in total, then
+/// the first) gives a problem: alike groups differ only in their transfers to and from the
+/// rest, and each problem is a full search.
 pub fn one_group_problems(problem: &Problem, mode: SplitMode, axes: &[String]) -> Vec<Problem> {
+    let hops = host_hops(problem);
+    let kind: BTreeMap<&str, &str> = problem
+        .devices
+        .iter()
+        .map(|d| (d.name.as_str(), d.kind.as_str()))
+        .collect();
+    // (kind, size) -> (total hops, group index).
+    let mut nearest: BTreeMap<(&str, usize), (u64, usize)> = BTreeMap::new();
+    for (i, g) in problem.groups.iter().enumerate() {
+        let k = g
+            .devices
+            .first()
+            .and_then(|d| kind.get(d.as_str()))
+            .copied()
+            .unwrap_or("");
+        let total: u64 = g
+            .devices
+            .iter()
+            .map(|d| hops.get(d.as_str()).copied().unwrap_or(u64::from(u32::MAX)))
+            .sum();
+        let e = nearest.entry((k, g.devices.len())).or_insert((total, i));
+        if total < e.0 {
+            *e = (total, i);
+        }
+    }
+    let kept: std::collections::BTreeSet<usize> = nearest.values().map(|&(_, i)| i).collect();
     let mut out = Vec::new();
-    for group in &problem.groups {
+    for (i, group) in problem.groups.iter().enumerate() {
+        if !kept.contains(&i) {
+            continue;
+        }
         let mut p = problem.clone();
         p.groups = vec![group.clone()];
         let mut splits_any = false;

@@ -15,7 +15,7 @@ use tessera_passes::Pipeline;
 use tessera_place::apply::{SplitMode, apply_plan, one_group_problems};
 use tessera_place::build::Built;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order};
-use tessera_place::plan::{plan_of, records, solve_with_solution};
+use tessera_place::plan::{plan_of, records};
 use tessera_place::strategy::{Ranked, SolveOptions, auto_ranked};
 use tessera_place::{Instance, Objective, Plan, lower_bound};
 use tessera_targets::{
@@ -321,9 +321,13 @@ pub fn compile(
         .zip(&built.graph_ops)
         .filter(|(o, g)| o.pin.is_some() && g.is_some())
         .count();
+    if settings.split == SplitMode::Off && !settings.split_axes.is_empty() {
+        bail!("--split-axes needs --split auto or --split force");
+    }
     // The problems a plan may come from: the one without splits (unless splits are forced)
     // and, when splitting is asked, one per device group (a graph has one device mesh).
     let mut variants: Vec<(Built, Instance)> = Vec::new();
+    let mut bound_inst: Option<Instance> = None;
     let split = if graph.mesh.is_some() || !graph.state.is_empty() {
         // A graph the `shard` pass put on a mesh keeps it; a training step's state is not
         // split yet.
@@ -331,15 +335,23 @@ pub fn compile(
     } else {
         settings.split
     };
+    // Why a problem has no plan, when some problem without one was left out.
+    let mut left_out: Option<anyhow::Error> = None;
     if split != SplitMode::Force {
-        let inst = Instance::new(built.problem.clone())?;
-        variants.push((built.clone(), inst));
+        match Instance::new(built.problem.clone()) {
+            Ok(inst) => variants.push((built.clone(), inst)),
+            // An op that fits no device whole may still fit split.
+            Err(e) if split == SplitMode::Auto => left_out = Some(e.into()),
+            Err(e) => return Err(e.into()),
+        }
     }
     if split != SplitMode::Off {
         stages.stage("placement: split alternatives");
         let options = tessera_place::build::BuildOptions { splits: true };
         let with_splits = tessera_place::build::build_with(&graph, &cost, &options)?;
         let problems = one_group_problems(&with_splits.problem, split, settings.split_axes);
+        // Its choices include every problem's: its bound holds for them all.
+        bound_inst = Some(Instance::new(with_splits.problem.clone())?);
         if problems.is_empty() && (split == SplitMode::Force || !settings.split_axes.is_empty()) {
             let offered: std::collections::BTreeSet<&str> = with_splits
                 .problem
@@ -372,8 +384,16 @@ pub fn compile(
                 graph_ops: with_splits.graph_ops.clone(),
                 device_index: with_splits.device_index.clone(),
             };
-            variants.push((b, Instance::new(p)?));
+            match Instance::new(p) {
+                Ok(inst) => variants.push((b, inst)),
+                Err(e) => {
+                    left_out.get_or_insert(e.into());
+                }
+            }
         }
+    }
+    if variants.is_empty() {
+        return Err(left_out.unwrap_or_else(|| anyhow::anyhow!("placement found no plan")));
     }
     let host = &target.spec().host;
     // Places, schedules and inserts the transfers and collectives of an assignment, then
@@ -401,40 +421,11 @@ pub fn compile(
         // problems, the best plan of each is simulated, and the best others fill up to
         // SIMULATED_CANDIDATES.
         stages.stage("placement: lower bound");
-        let mut bounds = Vec::with_capacity(variants.len());
-        for (_, inst) in &variants {
-            bounds.push(lower_bound(inst, settings.objective)?);
-        }
+        let bound = lower_bound(bound_inst.as_ref().unwrap_or(&variants[0].1), settings.objective)?;
         stages.stage("placement: searching (auto)");
-        let mut all: Vec<(usize, Ranked)> = Vec::new();
-        let mut attempts = Vec::new();
-        let mut errors = Vec::new();
-        for (v, (built, inst)) in variants.iter().enumerate() {
-            match auto_ranked(inst, &opts) {
-                Ok((ranked, att)) => {
-                    all.extend(ranked.into_iter().map(|r| (v, r)));
-                    attempts.extend(att.into_iter().map(|mut a| {
-                        if variants.len() > 1 {
-                            a.strategy = format!("{} ({})", a.strategy, built.problem.name);
-                        }
-                        a
-                    }));
-                }
-                Err(e) => errors.push(e),
-            }
-        }
-        if all.is_empty() {
-            match errors.into_iter().next() {
-                Some(e) => return Err(e.into()),
-                None => bail!("placement found no plan"),
-            }
-        }
-        let mut picks: Vec<usize> = Vec::new();
-        for v in 0..variants.len() {
-            if let Some(i) = all.iter().position(|(w, _)| *w == v) {
-                picks.push(i);
-            }
-        }
+        let (all, attempts) = search_variants(&variants, &opts, "auto")?;
+        // The best plan without splits and the best with splits compete in the simulator
+        // whatever the model says; the model's best others fill up to SIMULATED_CANDIDATES.
         let mut order: Vec<usize> = (0..all.len()).collect();
         order.sort_by(|&a, &b| {
             let (sa, sb) = (all[a].1.2, all[b].1.2);
@@ -442,26 +433,34 @@ pub fn compile(
                 .then(sa.1.total_cmp(&sb.1))
                 .then(a.cmp(&b))
         });
-        for i in order {
-            if picks.len() >= SIMULATED_CANDIDATES.max(variants.len()) {
+        let mut picks: Vec<usize> = Vec::new();
+        let plain = |i: &usize| variants[all[*i].0].0.problem.groups.is_empty();
+        picks.extend(order.iter().find(|i| plain(i)));
+        picks.extend(order.iter().find(|i| !plain(i)));
+        for &i in &order {
+            if picks.len() >= SIMULATED_CANDIDATES {
                 break;
             }
             if !picks.contains(&i) {
                 picks.push(i);
             }
         }
-        picks.sort_by(|&a, &b| {
-            let (sa, sb) = (all[a].1.2, all[b].1.2);
-            sa.0.total_cmp(&sb.0)
-                .then(sa.1.total_cmp(&sb.1))
-                .then(a.cmp(&b))
-        });
+        picks.sort_by_key(|i| order.iter().position(|j| j == i));
         let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
         let candidates = picks.len();
+        let mut failed: Option<anyhow::Error> = None;
         for (rank, &i) in picks.iter().enumerate() {
             stages.stage(format!("simulating plan {} of {candidates}", rank + 1));
             let (v, (_, sol, _)) = &all[i];
-            let done = realize(*v, &sol.assign)?;
+            // A candidate that cannot be realized (a split plan the simulator finds over
+            // memory, say) leaves the others to compete.
+            let done = match realize(*v, &sol.assign) {
+                Ok(done) => done,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             let measure = match settings.objective {
                 Objective::Throughput => done.1.period,
                 Objective::Latency => done.1.latency,
@@ -471,49 +470,41 @@ pub fn compile(
             }
         }
         let Some((_, rank, done)) = best else {
-            bail!("placement found no plan");
+            return Err(failed.unwrap_or_else(|| anyhow::anyhow!("placement found no plan")));
         };
         let (v, (name, sol, _)) = &all[picks[rank]];
         chosen = sol.assign.clone();
         chosen_variant = *v;
-        // The least bound over the problems bounds every plan any of them has.
-        let bound = bounds
-            .iter()
-            .min_by(|a, b| a.value.total_cmp(&b.value))
-            .cloned()
-            .unwrap_or_else(|| bounds[*v].clone());
         let inst = &variants[*v].1;
         let mut plan = plan_of(inst, sol, settings.objective, "auto", name, bound, true)?;
         plan.attempts = records(attempts);
         plan.selected_by = Some(format!(
-            "simulation ({samples} samples) of the {candidates} best plans by the model; the \
+            "simulation ({samples} samples) of the {candidates} best plans by the model{}; the \
              model's rank of this one: {}",
+            if variants.len() > 1 {
+                " (its best with and without splits among them)"
+            } else {
+                ""
+            },
             rank + 1
         ));
         (plan, done)
     } else {
         stages.stage(format!("placement: {}", settings.strategy));
-        let mut best: Option<(usize, Plan, Vec<usize>)> = None;
-        let mut errors = Vec::new();
-        for (v, (_, inst)) in variants.iter().enumerate() {
-            match solve_with_solution(inst, settings.strategy, settings.objective, true) {
-                Ok((plan, sol)) => {
-                    if best.as_ref().is_none_or(|b| plan.value < b.1.value) {
-                        best = Some((v, plan, sol.assign));
-                    }
-                }
-                Err(e) => errors.push(e),
-            }
-        }
-        let Some((v, plan, assign)) = best else {
-            match errors.into_iter().next() {
-                Some(e) => return Err(e.into()),
-                None => bail!("placement found no plan"),
-            }
+        let bound = lower_bound(bound_inst.as_ref().unwrap_or(&variants[0].1), settings.objective)?;
+        let (all, attempts) = search_variants(&variants, &opts, settings.strategy)?;
+        let Some((v, (name, sol, _))) = all.iter().min_by(|a, b| {
+            let (sa, sb) = (a.1.2, b.1.2);
+            sa.0.total_cmp(&sb.0).then(sa.1.total_cmp(&sb.1))
+        }) else {
+            bail!("placement found no plan");
         };
-        chosen = assign;
-        chosen_variant = v;
-        (plan, realize(v, &chosen)?)
+        chosen = sol.assign.clone();
+        chosen_variant = *v;
+        let inst = &variants[*v].1;
+        let mut plan = plan_of(inst, sol, settings.objective, settings.strategy, name, bound, true)?;
+        plan.attempts = records(attempts);
+        (plan, realize(*v, &chosen)?)
     };
     let (built, inst) = &variants[chosen_variant];
     if let (Some((dir, first)), Some(unplaced)) = (settings.ir_dump, unplaced) {
@@ -559,6 +550,55 @@ pub fn compile(
         problem_names,
         notes,
     })
+}
+
+/// Solves each problem of `variants` (the one without splits and one per device group) with
+/// `strategy`: the problem without splits as asked (`auto`: every plan auto ranks), each split
+/// problem with `split` (the strategy that chooses splits; `exhaustive` when asked). Returns
+/// the plans with their problem's index, and every attempt; an error only when no problem has
+/// a plan.
+fn search_variants(
+    variants: &[(Built, Instance)],
+    opts: &SolveOptions,
+    strategy: &str,
+) -> Result<(Vec<(usize, Ranked)>, Vec<tessera_place::strategy::Attempt>)> {
+    let mut all = Vec::new();
+    let mut attempts = Vec::new();
+    let mut errors = Vec::new();
+    for (v, (built, inst)) in variants.iter().enumerate() {
+        let split = !built.problem.groups.is_empty();
+        let found = if split || strategy != "auto" {
+            let name = match (split, strategy) {
+                (true, "exhaustive") | (false, _) => strategy,
+                (true, _) => "split",
+            };
+            tessera_place::strategy::run(name, inst, opts).map(|(sol, chosen, att)| {
+                let score = sol.score(inst, opts.objective);
+                (vec![(chosen, sol, score)], att)
+            })
+        } else {
+            auto_ranked(inst, opts)
+        };
+        match found {
+            Ok((ranked, att)) => {
+                all.extend(ranked.into_iter().map(|r| (v, r)));
+                attempts.extend(att.into_iter().map(|mut a| {
+                    if variants.len() > 1 {
+                        a.strategy = format!("{} ({})", a.strategy, built.problem.name);
+                    }
+                    a
+                }));
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if all.is_empty() {
+        return Err(match errors.into_iter().next() {
+            Some(e) => e.into(),
+            None => anyhow::anyhow!("placement found no plan"),
+        });
+    }
+    Ok((all, attempts))
 }
 
 /// The text `tessera compile` prints and writes to `summary.txt`

@@ -1160,17 +1160,20 @@ fn splits(h: &mut String, inputs: &Page<'_>) {
         .iter()
         .filter_map(|a| a.split.as_ref().map(|s| (a, s)))
         .collect();
+    let replicated = split.iter().filter(|(_, s)| s.axis == "replicated").count();
     let _ = writeln!(
         h,
         "<h3 id=\"mesh\">Device mesh</h3>\n<p>The graph's ops on <code>device(\"@{}\")</code> \
          run on each of its {} devices at once (<code>mesh @{} = {:?}</code>: {}), each on its \
-         block of every split value; {} ops of the plan are split.</p>",
+         block of every split value; {} ops of the plan are split, {} more run whole on every \
+         one of them (replicated).</p>",
         esc(&mesh.name),
         mesh.devices.len(),
         esc(&mesh.name),
         mesh.shape,
         esc(&mesh.devices.join(", ")),
-        split.len()
+        split.len() - replicated,
+        replicated
     );
     if split.is_empty() {
         return;
