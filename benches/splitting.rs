@@ -1,20 +1,23 @@
-//! Splitting benchmark: placement with split alternatives (`compile --split-alternatives`,
-//! solved by `auto`) against placement without them, a Megatron-style manual tensor-parallel
-//! plan and one device, on every model of `common/models.rs` and every built-in target.
+//! Splitting benchmark: `tessera compile` with splitting (`--split auto`, the default) against
+//! compile without it (`--split off`), a Megatron-style manual tensor-parallel plan and one
+//! device, on every model of `common/models.rs` and every built-in target.
 //!
 //! `cargo bench -p tessera --bench splitting [-- --only NAME,...]` prints two markdown tables
 //! (throughput objective: the period; latency objective: one sample's latency), the README's
-//! "Splitting" section holds a run. The values are the placement model's (split plans cannot
-//! be realized as graphs and simulated yet). Columns:
-//! - `one device`: `single` on the problem without splits (every op on the best device that
-//!   holds it all);
-//! - `no split`: `auto` on the problem without splits;
+//! "Splitting" section holds a run. Every value is the simulator's, of the placed graph (split
+//! plans applied: mesh, shardings, collectives), but `tessera, model` (the placement model's
+//! value of the plan compile kept) and the lower bound. Columns:
+//! - `one device`: compile with `--strategy single --split off` (every op on the best device
+//!   that holds it all);
+//! - `no split`: compile with `--split off`;
 //! - `Megatron TP`: every op on the group of all devices of the most numerous kind, each
 //!   taking, in op order, the alternative that reads its operands as they arrive (a matmul or
 //!   gemm by rows after a split input, else by columns; the embedding by vocabulary; attention
 //!   by heads), else the replicated one; inputs and outputs on the host;
-//! - `tessera`: `auto` on the problem with splits, its lower bound (valid for every plan,
-//!   split or not), gap and solve time.
+//! - `tessera`: compile (`--split auto`), with the number of ops split (not counting ops
+//!   replicated over the mesh), its lower bound (valid for every plan, split or not), the gap
+//!   of the simulated value to it and the whole compile's time (placement and the
+//!   simulations of its candidates).
 
 #[path = "common/models.rs"]
 mod common_models;
@@ -22,12 +25,16 @@ mod common_models;
 use std::time::Instant;
 
 use common_models::models;
-use tessera_place::build::{BuildOptions, build, build_with};
-use tessera_place::eval::{evaluate, problem_order, violation};
+use tessera::commands::compile::{Compiled, PlaceSettings, compile, realize};
+use tessera_place::apply::SplitMode;
+use tessera_place::build::{BuildOptions, build_with};
+use tessera_place::eval::violation;
 use tessera_place::split::{Layout, in_layout, out_layout};
-use tessera_place::strategy::{self, SolveOptions};
-use tessera_place::{Instance, Objective, lower_bound};
+use tessera_place::{Instance, Objective};
 use tessera_targets::{CostModel, Target, TargetSpec};
+
+/// Samples in each simulated stream (compile's default).
+const SAMPLES: usize = 8;
 
 /// The Megatron-style plan (see the module doc), or `None` without a group.
 fn megatron(inst: &Instance) -> Option<Vec<usize>> {
@@ -93,54 +100,74 @@ fn fmt(v: Option<f64>) -> String {
     }
 }
 
+/// A compile's simulated value for `objective`, and the compile.
+fn compiled(
+    graph: &tessera_ir::Graph,
+    target: &dyn Target,
+    strategy: &str,
+    split: SplitMode,
+    objective: Objective,
+) -> Option<(f64, Compiled)> {
+    let settings = PlaceSettings {
+        strategy,
+        objective,
+        split,
+        ..PlaceSettings::default()
+    };
+    let c = compile(graph.clone(), target, None, SAMPLES, &settings).ok()?;
+    Some((simulated(&c.report, objective), c))
+}
+
+fn simulated(r: &tessera_targets::SimReport, objective: Objective) -> f64 {
+    match objective {
+        Objective::Throughput => r.period,
+        Objective::Latency => r.latency,
+    }
+}
+
 fn row(name: &str, spec: &TargetSpec, graph: &tessera_ir::Graph, objective: Objective) -> String {
     let target: std::sync::Arc<dyn Target> = std::sync::Arc::new(spec.clone());
     let cost = CostModel::new(target.as_ref(), None);
-    let (Ok(plain), Ok(splits)) = (
-        build(graph, &cost),
-        build_with(graph, &cost, &BuildOptions { splits: true }),
-    ) else {
-        return format!("| {name} | {} | cannot build | | | | | | |", spec.name);
+    let Ok(splits) = build_with(graph, &cost, &BuildOptions { splits: true }) else {
+        return format!("| {name} | {} | cannot build | | | | | | | |", spec.name);
     };
-    let opts = SolveOptions { objective };
-    let value = |inst: &Instance, assign: &[usize]| {
-        violation(inst, assign)
-            .is_none()
-            .then(|| evaluate(inst, assign, &problem_order(inst)).value(objective))
+    let one = compiled(graph, target.as_ref(), "single", SplitMode::Off, objective).map(|c| c.0);
+    let no_split = compiled(graph, target.as_ref(), "auto", SplitMode::Off, objective).map(|c| c.0);
+    let Ok(inst) = Instance::new(splits.problem.clone()) else {
+        return format!("| {name} | {} | infeasible | | | | | | | |", spec.name);
     };
-    let (one, no_split) = match Instance::new(plain.problem) {
-        Ok(inst) => (
-            strategy::run("single", &inst, &opts)
-                .ok()
-                .and_then(|s| value(&inst, &s.0.assign)),
-            strategy::run("auto", &inst, &opts)
-                .ok()
-                .map(|s| s.0.value(&inst, objective)),
-        ),
-        Err(_) => (None, None),
-    };
-    let Ok(inst) = Instance::new(splits.problem) else {
-        return format!("| {name} | {} | infeasible | | | | | | |", spec.name);
-    };
-    let manual = megatron(&inst).and_then(|a| value(&inst, &a));
+    // The Megatron-style plan, simulated when the model finds it within memory.
+    let manual = megatron(&inst).and_then(|a| {
+        violation(&inst, &a).is_none().then_some(())?;
+        let (_, report, _) = realize(graph, &splits, &inst, &a, &cost, SAMPLES).ok()?;
+        Some(simulated(&report, objective))
+    });
     let start = Instant::now();
-    let found = strategy::run("auto", &inst, &opts);
+    let found = compiled(graph, target.as_ref(), "auto", SplitMode::Auto, objective);
     let solve = start.elapsed().as_secs_f64();
-    let bound = lower_bound(&inst, objective).map(|b| b.value).ok();
-    let (tessera, chosen) = match &found {
-        Ok((s, chosen, _)) => (Some(s.value(&inst, objective)), chosen.clone()),
-        Err(_) => (None, "none".into()),
+    let Some((tessera, c)) = found else {
+        return format!(
+            "| {name} | {} | {} | {} | {} | none | | | | {solve:.2} |",
+            spec.name,
+            fmt(one),
+            fmt(no_split),
+            fmt(manual)
+        );
     };
-    let splits_used = found
-        .as_ref()
-        .map(|(s, _, _)| s.assign.iter().filter(|&&x| x >= inst.d).count())
-        .unwrap_or(0);
-    let gap = match (tessera, bound) {
-        (Some(t), Some(b)) if t > 0.0 => format!("{:.1}%", (t - b).max(0.0) / t * 100.0),
-        _ => String::new(),
+    let split_ops = c
+        .plan
+        .assignment
+        .iter()
+        .filter(|a| a.split.as_ref().is_some_and(|s| s.axis != "replicated"))
+        .count();
+    let bound = c.plan.lower_bound.value;
+    let gap = if tessera > 0.0 {
+        format!("{:.1}%", (tessera - bound).max(0.0) / tessera * 100.0)
+    } else {
+        String::new()
     };
     format!(
-        "| {name} | {} | {} | {} | {} | {} ({chosen}, {splits_used} split) | {} | {gap} | {solve:.2} |",
+        "| {name} | {} | {} | {} | {} | {} ({split_ops}) | {} | {} | {gap} | {solve:.2} |",
         spec.name,
         fmt(one),
         fmt(no_split),
@@ -149,8 +176,9 @@ fn row(name: &str, spec: &TargetSpec, graph: &tessera_ir::Graph, objective: Obje
         } else {
             fmt(manual)
         },
-        fmt(tessera),
-        fmt(bound),
+        fmt(Some(tessera)),
+        fmt(Some(c.plan.value)),
+        fmt(Some(bound)),
     )
 }
 
@@ -173,9 +201,9 @@ fn main() {
         };
         println!("\n### {what}, lower is better\n");
         println!(
-            "| model | target | one device | no split | Megatron TP | tessera (chosen, ops split) | lower bound | gap | solve (s) |"
+            "| model | target | one device | no split | Megatron TP | tessera (ops split) | tessera, model | lower bound | gap | compile (s) |"
         );
-        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for (name, graph) in &models {
             for spec in &targets {
                 println!("{}", row(name, spec, graph, objective));

@@ -338,7 +338,7 @@ struct CompileArgs {
     /// placement): `off` (every op whole on one device), `auto` (the planner chooses, op by op,
     /// against the plans without splits) or `force` (every op that can split does). The split
     /// ops run on a device mesh of one group, with the collectives their layouts need.
-    #[arg(long, value_name = "MODE", default_value = "off")]
+    #[arg(long, value_name = "MODE", default_value = "auto")]
     split: tessera_place::apply::SplitMode,
     /// With --split: offer only splits along these axes, comma-separated (`batch`, `columns`,
     /// `rows`, `heads`, `hidden`, `vocab`, `channels`, `axis<N>`); for example

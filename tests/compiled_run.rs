@@ -837,8 +837,16 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
         let results = tmp.path().join(format!("{}-mpi", m.dir.replace('/', "_")));
         fs::create_dir_all(&results).expect("mkdir");
         let (_, _, file) = m.inputs[0];
+        // The ranks are the devices the plan uses: the host and the mesh at least.
+        let manifest: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
+                .expect("json");
+        let mesh = manifest["mesh"]["devices"].as_array().map_or(0, Vec::len);
+        assert!(mesh >= 2, "{manifest}");
+        let ranks = program.matches("func.func @rank").count();
+        assert!(ranks > mesh, "{program}");
         let run = mpirun(
-            4,
+            ranks,
             &dir.join("program"),
             &repo().join(m.dir).join(file),
             &results,

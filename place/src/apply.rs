@@ -174,6 +174,7 @@ pub fn apply_plan(
             .filter_map(|i| graph.value(ValueId::from_index(i)).name.clone())
             .collect(),
         on_mesh,
+        split_from: Default::default(),
         made: BTreeMap::new(),
         const_axis: BTreeMap::new(),
         applied,
@@ -211,6 +212,19 @@ pub fn apply_plan(
         }
     }
     graph.set_named_outputs(outputs);
+    // A `const` op every user of which now reads a split copy goes.
+    let mut used: std::collections::BTreeSet<ValueId> = graph.outputs().iter().copied().collect();
+    for &op in &out {
+        used.extend(graph.op(op).operands.iter().copied());
+    }
+    out.retain(|&op| {
+        let data = graph.op(op);
+        !(matches!(data.op, Op::Const(_))
+            && data
+                .results
+                .iter()
+                .all(|r| conv.split_from.contains(r) && !used.contains(r)))
+    });
     graph.set_ops(out);
     Ok(conv.applied)
 }
@@ -231,6 +245,8 @@ struct Conversions {
     on_mesh: String,
     /// (value, layout on the mesh; `None` for whole off it) -> the value in that layout.
     made: BTreeMap<(ValueId, Option<Layout>), ValueId>,
+    /// Constant values some user now reads split.
+    split_from: std::collections::BTreeSet<ValueId>,
     /// A constant's split axis in the weights file, and the copies made for other axes.
     const_axis: BTreeMap<tessera_ir::ConstId, (u32, BTreeMap<u32, tessera_ir::ConstId>)>,
     applied: Applied,
@@ -342,6 +358,7 @@ impl Conversions {
         if let Some(&r) = self.made.get(&key) {
             return r;
         }
+        self.split_from.insert(v);
         let (first, copies) = self
             .const_axis
             .entry(c)

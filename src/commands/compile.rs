@@ -328,9 +328,17 @@ pub fn compile(
     // and, when splitting is asked, one per device group (a graph has one device mesh).
     let mut variants: Vec<(Built, Instance)> = Vec::new();
     let mut bound_inst: Option<Instance> = None;
-    let split = if graph.mesh.is_some() || !graph.state.is_empty() {
+    // The strategies that choose splits; the others place ops whole.
+    let splitting = matches!(settings.strategy, "auto" | "split" | "exhaustive");
+    if settings.split == SplitMode::Force && !splitting {
+        bail!(
+            "--split force: strategy `{}` places ops whole; use auto, split or exhaustive",
+            settings.strategy
+        );
+    }
+    let split = if graph.mesh.is_some() || !graph.state.is_empty() || !splitting {
         // A graph the `shard` pass put on a mesh keeps it; a training step's state is not
-        // split yet.
+        // split yet; a strategy that places ops whole was asked for.
         SplitMode::Off
     } else {
         settings.split
@@ -400,13 +408,7 @@ pub fn compile(
     // simulates it.
     let realize = |v: usize, assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
         let (built, inst) = &variants[v];
-        let mut g = graph.clone();
-        apply_order(&mut g, built, &rank_order(inst, assign));
-        apply_plan(&mut g, built, inst, assign)?;
-        let transfers = insert_transfers(&mut g, host);
-        let devices = placement_from_graph(&g, target.spec(), None)?;
-        let report = simulate(&g, &cost, &devices, &SimOptions { samples })?;
-        Ok((g, report, transfers))
+        realize(&graph, built, inst, assign, &cost, samples)
     };
     let opts = SolveOptions {
         objective: settings.objective,
@@ -421,7 +423,10 @@ pub fn compile(
         // problems, the best plan of each is simulated, and the best others fill up to
         // SIMULATED_CANDIDATES.
         stages.stage("placement: lower bound");
-        let bound = lower_bound(bound_inst.as_ref().unwrap_or(&variants[0].1), settings.objective)?;
+        let bound = lower_bound(
+            bound_inst.as_ref().unwrap_or(&variants[0].1),
+            settings.objective,
+        )?;
         stages.stage("placement: searching (auto)");
         let (all, attempts) = search_variants(&variants, &opts, "auto")?;
         // The best plan without splits and the best with splits compete in the simulator
@@ -491,7 +496,10 @@ pub fn compile(
         (plan, done)
     } else {
         stages.stage(format!("placement: {}", settings.strategy));
-        let bound = lower_bound(bound_inst.as_ref().unwrap_or(&variants[0].1), settings.objective)?;
+        let bound = lower_bound(
+            bound_inst.as_ref().unwrap_or(&variants[0].1),
+            settings.objective,
+        )?;
         let (all, attempts) = search_variants(&variants, &opts, settings.strategy)?;
         let Some((v, (name, sol, _))) = all.iter().min_by(|a, b| {
             let (sa, sb) = (a.1.2, b.1.2);
@@ -502,7 +510,15 @@ pub fn compile(
         chosen = sol.assign.clone();
         chosen_variant = *v;
         let inst = &variants[*v].1;
-        let mut plan = plan_of(inst, sol, settings.objective, settings.strategy, name, bound, true)?;
+        let mut plan = plan_of(
+            inst,
+            sol,
+            settings.objective,
+            settings.strategy,
+            name,
+            bound,
+            true,
+        )?;
         plan.attempts = records(attempts);
         (plan, realize(*v, &chosen)?)
     };
@@ -552,6 +568,31 @@ pub fn compile(
     })
 }
 
+/// The graph of plan `assign` (options of `inst`, the problem of `built`): each device's ops
+/// in HEFT's order, the plan applied ([`apply_plan`]: devices, the mesh of its split ops and
+/// their collectives), transfer ops on cut edges; with its simulation of a stream of
+/// `samples` and the number of transfers inserted.
+pub fn realize(
+    graph: &Graph,
+    built: &Built,
+    inst: &Instance,
+    assign: &[usize],
+    cost: &CostModel<'_>,
+    samples: usize,
+) -> Result<(Graph, SimReport, usize)> {
+    let spec = cost.spec();
+    let mut g = graph.clone();
+    apply_order(&mut g, built, &rank_order(inst, assign));
+    apply_plan(&mut g, built, inst, assign)?;
+    let transfers = insert_transfers(&mut g, &spec.host);
+    let devices = placement_from_graph(&g, spec, None)?;
+    let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
+    Ok((g, report, transfers))
+}
+
+/// Plans with the index of the problem they solve.
+type VariantPlans = Vec<(usize, Ranked)>;
+
 /// Solves each problem of `variants` (the one without splits and one per device group) with
 /// `strategy`: the problem without splits as asked (`auto`: every plan auto ranks), each split
 /// problem with `split` (the strategy that chooses splits; `exhaustive` when asked). Returns
@@ -561,7 +602,7 @@ fn search_variants(
     variants: &[(Built, Instance)],
     opts: &SolveOptions,
     strategy: &str,
-) -> Result<(Vec<(usize, Ranked)>, Vec<tessera_place::strategy::Attempt>)> {
+) -> Result<(VariantPlans, Vec<tessera_place::strategy::Attempt>)> {
     let mut all = Vec::new();
     let mut attempts = Vec::new();
     let mut errors = Vec::new();
