@@ -172,7 +172,8 @@ enum Command {
     /// Explain where a plan put an op, and why.
     ///
     /// Prints the op's device, its modelled time on every device, and the constraint that
-    /// decided it: pin, support, fastest, colocation, memory, link, load, or search.
+    /// decided it: pin, support, fastest, colocation, memory, link, load, time (a split:
+    /// the other option computes longer), forced (`--split force`), or search.
     #[command(after_help = "Example:\n  tessera explain build/plan.json --op fc1/MatMul")]
     Explain(ExplainArgs),
     /// Draw the compile report (report.html) again from a compile's output directory.

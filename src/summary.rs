@@ -116,8 +116,48 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
         spec.links.len()
     );
     let _ = writeln!(s, "placement    {}", c.placement);
+    if let Some(line) = mesh_line(c) {
+        let _ = writeln!(s, "mesh         {line}");
+    }
     simulation(&mut s, &c.report, &c.notes);
     s
+}
+
+/// The device mesh of a plan that splits ops, and how many ops split along each axis.
+fn mesh_line(c: &Compiled) -> Option<String> {
+    let mesh = c.graph.mesh.as_ref()?;
+    let mut axes: std::collections::BTreeMap<&str, usize> = Default::default();
+    for a in &c.plan.assignment {
+        if let Some(sp) = &a.split {
+            *axes.entry(sp.axis.as_str()).or_insert(0) += 1;
+        }
+    }
+    if axes.is_empty() {
+        // A mesh from the `shard` pass.
+        return Some(format!(
+            "@{} = {:?} ({})",
+            mesh.name,
+            mesh.shape,
+            mesh.devices.join(", ")
+        ));
+    }
+    let replicated = axes.remove("replicated").unwrap_or(0);
+    let split: usize = axes.values().sum();
+    Some(format!(
+        "@{} = {:?} ({}): {split} ops split ({}){}; `tessera explain plan.json` says why",
+        mesh.name,
+        mesh.shape,
+        mesh.devices.join(", "),
+        axes.iter()
+            .map(|(a, n)| format!("{a} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if replicated > 0 {
+            format!(", {replicated} replicated on it")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// The simulator's part of the compile summary.

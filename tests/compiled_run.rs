@@ -908,3 +908,41 @@ fn split_errors_say_what_the_graph_offers() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("unknown split mode `sometimes`"), "{e}");
 }
+
+/// The summary names the mesh and what splits along each axis; `--explain` says why each op
+/// is split.
+#[test]
+fn the_summary_and_explain_show_the_mesh_and_why_ops_split() {
+    let out = tessera()
+        .args([
+            "compile",
+            &model(GPT2),
+            "--input-shape",
+            "input_ids=1x16",
+            "--target",
+            "gpu-8",
+            "--split",
+            "force",
+            "--split-axes",
+            "columns",
+            "--explain",
+        ])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("mesh         @split = [") && stdout.contains("ops split (columns "),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("// placement explained (split ops):"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("//   node_linear: split ") && stderr.contains("/columns, "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(forced)"), "{stderr}");
+}

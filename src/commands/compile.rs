@@ -161,6 +161,28 @@ fn compile_loaded(
         );
     }
     let mut summary = summary(req.model, &*target, &compiled);
+    if req.flags.explain {
+        // Why each op was split, as `tessera explain plan.json --op NAME` says it.
+        let mut s = String::new();
+        let split: std::collections::BTreeSet<&str> = compiled
+            .plan
+            .assignment
+            .iter()
+            .filter(|a| a.split.is_some())
+            .map(|a| a.op.as_str())
+            .collect();
+        for e in compiled
+            .plan
+            .explanations
+            .iter()
+            .filter(|e| split.contains(e.op.as_str()))
+        {
+            s.push_str(&format!("//   {}: {} ({})\n", e.op, e.reason, e.constraint));
+        }
+        if !s.is_empty() {
+            eprint!("// placement explained (split ops):\n{s}");
+        }
+    }
     if let Some(dot) = req.dot {
         super::write_atomically(dot, text::to_dot(&compiled.graph).as_bytes())?;
     }
@@ -438,15 +460,23 @@ pub fn compile(
                 .then(sa.1.total_cmp(&sb.1))
                 .then(a.cmp(&b))
         });
-        let mut picks: Vec<usize> = Vec::new();
+        // The model's best plans without splits (those `--split off` simulates, so splitting
+        // never loses to it), and the best plan over each device group; with splits forced,
+        // the model's best plans.
         let plain = |i: &usize| variants[all[*i].0].0.problem.groups.is_empty();
-        picks.extend(order.iter().find(|i| plain(i)));
-        picks.extend(order.iter().find(|i| !plain(i)));
-        for &i in &order {
-            if picks.len() >= SIMULATED_CANDIDATES {
-                break;
-            }
-            if !picks.contains(&i) {
+        let mut picks: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|i| plain(i))
+            .take(SIMULATED_CANDIDATES)
+            .collect();
+        if picks.is_empty() {
+            picks.extend(order.iter().take(SIMULATED_CANDIDATES));
+        }
+        for v in 0..variants.len() {
+            if let Some(&i) = order.iter().find(|&&i| all[i].0 == v)
+                && !picks.contains(&i)
+            {
                 picks.push(i);
             }
         }
@@ -487,7 +517,7 @@ pub fn compile(
             "simulation ({samples} samples) of the {candidates} best plans by the model{}; the \
              model's rank of this one: {}",
             if variants.len() > 1 {
-                " (its best with and without splits among them)"
+                " (its best without splits and its best over each device group)"
             } else {
                 ""
             },
