@@ -3,7 +3,11 @@
 //!
 //! Placement: ops that carry a `device("...")` annotation are pinned there; the others are
 //! placed by `tessera_place` (the `--strategy` for the `--objective`), then each device's ops
-//! are ordered by the `schedule` pass's rule, and the result is simulated.
+//! are ordered by the `schedule` pass's rule, and the result is simulated. With `--split auto`
+//! (the default) or `force`, ops may also run split over one group of alike devices: the plan
+//! is then applied to the graph as a device mesh with its collectives
+//! ([`tessera_place::apply`]) before it is simulated, and the simulator chooses between the
+//! best plans with and without splits.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -375,13 +379,26 @@ pub fn compile(
             Err(e) => return Err(e.into()),
         }
     }
-    if split != SplitMode::Off {
+    // The problem with every group's alternatives; with `auto`, a graph it cannot be made for
+    // is placed without splits.
+    let with_splits = if split == SplitMode::Off {
+        None
+    } else {
         stages.stage("placement: split alternatives");
         let options = tessera_place::build::BuildOptions { splits: true };
-        let with_splits = tessera_place::build::build_with(&graph, &cost, &options)?;
+        let made = tessera_place::build::build_with(&graph, &cost, &options)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| Ok((Instance::new(b.problem.clone())?, b)));
+        match made {
+            Ok(made) => Some(made),
+            Err(_) if split == SplitMode::Auto && !variants.is_empty() => None,
+            Err(e) => return Err(e),
+        }
+    };
+    if let Some((full, with_splits)) = with_splits {
         let problems = one_group_problems(&with_splits.problem, split, settings.split_axes);
         // Its choices include every problem's: its bound holds for them all.
-        bound_inst = Some(Instance::new(with_splits.problem.clone())?);
+        bound_inst = Some(full);
         if problems.is_empty() && (split == SplitMode::Force || !settings.split_axes.is_empty()) {
             let offered: std::collections::BTreeSet<&str> = with_splits
                 .problem
