@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use common_models::models;
 use tessera::commands::compile::{Compiled, PlaceSettings, compile, realize};
+use tessera_place::alternatives::REPLICATED;
 use tessera_place::apply::SplitMode;
 use tessera_place::build::{BuildOptions, build_with};
 use tessera_place::eval::violation;
@@ -83,9 +84,9 @@ fn megatron(inst: &Instance) -> Option<Vec<usize>> {
             .or_else(|| {
                 here.iter()
                     .copied()
-                    .find(|&a| spec[a].axis != "replicated" && as_arrives(a))
+                    .find(|&a| spec[a].axis != REPLICATED && as_arrives(a))
             })
-            .or_else(|| named("replicated"))
+            .or_else(|| named(REPLICATED))
             .unwrap_or(here[0]);
         assign[o] = inst.d + pick;
     }
@@ -154,12 +155,13 @@ fn row(name: &str, spec: &TargetSpec, graph: &tessera_ir::Graph, objective: Obje
             fmt(manual)
         );
     };
-    let split_ops = c
+    let split_ops: usize = c
         .plan
-        .assignment
+        .split_axes()
         .iter()
-        .filter(|a| a.split.as_ref().is_some_and(|s| s.axis != "replicated"))
-        .count();
+        .filter(|&(&a, _)| a != REPLICATED)
+        .map(|(_, n)| n)
+        .sum();
     let bound = c.plan.lower_bound.value;
     let gap = if tessera > 0.0 {
         format!("{:.1}%", (tessera - bound).max(0.0) / tessera * 100.0)

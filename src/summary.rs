@@ -16,6 +16,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use tessera_ir::{ElemType, Op, Tensor, format_f64};
+use tessera_place::alternatives::REPLICATED;
 use tessera_place::{Objective, Plan};
 use tessera_targets::TargetSpec;
 use tessera_targets::sim::{rate, seconds};
@@ -126,12 +127,7 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
 /// The device mesh of a plan that splits ops, and how many ops split along each axis.
 fn mesh_line(c: &Compiled) -> Option<String> {
     let mesh = c.graph.mesh.as_ref()?;
-    let mut axes: std::collections::BTreeMap<&str, usize> = Default::default();
-    for a in &c.plan.assignment {
-        if let Some(sp) = &a.split {
-            *axes.entry(sp.axis.as_str()).or_insert(0) += 1;
-        }
-    }
+    let mut axes = c.plan.split_axes();
     if axes.is_empty() {
         // A mesh from the `shard` pass.
         return Some(format!(
@@ -141,7 +137,7 @@ fn mesh_line(c: &Compiled) -> Option<String> {
             mesh.devices.join(", ")
         ));
     }
-    let replicated = axes.remove("replicated").unwrap_or(0);
+    let replicated = axes.remove(REPLICATED).unwrap_or(0);
     let split: usize = axes.values().sum();
     Some(format!(
         "@{} = {:?} ({}): {split} ops split ({}){}; `tessera explain plan.json` says why",

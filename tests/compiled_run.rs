@@ -23,7 +23,8 @@ fn reference_logits() -> Tensor {
     tessera::npy::read(&repo().join(GPT2).join("output_0_logits.npy")).expect("reference")
 }
 
-fn compile_gpt2(out: &Path, target: &str, extra: &[&str]) -> String {
+/// `tessera compile` of gpt2_tiny (`input_ids` 1x16) for `target`, with `extra` arguments.
+fn gpt2_compile(target: &str, extra: &[&str]) -> assert_cmd::Command {
     let mut cmd = tessera();
     cmd.args([
         "compile",
@@ -32,11 +33,13 @@ fn compile_gpt2(out: &Path, target: &str, extra: &[&str]) -> String {
         "input_ids=1x16",
         "--target",
         target,
-        "-o",
     ])
-    .arg(out)
     .args(extra);
-    ok(&mut cmd)
+    cmd
+}
+
+fn compile_gpt2(out: &Path, target: &str, extra: &[&str]) -> String {
+    ok(gpt2_compile(target, extra).arg("-o").arg(out))
 }
 
 #[test]
@@ -738,6 +741,11 @@ fn run_matches(m: &Corpus, dir: &Path, what: &str) {
         ));
     }
     ok(cmd.arg("-o").arg(&out));
+    outputs_match(m, &out, what);
+}
+
+/// Every output of `m` written in `out` (`<name>.npy`) is onnxruntime's within 1e-4.
+fn outputs_match(m: &Corpus, out: &Path, what: &str) {
     for (name, file) in m.outputs {
         let got = tessera::npy::read(&out.join(format!("{name}.npy"))).expect("output");
         let want = tessera::npy::read(&repo().join(m.dir).join(file)).expect("reference");
@@ -856,11 +864,7 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
             "{}",
             String::from_utf8_lossy(&run.stderr)
         );
-        let (name, file) = m.outputs[0];
-        let got = tessera::npy::read(&results.join(format!("{name}.npy"))).expect("mpi output");
-        let want = tessera::npy::read(&repo().join(m.dir).join(file)).expect("reference");
-        let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "{} under mpirun: max |diff| {d}", m.dir);
+        outputs_match(m, &results, &format!("{} under mpirun", m.dir));
         if split.iter().any(|a| a == "rows" || a == "vocab") {
             assert!(
                 program.contains("shard.all_reduce"),
@@ -872,32 +876,15 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
 
 #[test]
 fn split_errors_say_what_the_graph_offers() {
-    let e = fails(tessera().args([
-        "compile",
-        &model(GPT2),
-        "--input-shape",
-        "input_ids=1x16",
-        "--target",
+    let e = fails(&mut gpt2_compile(
         "gpu-8",
-        "--split",
-        "force",
-        "--split-axes",
-        "nosuch",
-    ]));
+        &["--split", "force", "--split-axes", "nosuch"],
+    ));
     assert!(
         e.contains("no op of the graph splits along nosuch") && e.contains("columns, heads"),
         "{e}"
     );
-    let e = fails(tessera().args([
-        "compile",
-        &model(GPT2),
-        "--input-shape",
-        "input_ids=1x16",
-        "--target",
-        "cpu",
-        "--split",
-        "force",
-    ]));
+    let e = fails(&mut gpt2_compile("cpu", &["--split", "force"]));
     assert!(e.contains("no group of two or more alike devices"), "{e}");
     // A usage error, like an unknown --objective (exit 2).
     let out = tessera()
@@ -913,22 +900,12 @@ fn split_errors_say_what_the_graph_offers() {
 /// is split.
 #[test]
 fn the_summary_and_explain_show_the_mesh_and_why_ops_split() {
-    let out = tessera()
-        .args([
-            "compile",
-            &model(GPT2),
-            "--input-shape",
-            "input_ids=1x16",
-            "--target",
-            "gpu-8",
-            "--split",
-            "force",
-            "--split-axes",
-            "columns",
-            "--explain",
-        ])
-        .output()
-        .expect("runs");
+    let out = gpt2_compile(
+        "gpu-8",
+        &["--split", "force", "--split-axes", "columns", "--explain"],
+    )
+    .output()
+    .expect("runs");
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

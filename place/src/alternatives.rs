@@ -46,6 +46,9 @@ use tessera_ir::{Graph, Op, OpId, ValueId};
 use crate::problem::{DeviceGroup, Link};
 use crate::split::Layout;
 
+/// The axis name of the rule that runs an op whole on every device of a group.
+pub const REPLICATED: &str = "replicated";
+
 /// One way to run an op split `k` ways.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rule {
@@ -152,7 +155,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
     ) && data.op.regions().is_empty()
     {
         out.push(Rule {
-            axis: "replicated".into(),
+            axis: REPLICATED.into(),
             operands: vec![Layout::Replicated; data.operands.len()],
             outputs: vec![Layout::Replicated; data.results.len()],
             shares: false,

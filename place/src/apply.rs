@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 
 use tessera_ir::{Constant, Graph, Mesh, Op, OpId, Sharding, ValueDef, ValueId};
 
+use crate::alternatives::REPLICATED;
 use crate::build::Built;
 use crate::problem::Instance;
 use crate::problem::Problem;
@@ -51,17 +52,11 @@ pub enum ApplyError {
     Mismatch(String),
 }
 
-/// What applying a plan did.
+/// What applying a plan did (the collectives it inserted are in the graph).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Ops placed on the mesh (split, or replicated over it).
     pub split_ops: usize,
-    /// `all-reduce` ops inserted.
-    pub all_reduces: usize,
-    /// `all-gather` ops inserted.
-    pub all_gathers: usize,
-    /// `all-slice` ops inserted.
-    pub all_slices: usize,
 }
 
 /// Where a value is and how it is laid out.
@@ -177,7 +172,6 @@ pub fn apply_plan(
         split_from: Default::default(),
         made: BTreeMap::new(),
         const_axis: BTreeMap::new(),
-        applied,
     };
     let body = graph.ops().to_vec();
     let mut out: Vec<OpId> = Vec::with_capacity(body.len());
@@ -226,7 +220,7 @@ pub fn apply_plan(
                 .all(|r| conv.split_from.contains(r) && !used.contains(r)))
     });
     graph.set_ops(out);
-    Ok(conv.applied)
+    Ok(applied)
 }
 
 /// The sharding of a rank-`rank` value split along tensor axis `axis` over the one mesh axis.
@@ -249,7 +243,6 @@ struct Conversions {
     split_from: std::collections::BTreeSet<ValueId>,
     /// A constant's split axis in the weights file, and the copies made for other axes.
     const_axis: BTreeMap<tessera_ir::ConstId, (u32, BTreeMap<u32, tessera_ir::ConstId>)>,
-    applied: Applied,
 }
 
 impl Conversions {
@@ -270,11 +263,11 @@ impl Conversions {
                 _ => v,
             });
         }
-        let want_mesh = want.unwrap_or(Layout::Replicated);
         match (from, want) {
-            (Home::Whole, None | Some(Layout::Replicated)) => Ok(v),
+            (Home::Whole | Home::Mesh(Layout::Replicated), None | Some(Layout::Replicated)) => {
+                Ok(v)
+            }
             (Home::Mesh(a), Some(b)) if a == b => Ok(v),
-            (Home::Mesh(Layout::Replicated), None) => Ok(v),
             (_, Some(Layout::Partial)) => Err(ApplyError::Mismatch(format!(
                 "value {v} is read as a partial sum"
             ))),
@@ -287,12 +280,8 @@ impl Conversions {
             }
             (Home::Mesh(Layout::Split(_)), _) => {
                 let whole = self.collective(g, out, v, Op::AllGather { axes: vec![0] }, None);
-                match want_mesh {
-                    Layout::Replicated => Ok(whole),
-                    _ => self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want),
-                }
+                self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want)
             }
-            (Home::Mesh(Layout::Replicated), Some(Layout::Replicated)) => Ok(v),
         }
     }
 
@@ -314,12 +303,11 @@ impl Conversions {
         if let Some(&r) = self.made.get(&key) {
             return r;
         }
-        let (suffix, count) = match op {
-            Op::AllReduce { .. } => ("sum", &mut self.applied.all_reduces),
-            Op::AllGather { .. } => ("whole", &mut self.applied.all_gathers),
-            _ => ("block", &mut self.applied.all_slices),
+        let suffix = match op {
+            Op::AllReduce { .. } => "sum",
+            Op::AllGather { .. } => "whole",
+            _ => "block",
         };
-        *count += 1;
         let ty = g.ty(v).clone();
         let c = g.create_detached_op(op, vec![v], vec![ty]);
         g.op_mut(c).device = Some(self.on_mesh.clone());
@@ -388,37 +376,6 @@ impl Conversions {
     }
 }
 
-/// Link hops from the host (the device the first pinned `input:` op is on) to every device and
-/// router; empty when no input is pinned.
-fn host_hops(problem: &Problem) -> BTreeMap<&str, u64> {
-    let mut hops = BTreeMap::new();
-    let Some(host) = problem
-        .ops
-        .iter()
-        .find(|o| o.name.starts_with("input:"))
-        .and_then(|o| o.pin.as_deref())
-    else {
-        return hops;
-    };
-    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for l in &problem.links {
-        next.entry(l.a.as_str()).or_default().push(l.b.as_str());
-        next.entry(l.b.as_str()).or_default().push(l.a.as_str());
-    }
-    let mut queue = std::collections::VecDeque::from([host]);
-    hops.insert(host, 0u64);
-    while let Some(at) = queue.pop_front() {
-        let h = hops[at];
-        for &n in next.get(at).into_iter().flatten() {
-            if !hops.contains_key(n) {
-                hops.insert(n, h + 1);
-                queue.push_back(n);
-            }
-        }
-    }
-    hops
-}
-
 /// `name`, or `name.N` for the first N not in `taken`.
 fn unique_name(taken: &std::collections::BTreeSet<String>, name: String) -> String {
     if !taken.contains(&name) {
@@ -482,39 +439,43 @@ impl std::str::FromStr for SplitMode {
     }
 }
 
-/// The problems a split plan may come from: one per device group of `problem` (a problem with
-/// split alternatives, [`crate::build::build_with`]), each keeping only that group and the
+/// The problems a split plan may come from: one per device group of `inst`'s problem (a problem
+/// with split alternatives, [`crate::build::build_with`]), each keeping only that group and the
 /// alternatives over it, since a graph has one device mesh. With [`SplitMode::Force`], an op
 /// that has an alternative other than a replicated run keeps only those alternatives and may
 /// not run whole. With `axes` (not empty), only alternatives that split one of those axes
 /// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
 /// `hidden`, `vocab`, `channels`, `axis<N>`) are offered. Groups over which no
 /// op splits give no problem. Of the groups of one device kind and size, only the one nearest
-/// the host (the device graph inputs are pinned to; fewest link hops from it in total, then
-/// the first) gives a problem: alike groups differ only in their transfers to and from the
-/// rest, and each problem is a full search.
-pub fn one_group_problems(problem: &Problem, mode: SplitMode, axes: &[String]) -> Vec<Problem> {
-    let hops = host_hops(problem);
-    let kind: BTreeMap<&str, &str> = problem
-        .devices
+/// the host (the device the first graph input is pinned to; fewest link hops on the problem's
+/// routes from it in total, then the first) gives a problem: alike groups differ only in their
+/// transfers to and from the rest, and each problem is a full search.
+pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> Vec<Problem> {
+    let problem = &inst.problem;
+    let host = problem
+        .ops
         .iter()
-        .map(|d| (d.name.as_str(), d.kind.as_str()))
-        .collect();
+        .find(|o| o.name.starts_with("input:"))
+        .and_then(|o| o.pin.as_deref())
+        .and_then(|h| (0..inst.d).find(|&k| inst.device_name(k) == h));
+    let hops = |k: usize| -> u64 {
+        match host {
+            Some(h) if h != k => match inst.route_channels(h, k).count() {
+                0 => u64::from(u32::MAX),
+                n => n as u64,
+            },
+            _ => 0,
+        }
+    };
     // (kind, size) -> (total hops, group index).
     let mut nearest: BTreeMap<(&str, usize), (u64, usize)> = BTreeMap::new();
-    for (i, g) in problem.groups.iter().enumerate() {
-        let k = g
-            .devices
+    for i in 0..problem.groups.len() {
+        let members = &inst.place_devices[inst.d + i];
+        let kind = members
             .first()
-            .and_then(|d| kind.get(d.as_str()))
-            .copied()
-            .unwrap_or("");
-        let total: u64 = g
-            .devices
-            .iter()
-            .map(|d| hops.get(d.as_str()).copied().unwrap_or(u64::from(u32::MAX)))
-            .sum();
-        let e = nearest.entry((k, g.devices.len())).or_insert((total, i));
+            .map_or("", |&k| problem.devices[k].kind.as_str());
+        let total: u64 = members.iter().map(|&k| hops(k)).sum();
+        let e = nearest.entry((kind, members.len())).or_insert((total, i));
         if total < e.0 {
             *e = (total, i);
         }
@@ -531,10 +492,10 @@ pub fn one_group_problems(problem: &Problem, mode: SplitMode, axes: &[String]) -
         for op in &mut p.ops {
             op.splits
                 .retain(|s| s.group == group.name && (axes.is_empty() || axes.contains(&s.axis)));
-            let split = op.splits.iter().any(|s| s.axis != "replicated");
+            let split = op.splits.iter().any(|s| s.axis != REPLICATED);
             splits_any |= split;
             if mode == SplitMode::Force && split {
-                op.splits.retain(|s| s.axis != "replicated");
+                op.splits.retain(|s| s.axis != REPLICATED);
                 op.time.clear();
             }
         }

@@ -285,6 +285,16 @@ pub fn plan_of(
 }
 
 impl Plan {
+    /// How many ops run on a device group, by split axis (the alternatives' `axis`;
+    /// [`crate::alternatives::REPLICATED`]: whole on every device of the group).
+    pub fn split_axes(&self) -> std::collections::BTreeMap<&str, usize> {
+        let mut axes = std::collections::BTreeMap::new();
+        for s in self.assignment.iter().filter_map(|a| a.split.as_ref()) {
+            *axes.entry(s.axis.as_str()).or_insert(0) += 1;
+        }
+        axes
+    }
+
     /// Checks that every number of the plan is finite: JSON has no infinity or NaN (serde
     /// writes them as `null`, which [`Plan::parse`] refuses), so such a plan is an error,
     /// naming the field, rather than a file that cannot be read back. The ranges of

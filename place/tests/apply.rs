@@ -40,7 +40,8 @@ fn problems(g: &Graph) -> (Built, Problem) {
     let spec = tessera_targets::lookup("gpu-8", &[]).expect("builtin");
     let cost = CostModel::new(&spec, None);
     let built = build_with(g, &cost, &BuildOptions { splits: true }).expect("built");
-    let pair = one_group_problems(&built.problem, SplitMode::Auto, &[])
+    let full = Instance::new(built.problem.clone()).expect("valid");
+    let pair = one_group_problems(&full, SplitMode::Auto, &[])
         .into_iter()
         .find(|p| p.groups[0].devices.len() == 2)
         .expect("a group of two GPUs");

@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, OpId, text};
 use tessera_passes::Pipeline;
+use tessera_place::alternatives::REPLICATED;
 use tessera_place::apply::{SplitMode, apply_plan, one_group_problems};
 use tessera_place::build::Built;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order};
@@ -396,7 +397,7 @@ pub fn compile(
         }
     };
     if let Some((full, with_splits)) = with_splits {
-        let problems = one_group_problems(&with_splits.problem, split, settings.split_axes);
+        let problems = one_group_problems(&full, split, settings.split_axes);
         // Its choices include every problem's: its bound holds for them all.
         bound_inst = Some(full);
         if problems.is_empty() && (split == SplitMode::Force || !settings.split_axes.is_empty()) {
@@ -405,7 +406,7 @@ pub fn compile(
                 .ops
                 .iter()
                 .flat_map(|o| o.splits.iter().map(|s| s.axis.as_str()))
-                .filter(|&a| split != SplitMode::Force || a != "replicated")
+                .filter(|&a| split != SplitMode::Force || a != REPLICATED)
                 .collect();
             let asked = if settings.split_axes.is_empty() {
                 String::new()
@@ -456,48 +457,40 @@ pub fn compile(
     let chosen_variant: usize;
     // The graph before placement, for the IR dumps of the chosen plan's steps.
     let unplaced = settings.ir_dump.map(|_| graph.clone());
+    stages.stage("placement: lower bound");
+    let bound = lower_bound(
+        bound_inst.as_ref().unwrap_or(&variants[0].1),
+        settings.objective,
+    )?;
     let (plan, (graph, report, _transfers)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
-        // contention and the stream's start, which the model leaves out). With several
-        // problems, the best plan of each is simulated, and the best others fill up to
-        // SIMULATED_CANDIDATES.
-        stages.stage("placement: lower bound");
-        let bound = lower_bound(
-            bound_inst.as_ref().unwrap_or(&variants[0].1),
-            settings.objective,
-        )?;
+        // contention and the stream's start, which the model leaves out).
         stages.stage("placement: searching (auto)");
         let (all, attempts) = search_variants(&variants, &opts, "auto")?;
-        // The best plan without splits and the best with splits compete in the simulator
-        // whatever the model says; the model's best others fill up to SIMULATED_CANDIDATES.
+        // Plan indices from the model's best (a stable sort: ties keep the search's order).
         let mut order: Vec<usize> = (0..all.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (sa, sb) = (all[a].1.2, all[b].1.2);
-            sa.0.total_cmp(&sb.0)
-                .then(sa.1.total_cmp(&sb.1))
-                .then(a.cmp(&b))
-        });
+        order.sort_by(|&a, &b| by_score(&all[a].1.2, &all[b].1.2));
         // The model's best plans without splits (those `--split off` simulates, so splitting
         // never loses to it), and the best plan over each device group; with splits forced,
         // the model's best plans.
         let plain = |i: &usize| variants[all[*i].0].0.problem.groups.is_empty();
-        let mut picks: Vec<usize> = order
+        let mut picked: std::collections::BTreeSet<usize> = order
             .iter()
             .copied()
             .filter(|i| plain(i))
             .take(SIMULATED_CANDIDATES)
             .collect();
-        if picks.is_empty() {
-            picks.extend(order.iter().take(SIMULATED_CANDIDATES));
+        if picked.is_empty() {
+            picked.extend(order.iter().take(SIMULATED_CANDIDATES));
         }
         for v in 0..variants.len() {
-            if let Some(&i) = order.iter().find(|&&i| all[i].0 == v)
-                && !picks.contains(&i)
-            {
-                picks.push(i);
-            }
+            picked.extend(order.iter().find(|&&i| all[i].0 == v));
         }
-        picks.sort_by_key(|i| order.iter().position(|j| j == i));
+        let picks: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|i| picked.contains(i))
+            .collect();
         let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
         let candidates = picks.len();
         let mut failed: Option<anyhow::Error> = None;
@@ -543,15 +536,8 @@ pub fn compile(
         (plan, done)
     } else {
         stages.stage(format!("placement: {}", settings.strategy));
-        let bound = lower_bound(
-            bound_inst.as_ref().unwrap_or(&variants[0].1),
-            settings.objective,
-        )?;
         let (all, attempts) = search_variants(&variants, &opts, settings.strategy)?;
-        let Some((v, (name, sol, _))) = all.iter().min_by(|a, b| {
-            let (sa, sb) = (a.1.2, b.1.2);
-            sa.0.total_cmp(&sb.0).then(sa.1.total_cmp(&sb.1))
-        }) else {
+        let Some((v, (name, sol, _))) = all.iter().min_by(|a, b| by_score(&a.1.2, &b.1.2)) else {
             bail!("placement found no plan");
         };
         chosen = sol.assign.clone();
@@ -635,6 +621,11 @@ pub fn realize(
     let devices = placement_from_graph(&g, spec, None)?;
     let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
     Ok((g, report, transfers))
+}
+
+/// The order of two plans' model scores (the objective, then the other one).
+fn by_score(a: &(f64, f64), b: &(f64, f64)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1))
 }
 
 /// Plans with the index of the problem they solve.

@@ -1160,7 +1160,12 @@ fn splits(h: &mut String, inputs: &Page<'_>) {
         .iter()
         .filter_map(|a| a.split.as_ref().map(|s| (a, s)))
         .collect();
-    let replicated = split.iter().filter(|(_, s)| s.axis == "replicated").count();
+    let replicated = inputs
+        .plan
+        .split_axes()
+        .get(tessera_place::alternatives::REPLICATED)
+        .copied()
+        .unwrap_or(0);
     let _ = writeln!(
         h,
         "<h3 id=\"mesh\">Device mesh</h3>\n<p>The graph's ops on <code>device(\"@{}\")</code> \

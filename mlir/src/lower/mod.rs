@@ -839,65 +839,23 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
                 None => Ok(g.ty(r).clone()),
             })
             .collect::<LResult<_>>()?;
-        if let (Op::AllSlice { .. }, Some(m)) = (&data.op, mesh) {
-            // Every device keeps its block of what it holds whole: no data moves.
-            let operand = data.operands[0];
-            if !spmd::sharding_of(g, operand).is_replicated() {
-                return Err(LowerError(format!(
-                    "op {op} (all-slice): its operand {operand} is already split; only a \
-                     replicated operand is sliced"
-                )));
-            }
-            let r = data.results[0];
-            let cut =
-                spmd::slice_in_function(&mut b, m, &spmd::sharding_of(g, r), &args[0], &coord)?;
-            env.insert(r, cut);
-            continue;
-        }
-        if let (Op::Gather { axis: 0 }, Some(m)) = (&data.op, mesh)
-            && spmd::sharding_of(g, data.operands[0])
-                .axes
-                .first()
-                .is_some_and(|a| !a.is_empty())
-        {
-            // Vocabulary-parallel: each device gathers the rows it holds, zeros elsewhere;
-            // the all-reduce that follows sums the partial results.
-            let table = spmd::sharding_of(g, data.operands[0]);
-            let all: Vec<u32> = (0..m.shape.len() as u32).collect();
-            if table.axes[0] != all
-                || table.axes[1..].iter().any(|a| !a.is_empty())
-                || !spmd::sharding_of(g, data.operands[1]).is_replicated()
-                || !spmd::sharding_of(g, data.results[0]).is_replicated()
-            {
-                return Err(LowerError(format!(
-                    "op {op} (gather): a table split by rows lowers only split over the whole \
-                     mesh, with whole indices and a partial (whole-typed) result"
-                )));
-            }
-            let whole = dims(g.ty(data.operands[0]))?[0];
-            let rows = dims(&args[0].ty)?[0];
-            let at = b.assign(format!("tensor.extract {coord}[] : tensor<i64>"));
-            let at = b.assign(format!("arith.index_cast {at} : i64 to index"));
-            let offset = b.mul_index(&at, rows as i64);
-            let name =
-                index::gather_rows_block(&mut b, &args[0], &args[1], whole, &offset, &results[0])?;
-            env.insert(
-                data.results[0],
-                Val {
-                    name,
-                    ty: results[0].clone(),
-                },
-            );
-            continue;
-        }
-        let names = lower_op(&mut b, g, op, &args, &results).map_err(|e| {
-            let at = data
-                .loc
-                .as_deref()
-                .map(|l| format!(" at {l:?}"))
-                .unwrap_or_default();
-            LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
-        })?;
+        let special = match mesh {
+            Some(m) => spmd::lower_mesh_op(&mut b, g, op, m, &args, &results, &coord),
+            None => Ok(None),
+        };
+        let names = special
+            .and_then(|s| match s {
+                Some(names) => Ok(names),
+                None => lower_op(&mut b, g, op, &args, &results),
+            })
+            .map_err(|e| {
+                let at = data
+                    .loc
+                    .as_deref()
+                    .map(|l| format!(" at {l:?}"))
+                    .unwrap_or_default();
+                LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
+            })?;
         for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {
             env.insert(r, Val { name, ty });
         }

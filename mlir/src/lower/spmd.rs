@@ -9,7 +9,7 @@
 //! are cut at compile time: each mesh device gets its own block in the weights file, named
 //! `<constant>@<device>`.
 
-use tessera_ir::{Graph, Mesh, Sharding, TensorType, ValueId};
+use tessera_ir::{Graph, Mesh, Op, OpId, Sharding, TensorType, ValueId};
 
 use super::body::{Body, LResult, Val, dims, err, tensor_ty};
 
@@ -149,20 +149,16 @@ pub fn block_offsets(
         .collect())
 }
 
-/// Cuts a whole value to this device's block inside a mesh step function; `coord` is the
-/// `tensor<i64>` holding the device's index in the mesh.
-pub fn slice_in_function(
+/// The offsets of this device's block of a value cut by `s` into blocks of extents `local`,
+/// computed inside a mesh step function from `coord` (the `tensor<i64>` holding the device's
+/// index in the mesh): an `index` value per split axis, `0` for a whole one.
+fn offsets_in_function(
     b: &mut Body,
     mesh: &Mesh,
     s: &Sharding,
-    whole: &Val,
+    local: &[u64],
     coord: &str,
-) -> LResult<Val> {
-    let local = local_type(mesh, s, &whole.ty)?;
-    if local == whole.ty {
-        return Ok(whole.clone());
-    }
-    let ld = dims(&local)?;
+) -> Vec<String> {
     let i64v = b.assign(format!("tensor.extract {coord}[] : tensor<i64>"));
     let idx = b.assign(format!("arith.index_cast {i64v} : i64 to index"));
     // Coordinates on each mesh axis, row-major.
@@ -190,9 +186,27 @@ pub fn slice_in_function(
                 mesh_coord[m as usize]
             ));
         }
-        let e = b.index(ld[a] as i64);
+        let e = b.index(local[a] as i64);
         offs.push(b.assign(format!("arith.muli {lin}, {e} : index")));
     }
+    offs
+}
+
+/// Cuts a whole value to this device's block inside a mesh step function; `coord` is the
+/// `tensor<i64>` holding the device's index in the mesh.
+pub fn slice_in_function(
+    b: &mut Body,
+    mesh: &Mesh,
+    s: &Sharding,
+    whole: &Val,
+    coord: &str,
+) -> LResult<Val> {
+    let local = local_type(mesh, s, &whole.ty)?;
+    if local == whole.ty {
+        return Ok(whole.clone());
+    }
+    let ld = dims(&local)?;
+    let offs = offsets_in_function(b, mesh, s, &ld, coord);
     let sizes: Vec<String> = ld.iter().map(u64::to_string).collect();
     let ones = vec!["1"; ld.len()];
     let name = b.assign(format!(
@@ -205,4 +219,63 @@ pub fn slice_in_function(
         tensor_ty(&local)?
     ));
     Ok(Val { name, ty: local })
+}
+
+/// The mesh-step ops whose local code is not the op on its blocks: `all-slice` (each device
+/// cuts its block of what it holds whole) and a `gather` from a table split by rows
+/// (vocabulary-parallel: each device gathers the rows it holds, zeros elsewhere, and the
+/// all-reduce that follows sums the partial results). `None` for every other op.
+pub fn lower_mesh_op(
+    b: &mut Body,
+    g: &Graph,
+    op: OpId,
+    mesh: &Mesh,
+    args: &[Val],
+    results: &[TensorType],
+    coord: &str,
+) -> LResult<Option<Vec<String>>> {
+    let data = g.op(op);
+    match data.op {
+        Op::AllSlice { .. } => {
+            let operand = data.operands[0];
+            if !sharding_of(g, operand).is_replicated() {
+                return err(format!(
+                    "its operand {operand} is already split; only a replicated operand is sliced"
+                ));
+            }
+            let cut =
+                slice_in_function(b, mesh, &sharding_of(g, data.results[0]), &args[0], coord)?;
+            Ok(Some(vec![cut.name]))
+        }
+        Op::Gather { axis: 0 } => {
+            let table = sharding_of(g, data.operands[0]);
+            if table.axes.first().is_none_or(|a| a.is_empty()) {
+                return Ok(None);
+            }
+            let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
+            if table.axes[0] != all
+                || table.axes[1..].iter().any(|a| !a.is_empty())
+                || !sharding_of(g, data.operands[1]).is_replicated()
+                || !sharding_of(g, data.results[0]).is_replicated()
+            {
+                return err(
+                    "a table split by rows lowers only split over the whole mesh, with whole \
+                     indices and a partial (whole-typed) result",
+                );
+            }
+            let whole = dims(g.ty(data.operands[0]))?[0];
+            let local = dims(&args[0].ty)?;
+            let offset = offsets_in_function(b, mesh, &table, &local, coord).swap_remove(0);
+            let name = super::index::gather_rows_block(
+                b,
+                &args[0],
+                &args[1],
+                whole,
+                &offset,
+                &results[0],
+            )?;
+            Ok(Some(vec![name]))
+        }
+        _ => Ok(None),
+    }
 }
