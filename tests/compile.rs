@@ -663,7 +663,7 @@ fn an_emitted_problem_replays_to_the_plan_compile_wrote() {
     let auto = fs::read_to_string(dir.path().join("auto/plan.json")).expect("plan.json");
     assert!(
         auto.contains(
-            "\"selected_by\": \"simulation (8 samples) of the 7 best plans by the model (its \
+            "\"selected_by\": \"simulation (8 samples) of the 10 best plans by the model (its \
              best without splits and its best over each device group);"
         ),
         "{auto}"

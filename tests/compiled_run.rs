@@ -702,6 +702,22 @@ const BERT_TINY: Corpus = Corpus {
     ],
 };
 
+const EINSUM: Corpus = Corpus {
+    dir: "testdata/models/onnx/resize_topk_einsum",
+    inputs: &[
+        ("img", "1x2x4x4", "input_0_img.npy"),
+        ("a", "2x3x4", "input_1_a.npy"),
+        ("b", "2x4x5", "input_2_b.npy"),
+    ],
+    outputs: &[
+        ("up_linear", "output_0_up_linear.npy"),
+        ("up_nearest", "output_1_up_nearest.npy"),
+        ("prod", "output_2_prod.npy"),
+        ("top_values", "output_3_top_values.npy"),
+        ("top_indices", "output_4_top_indices.npy"),
+    ],
+};
+
 /// Compiles `m` for `target` with `split` (`--split ...` arguments) into `dir`; returns how
 /// many ops the plan splits along each axis.
 fn compile_split(
@@ -772,6 +788,8 @@ fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
         ),
         (&CNN, &["channels", "batch"]),
         (&BERT_TINY, &["heads", "rows", "hidden"]),
+        // `bij,bjk->bik`: by its batch letter, and by its summed one (partial sums).
+        (&EINSUM, &["batch", "contracted"]),
     ];
     for (m, axes) in cases {
         for axis in *axes {
@@ -792,6 +810,14 @@ fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
             );
             let placed = fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
             assert!(placed.contains("mesh @split = ["), "{placed}");
+            if m.dir == GPT2 && *axis == "heads" {
+                // Hugging Face GPT-2's fused QKV splits by heads only unfused
+                // (`unfuse-split`): three products, each with its columns of the weight.
+                assert!(
+                    placed.contains("= const @inner.transformer.h.0.attn.c_attn.weight.0 "),
+                    "{placed}"
+                );
+            }
             run_matches(m, &dir, &format!("{} split along {axis}", m.dir));
         }
     }
@@ -831,8 +857,15 @@ fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
 #[test]
 fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
     let tmp = tempfile::tempdir().expect("tmp");
-    for (m, axes) in [(&GPT2_TINY, "columns,rows,vocab"), (&CNN, "channels")] {
-        let dir = tmp.path().join(m.dir.replace('/', "_"));
+    for (m, axes) in [
+        (&GPT2_TINY, "columns,rows,vocab"),
+        // Attention by heads: of the graph with its fused QKV unfused.
+        (&GPT2_TINY, "heads"),
+        (&CNN, "channels"),
+    ] {
+        let dir = tmp
+            .path()
+            .join(format!("{}-{axes}", m.dir.replace('/', "_")));
         let split = compile_split(
             m,
             "testdata/targets/mpi-4.toml",
@@ -842,7 +875,9 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
         );
         assert!(!split.is_empty(), "{}", m.dir);
         let program = fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
-        let results = tmp.path().join(format!("{}-mpi", m.dir.replace('/', "_")));
+        let results = tmp
+            .path()
+            .join(format!("{}-{axes}-mpi", m.dir.replace('/', "_")));
         fs::create_dir_all(&results).expect("mkdir");
         let (_, _, file) = m.inputs[0];
         // The ranks are the devices the plan uses: the host and the mesh at least.

@@ -12,7 +12,8 @@
 //! reproducers through the instrumentation hooks.
 //!
 //! Passes: `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
-//! `shape-infer`, `train` (a model's training step, [`train`]).
+//! `shape-infer`, `train` (a model's training step, [`train`]), `unfuse-split` (a fused
+//! projection's split into one projection per piece, [`unfuse_split`]).
 
 mod canonicalize;
 mod cse;
@@ -24,6 +25,7 @@ mod pipeline;
 mod registry;
 mod shape_infer;
 pub mod train;
+mod unfuse_split;
 mod util;
 
 pub use dce::dce;
@@ -36,5 +38,6 @@ pub use pass::{
 pub use pipeline::{PassSpec, Pipeline, PipelineParseError};
 pub use registry::{RegisterError, closest, lookup, register, registry};
 pub use shape_infer::bind_shapes;
+pub use unfuse_split::unfuse_split;
 
 pub use tessera_ir as ir;

@@ -16,6 +16,7 @@ const BUILTIN: &[PassInfo] = &[
     crate::grad::INFO,
     crate::shape_infer::INFO,
     crate::train::INFO,
+    crate::unfuse_split::INFO,
 ];
 
 /// Passes registered at run time. Each record is leaked once, so lookups hand out `'static`

@@ -23,12 +23,16 @@
 //!   normalized axes;
 //! - `transpose`: an axis and where the permutation takes it; `reshape`: an axis and the result
 //!   axis whose leading extents multiply to the same (the same contiguous blocks);
-//! - `split` and `concat`: an axis other than the op's. (Splitting along the op's own axis, a
-//!   fused QKV as Megatron-LM does it, needs a layout where each device holds its block of
-//!   every piece; `S<axis>` means contiguous blocks, so that rule waits for such a layout.)
+//! - `split` and `concat`: an axis other than the op's. (Along the op's own axis each device
+//!   would need its block of every piece, and `S<axis>` means contiguous blocks. A fused QKV,
+//!   a split of a product by a constant, is instead unfused by the `unfuse-split` pass into
+//!   three products that split by columns; `compile` offers split plans of both graphs.)
 //! - `gather` from a 2-D weight (an embedding): *vocab* (table split by rows, indices whole,
 //!   partial sums: each device fills the rows it holds; indices must be normalized to be
 //!   non-negative first) and *hidden* (table by columns);
+//! - `einsum`: each letter that appears at most once per term: a letter of the result splits
+//!   the operands that have it and the result (named by its result axis), a summed letter
+//!   splits the operands that have it and leaves partial sums (*contracted*);
 //! - `conv`: *channels* (weight and bias split by output channels, `groups = 1`) and *batch*;
 //!   `pool`, `batch-norm`: batch and channels.
 //!
@@ -37,7 +41,7 @@
 //!   norms and residual adds between its split matmuls).
 //!
 //! Axis names: `batch` (axis 0), `heads` (axis 1 of a 4-D tensor), `channels` (axis 1 of
-//! convolutions), `hidden` (the last), `columns`, `rows`, `vocab`, else `axisN`.
+//! convolutions), `hidden` (the last), `columns`, `rows`, `vocab`, `contracted`, else `axisN`.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -383,6 +387,45 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
                 let mut ops = whole(nops);
                 ops[0] = s(0);
                 out.push(one("batch", ops, vec![s(0)]));
+            }
+        }
+        Op::Einsum { equation } => {
+            let Ok((terms, out_term)) = tessera_ir::infer::parse_einsum(equation) else {
+                return out;
+            };
+            let ins: Option<Vec<Vec<u64>>> = data.operands.iter().map(|&v| dims(g, v)).collect();
+            let Some(ins) = ins else { return out };
+            // The letters in input order; each is split where it appears in an operand
+            // (once per term: a repeated letter is a diagonal, left alone).
+            let mut letters: Vec<char> = Vec::new();
+            for t in &terms {
+                for &c in t {
+                    if !letters.contains(&c) {
+                        letters.push(c);
+                    }
+                }
+            }
+            for c in letters {
+                let once = terms
+                    .iter()
+                    .all(|t| t.iter().filter(|&&x| x == c).count() <= 1);
+                let extent = terms
+                    .iter()
+                    .zip(&ins)
+                    .find_map(|(t, d)| t.iter().position(|&x| x == c).map(|p| d[p]));
+                if !once || !extent.is_some_and(|e| divides(k, e)) {
+                    continue;
+                }
+                let operands = terms
+                    .iter()
+                    .map(|t| t.iter().position(|&x| x == c).map_or(Layout::Replicated, s))
+                    .collect();
+                match out_term.iter().position(|&x| x == c) {
+                    // A letter of the result: each device computes its block of it.
+                    Some(p) => out.push(one(&axis_name(p, r), operands, vec![s(p)])),
+                    // A summed letter: each device sums its part, the result partial sums.
+                    None => out.push(one("contracted", operands, vec![Layout::Partial])),
+                }
             }
         }
         Op::Pool(_) | Op::BatchNorm { .. } => {

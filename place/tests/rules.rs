@@ -281,6 +281,36 @@ fn case(family: u64, s: &mut u64) -> Case {
             vec![vec![b, pick(&ext), 4, 4]],
             vec![false],
         ),
+        15 => {
+            // Letters' extents, then one of a few equations: batched matmul, attention
+            // scores, a full contraction, an outer product, a transposing sum.
+            let ext = |c: char| match c {
+                'b' => b,
+                'i' | 'q' => sq,
+                'j' | 'k' => h,
+                _ => d,
+            };
+            let equation = [
+                "bij,jk->bik",
+                "bqd,bkd->bqk",
+                "ij,ij->",
+                "bi,bj->bij",
+                "bij->jb",
+            ][(splitmix(s) % 5) as usize];
+            let (lhs, _) = equation.split_once("->").expect("an output");
+            let shapes: Vec<Vec<u64>> = lhs
+                .split(',')
+                .map(|t| t.chars().map(ext).collect())
+                .collect();
+            let weights = vec![false; shapes.len()];
+            plain(
+                Op::Einsum {
+                    equation: equation.into(),
+                },
+                shapes,
+                weights,
+            )
+        }
         _ => {
             let c = pick(&ext);
             plain(
@@ -292,7 +322,7 @@ fn case(family: u64, s: &mut u64) -> Case {
     }
 }
 
-const FAMILIES: u64 = 16;
+const FAMILIES: u64 = 17;
 
 proptest! {
     #![proptest_config(ProptestConfig {

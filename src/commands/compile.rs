@@ -7,7 +7,9 @@
 //! (the default) or `force`, ops may also run split over one group of alike devices: the plan
 //! is then applied to the graph as a device mesh with its collectives
 //! ([`tessera_place::apply`]) before it is simulated, and the simulator chooses between the
-//! best plans with and without splits.
+//! best plans with and without splits. Split plans are searched on the graph as it came and,
+//! when it has fused projections (a fused QKV), on the graph after `unfuse-split`, whose
+//! pieces split by columns and feed attention split by heads.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -330,17 +332,6 @@ pub fn compile(
     stages.stage("building the placement problem");
     let cost = CostModel::new(target, calibration);
     let built = tessera_place::build::build(&graph, &cost)?;
-    if let Some(path) = settings.emit_problem {
-        let json = if settings.split_alternatives {
-            let options = tessera_place::build::BuildOptions { splits: true };
-            tessera_place::build::build_with(&graph, &cost, &options)?
-                .problem
-                .to_json()
-        } else {
-            built.problem.to_json()
-        };
-        super::write_atomically(path, json.as_bytes())?;
-    }
     let pinned = built
         .problem
         .ops
@@ -354,7 +345,6 @@ pub fn compile(
     // The problems a plan may come from: the one without splits (unless splits are forced)
     // and, when splitting is asked, one per device group (a graph has one device mesh).
     let mut variants: Vec<(Built, Instance)> = Vec::new();
-    let mut bound_inst: Option<Instance> = None;
     // The strategies that choose splits; the others place ops whole.
     let splitting = matches!(settings.strategy, "auto" | "split" | "exhaustive");
     if settings.split == SplitMode::Force && !splitting {
@@ -370,6 +360,28 @@ pub fn compile(
     } else {
         settings.split
     };
+    // The graph with its fused projections unfused (`unfuse-split`: a fused QKV becomes
+    // three products, each split by columns with no gather), when it has any; plans without
+    // splits keep the graph as it came, split plans may use either.
+    let unfused = if split != SplitMode::Off || settings.split_alternatives {
+        let mut g = graph.clone();
+        let mut stats = tessera_passes::Statistics::default();
+        tessera_passes::unfuse_split(&mut g, &mut stats)?.then_some(g)
+    } else {
+        None
+    };
+    if let Some(path) = settings.emit_problem {
+        let json = if settings.split_alternatives {
+            let options = tessera_place::build::BuildOptions { splits: true };
+            let g = unfused.as_ref().unwrap_or(&graph);
+            tessera_place::build::build_with(g, &cost, &options)?
+                .problem
+                .to_json()
+        } else {
+            built.problem.to_json()
+        };
+        super::write_atomically(path, json.as_bytes())?;
+    }
     // Why a problem has no plan, when some problem without one was left out.
     let mut left_out: Option<anyhow::Error> = None;
     if split != SplitMode::Force {
@@ -380,88 +392,125 @@ pub fn compile(
             Err(e) => return Err(e.into()),
         }
     }
-    // The problem with every group's alternatives; with `auto`, a graph it cannot be made for
-    // is placed without splits.
-    let with_splits = if split == SplitMode::Off {
-        None
+    // The graphs split problems are of: the graph as it came and, when it has fused
+    // projections, the graph with them unfused (a fused product can only be split along
+    // other axes; three products cost more launches where they run whole). Per graph, the
+    // problem with every group's alternatives; with `auto`, a graph it cannot be made for is
+    // placed without splits.
+    let split_graphs: Vec<&Graph> = if split == SplitMode::Off {
+        Vec::new()
     } else {
+        std::iter::once(&graph).chain(unfused.as_ref()).collect()
+    };
+    // Graph of each variant (an index into `split_graphs`; 0, the graph as it came, for the
+    // problem without splits).
+    let mut graph_index: Vec<usize> = vec![0; variants.len()];
+    // The problems with every group's alternatives: their choices include every split
+    // problem's, so the least of their bounds (and the plain problem's) holds for them all.
+    let mut bound_insts: Vec<Instance> = Vec::new();
+    let mut offered: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut any_group = false;
+    let mut split_problems = 0;
+    for (gi, g) in split_graphs.iter().enumerate() {
         stages.stage("placement: split alternatives");
         let options = tessera_place::build::BuildOptions { splits: true };
-        let made = tessera_place::build::build_with(&graph, &cost, &options)
+        let made = tessera_place::build::build_with(g, &cost, &options)
             .map_err(anyhow::Error::from)
             .and_then(|b| Ok((Instance::new(b.problem.clone())?, b)));
-        match made {
-            Ok(made) => Some(made),
-            Err(_) if split == SplitMode::Auto && !variants.is_empty() => None,
+        let (full, with_splits) = match made {
+            Ok(made) => made,
+            Err(_) if split == SplitMode::Auto && !variants.is_empty() => continue,
             Err(e) => return Err(e),
-        }
-    };
-    if let Some((full, with_splits)) = with_splits {
+        };
         let problems = one_group_problems(&full, split, settings.split_axes);
-        // Its choices include every problem's: its bound holds for them all.
-        bound_inst = Some(full);
-        if problems.is_empty() && (split == SplitMode::Force || !settings.split_axes.is_empty()) {
-            let offered: std::collections::BTreeSet<&str> = with_splits
+        bound_insts.push(full);
+        any_group |= !with_splits.problem.groups.is_empty();
+        offered.extend(
+            with_splits
                 .problem
                 .ops
                 .iter()
-                .flat_map(|o| o.splits.iter().map(|s| s.axis.as_str()))
-                .filter(|&a| split != SplitMode::Force || a != REPLICATED)
-                .collect();
-            let asked = if settings.split_axes.is_empty() {
-                String::new()
-            } else {
-                format!(" along {}", settings.split_axes.join(", "))
-            };
-            bail!(
-                "--split {split}: no op of the graph splits{asked} over a device group of \
-                 target {} (its ops split along: {})",
-                target.spec().name,
-                if offered.is_empty() && with_splits.problem.groups.is_empty() {
-                    "nothing; the target has no group of two or more alike devices".to_string()
-                } else if offered.is_empty() {
-                    "nothing; no op's shapes split evenly over a device group".to_string()
-                } else {
-                    offered.into_iter().collect::<Vec<_>>().join(", ")
-                }
-            );
-        }
-        for p in problems {
+                .flat_map(|o| o.splits.iter().map(|s| s.axis.clone()))
+                .filter(|a| split != SplitMode::Force || a != REPLICATED),
+        );
+        split_problems += problems.len();
+        for mut p in problems {
+            if gi > 0 {
+                p.name = format!("{}, projections unfused", p.name);
+            }
             let b = Built {
                 problem: p.clone(),
                 graph_ops: with_splits.graph_ops.clone(),
                 device_index: with_splits.device_index.clone(),
             };
             match Instance::new(p) {
-                Ok(inst) => variants.push((b, inst)),
+                Ok(inst) => {
+                    variants.push((b, inst));
+                    graph_index.push(gi);
+                }
                 Err(e) => {
                     left_out.get_or_insert(e.into());
                 }
             }
         }
     }
+    if !split_graphs.is_empty()
+        && !bound_insts.is_empty()
+        && split_problems == 0
+        && (split == SplitMode::Force || !settings.split_axes.is_empty())
+    {
+        let asked = if settings.split_axes.is_empty() {
+            String::new()
+        } else {
+            format!(" along {}", settings.split_axes.join(", "))
+        };
+        bail!(
+            "--split {split}: no op of the graph splits{asked} over a device group of \
+             target {} (its ops split along: {})",
+            target.spec().name,
+            if offered.is_empty() && !any_group {
+                "nothing; the target has no group of two or more alike devices".to_string()
+            } else if offered.is_empty() {
+                "nothing; no op's shapes split evenly over a device group".to_string()
+            } else {
+                offered.into_iter().collect::<Vec<_>>().join(", ")
+            }
+        );
+    }
     if variants.is_empty() {
         return Err(left_out.unwrap_or_else(|| anyhow::anyhow!("placement found no plan")));
     }
     let host = &target.spec().host;
+    // The graph a problem is of.
+    let graph_of = |v: usize| split_graphs.get(graph_index[v]).copied().unwrap_or(&graph);
     // Places, schedules and inserts the transfers and collectives of an assignment, then
     // simulates it.
     let realize = |v: usize, assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
         let (built, inst) = &variants[v];
-        realize(&graph, built, inst, assign, &cost, samples)
+        realize(graph_of(v), built, inst, assign, &cost, samples)
     };
     let opts = SolveOptions {
         objective: settings.objective,
     };
     let chosen: Vec<usize>;
     let chosen_variant: usize;
-    // The graph before placement, for the IR dumps of the chosen plan's steps.
-    let unplaced = settings.ir_dump.map(|_| graph.clone());
     stages.stage("placement: lower bound");
-    let bound = lower_bound(
-        bound_inst.as_ref().unwrap_or(&variants[0].1),
-        settings.objective,
-    )?;
+    // Without split problems, the plain problem's bound; with them, the least of the bounds
+    // of the problems with every group's alternatives, one per graph: every problem searched
+    // chooses among one of theirs (the plain problem among the first's).
+    let mut bound: Option<tessera_place::bound::LowerBound> = None;
+    let bounded: Vec<&Instance> = if bound_insts.is_empty() {
+        vec![&variants[0].1]
+    } else {
+        bound_insts.iter().collect()
+    };
+    for inst in bounded {
+        let b = lower_bound(inst, settings.objective)?;
+        if bound.as_ref().is_none_or(|x| b.value < x.value) {
+            bound = Some(b);
+        }
+    }
+    let bound = bound.expect("a problem to bound");
     let (plan, (graph, report, _transfers)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
         // contention and the stream's start, which the model leaves out).
@@ -556,8 +605,9 @@ pub fn compile(
         (plan, realize(*v, &chosen)?)
     };
     let (built, inst) = &variants[chosen_variant];
-    if let (Some((dir, first)), Some(unplaced)) = (settings.ir_dump, unplaced) {
+    if let Some((dir, first)) = settings.ir_dump {
         // The chosen plan's graph after each step of `realize`.
+        let unplaced = graph_of(chosen_variant).clone();
         let mut g = unplaced.clone();
         apply_plan(&mut g, built, inst, &chosen)?;
         crate::instrument::dump_after(dir, first, "place", &g)?;
@@ -644,9 +694,9 @@ fn search_variants(
     let mut all = Vec::new();
     let mut attempts = Vec::new();
     let mut errors = Vec::new();
-    for (v, (built, inst)) in variants.iter().enumerate() {
+    let solve = |built: &Built, inst: &Instance| {
         let split = !built.problem.groups.is_empty();
-        let found = if split || strategy != "auto" {
+        if split || strategy != "auto" {
             let name = match (split, strategy) {
                 (true, "exhaustive") | (false, _) => strategy,
                 (true, _) => "split",
@@ -657,7 +707,22 @@ fn search_variants(
             })
         } else {
             auto_ranked(inst, opts)
-        };
+        }
+    };
+    // The problems are independent and their strategies deterministic (no clocks, fixed
+    // seeds): solved on threads of their own and taken in order, the plans are the ones a
+    // loop would find.
+    let found: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = variants
+            .iter()
+            .map(|(built, inst)| scope.spawn(|| solve(built, inst)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for (v, ((built, _), found)) in variants.iter().zip(found).enumerate() {
         match found {
             Ok((ranked, att)) => {
                 all.extend(ranked.into_iter().map(|r| (v, r)));
