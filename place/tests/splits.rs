@@ -3,7 +3,8 @@
 //! (with the bound never above the optimum and every plan within memory), the resharding
 //! model against hand-computed numbers, an op too large for every device split rather than
 //! refused, chained splits (Megatron's column- then row-parallel pair) found by the `split`
-//! strategy, and the schema's errors.
+//! strategy, Alpa's intra-operator program (`intra-op`) against a brute force over the same
+//! objective, and the schema's errors.
 
 // Only its random numbers are used here.
 #[allow(dead_code)]
@@ -17,7 +18,8 @@ use tessera_place::plan::solve;
 use tessera_place::problem::{
     Device, DeviceGroup, Edge, Link, OpSpec, Problem, SplitSpec, VERSION,
 };
-use tessera_place::strategy::{self, SolveOptions};
+use tessera_place::split::{comm_time, in_layout, out_layout, reshard};
+use tessera_place::strategy::{self, SolveOptions, intra_op};
 use tessera_place::{Instance, Objective, ProblemError, evaluate, lower_bound, violation};
 
 use mesh::splitmix;
@@ -215,7 +217,7 @@ fn an_op_too_large_for_every_device_is_split() {
     assert_eq!(
         err.to_string(),
         "infeasible: `mm1` fits no device whole and must be split; `dp` places ops whole (the \
-         strategies that split: exhaustive, split)"
+         strategies that split: exhaustive, split, intra-op)"
     );
     let plan = solve(&inst, "auto", Objective::Throughput, true).expect("auto splits");
     let mm1 = &plan.assignment[1];
@@ -499,6 +501,168 @@ proptest! {
                     sol.value(&inst, objective) >= brute.unwrap_or(0.0) * (1.0 - 1e-9),
                     "{name} beat the optimum"
                 );
+            }
+        }
+    }
+}
+
+/// The intra-operator program's objective for `assign`, computed here from its definition:
+/// every op's slowest share plus the time of every edge's reshard.
+fn stage_cost(inst: &Instance, assign: &[usize]) -> f64 {
+    let ops: f64 = (0..inst.n)
+        .map(|o| {
+            inst.option_times(o, assign[o])
+                .iter()
+                .copied()
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    let edges: f64 = inst
+        .problem
+        .edges
+        .iter()
+        .map(|e| {
+            let (xu, xv) = (assign[e.from], assign[e.to]);
+            comm_time(
+                inst,
+                &reshard(
+                    inst,
+                    inst.place_of(e.from, xu),
+                    out_layout(inst, e.from, xu, e.tensor),
+                    inst.place_of(e.to, xv),
+                    in_layout(inst, e.to, xv, e.operand),
+                    e.bytes,
+                ),
+            )
+        })
+        .sum();
+    ops + edges
+}
+
+/// The least [`stage_cost`] over every assignment that puts each op on group `g` (any of its
+/// allowed alternatives there; an op without one where it runs fastest) and keeps the ops' own
+/// bytes within every group device's capacity; `None` when none does.
+fn brute_force_on_group(inst: &Instance, g: usize) -> Option<f64> {
+    let place = inst.d + g;
+    let slowest = |o: usize, x: usize| inst.option_times(o, x).iter().copied().fold(0.0, f64::max);
+    let choices: Vec<Vec<usize>> = (0..inst.n)
+        .map(|o| {
+            let all: Vec<usize> = (0..inst.options(o))
+                .filter(|&x| inst.option_allowed(o, x))
+                .collect();
+            let here: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&x| inst.place_of(o, x) == place)
+                .collect();
+            if here.is_empty() {
+                all.into_iter()
+                    .min_by(|&a, &b| slowest(o, a).total_cmp(&slowest(o, b)))
+                    .into_iter()
+                    .collect()
+            } else {
+                here
+            }
+        })
+        .collect();
+    let mut at = vec![0usize; inst.n];
+    let mut best: Option<f64> = None;
+    loop {
+        let assign: Vec<usize> = (0..inst.n).map(|o| choices[o][at[o]]).collect();
+        let fits = inst.place_devices[place].iter().all(|&k| {
+            let bytes: u64 = (0..inst.n)
+                .filter(|&o| inst.place_devices[inst.place_of(o, assign[o])].contains(&k))
+                .map(|o| inst.option_memory(o, assign[o]))
+                .sum();
+            bytes <= inst.capacity[k]
+        });
+        if fits {
+            let v = stage_cost(inst, &assign);
+            best = Some(best.map_or(v, |b: f64| b.min(v)));
+        }
+        let mut i = 0;
+        while i < inst.n {
+            at[i] += 1;
+            if at[i] < choices[i].len() {
+                break;
+            }
+            at[i] = 0;
+            i += 1;
+        }
+        if i == inst.n {
+            return best;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0xa19a),
+        ..ProptestConfig::default()
+    })]
+
+    /// On every device group, the program's plan costs what a brute force over the same
+    /// choices finds least, its reported objective is that plan's cost, and its plan fits.
+    #[test]
+    fn the_intra_op_program_equals_a_brute_force(seed in any::<u64>()) {
+        let mut p = random_problem(seed);
+        // Colocated ops choose together; single ops keep the brute force simple. More
+        // alternatives per op than the random problems have, so neighbours choose among
+        // several each: every split gets two siblings on its group with other layouts.
+        // Every op but the pinned input gets one (runnable on every device kind), and half
+        // the problems have memory to spare.
+        let layouts = ["R", "S0", "S1"];
+        let edges_in: Vec<usize> = (0..p.ops.len())
+            .map(|o| p.edges.iter().filter(|e| e.to == o).count())
+            .collect();
+        if seed % 2 == 0 {
+            for d in &mut p.devices {
+                d.memory = d.memory.saturating_mul(100);
+            }
+        }
+        for (o, op) in p.ops.iter_mut().enumerate() {
+            op.colocate = None;
+            if o > 0 && op.splits.is_empty() {
+                op.splits.push(SplitSpec {
+                    group: "g0".into(),
+                    axis: "a".into(),
+                    time: BTreeMap::from([("k0".into(), 0.5), ("k1".into(), 0.7)]),
+                    memory: op.memory / 2,
+                    inputs: vec!["S0".into(); edges_in[o]],
+                    outputs: vec!["S0".into()],
+                });
+            }
+            let first = op.splits.first().cloned();
+            for (i, spec) in first.into_iter().flat_map(|f| [f.clone(), f]).enumerate() {
+                let mut spec = spec;
+                spec.axis = format!("b{i}");
+                for (j, l) in spec.inputs.iter_mut().enumerate() {
+                    *l = layouts[(o + i + j + 1) % 3].to_string();
+                }
+                spec.outputs = vec![["R", "S0", "P"][(o + i) % 3].to_string()];
+                for t in spec.time.values_mut() {
+                    *t *= 1.0 + 0.25 * (i as f64 + 1.0);
+                }
+                op.splits.push(spec);
+            }
+        }
+        let Ok(inst) = Instance::new(p) else { return Ok(()) };
+        for g in 0..inst.problem.groups.len() {
+            let brute = brute_force_on_group(&inst, g);
+            match (intra_op::on_group(&inst, g), brute) {
+                (Ok(found), Some(b)) => {
+                    prop_assert!(found.optimal);
+                    prop_assert!(close(found.objective, b), "program {}, brute force {b}", found.objective);
+                    prop_assert!(close(stage_cost(&inst, &found.assign), found.objective));
+                    prop_assert_eq!(violation(&inst, &found.assign), None);
+                }
+                (Ok(found), None) => prop_assert!(false, "a plan {:?} where none fits", found.assign),
+                (Err(ProblemError::Infeasible(_)), None) => {}
+                // The program leaves received tensors out of memory: its plan may not fit.
+                (Err(ProblemError::Unsolved(why)), Some(_)) if why.contains("not feasible") => {}
+                (Err(e), b) => prop_assert!(false, "group {g}: {e} (brute force {b:?})"),
             }
         }
     }

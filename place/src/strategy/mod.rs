@@ -12,9 +12,12 @@
 //! - `local`: greedy, then local search ([`local::improve`]); `auto` also runs local search
 //!   on the best few plans of the other strategies.
 //! - `split`: placement and op splitting together, local search over every op's options
-//!   (a device, or a split alternative over a device group; [`split`]). Only it and
-//!   `exhaustive` take split alternatives; the others place ops whole, so they refuse a
-//!   problem with an op that fits no device whole.
+//!   (a device, or a split alternative over a device group; [`split`]).
+//! - `intra-op`: Alpa's intra-operator integer program: every op on one device group, each
+//!   op's alternative chosen to minimize compute plus reshard time ([`intra_op`]).
+//!
+//! Only `split`, `intra-op` and `exhaustive` take split alternatives; the others place ops
+//! whole, so they refuse a problem with an op that fits no device whole.
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
 use crate::problem::{Instance, ProblemError};
@@ -25,6 +28,7 @@ pub mod dp;
 pub mod exhaustive;
 pub mod heft;
 pub mod ilp;
+pub mod intra_op;
 pub mod local;
 pub mod multilevel;
 pub mod split;
@@ -71,6 +75,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "split",
         "placement and op splitting together: local search over devices and split alternatives, with chained moves (problems with splits)",
+    ),
+    (
+        "intra-op",
+        "Alpa's intra-operator pass: every op on one device group, its alternatives chosen by an integer program over compute and reshard times (problems with splits)",
     ),
 ];
 
@@ -152,7 +160,7 @@ pub fn run(
 }
 
 /// The strategies that choose split alternatives; the others place every op whole.
-pub const SPLITTING: &[&str] = &["exhaustive", "split"];
+pub const SPLITTING: &[&str] = &["exhaustive", "split", "intra-op"];
 
 fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
     if !SPLITTING.contains(&name)
@@ -177,6 +185,7 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "ilp" => ilp::solve(inst, opts),
         "multilevel" => multilevel::solve(inst, opts),
         "split" => split::solve(inst, opts),
+        "intra-op" => intra_op::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
             message: format!(

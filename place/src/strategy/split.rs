@@ -1,10 +1,16 @@
 //! The `split` strategy: placement and op splitting decided together, by local search over
 //! every op's options (a device, or a split alternative over a device group), after the
-//! intra- and inter-operator search of Alpa (Zheng et al., OSDI 2022), here as one
-//! neighbourhood instead of an integer program per stage: Alpa's per-stage ILP needs a
-//! solver run per candidate stage, and on the problems tessera builds the option search
-//! reaches the same Megatron-style plans (column-parallel, elementwise, row-parallel) through
-//! its chained moves.
+//! intra- and inter-operator search of Alpa (Zheng et al., OSDI 2022), with Alpa's
+//! intra-operator integer program ([`intra_op`]) as one of its starts.
+//!
+//! **The method, by measurement** (`benches/intra_op.rs`, `benches/intra-op-results.md`: 203
+//! split problems of the benchmark models per objective, 150 where every op fits the group):
+//! the program alone (every op on the group, Alpa's stage) is worse than the local search on
+//! every problem for throughput and on 146 of 150 for latency (it cannot pipeline ops over
+//! the other devices), but on 4 latency problems it is better (GPT-2 small on `mcm-ring4`'s
+//! four accelerators: 680.1 us against 841.8 us); as the search's last start it improves 2
+//! throughput and 12 latency problems and, being last, never makes one worse, for at most
+//! 0.15 s of solving. So: local search, with the program's plan per group as its last start.
 //!
 //! 1. Starts: the best device-only plan (`local`'s, when every op fits some device whole),
 //!    the best [`ON_GROUP_STARTS`] plans that put every op on one device group (each op the
@@ -12,7 +18,8 @@
 //!    tensor parallelism), and two greedy plans over options: units in order, each to the option that finishes it
 //!    soonest (its devices' loads plus its share, plus the time to reshard its operands), or
 //!    to the one that leaves its fullest device the least full, among those that fit memory
-//!    (the least overflow when none does); an op too large for every device takes a split.
+//!    (the least overflow when none does); an op too large for every device takes a split;
+//!    last, the intra-operator program's plan on each group (when one fits).
 //! 2. Local search on each start: for every unit with split alternatives, every other
 //!    option is tried; a move to a split is also tried *chained*: the op's only consumer
 //!    follows it onto the same device group with an alternative that reads the new layout as
@@ -33,7 +40,7 @@ use crate::problem::{Instance, ProblemError};
 use crate::split::{
     Delivery, Layout, Tracker, comm_time, in_layout, kept, out_layout, reshard, schedule_latency,
 };
-use crate::strategy::{Solution, SolveOptions, better, units};
+use crate::strategy::{Solution, SolveOptions, better, intra_op, units};
 
 /// The most ops a chained move carries along.
 pub const CHAIN: usize = 8;
@@ -43,8 +50,29 @@ pub const CHAIN: usize = 8;
 /// op's edges, kept incrementally), a latency move a list schedule of the whole graph.
 pub const EVAL_WORK: f64 = 3e7;
 
-/// The `split` strategy.
+/// The `split` strategy: its own starts, then the intra-operator program's plan on each
+/// device group (last, so the other starts search exactly as without them: the result is
+/// never worse for them).
 pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    let programs: Vec<Solution> = (0..inst.problem.groups.len())
+        .filter_map(|g| intra_op::on_group(inst, g).ok())
+        .map(|p| Solution::in_problem_order(inst, p.assign))
+        .collect();
+    search(inst, opts, programs)
+}
+
+/// The `split` strategy's search from its own starts only (no intra-operator program): what
+/// `benches/intra_op.rs` measures the program against.
+pub fn solve_local(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
+    search(inst, opts, Vec::new())
+}
+
+/// Local search from the strategy's own starts, then from `last`.
+fn search(
+    inst: &Instance,
+    opts: &SolveOptions,
+    last_starts: Vec<Solution>,
+) -> Result<Solution, ProblemError> {
     let mut starts = Vec::new();
     if (0..inst.n).all(|o| inst.runs_whole(o))
         && let Ok(s) = super::local_from_baseline(inst, opts)
@@ -68,6 +96,7 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
             .then(a.0.1.1.total_cmp(&b.0.1.1))
     });
     starts.extend(on.into_iter().take(ON_GROUP_STARTS).map(|(_, s)| s));
+    starts.extend(last_starts);
     let mut best: Option<((f64, f64), Solution)> = None;
     let mut last = None;
     let mut budget = budget(inst, opts.objective);
@@ -159,7 +188,7 @@ fn on_group(inst: &Instance, g: usize) -> Solution {
 /// The options of a unit: per option, each member's option. Devices first, then per device
 /// group the members' alternatives there (the fastest of each member's, so a unit of several
 /// ops has one option per group).
-fn unit_options(inst: &Instance, unit: &[usize]) -> Vec<Vec<usize>> {
+pub(crate) fn unit_options(inst: &Instance, unit: &[usize]) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = (0..inst.d)
         .filter(|&k| inst.allowed(unit[0], k))
         .map(|k| vec![k; unit.len()])
