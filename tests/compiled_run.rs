@@ -817,6 +817,37 @@ fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
             );
             let placed = fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
             assert!(placed.contains("mesh @split = ["), "{placed}");
+            if m.dir == GPT2 && *axis == "hidden" {
+                // The attention softmax over its split (last) axis is written out as
+                // partial reductions: each block's maxima gathered, the sums all-reduced.
+                let softmax: Vec<&str> = placed
+                    .lines()
+                    .filter(|l| l.contains("loc(\"node_softmax\")"))
+                    .collect();
+                for op in [
+                    "= reduce-max ",
+                    "= all-gather ",
+                    "= reduce-sum ",
+                    "= all-reduce ",
+                ] {
+                    assert!(softmax.iter().any(|l| l.contains(op)), "{op}: {softmax:#?}");
+                }
+                // The placed graph computes the same in the reference interpreter (the
+                // global view: collectives are the identity).
+                let (name, _, file) = m.inputs[0];
+                let interp = dir.with_extension("interp");
+                ok(tessera()
+                    .arg("run")
+                    .arg(dir.join("placed.tir"))
+                    .arg("--input")
+                    .arg(format!(
+                        "{name}={}",
+                        repo().join(m.dir).join(file).display()
+                    ))
+                    .arg("-o")
+                    .arg(&interp));
+                outputs_match(m, &interp, "the split softmax in the interpreter");
+            }
             if m.dir == GPT2 && *axis == "heads" {
                 // Hugging Face GPT-2's fused QKV splits by heads only unfused
                 // (`unfuse-split`): three products, each with its columns of the weight.
@@ -868,6 +899,8 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
         (&GPT2_TINY, "columns,rows,vocab"),
         // Attention by heads: of the graph with its fused QKV unfused.
         (&GPT2_TINY, "heads"),
+        // The softmax over its split axis: partial reductions and their collectives.
+        (&GPT2_TINY, "hidden"),
         (&CNN, "channels"),
     ] {
         let dir = tmp

@@ -19,8 +19,10 @@
 //!   axis), *rows* (left split along its last axis, right by rows, the result partial sums,
 //!   Megatron-LM's pair) and, with a weight, *batch* (first axis); `matmul` of two
 //!   higher-rank activations: a batch or heads axis; `gemm` (untransposed A, weight B) the same three ways;
-//! - `softmax`, `log-softmax`: any listed axis but the op's; `layer-norm`: one before its
-//!   normalized axes;
+//! - `softmax`, `log-softmax`: any listed axis but the op's and, with partial reductions, the
+//!   op's own (each device the maximum and the sum of exponentials of its block, an
+//!   all-gather of the maxima and an all-reduce of the sums, charged in the op's time;
+//!   [`crate::apply`] writes the composition); `layer-norm`: one before its normalized axes;
 //! - `transpose`: an axis and where the permutation takes it; `reshape`: an axis and the result
 //!   axis whose leading extents multiply to the same (the same contiguous blocks);
 //! - `split` and `concat`: an axis other than the op's. (Along the op's own axis each device
@@ -65,6 +67,11 @@ pub struct Rule {
     pub outputs: Vec<Layout>,
     /// Whether each device does `1/k` of the work (else all of it: `replicated`).
     pub shares: bool,
+    /// Whether the op reduces along its split axis (softmax over it): each device reduces its
+    /// block and collectives combine the partial results (an all-gather of the maxima and an
+    /// all-reduce of the sums, which the op's time includes); [`crate::apply`] writes it out
+    /// as that composition.
+    pub reduces: bool,
 }
 
 impl Rule {
@@ -138,6 +145,7 @@ fn aligned(g: &Graph, op: OpId, k: u64, a: usize) -> Option<Rule> {
         operands,
         outputs,
         shares: true,
+        reduces: false,
     })
 }
 
@@ -163,6 +171,7 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             operands: vec![Layout::Replicated; data.operands.len()],
             outputs: vec![Layout::Replicated; data.results.len()],
             shares: false,
+            reduces: false,
         });
     }
     out
@@ -185,6 +194,7 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
         operands,
         outputs,
         shares: true,
+        reduces: false,
     };
     let s = |a: usize| Layout::Split(a as u32);
     let mut out = Vec::new();
@@ -199,6 +209,13 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             for a in candidate_axes(r).into_iter().filter(|a| a != axis) {
                 out.extend(aligned(g, op, k, a));
+            }
+            // Over the split axis itself: partial reductions combined by collectives.
+            if *axis < r && divides(k, res[*axis]) {
+                out.push(Rule {
+                    reduces: true,
+                    ..one(&axis_name(*axis, r), vec![s(*axis)], vec![s(*axis)])
+                });
             }
         }
         Op::LayerNorm { axis, .. } => {

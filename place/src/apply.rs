@@ -14,6 +14,11 @@
 //!   two ways gets a copy for the second way, since the weights file holds one block of a
 //!   constant per device.
 //!
+//! A softmax (or log-softmax) split along its own axis is written out as its partial
+//! reductions ([`softmax_over_split_axis`]): each device the maxima of its block, an
+//! `all-gather` of them and their maximum, the exponentials against it, each device's partial
+//! sum and an `all-reduce` of the sums.
+//!
 //! Each conversion is made once per value and layout, just before its first user, and every
 //! later user of that layout reads it. A value leaving the mesh (to an op placed whole, or as
 //! a graph output) is made whole on the mesh first; it then leaves from the mesh's first
@@ -27,7 +32,10 @@
 
 use std::collections::BTreeMap;
 
-use tessera_ir::{Constant, Graph, Mesh, Op, OpId, Sharding, ValueDef, ValueId};
+use tessera_ir::{
+    BinaryOp, Constant, Dim, Graph, Mesh, Op, OpId, ReduceKind, Sharding, TensorType, UnaryOp,
+    ValueDef, ValueId,
+};
 
 use crate::alternatives::REPLICATED;
 use crate::build::Built;
@@ -187,6 +195,19 @@ pub fn apply_plan(
             let nv = conv.convert(graph, &mut out, v, from, want)?;
             graph.op_mut(op).operands[i] = nv;
         }
+        // A softmax split along its own axis: partial reductions and their collectives.
+        if let Op::Softmax { axis } | Op::LogSoftmax { axis } = graph.op(op).op
+            && wants.get(&op).and_then(|w| w.first()) == Some(&Layout::Split(axis as u32))
+        {
+            let old = graph.op(op).results[0];
+            let new = softmax_over_split_axis(graph, &mut out, op, k as u64, &conv.on_mesh);
+            graph.replace_all_uses(old, new);
+            if let Some(name) = graph.value_mut(old).name.take() {
+                graph.set_name(new, name);
+            }
+            home.insert(new, Home::Mesh(Layout::Split(axis as u32)));
+            continue;
+        }
         out.push(op);
     }
     // Graph outputs end whole on the host, under the names they had.
@@ -221,6 +242,137 @@ pub fn apply_plan(
     });
     graph.set_ops(out);
     Ok(applied)
+}
+
+/// Softmax (or log-softmax) `op` over its axis `a`, whose operand is split `k` ways along
+/// it, as partial reductions on the mesh `on_mesh` (ops appended to `out`; returns the
+/// result, split the same way). In the global view, with the axis of extent `n` viewed as
+/// `[k, n/k]` (each device's block one row):
+/// `m = reduce-max` of each block, an `all-gather` of the `k` maxima and their `reduce-max`
+/// `M`; `e = exp(x - M)`; `s = reduce-sum(e)` (each device a partial sum), an `all-reduce`;
+/// `e / s` (log-softmax: `x - M - log(s)`); back to the operand's shape.
+fn softmax_over_split_axis(
+    g: &mut Graph,
+    out: &mut Vec<OpId>,
+    op: OpId,
+    k: u64,
+    on_mesh: &str,
+) -> ValueId {
+    let data = g.op(op).clone();
+    let (Op::Softmax { axis: a } | Op::LogSoftmax { axis: a }) = data.op else {
+        unreachable!("a softmax");
+    };
+    let log = matches!(data.op, Op::LogSoftmax { .. });
+    let x = data.operands[0];
+    let ty = g.ty(x).clone();
+    let n = ty.shape[a].as_static().expect("a split axis is static");
+    let rank = ty.rank() + 1;
+    let with = |inner: &[u64]| -> TensorType {
+        let mut shape = ty.shape[..a].to_vec();
+        shape.extend(inner.iter().map(|&d| Dim::Static(d)));
+        shape.extend(ty.shape[a + 1..].iter().cloned());
+        TensorType::new(ty.elem, shape)
+    };
+    let mut push = |g: &mut Graph, op: Op, operands: Vec<ValueId>, ty: TensorType, split: bool| {
+        let id = g.create_detached_op(op, operands, vec![ty]);
+        g.op_mut(id).device = Some(on_mesh.to_string());
+        g.op_mut(id).loc = data.loc.clone();
+        let r = g.op(id).results[0];
+        if split {
+            g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a as u32));
+        }
+        out.push(id);
+        r
+    };
+    let blocks = with(&[k, n / k]);
+    let shape = |t: &TensorType| t.shape.clone();
+    let xr = push(
+        g,
+        Op::Reshape {
+            shape: shape(&blocks),
+        },
+        vec![x],
+        blocks.clone(),
+        true,
+    );
+    let reduce = |kind, axes: Vec<usize>| Op::Reduce {
+        kind,
+        axes,
+        keep_dims: true,
+    };
+    let m = push(
+        g,
+        reduce(ReduceKind::Max, vec![a + 1]),
+        vec![xr],
+        with(&[k, 1]),
+        true,
+    );
+    let maxima = push(
+        g,
+        Op::AllGather { axes: vec![0] },
+        vec![m],
+        with(&[k, 1]),
+        false,
+    );
+    let big_m = push(
+        g,
+        reduce(ReduceKind::Max, vec![a]),
+        vec![maxima],
+        with(&[1, 1]),
+        false,
+    );
+    let d = push(
+        g,
+        Op::Binary(BinaryOp::Sub),
+        vec![xr, big_m],
+        blocks.clone(),
+        true,
+    );
+    let e = push(g, Op::Unary(UnaryOp::Exp), vec![d], blocks.clone(), true);
+    // Each device's sum of its block: a partial sum of the whole, typed whole.
+    let part = push(
+        g,
+        reduce(ReduceKind::Sum, vec![a, a + 1]),
+        vec![e],
+        with(&[1, 1]),
+        false,
+    );
+    let sum = push(
+        g,
+        Op::AllReduce { axes: vec![0] },
+        vec![part],
+        with(&[1, 1]),
+        false,
+    );
+    let y = if log {
+        let l = push(g, Op::Unary(UnaryOp::Log), vec![sum], with(&[1, 1]), false);
+        push(
+            g,
+            Op::Binary(BinaryOp::Sub),
+            vec![d, l],
+            blocks.clone(),
+            true,
+        )
+    } else {
+        push(
+            g,
+            Op::Binary(BinaryOp::Div),
+            vec![e, sum],
+            blocks.clone(),
+            true,
+        )
+    };
+    debug_assert_eq!(g.ty(y).rank(), rank);
+    let result = g.ty(data.results[0]).clone();
+    push(
+        g,
+        Op::Reshape {
+            shape: shape(&result),
+        },
+        vec![y],
+        result,
+        true,
+    )
 }
 
 /// The sharding of a rank-`rank` value split along tensor axis `axis` over the one mesh axis.

@@ -290,7 +290,10 @@ fn split_specs(
             continue;
         };
         for rule in rules.iter() {
-            let seconds = if rule.shares { share } else { all };
+            let mut seconds = if rule.shares { share } else { all };
+            if rule.reduces {
+                seconds += reduction_collectives(graph, op, cost, &g.devices, k, &describe)?;
+            }
             let mut memory = 0u64;
             let mut seen: BTreeSet<ValueId> = BTreeSet::new();
             for (i, &v) in data.operands.iter().enumerate() {
@@ -321,6 +324,45 @@ fn split_specs(
         }
     }
     Ok(out)
+}
+
+/// Seconds of the collectives that combine a softmax's partial reductions over its split
+/// axis on the devices `members` (`k` of them, ring order): an all-gather of the `k` blocks'
+/// maxima and an all-reduce of the sums, each the size of the result with that axis reduced.
+fn reduction_collectives(
+    graph: &Graph,
+    op: OpId,
+    cost: &CostModel<'_>,
+    members: &[String],
+    k: u64,
+    describe: &dyn Fn() -> String,
+) -> Result<f64, BuildError> {
+    let data = graph.op(op);
+    let (Op::Softmax { axis } | Op::LogSoftmax { axis }) = data.op else {
+        return Ok(0.0);
+    };
+    let result = bytes_of(graph, data.results[0], describe)?;
+    let extent = graph
+        .ty(data.results[0])
+        .shape
+        .get(axis)
+        .and_then(tessera_ir::Dim::as_static)
+        .unwrap_or(1)
+        .max(1);
+    let reduced = (result / extent) as f64;
+    let ring: Vec<usize> = members
+        .iter()
+        .filter_map(|m| cost.spec().devices.iter().position(|d| &d.name == m))
+        .collect();
+    let err = |e: tessera_targets::TargetError| BuildError::Op {
+        op: describe(),
+        message: e.to_string(),
+    };
+    let gather = cost
+        .all_gather_time(&ring, reduced * k as f64)
+        .map_err(err)?;
+    let sum = cost.all_reduce_time(&ring, reduced).map_err(err)?;
+    Ok(gather + sum)
 }
 
 /// What a built problem offers beyond placing ops whole.

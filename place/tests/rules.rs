@@ -83,6 +83,9 @@ fn check(
     inputs: &[Tensor],
     full: &[Tensor],
 ) -> Result<(), String> {
+    if rule.reduces {
+        return check_partial_softmax(case, rule, k, inputs, full);
+    }
     let mut outs: Vec<Vec<ArrayD<f32>>> = vec![Vec::new(); full.len()];
     for i in 0..k {
         let mut local = Vec::new();
@@ -153,6 +156,57 @@ fn check(
     Ok(())
 }
 
+/// A softmax split along its own axis: each device reduces its block (its maxima, then its
+/// sum of exponentials against the maximum over every device's), the devices combine them
+/// (a max over the gathered maxima, a sum of the partial sums), and each computes its block
+/// of the result; the blocks concatenated are the whole op's result.
+fn check_partial_softmax(
+    case: &Case,
+    rule: &Rule,
+    k: usize,
+    inputs: &[Tensor],
+    full: &[Tensor],
+) -> Result<(), String> {
+    let (Op::Softmax { axis } | Op::LogSoftmax { axis }) = case.op else {
+        return Err(format!("{:?} has no partial-reduction rule", case.op));
+    };
+    let log = matches!(case.op, Op::LogSoftmax { .. });
+    if rule.operands != [Layout::Split(axis as u32)] || rule.outputs != rule.operands {
+        return Err(format!("layouts {:?} -> {:?}", rule.operands, rule.outputs));
+    }
+    let x = array(&inputs[0]);
+    let blocks: Vec<ArrayD<f32>> = (0..k).map(|i| block(&x, axis, i, k)).collect();
+    let max_of =
+        |b: &ArrayD<f32>| b.map_axis(Axis(axis), |l| l.fold(f32::NEG_INFINITY, |m, &v| m.max(v)));
+    let maxima: Vec<_> = blocks.iter().map(max_of).collect();
+    let big_m = maxima
+        .iter()
+        .skip(1)
+        .fold(maxima[0].clone(), |m, b| {
+            ndarray::Zip::from(&m).and(b).map_collect(|&p, &q| p.max(q))
+        })
+        .insert_axis(Axis(axis));
+    let exps: Vec<ArrayD<f32>> = blocks.iter().map(|b| (b - &big_m).mapv(f32::exp)).collect();
+    let sum = exps
+        .iter()
+        .map(|e| e.sum_axis(Axis(axis)))
+        .reduce(|a, b| a + b)
+        .expect("k > 0")
+        .insert_axis(Axis(axis));
+    let parts: Vec<ArrayD<f32>> = blocks
+        .iter()
+        .zip(&exps)
+        .map(|(b, e)| {
+            if log {
+                b - &big_m - sum.mapv(f32::ln)
+            } else {
+                e / &sum
+            }
+        })
+        .collect();
+    close(&cat(&parts, axis), &array(&full[0]))
+}
+
 /// A random case of op family `family` (see the match) with extents from `pick`.
 fn case(family: u64, s: &mut u64) -> Case {
     let mut pick = |xs: &[u64]| xs[(splitmix(s) % xs.len() as u64) as usize];
@@ -179,7 +233,11 @@ fn case(family: u64, s: &mut u64) -> Case {
             vec![false, false],
         ),
         3 => plain(
-            Op::Softmax { axis: 3 },
+            if pick(&[0, 1]) == 0 {
+                Op::Softmax { axis: 3 }
+            } else {
+                Op::LogSoftmax { axis: 3 }
+            },
             vec![vec![b, heads, sq, sq]],
             vec![false],
         ),
