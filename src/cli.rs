@@ -342,7 +342,7 @@ struct CompileArgs {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     split: tessera_place::apply::SplitMode,
     /// With --split: offer only splits along these axes, comma-separated (`batch`, `columns`,
-    /// `rows`, `heads`, `hidden`, `vocab`, `channels`, `axis<N>`); for example
+    /// `rows`, `heads`, `hidden`, `vocab`, `channels`, `contracted`, `axis<N>`); for example
     /// `--split force --split-axes batch` is data parallelism, `columns,rows` Megatron-style
     /// tensor parallelism.
     #[arg(long, value_name = "AXES", value_delimiter = ',')]

@@ -832,6 +832,17 @@ fn graphs_split_along_every_rule_run_under_the_jit_and_match_onnxruntime() {
                 ] {
                     assert!(softmax.iter().any(|l| l.contains(op)), "{op}: {softmax:#?}");
                 }
+                // So is the first layer norm: its sums and its squared deviations' sums,
+                // each all-reduced.
+                let norm: Vec<&str> = placed
+                    .lines()
+                    .filter(|l| l.contains("loc(\"node_layer_norm\")"))
+                    .collect();
+                assert_eq!(
+                    norm.iter().filter(|l| l.contains("= all-reduce ")).count(),
+                    2,
+                    "{norm:#?}"
+                );
                 // The placed graph computes the same in the reference interpreter (the
                 // global view: collectives are the identity).
                 let (name, _, file) = m.inputs[0];
@@ -899,7 +910,8 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
         (&GPT2_TINY, "columns,rows,vocab"),
         // Attention by heads: of the graph with its fused QKV unfused.
         (&GPT2_TINY, "heads"),
-        // The softmax over its split axis: partial reductions and their collectives.
+        // Softmax and layer norm over their split axis: partial reductions and their
+        // collectives.
         (&GPT2_TINY, "hidden"),
         (&CNN, "channels"),
     ] {
@@ -997,4 +1009,11 @@ fn the_summary_and_explain_show_the_mesh_and_why_ops_split() {
         "{stderr}"
     );
     assert!(stderr.contains("(forced)"), "{stderr}");
+    // Alpa's intra-operator program as the strategy: every op on one group's mesh.
+    let out = ok(&mut gpt2_compile("gpu-8", &["--strategy", "intra-op"]));
+    assert!(
+        out.contains("intra-op chose intra-op for throughput"),
+        "{out}"
+    );
+    assert!(out.contains("mesh         @split = ["), "{out}");
 }

@@ -68,7 +68,11 @@ pub fn unfuse_split(graph: &mut Graph, stats: &mut Statistics) -> Result<bool, P
         .iter()
         .filter_map(|&o| matched(graph, o, &uses))
         .collect();
+    // New constants take fresh names, which their `const` ops' values take too.
     let mut names: BTreeSet<String> = graph.consts().map(|(_, c)| c.name.clone()).collect();
+    names.extend(
+        (0..graph.num_values()).filter_map(|i| graph.value(ValueId::from_index(i)).name.clone()),
+    );
     for f in &found {
         rewrite(graph, f, &mut names)?;
     }
@@ -156,12 +160,14 @@ fn matched(g: &Graph, split: OpId, uses: &BTreeMap<ValueId, usize>) -> Option<Fu
                 if wty.shape[column_axis].as_static() != Some(n) {
                     return None;
                 }
-                // A bias with the columns must be a constant to be cut.
-                if let Some(&c) = d.operands.get(2)
-                    && last_dim(g, c).is_some_and(|e| e > 1)
-                    && constant_of(g, c).is_none()
-                {
-                    return None;
+                // A bias broadcasts along the columns (rank 0, or a last extent of 1) and is
+                // shared, or has them (a constant, cut); a dynamic extent is neither known.
+                if let Some(&c) = d.operands.get(2) {
+                    let shared = g.ty(c).rank() == 0 || last_dim(g, c) == Some(1);
+                    let cut = last_dim(g, c) == Some(n) && constant_of(g, c).is_some();
+                    if !shared && !cut {
+                        return None;
+                    }
                 }
                 reshapes.reverse();
                 return Some(Fused {
@@ -257,7 +263,7 @@ fn rewrite(g: &mut Graph, f: &Fused, names: &mut BTreeSet<String>) -> Result<(),
         .operands
         .get(2)
         .copied()
-        .filter(|&c| last_dim(g, c).is_some_and(|e| e > 1))
+        .filter(|&c| g.ty(c).rank() > 0 && last_dim(g, c) != Some(1))
         .map(|b| {
             let c = constant_of(g, b).expect("matched a constant bias");
             (c, g.ty(b).rank() - 1)

@@ -1,5 +1,6 @@
 //! `unfuse-split` against the reference interpreter on random shapes: fused products (gemm or
-//! matmul, transposed or not, each kind of bias, with or without a reshape in between) split
+//! matmul, transposed or not, each kind of bias: none, `[N]`, `[1, N]`, `[M, N]` constants,
+//! an `[M, 1]` input; with or without a reshape in between) split
 //! into random pieces compute the same outputs after the rewrite, which must have happened.
 
 use proptest::prelude::*;
@@ -47,6 +48,11 @@ fn model(
                 ", %b"
             }
             3 => ", %c",
+            4 => {
+                consts += &format!("const @b : f32[{m}, {n}] = [{}]\n", values(m * n, 4));
+                body += &format!("  %b = const @b : f32[{m}, {n}]\n");
+                ", %b"
+            }
             _ => "",
         };
         format!(
@@ -93,7 +99,7 @@ proptest! {
         k in 1u64..5,
         pieces in prop::collection::vec(1u64..5, 2..4),
         trans_b in any::<bool>(),
-        bias in 0u8..4,
+        bias in 0u8..5,
         gemm in any::<bool>(),
         reshape in any::<bool>(),
         seed in 0u64..1000,

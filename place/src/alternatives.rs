@@ -22,7 +22,9 @@
 //! - `softmax`, `log-softmax`: any listed axis but the op's and, with partial reductions, the
 //!   op's own (each device the maximum and the sum of exponentials of its block, an
 //!   all-gather of the maxima and an all-reduce of the sums, charged in the op's time;
-//!   [`crate::apply`] writes the composition); `layer-norm`: one before its normalized axes;
+//!   [`crate::apply`] writes the composition); `layer-norm`: one before its normalized axes
+//!   and, with partial sums (two all-reduces: the sum, then the sum of squared deviations),
+//!   its first normalized axis, scale and bias split with it when they have it;
 //! - `transpose`: an axis and where the permutation takes it; `reshape`: an axis and the result
 //!   axis whose leading extents multiply to the same (the same contiguous blocks);
 //! - `split` and `concat`: an axis other than the op's. (Along the op's own axis each device
@@ -47,7 +49,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use tessera_ir::{Graph, Op, OpId, ValueId};
+use tessera_ir::{ElemType, Graph, Op, OpId, ValueId};
 
 use crate::problem::{DeviceGroup, Link};
 use crate::split::Layout;
@@ -67,10 +69,9 @@ pub struct Rule {
     pub outputs: Vec<Layout>,
     /// Whether each device does `1/k` of the work (else all of it: `replicated`).
     pub shares: bool,
-    /// Whether the op reduces along its split axis (softmax over it): each device reduces its
-    /// block and collectives combine the partial results (an all-gather of the maxima and an
-    /// all-reduce of the sums, which the op's time includes); [`crate::apply`] writes it out
-    /// as that composition.
+    /// Whether the op reduces along its split axis (softmax or layer norm over it): each
+    /// device reduces its block and collectives combine the partial results (their time is in
+    /// the op's); [`crate::apply`] writes it out as that composition.
     pub reduces: bool,
 }
 
@@ -222,6 +223,23 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
             // Scale and bias are over the normalized axes: they align with no earlier axis.
             for a in candidate_axes(r).into_iter().filter(|a| a < axis) {
                 out.extend(aligned(g, op, k, a));
+            }
+            // Over its first normalized axis: partial sums combined by collectives (f32 and
+            // f64, whose constants apply writes); a scale or bias with the whole normalized
+            // shape splits along it, one that broadcasts there is read whole.
+            let float = matches!(g.ty(res0).elem, ElemType::F32 | ElemType::F64);
+            if *axis < r && float && divides(k, res[*axis]) {
+                let mut ops = vec![s(*axis)];
+                for &p in &data.operands[1..] {
+                    ops.push(match dims(g, p) {
+                        Some(d) if d.len() == r - axis && d[0] == res[*axis] => s(0),
+                        _ => Layout::Replicated,
+                    });
+                }
+                out.push(Rule {
+                    reduces: true,
+                    ..one(&axis_name(*axis, r), ops, vec![s(*axis)])
+                });
             }
         }
         Op::MatMul => {

@@ -17,7 +17,9 @@
 //! A softmax (or log-softmax) split along its own axis is written out as its partial
 //! reductions ([`softmax_over_split_axis`]): each device the maxima of its block, an
 //! `all-gather` of them and their maximum, the exponentials against it, each device's partial
-//! sum and an `all-reduce` of the sums.
+//! sum and an `all-reduce` of the sums. A layer norm split along its first normalized axis
+//! likewise ([`layer_norm_over_split_axis`]): the sums, then the sums of squared deviations,
+//! each all-reduced.
 //!
 //! Each conversion is made once per value and layout, just before its first user, and every
 //! later user of that layout reads it. A value leaving the mesh (to an op placed whole, or as
@@ -195,12 +197,18 @@ pub fn apply_plan(
             let nv = conv.convert(graph, &mut out, v, from, want)?;
             graph.op_mut(op).operands[i] = nv;
         }
-        // A softmax split along its own axis: partial reductions and their collectives.
-        if let Op::Softmax { axis } | Op::LogSoftmax { axis } = graph.op(op).op
+        // A softmax or layer norm split along its (first) reduced axis: partial reductions
+        // and their collectives.
+        if let Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::LayerNorm { axis, .. } =
+            graph.op(op).op
             && wants.get(&op).and_then(|w| w.first()) == Some(&Layout::Split(axis as u32))
         {
             let old = graph.op(op).results[0];
-            let new = softmax_over_split_axis(graph, &mut out, op, k as u64, &conv.on_mesh);
+            let new = if matches!(graph.op(op).op, Op::LayerNorm { .. }) {
+                layer_norm_over_split_axis(graph, &mut out, op, &conv.on_mesh)?
+            } else {
+                softmax_over_split_axis(graph, &mut out, op, k as u64, &conv.on_mesh)
+            };
             graph.replace_all_uses(old, new);
             if let Some(name) = graph.value_mut(old).name.take() {
                 graph.set_name(new, name);
@@ -373,6 +381,94 @@ fn softmax_over_split_axis(
         result,
         true,
     )
+}
+
+/// Layer norm `op` over axes `a..` of `x`, split along `a` (its scale and bias as the plan
+/// reads them), as partial sums on the mesh `on_mesh` (ops appended to `out`; returns the
+/// result, split along `a`): `mean = all-reduce(reduce-sum(x)) / n`, `d = x - mean`,
+/// `var = all-reduce(reduce-sum(d * d)) / n`, `d / sqrt(var + epsilon) * scale + bias`.
+fn layer_norm_over_split_axis(
+    g: &mut Graph,
+    out: &mut Vec<OpId>,
+    op: OpId,
+    on_mesh: &str,
+) -> Result<ValueId, ApplyError> {
+    let data = g.op(op).clone();
+    let Op::LayerNorm { axis: a, epsilon } = data.op else {
+        unreachable!("a layer norm");
+    };
+    let x = data.operands[0];
+    let ty = g.ty(x).clone();
+    let axes: Vec<usize> = (a..ty.rank()).collect();
+    let n: u64 = ty.shape[a..]
+        .iter()
+        .map(|d| d.as_static().unwrap_or(1))
+        .product();
+    let mut reduced = ty.clone();
+    for d in &mut reduced.shape[a..] {
+        *d = Dim::Static(1);
+    }
+    let scalar = TensorType::new(ty.elem, Vec::new());
+    let bytes = |v: f64| -> Result<Vec<u8>, ApplyError> {
+        match ty.elem {
+            tessera_ir::ElemType::F32 => Ok((v as f32).to_le_bytes().to_vec()),
+            tessera_ir::ElemType::F64 => Ok(v.to_le_bytes().to_vec()),
+            e => Err(ApplyError::Mismatch(format!(
+                "layer norm {op} of {e}: split along its normalized axis only for f32 and f64"
+            ))),
+        }
+    };
+    let loc = data.loc.clone().unwrap_or_else(|| format!("{op}"));
+    let constant = |g: &mut Graph, out: &mut Vec<OpId>, what: &str, v: f64| {
+        let name = unique_const_name(g, format!("{loc}.{what}"));
+        let c = g.add_const(Constant {
+            name: name.clone(),
+            ty: scalar.clone(),
+            data: bytes(v)?.into(),
+        });
+        let id = g.create_detached_op(Op::Const(c), Vec::new(), vec![scalar.clone()]);
+        out.push(id);
+        let r = g.op(id).results[0];
+        g.set_name(r, name);
+        Ok::<_, ApplyError>(r)
+    };
+    let inv_n = constant(g, out, "inv_n", 1.0 / n as f64)?;
+    let eps = constant(g, out, "epsilon", epsilon)?;
+    let mut push = |g: &mut Graph, op: Op, operands: Vec<ValueId>, split: bool| {
+        let t = if split { ty.clone() } else { reduced.clone() };
+        let id = g.create_detached_op(op, operands, vec![t]);
+        g.op_mut(id).device = Some(on_mesh.to_string());
+        g.op_mut(id).loc = data.loc.clone();
+        let r = g.op(id).results[0];
+        if split {
+            g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a as u32));
+        }
+        out.push(id);
+        r
+    };
+    let sum = |axes: &[usize]| Op::Reduce {
+        kind: ReduceKind::Sum,
+        axes: axes.to_vec(),
+        keep_dims: true,
+    };
+    let bin = Op::Binary;
+    // Each device's sum of its block: a partial sum of the whole, typed whole.
+    let part = push(g, sum(&axes), vec![x], false);
+    let total = push(g, Op::AllReduce { axes: vec![0] }, vec![part], false);
+    let mean = push(g, bin(BinaryOp::Mul), vec![total, inv_n], false);
+    let d = push(g, bin(BinaryOp::Sub), vec![x, mean], true);
+    let sq = push(g, bin(BinaryOp::Mul), vec![d, d], true);
+    let part = push(g, sum(&axes), vec![sq], false);
+    let total = push(g, Op::AllReduce { axes: vec![0] }, vec![part], false);
+    let var = push(g, bin(BinaryOp::Mul), vec![total, inv_n], false);
+    let var = push(g, bin(BinaryOp::Add), vec![var, eps], false);
+    let sd = push(g, Op::Unary(UnaryOp::Sqrt), vec![var], false);
+    let y = push(g, bin(BinaryOp::Div), vec![d, sd], true);
+    let mut y = push(g, bin(BinaryOp::Mul), vec![y, data.operands[1]], true);
+    if let Some(&b) = data.operands.get(2) {
+        y = push(g, bin(BinaryOp::Add), vec![y, b], true);
+    }
+    Ok(y)
 }
 
 /// The sharding of a rank-`rank` value split along tensor axis `axis` over the one mesh axis.

@@ -326,9 +326,10 @@ fn split_specs(
     Ok(out)
 }
 
-/// Seconds of the collectives that combine a softmax's partial reductions over its split
-/// axis on the devices `members` (`k` of them, ring order): an all-gather of the `k` blocks'
-/// maxima and an all-reduce of the sums, each the size of the result with that axis reduced.
+/// Seconds of the collectives that combine an op's partial reductions over its split axis on
+/// the devices `members` (`k` of them, ring order), each the size of the result with the
+/// reduced axes reduced: a softmax's all-gather of the `k` blocks' maxima and all-reduce of
+/// the sums; a layer norm's two all-reduces (sums, then sums of squared deviations).
 fn reduction_collectives(
     graph: &Graph,
     op: OpId,
@@ -338,18 +339,17 @@ fn reduction_collectives(
     describe: &dyn Fn() -> String,
 ) -> Result<f64, BuildError> {
     let data = graph.op(op);
-    let (Op::Softmax { axis } | Op::LogSoftmax { axis }) = data.op else {
-        return Ok(0.0);
+    let (axes, layer_norm) = match data.op {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => (axis..axis + 1, false),
+        Op::LayerNorm { axis, .. } => (axis..graph.ty(data.results[0]).rank(), true),
+        _ => return Ok(0.0),
     };
     let result = bytes_of(graph, data.results[0], describe)?;
-    let extent = graph
-        .ty(data.results[0])
-        .shape
-        .get(axis)
-        .and_then(tessera_ir::Dim::as_static)
-        .unwrap_or(1)
-        .max(1);
-    let reduced = (result / extent) as f64;
+    let extent: u64 = graph.ty(data.results[0]).shape[axes]
+        .iter()
+        .map(|d| d.as_static().unwrap_or(1))
+        .product();
+    let reduced = (result / extent.max(1)) as f64;
     let ring: Vec<usize> = members
         .iter()
         .filter_map(|m| cost.spec().devices.iter().position(|d| &d.name == m))
@@ -358,10 +358,13 @@ fn reduction_collectives(
         op: describe(),
         message: e.to_string(),
     };
+    let sum = cost.all_reduce_time(&ring, reduced).map_err(err)?;
+    if layer_norm {
+        return Ok(2.0 * sum);
+    }
     let gather = cost
         .all_gather_time(&ring, reduced * k as f64)
         .map_err(err)?;
-    let sum = cost.all_reduce_time(&ring, reduced).map_err(err)?;
     Ok(gather + sum)
 }
 

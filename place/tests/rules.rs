@@ -84,7 +84,12 @@ fn check(
     full: &[Tensor],
 ) -> Result<(), String> {
     if rule.reduces {
-        return check_partial_softmax(case, rule, k, inputs, full);
+        return match case.op {
+            Op::LayerNorm { axis, epsilon } => {
+                check_partial_layer_norm(rule, axis, epsilon, k, inputs, full)
+            }
+            _ => check_partial_softmax(case, rule, k, inputs, full),
+        };
     }
     let mut outs: Vec<Vec<ArrayD<f32>>> = vec![Vec::new(); full.len()];
     for i in 0..k {
@@ -201,6 +206,53 @@ fn check_partial_softmax(
                 b - &big_m - sum.mapv(f32::ln)
             } else {
                 e / &sum
+            }
+        })
+        .collect();
+    close(&cat(&parts, axis), &array(&full[0]))
+}
+
+/// A layer norm split along its first normalized axis (the last here): each device sums its
+/// block, the sums are added (the mean), each sums its squared deviations from the mean, those
+/// are added (the variance), and each normalizes its block with its blocks of scale and bias.
+fn check_partial_layer_norm(
+    rule: &Rule,
+    axis: usize,
+    epsilon: f64,
+    k: usize,
+    inputs: &[Tensor],
+    full: &[Tensor],
+) -> Result<(), String> {
+    let x = array(&inputs[0]);
+    if axis + 1 != x.ndim() || rule.operands[0] != Layout::Split(axis as u32) {
+        return Err(format!("layouts {:?} -> {:?}", rule.operands, rule.outputs));
+    }
+    let n = x.shape()[axis] as f32;
+    let blocks: Vec<ArrayD<f32>> = (0..k).map(|i| block(&x, axis, i, k)).collect();
+    let local = |i: usize, j: usize| match rule.operands[j] {
+        Layout::Split(0) => block(&array(&inputs[j]), 0, i, k),
+        _ => array(&inputs[j]),
+    };
+    let total = |parts: Vec<ArrayD<f32>>| {
+        parts
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .expect("k > 0")
+            .insert_axis(Axis(axis))
+    };
+    let mean = total(blocks.iter().map(|b| b.sum_axis(Axis(axis))).collect()) / n;
+    let devs: Vec<ArrayD<f32>> = blocks.iter().map(|b| b - &mean).collect();
+    let var = total(devs.iter().map(|d| (d * d).sum_axis(Axis(axis))).collect()) / n;
+    let sd = var.mapv(|v| (v + epsilon as f32).sqrt());
+    let parts: Vec<ArrayD<f32>> = devs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let y = d / &sd * &local(i, 1);
+            if inputs.len() > 2 {
+                y + &local(i, 2)
+            } else {
+                y
             }
         })
         .collect();

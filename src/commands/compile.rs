@@ -346,10 +346,14 @@ pub fn compile(
     // and, when splitting is asked, one per device group (a graph has one device mesh).
     let mut variants: Vec<(Built, Instance)> = Vec::new();
     // The strategies that choose splits; the others place ops whole.
-    let splitting = matches!(settings.strategy, "auto" | "split" | "exhaustive");
+    let splitting = matches!(
+        settings.strategy,
+        "auto" | "split" | "exhaustive" | "intra-op"
+    );
     if settings.split == SplitMode::Force && !splitting {
         bail!(
-            "--split force: strategy `{}` places ops whole; use auto, split or exhaustive",
+            "--split force: strategy `{}` places ops whole; use auto, split, intra-op or \
+             exhaustive",
             settings.strategy
         );
     }
@@ -366,14 +370,20 @@ pub fn compile(
     let unfused = if split != SplitMode::Off || settings.split_alternatives {
         let mut g = graph.clone();
         let mut stats = tessera_passes::Statistics::default();
-        tessera_passes::unfuse_split(&mut g, &mut stats)?.then_some(g)
+        // An optional rewrite: a graph it cannot rewrite is split as it came.
+        let unfused = tessera_passes::unfuse_split(&mut g, &mut stats).unwrap_or(false);
+        (unfused && tessera_ir::verify::verify(&g).is_ok()).then_some(g)
     } else {
         None
     };
     if let Some(path) = settings.emit_problem {
         let json = if settings.split_alternatives {
             let options = tessera_place::build::BuildOptions { splits: true };
-            let g = unfused.as_ref().unwrap_or(&graph);
+            // The graph compile splits: unfused when it splits at all.
+            let g = unfused
+                .as_ref()
+                .filter(|_| split != SplitMode::Off)
+                .unwrap_or(&graph);
             tessera_place::build::build_with(g, &cost, &options)?
                 .problem
                 .to_json()
@@ -406,8 +416,11 @@ pub fn compile(
     // problem without splits).
     let mut graph_index: Vec<usize> = vec![0; variants.len()];
     // The problems with every group's alternatives: their choices include every split
-    // problem's, so the least of their bounds (and the plain problem's) holds for them all.
+    // problem's of their graph (the first's also the plain problem's), so the least of their
+    // bounds holds for them all; when the first graph's cannot be made, the plain problem
+    // is bounded on its own.
     let mut bound_insts: Vec<Instance> = Vec::new();
+    let mut first_graph_bounded = false;
     let mut offered: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut any_group = false;
     let mut split_problems = 0;
@@ -423,6 +436,7 @@ pub fn compile(
             Err(e) => return Err(e),
         };
         let problems = one_group_problems(&full, split, settings.split_axes);
+        first_graph_bounded |= gi == 0;
         bound_insts.push(full);
         any_group |= !with_splits.problem.groups.is_empty();
         offered.extend(
@@ -499,11 +513,15 @@ pub fn compile(
     // of the problems with every group's alternatives, one per graph: every problem searched
     // chooses among one of theirs (the plain problem among the first's).
     let mut bound: Option<tessera_place::bound::LowerBound> = None;
-    let bounded: Vec<&Instance> = if bound_insts.is_empty() {
-        vec![&variants[0].1]
-    } else {
-        bound_insts.iter().collect()
-    };
+    let mut bounded: Vec<&Instance> = bound_insts.iter().collect();
+    if !first_graph_bounded
+        && let Some((_, plain)) = variants.iter().find(|(b, _)| b.problem.groups.is_empty())
+    {
+        bounded.push(plain);
+    }
+    if bounded.is_empty() {
+        bounded.push(&variants[0].1);
+    }
     for inst in bounded {
         let b = lower_bound(inst, settings.objective)?;
         if bound.as_ref().is_none_or(|x| b.value < x.value) {
@@ -698,7 +716,7 @@ fn search_variants(
         let split = !built.problem.groups.is_empty();
         if split || strategy != "auto" {
             let name = match (split, strategy) {
-                (true, "exhaustive") | (false, _) => strategy,
+                (true, "exhaustive" | "intra-op") | (false, _) => strategy,
                 (true, _) => "split",
             };
             tessera_place::strategy::run(name, inst, opts).map(|(sol, chosen, att)| {

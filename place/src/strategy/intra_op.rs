@@ -7,8 +7,9 @@
 //! [`crate::eval::evaluate`] scores best):
 //! - units (colocation groups) with options on `g` choose one: `x[u][i]` binary,
 //!   `sum_i x[u][i] = 1`; a unit with no option there (an input or output pinned to the host,
-//!   an op no group device runs) is fixed where it runs fastest whole, as in `split`'s
-//!   everything-on-one-group start;
+//!   an op no group device runs) is fixed to its fastest option (a device, or a split over
+//!   another group); a colocated unit has one option per group (its members' fastest
+//!   alternatives there), so it is fixed too;
 //! - a unit's cost: its ops' durations under the option (the slowest group device's share);
 //! - between two units with edges, the reshard cost of each pair of options: `C[i][j]`, the
 //!   sum over the edges of [`crate::split::comm_time`] of [`crate::split::reshard`] (a fixed
@@ -36,8 +37,9 @@ use crate::split::{comm_time, in_layout, out_layout, reshard};
 use crate::strategy::split::unit_options;
 use crate::strategy::{Solution, SolveOptions, better, units};
 
-/// The most variables (`x` and `y`) one group's program may have.
-pub const MAX_VARS: usize = 200_000;
+/// The most variables (`x` and `y`) one group's program may have (the benchmark models
+/// need at most 5,524; microlp's work grows faster than the variables).
+pub const MAX_VARS: usize = 50_000;
 /// The most branch-and-bound nodes per program (a deterministic work limit).
 pub const NODE_LIMIT: u64 = 200;
 
@@ -250,6 +252,7 @@ pub fn on_group(inst: &Instance, g: usize) -> Result<IntraOp, ProblemError> {
     // Memory on each group device.
     let cmax = inst.capacity.iter().copied().max().unwrap_or(0) as f64;
     let mscale = if cmax > 0.0 { 1.0 / cmax } else { 1.0 };
+    let mut short_of_memory = false;
     for &k in &inst.place_devices[place] {
         let mut fixed = 0u64;
         let mut terms = Vec::new();
@@ -276,8 +279,37 @@ pub fn on_group(inst: &Instance, g: usize) -> Result<IntraOp, ProblemError> {
                 None => fixed = fixed.saturating_add(bytes(&c.options[0])),
             }
         }
-        let room = inst.capacity[k] as f64 - fixed as f64;
+        let room = inst.capacity[k] as f64 - fixed as f64 - inst.base_memory[k] as f64;
+        short_of_memory |= room < 0.0;
         lp.add_constraint(terms, ComparisonOp::Le, room * mscale);
+    }
+    if vars == 0 {
+        // Nothing to choose: every unit has one option (memory as the rows above say).
+        if short_of_memory {
+            return Err(ProblemError::Infeasible(format!(
+                "intra-op: no choice of alternatives on group {} fits its devices' memory",
+                inst.problem.groups[g].name
+            )));
+        }
+        let mut assign = vec![0usize; inst.n];
+        for (u, c) in choices.iter().enumerate() {
+            for (&o, &x) in us[u].iter().zip(&c.options[0]) {
+                assign[o] = x;
+            }
+        }
+        let objective = constant + choices.iter().map(|c| c.cost[0]).sum::<f64>();
+        if let Some(why) = violation(inst, &assign) {
+            return Err(ProblemError::Unsolved(format!(
+                "intra-op: the program's one plan on group {} is not feasible ({why})",
+                inst.problem.groups[g].name
+            )));
+        }
+        return Ok(IntraOp {
+            assign,
+            objective,
+            optimal: true,
+            vars,
+        });
     }
     let mut options = MipOptions::default();
     options.node_limit = Some(NODE_LIMIT);
