@@ -13,8 +13,9 @@
 //! - `Megatron TP`: every op on the group of all devices of the most numerous kind, each
 //!   taking, in op order, the alternative that reads its operands as they arrive (a matmul or
 //!   gemm by rows after a split input, else by columns; the embedding by vocabulary; attention
-//!   by heads), else the replicated one; inputs and outputs on the host; of the graph with
-//!   fused projections unfused (`unfuse-split`), as Megatron-LM splits query, key and value;
+//!   by heads; softmax by heads, layer norm replicated), else the replicated one; inputs and
+//!   outputs on the host; of the graph with fused projections unfused (`unfuse-split`), as
+//!   Megatron-LM splits query, key and value;
 //! - `tessera`: compile (`--split auto`), with the number of ops split (not counting ops
 //!   replicated over the mesh), its lower bound (valid for every plan, split or not), the gap
 //!   of the simulated value to it and the whole compile's time (placement and the
@@ -72,6 +73,20 @@ fn megatron(inst: &Instance) -> Option<Vec<usize>> {
         };
         let spec = &inst.problem.ops[o].splits;
         let named = |name: &str| here.iter().copied().find(|&a| spec[a].axis == name);
+        // Megatron-LM splits attention's softmax by heads and replicates layer norms: no
+        // partial reductions.
+        let normalizes = matches!(
+            inst.problem.ops[o].kind.as_str(),
+            "softmax" | "log-softmax" | "layer-norm"
+        );
+        if normalizes {
+            let pick = named("heads")
+                .filter(|&a| as_arrives(a))
+                .or_else(|| named(REPLICATED))
+                .unwrap_or(here[0]);
+            assign[o] = inst.d + pick;
+            continue;
+        }
         let preferred = [
             named("rows"),
             named("columns"),

@@ -6,10 +6,10 @@
 //! **The method, by measurement** (`benches/intra_op.rs`, `benches/intra-op-results.md`: 203
 //! split problems of the benchmark models per objective, 150 where every op fits the group):
 //! the program alone (every op on the group, Alpa's stage) is worse than the local search on
-//! every problem for throughput and on 146 of 150 for latency (it cannot pipeline ops over
-//! the other devices), but on 4 latency problems it is better (GPT-2 small on `mcm-ring4`'s
+//! every problem for throughput and on 147 of 150 for latency (it cannot pipeline ops over
+//! the other devices), but on 3 latency problems it is better (GPT-2 small on `mcm-ring4`'s
 //! four accelerators: 680.1 us against 841.8 us); as the search's last start it improves 2
-//! throughput and 12 latency problems and, being last, never makes one worse, for at most
+//! throughput and 11 latency problems and, being last, never makes one worse, for at most
 //! 0.15 s of solving. So: local search, with the program's plan per group as its last start.
 //!
 //! 1. Starts: the best device-only plan (`local`'s, when every op fits some device whole),
