@@ -282,15 +282,8 @@ fn softmax_over_split_axis(
         TensorType::new(ty.elem, shape)
     };
     let mut push = |g: &mut Graph, op: Op, operands: Vec<ValueId>, ty: TensorType, split: bool| {
-        let id = g.create_detached_op(op, operands, vec![ty]);
-        g.op_mut(id).device = Some(on_mesh.to_string());
-        g.op_mut(id).loc = data.loc.clone();
-        let r = g.op(id).results[0];
-        if split {
-            g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a as u32));
-        }
-        out.push(id);
-        r
+        let split = split.then_some(a as u32);
+        mesh_op(g, out, (op, operands, ty), split, on_mesh, &data.loc)
     };
     let blocks = with(&[k, n / k]);
     let shape = |t: &TensorType| t.shape.clone();
@@ -383,6 +376,27 @@ fn softmax_over_split_axis(
     )
 }
 
+/// Appends op `op` of `operands` and one result of type `ty` to `out`, on the mesh `on_mesh`
+/// with location `loc`, its result split along `split` (whole when `None`); returns it.
+fn mesh_op(
+    g: &mut Graph,
+    out: &mut Vec<OpId>,
+    (op, operands, ty): (Op, Vec<ValueId>, TensorType),
+    split: Option<u32>,
+    on_mesh: &str,
+    loc: &Option<String>,
+) -> ValueId {
+    let id = g.create_detached_op(op, operands, vec![ty]);
+    g.op_mut(id).device = Some(on_mesh.to_string());
+    g.op_mut(id).loc = loc.clone();
+    let r = g.op(id).results[0];
+    if let Some(a) = split {
+        g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a));
+    }
+    out.push(id);
+    r
+}
+
 /// Layer norm `op` over axes `a..` of `x`, split along `a` (its scale and bias as the plan
 /// reads them), as partial sums on the mesh `on_mesh` (ops appended to `out`; returns the
 /// result, split along `a`): `mean = all-reduce(reduce-sum(x)) / n`, `d = x - mean`,
@@ -436,15 +450,8 @@ fn layer_norm_over_split_axis(
     let eps = constant(g, out, "epsilon", epsilon)?;
     let mut push = |g: &mut Graph, op: Op, operands: Vec<ValueId>, split: bool| {
         let t = if split { ty.clone() } else { reduced.clone() };
-        let id = g.create_detached_op(op, operands, vec![t]);
-        g.op_mut(id).device = Some(on_mesh.to_string());
-        g.op_mut(id).loc = data.loc.clone();
-        let r = g.op(id).results[0];
-        if split {
-            g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), a as u32));
-        }
-        out.push(id);
-        r
+        let split = split.then_some(a as u32);
+        mesh_op(g, out, (op, operands, t), split, on_mesh, &data.loc)
     };
     let sum = |axes: &[usize]| Op::Reduce {
         kind: ReduceKind::Sum,

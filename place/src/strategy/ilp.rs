@@ -269,26 +269,13 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
     for c in chan {
         lp.add_constraint(c, ComparisonOp::Le, 0.0);
     }
-    let mut options = MipOptions::default();
-    options.node_limit = Some(NODE_LIMIT);
-    // microlp is a third-party solver: a panic inside it (an assertion on its numerics) must
-    // not take the process down. The inputs are validated (finite, in the ranges of
-    // `tessera_targets::limits`), so this is the last line of defence, not a code path; the
-    // model is dropped whatever happens, so no broken state is observed after an unwind.
-    let solved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.solve_with(options)));
-    let outcome = match solved {
-        Ok(Ok(o)) => o,
-        Ok(Err(microlp::Error::Infeasible)) => {
+    let outcome = match solve_mip(&lp, NODE_LIMIT, "ilp")? {
+        Some(o) => o,
+        None => {
             return Err(ProblemError::Infeasible(
                 "ilp: no assignment fits the devices' memory (received tensors included) \
                  while keeping every producer and consumer on devices a route connects"
                     .into(),
-            ));
-        }
-        Ok(Err(e)) => return Err(ProblemError::Unsolved(format!("ilp: solver failed: {e}"))),
-        Err(_) => {
-            return Err(ProblemError::Unsolved(
-                "ilp: the solver (microlp) failed internally on this problem".into(),
             ));
         }
     };
@@ -318,4 +305,28 @@ pub fn solve(inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemEr
         )));
     }
     Ok(Solution::in_problem_order(inst, assign))
+}
+
+/// Solves `lp` with microlp within `node_limit` branch-and-bound nodes; `None` when it is
+/// infeasible. `who` names the strategy in errors.
+///
+/// microlp is a third-party solver: a panic inside it (an assertion on its numerics) must
+/// not take the process down. The inputs are validated (finite, in the ranges of
+/// `tessera_targets::limits`), so this is the last line of defence, not a code path; the
+/// model is dropped whatever happens, so no broken state is observed after an unwind.
+pub(crate) fn solve_mip(
+    lp: &Problem,
+    node_limit: u64,
+    who: &str,
+) -> Result<Option<microlp::SolveOutcome>, ProblemError> {
+    let mut options = MipOptions::default();
+    options.node_limit = Some(node_limit);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.solve_with(options))) {
+        Ok(Ok(o)) => Ok(Some(o)),
+        Ok(Err(microlp::Error::Infeasible)) => Ok(None),
+        Ok(Err(e)) => Err(ProblemError::Unsolved(format!("{who}: solver failed: {e}"))),
+        Err(_) => Err(ProblemError::Unsolved(format!(
+            "{who}: the solver (microlp) failed internally on this problem"
+        ))),
+    }
 }

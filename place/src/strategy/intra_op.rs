@@ -29,7 +29,7 @@
 //! [`NODE_LIMIT`] nodes and [`MAX_VARS`] variables; the incumbent at the node limit is taken
 //! and [`IntraOp::optimal`] says whether it is proven.
 
-use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions as MipOptions, Variable};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 
 use crate::eval::violation;
 use crate::problem::{Instance, ProblemError};
@@ -311,28 +311,11 @@ pub fn on_group(inst: &Instance, g: usize) -> Result<IntraOp, ProblemError> {
             vars,
         });
     }
-    let mut options = MipOptions::default();
-    options.node_limit = Some(NODE_LIMIT);
-    // A panic inside the third-party solver must not take the process down (see `ilp`).
-    let solved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.solve_with(options)));
-    let outcome = match solved {
-        Ok(Ok(o)) => o,
-        Ok(Err(microlp::Error::Infeasible)) => {
-            return Err(ProblemError::Infeasible(format!(
-                "intra-op: no choice of alternatives on group {} fits its devices' memory",
-                inst.problem.groups[g].name
-            )));
-        }
-        Ok(Err(e)) => {
-            return Err(ProblemError::Unsolved(format!(
-                "intra-op: solver failed: {e}"
-            )));
-        }
-        Err(_) => {
-            return Err(ProblemError::Unsolved(
-                "intra-op: the solver (microlp) failed internally on this problem".into(),
-            ));
-        }
+    let Some(outcome) = super::ilp::solve_mip(&lp, NODE_LIMIT, "intra-op")? else {
+        return Err(ProblemError::Infeasible(format!(
+            "intra-op: no choice of alternatives on group {} fits its devices' memory",
+            inst.problem.groups[g].name
+        )));
     };
     let optimal = outcome.is_optimal();
     let Some(sol) = outcome.solution() else {
@@ -340,29 +323,26 @@ pub fn on_group(inst: &Instance, g: usize) -> Result<IntraOp, ProblemError> {
             "intra-op: no integer solution within {NODE_LIMIT} branch-and-bound nodes"
         )));
     };
-    let mut assign = vec![0usize; inst.n];
-    let mut objective = constant;
-    for (u, c) in choices.iter().enumerate() {
-        let i = match &c.vars {
+    // Each unit's option: its largest `x` (one-hot at an integer solution).
+    let picked: Vec<usize> = choices
+        .iter()
+        .map(|c| match &c.vars {
             Some(xs) => (0..xs.len())
                 .max_by(|&a, &b| sol.var_value(xs[a]).total_cmp(&sol.var_value(xs[b])))
                 .unwrap_or(0),
             None => 0,
-        };
-        for (&o, &x) in us[u].iter().zip(&c.options[i]) {
+        })
+        .collect();
+    let mut assign = vec![0usize; inst.n];
+    let mut objective = constant;
+    for (u, c) in choices.iter().enumerate() {
+        for (&o, &x) in us[u].iter().zip(&c.options[picked[u]]) {
             assign[o] = x;
         }
-        objective += c.cost[i];
+        objective += c.cost[picked[u]];
     }
     for (a, b, m) in &free_pairs {
-        let pick = |u: usize| {
-            let c = &choices[u];
-            let xs = c.vars.as_ref().expect("free");
-            (0..xs.len())
-                .max_by(|&p, &q| sol.var_value(xs[p]).total_cmp(&sol.var_value(xs[q])))
-                .unwrap_or(0)
-        };
-        objective += m[pick(*a)][pick(*b)];
+        objective += m[picked[*a]][picked[*b]];
     }
     if let Some(why) = violation(inst, &assign) {
         return Err(ProblemError::Unsolved(format!(
