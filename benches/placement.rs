@@ -163,7 +163,8 @@ fn simulate_plan(
     apply_order(&mut g, built, &rank_order(inst, assign));
     let devices =
         tessera_targets::placement_from_graph(&g, cost.spec(), None).map_err(|e| e.to_string())?;
-    let r = simulate(&g, cost, &devices, &SimOptions { samples: 8 }).map_err(|e| e.to_string())?;
+    let r = simulate(&g, cost, &devices, &SimOptions { samples: Some(8) })
+        .map_err(|e| e.to_string())?;
     Ok((r.throughput, r.latency))
 }
 
@@ -205,7 +206,13 @@ fn model_table(targets: &[TargetSpec]) -> String {
             let start = Instant::now();
             // tessera's plan as `tessera compile` makes it: `auto`, then the model's best few
             // plans simulated, the simulator's best kept.
-            let compiled = compile(graph.clone(), target, None, 8, &PlaceSettings::default());
+            let compiled = compile(
+                graph.clone(),
+                target,
+                None,
+                Some(8),
+                &PlaceSettings::default(),
+            );
             let solve = start.elapsed().as_secs_f64();
             let (ours, chosen, gap) = match &compiled {
                 Ok(c) => (

@@ -36,8 +36,8 @@ use tessera_place::split::{Layout, in_layout, out_layout};
 use tessera_place::{Instance, Objective};
 use tessera_targets::{CostModel, Target, TargetSpec};
 
-/// Samples in each simulated stream (compile's default).
-const SAMPLES: usize = 8;
+/// Samples in each simulated stream: compile's default, as many as the steady state needs.
+const SAMPLES: Option<usize> = None;
 
 /// The Megatron-style plan (see the module doc), or `None` without a group.
 fn megatron(inst: &Instance) -> Option<Vec<usize>> {

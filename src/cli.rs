@@ -314,9 +314,10 @@ struct CompileArgs {
     /// A calibration file of measured op times that override the roofline (see the README).
     #[arg(long, value_name = "FILE.toml")]
     calibration: Option<PathBuf>,
-    /// Samples in the simulated stream that measures throughput.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    samples: u64,
+    /// Samples in the simulated stream that measures throughput: a number from 1 to 4096,
+    /// or `auto`, as many as the steady state needs (16 per sample in flight, 8 to 512).
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_samples)]
+    samples: Samples,
     /// Write the per-device MLIR, manifest.json, weights.safetensors, placed.tir, summary.txt
     /// and plan.json to DIR (created if needed).
     #[arg(short, long, value_name = "DIR")]
@@ -587,6 +588,29 @@ struct RunArgs {
 }
 
 /// A placement strategy's name, checked at parse time like `--objective` (exit 2).
+/// `--samples`: a stream length, or 0 for `auto`.
+#[derive(Clone, Copy, Debug)]
+struct Samples(u16);
+
+impl Samples {
+    /// The stream length, `None` for `auto`.
+    fn get(self) -> Option<usize> {
+        (self.0 > 0).then_some(usize::from(self.0))
+    }
+}
+
+fn parse_samples(s: &str) -> Result<Samples, String> {
+    if s == "auto" {
+        return Ok(Samples(0));
+    }
+    match s.parse::<u16>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(Samples(n)),
+        _ => Err(format!(
+            "`{s}` is not a stream length (expected a number from 1 to 4096, or `auto`)"
+        )),
+    }
+}
+
 fn parse_strategy(s: &str) -> Result<String, String> {
     let names: Vec<&str> = tessera_place::STRATEGIES.iter().map(|(n, _)| *n).collect();
     if names.contains(&s) {
@@ -667,7 +691,7 @@ pub fn main_named(name: &str) -> ExitCode {
                 target_path: &a.target_path,
                 passes: &a.passes,
                 calibration: a.calibration.as_deref(),
-                samples: a.samples as usize,
+                samples: a.samples.get(),
                 output: a.output.as_deref(),
                 shapes: &a.shapes.input_shapes,
                 flags: &a.flags,

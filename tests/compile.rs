@@ -124,7 +124,8 @@ latency = 1e-4
         "m.tir",
         "graph @g(%x: f32[1000]) {\n  %0 = relu %x : f32[1000] device(\"a\")\n  %1 = relu %0 : f32[1000] device(\"b\")\n  return %1\n}\n",
     );
-    // The two-stage pipeline of the simulator's tests: latency 3.7 ms, period 1.1 ms.
+    // The two-stage pipeline of the simulator's tests: latency 3.7 ms, period 1.1 ms; a
+    // stream of 16 samples per sample in flight (3.7 / 1.1, rounded up: 4) measures it.
     let out = ok(tessera()
         .arg("compile")
         .arg(&model)
@@ -132,7 +133,7 @@ latency = 1e-4
         .arg(&board));
     assert!(out.contains("latency      3.700 ms\n"), "{out}");
     assert!(
-        out.contains("(1 / the period 1.100 ms, measured over 8 samples; ")
+        out.contains("(1 / the period 1.100 ms, measured over 64 samples; ")
             && out.contains("busiest      a -> b: busy 1.100 ms per sample"),
         "{out}"
     );
@@ -140,6 +141,34 @@ latency = 1e-4
         out.contains("; 2 ops pinned by device annotations\n"),
         "{out}"
     );
+    // A stream of the length asked for; lengths out of range are refused.
+    let out = ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .args(["--samples", "5", "--target"])
+        .arg(&board));
+    assert!(
+        out.contains("(1 / the period 1.100 ms, measured over 5 samples; "),
+        "{out}"
+    );
+    for bad in ["0", "4097", "many"] {
+        // A usage error (exit code 2), found while parsing.
+        let out = tessera()
+            .arg("compile")
+            .arg(&model)
+            .args(["--samples", bad, "--target"])
+            .arg(&board)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "`{bad}` is not a stream length (expected a number from 1 to 4096, or `auto`)"
+            )),
+            "{err}"
+        );
+    }
     // A measured relu on b of 5 ms makes b the bottleneck.
     let cal = write(
         dir.path(),
@@ -663,8 +692,9 @@ fn an_emitted_problem_replays_to_the_plan_compile_wrote() {
     let auto = fs::read_to_string(dir.path().join("auto/plan.json")).expect("plan.json");
     assert!(
         auto.contains(
-            "\"selected_by\": \"simulation (8 samples) of the 10 best plans by the model (its \
-             best without splits and its best over each device group);"
+            "\"selected_by\": \"simulation (streams long enough for the steady state) of the \
+             10 best plans by the model (its best without splits and its best over each device \
+             group);"
         ),
         "{auto}"
     );

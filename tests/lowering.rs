@@ -87,7 +87,7 @@ fn models_on(target_name: &str) {
             origin,
         )
         .unwrap_or_else(|e| panic!("{what}: passes: {e:#}"));
-        let c = compile(g, &*target, None, 2, &PlaceSettings::default())
+        let c = compile(g, &*target, None, Some(2), &PlaceSettings::default())
             .unwrap_or_else(|e| panic!("{what}: compile: {e:#}"));
         let program = lower_graph(&c.graph, target.spec(), origin, true)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));

@@ -28,7 +28,7 @@ fn every_model_on_every_builtin_target_places_feasibly_and_computes_the_same() {
                     objective,
                     ..PlaceSettings::default()
                 };
-                let c = compile(graph.clone(), target, None, 2, &settings)
+                let c = compile(graph.clone(), target, None, Some(2), &settings)
                     .unwrap_or_else(|e| panic!("{what}: {e:#}"));
                 let plan = &c.plan;
                 assert!(plan.value.is_finite() && plan.value >= 0.0, "{what}");

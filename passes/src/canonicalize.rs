@@ -3,7 +3,13 @@
 //!
 //! - **Folding**: an op whose operands are all constants and whose results are small (at
 //!   most `fold-limit` elements each) is evaluated with the reference interpreter and
-//!   replaced by constants.
+//!   replaced by constants. With `fold-moves` (on by default), so is an op that only moves
+//!   or converts data (reshape, transpose, slice, concat, split, gather, depth/space
+//!   rearrangements, cast) of any size when its results together have no more elements than
+//!   its operands: weight preprocessing such as the transposed embedding of a tied language
+//!   model head is then done once, at compile time, not on every run (what IREE's constant
+//!   evaluation does with hoisted constant expressions), and folding never expands data (a
+//!   broadcast stays an op).
 //! - **No-ops** are replaced by their operand: reshape or expand to the same type, transpose
 //!   by the identity permutation, cast to the same element type, slice of whole axes with
 //!   unit steps, pad by zeros, tile by ones, concat of one operand, split into one piece,
@@ -34,6 +40,12 @@ pub const INFO: PassInfo = PassInfo {
             doc: "fold an op only when each result has at most this many elements",
         },
         OptionInfo {
+            name: "fold-moves",
+            kind: OptionKind::Bool,
+            default: "true",
+            doc: "also fold data movement and casts of constants of any size that do not expand them",
+        },
+        OptionInfo {
             name: "max-iterations",
             kind: OptionKind::UInt,
             default: "10",
@@ -43,6 +55,7 @@ pub const INFO: PassInfo = PassInfo {
     create: |o: &Options| {
         Ok(Box::new(Canonicalize {
             fold_limit: o.uint("fold-limit"),
+            fold_moves: o.flag("fold-moves"),
             max_iterations: o.uint("max-iterations"),
         }))
     },
@@ -50,7 +63,24 @@ pub const INFO: PassInfo = PassInfo {
 
 struct Canonicalize {
     fold_limit: u64,
+    fold_moves: bool,
     max_iterations: u64,
+}
+
+/// Whether `op` only moves or converts its operands' elements (its work is linear in them).
+fn moves_data(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. }
+            | Op::Split { .. }
+            | Op::Gather { .. }
+            | Op::DepthToSpace { .. }
+            | Op::SpaceToDepth { .. }
+            | Op::Cast { .. }
+    )
 }
 
 impl Pass for Canonicalize {
@@ -147,7 +177,18 @@ impl Canonicalize {
                 .num_elements()
                 .is_some_and(|n| n <= self.fold_limit)
         });
-        if !small {
+        let elements = |vs: &[ValueId]| {
+            vs.iter().try_fold(0u64, |acc, &v| {
+                graph.ty(v).num_elements().and_then(|n| acc.checked_add(n))
+            })
+        };
+        let moved = self.fold_moves
+            && moves_data(&data.op)
+            && matches!(
+                (elements(&data.results), elements(&data.operands)),
+                (Some(out), Some(inp)) if out <= inp
+            );
+        if !small && !moved {
             return Ok(None);
         }
         let outs = if let Some(t) = shape_query(graph, &data.op, &data.operands) {

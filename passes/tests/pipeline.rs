@@ -10,15 +10,15 @@ fn pipelines_print_canonically_and_round_trip() {
         (" cse , dce ", "cse,dce"),
         (
             "canonicalize",
-            "canonicalize{fold-limit=65536 max-iterations=10}",
+            "canonicalize{fold-limit=65536 fold-moves=true max-iterations=10}",
         ),
         (
             "canonicalize{max-iterations=3}",
-            "canonicalize{fold-limit=65536 max-iterations=3}",
+            "canonicalize{fold-limit=65536 fold-moves=true max-iterations=3}",
         ),
         (
-            "canonicalize{ max-iterations = 3  fold-limit=0 },cse",
-            "canonicalize{fold-limit=0 max-iterations=3},cse",
+            "canonicalize{ max-iterations = 3  fold-limit=0 fold-moves=false },cse",
+            "canonicalize{fold-limit=0 fold-moves=false max-iterations=3},cse",
         ),
         (
             "shape-infer{shapes=\"x=1x3;y=2\"}",

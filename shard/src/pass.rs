@@ -257,7 +257,7 @@ impl Coster<'_> {
         let spec = self.cost.spec();
         let placement =
             placement_from_graph(g, spec, Some(self.devices[0])).map_err(|e| e.to_string())?;
-        let r = simulate(g, &self.cost, &placement, &SimOptions { samples: 1 })
+        let r = simulate(g, &self.cost, &placement, &SimOptions { samples: Some(1) })
             .map_err(|e| e.to_string())?;
         let over = r
             .devices

@@ -46,8 +46,8 @@ pub struct CompileRequest<'a> {
     pub passes: &'a str,
     /// A calibration file of measured op times.
     pub calibration: Option<&'a Path>,
-    /// Samples in the simulated stream.
-    pub samples: usize,
+    /// Samples in the simulated stream (`None`: as many as its steady state needs).
+    pub samples: Option<usize>,
     /// Output directory.
     pub output: Option<&'a Path>,
     /// `--input-shape` bindings.
@@ -243,7 +243,7 @@ fn compile_loaded(
             &compiled.graph,
             &cost,
             &devices,
-            crate::report::timeline_samples(compiled.graph.ops().len(), req.samples),
+            crate::report::timeline_samples(compiled.graph.ops().len(), compiled.report.samples),
         )?;
         let data = crate::report::ReportData::new(
             req.model,
@@ -325,7 +325,7 @@ pub fn compile(
     graph: Graph,
     target: &dyn Target,
     calibration: Option<&Calibration>,
-    samples: usize,
+    samples: Option<usize>,
     settings: &PlaceSettings<'_>,
 ) -> Result<Compiled> {
     let stages = crate::instrument::Stages::new();
@@ -590,8 +590,12 @@ pub fn compile(
         let inst = &variants[*v].1;
         let mut plan = plan_of(inst, sol, settings.objective, "auto", name, bound, true)?;
         plan.attempts = records(attempts);
+        let stream = match samples {
+            Some(n) => format!("{n} samples"),
+            None => "streams long enough for the steady state".to_string(),
+        };
         plan.selected_by = Some(format!(
-            "simulation ({samples} samples) of the {candidates} best plans by the model{}; the \
+            "simulation ({stream}) of the {candidates} best plans by the model{}; the \
              model's rank of this one: {}",
             if variants.len() > 1 {
                 " (its best without splits and its best over each device group)"
@@ -679,7 +683,7 @@ pub fn realize(
     inst: &Instance,
     assign: &[usize],
     cost: &CostModel<'_>,
-    samples: usize,
+    samples: Option<usize>,
 ) -> Result<(Graph, SimReport, usize)> {
     let spec = cost.spec();
     let mut g = graph.clone();

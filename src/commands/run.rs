@@ -220,7 +220,7 @@ pub(crate) fn jit(
         graph,
         target,
         None,
-        8,
+        None,
         &super::compile::PlaceSettings::default(),
     )
     .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;

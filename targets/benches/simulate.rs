@@ -123,12 +123,14 @@ fn main() {
             let mut report = None;
             let sim_time = median(3, || {
                 report = Some(
-                    simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("simulates"),
+                    simulate(&g, &cost, &placement, &SimOptions { samples: Some(8) })
+                        .expect("simulates"),
                 );
             });
             let r = report.expect("ran");
             let single_time = median(3, || {
-                simulate(&g, &cost, &placement, &SimOptions { samples: 1 }).expect("simulates");
+                simulate(&g, &cost, &placement, &SimOptions { samples: Some(1) })
+                    .expect("simulates");
             });
             println!(
                 "| {target} | {name} | {} | {} | {} | {} | {} | {} | {} |",

@@ -313,7 +313,7 @@ fn pipeline_of_two_devices() {
     let (spec, g) = (target(PAIR), graph(PAIR_PIPELINE));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(8) }).expect("sim");
     // relu on a: 1000 / 1e6 = 1 ms; a -> b: 0.1 ms + 4000 B / 4e6 = 1.1 ms; relu on b:
     // 0.5 ms; b -> a (output to the host): 1.1 ms. Latency 3.7 ms.
     assert_close(r.latency, 3.7e-3);
@@ -350,7 +350,7 @@ fn a_device_without_overlap_is_busy_with_its_transfers() {
     let g = graph(PAIR_PIPELINE);
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 8 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(8) }).expect("sim");
     // relu on a 1 ms; a -> b 1.1 ms; on b: receive 1.1 ms, relu 0.5 ms; b -> a 1.1 ms while
     // b sends it (1.1 ms more busy on b). Latency 1 + 1.1 + 1.6 + 1.1 = 4.8 ms.
     assert_close(r.latency, 4.8e-3);
@@ -402,7 +402,7 @@ fn trace_of_a_pipeline_of_two_devices() {
         .expect("sample 1 a -> b");
     assert_close(second_ab.start, 2.1e-3);
     // The stream ends after one sample's latency.
-    let one = simulate(&g, &cost, &placement, &SimOptions { samples: 1 }).expect("sim");
+    let one = simulate(&g, &cost, &placement, &SimOptions { samples: Some(1) }).expect("sim");
     let end = t.spans.iter().map(|s| s.end).fold(0.0, f64::max);
     assert!(end >= one.latency);
     // Spans come in start order.
@@ -459,7 +459,7 @@ latency = 0
     );
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 1 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(1) }).expect("sim");
     // Each transfer 4000 B / 4e6 = 1 ms: x 0-1 ms, y 1-2 ms (contended), add 1 ms (1000
     // flops at 1e6), output back 1 ms: 4 ms, where no contention would give 3 ms.
     assert_close(r.latency, 4e-3);
@@ -487,7 +487,7 @@ graph @g(%x: f32[1000]) {{
     ));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 2 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(2) }).expect("sim");
     assert_eq!(r.devices[1].weights, 4000);
     assert_eq!(r.devices[0].weights, 0);
     // in: 1.1 ms, add 0.5 ms, mul 0.5 ms, out 1.1 ms.
@@ -515,7 +515,7 @@ graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
     ));
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 2 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(2) }).expect("sim");
     assert_eq!(r.devices[1].weights, 4000);
     assert_eq!(r.devices[0].weights, 0);
     // x in, the loss out: no transfer of w either way.
@@ -539,7 +539,7 @@ fn stream_interleaves_samples_on_a_shared_device() {
     );
     let cost = CostModel::new(&spec, None);
     let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: 16 }).expect("sim");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(16) }).expect("sim");
     // a: 1 + 1 ms per sample; each link direction 1 ms; b 0.5 ms. Latency 1 + 1 + 0.5 + 1 + 1.
     assert_close(r.latency, 4.5e-3);
     assert_close(r.bound_period, 2e-3);
@@ -854,7 +854,14 @@ latency = 0
 fn sim(spec: &TargetSpec, g: &Graph, samples: usize) -> Result<SimReport, SimError> {
     let cost = CostModel::new(spec, None);
     let placement = placement_from_graph(g, spec, Some(0))?;
-    simulate(g, &cost, &placement, &SimOptions { samples })
+    simulate(
+        g,
+        &cost,
+        &placement,
+        &SimOptions {
+            samples: Some(samples),
+        },
+    )
 }
 
 #[test]
@@ -1347,7 +1354,6 @@ fn a_transfer_op_is_free_and_its_edge_is_charged_once() {
 
 #[test]
 fn mesh_ops_run_on_every_mesh_device_and_collectives_on_the_links() {
-    let spec = target(TRIANGLE);
     let g = graph(
         r#"mesh @m = [2] devices("c0", "c1")
 
@@ -1358,28 +1364,92 @@ graph @g(%x: f32[4, 250] sharded[[0], []]) {
 }"#,
     );
     tessera_ir::verify::verify(&g).expect("verifies");
-    let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    assert_eq!(placement[nth_op(&g, 0).index()], ON_MESH);
-    let r = sim(&spec, &g, 1).expect("sim");
-    // Each chip receives its half of x (2000 B) over its own link: 2 ms. relu does half of
-    // 1000 flops on each: 0.5 ms. The all-gather of 4000 B over 2 devices is one ring step
-    // of 2000 B each way on c0 - c1: 2 ms. The replicated result goes c0 -> h: 4 ms.
-    assert_close(r.latency, 8.5e-3);
-    assert_eq!(r.transfers, 3);
-    for chip in [1, 2] {
-        assert_eq!(r.devices[chip].ops, 2);
-        assert_close(r.devices[chip].busy, 0.5e-3 + 2e-3);
+    // The chips overlap transfers with compute (the default), then not.
+    let no_overlap = TRIANGLE.replace(
+        "name = \"c\"\ncount = 2",
+        "name = \"c\"\ncount = 2\noverlap = false",
+    );
+    assert_ne!(no_overlap, TRIANGLE);
+    for (text, overlap) in [(TRIANGLE, true), (no_overlap.as_str(), false)] {
+        let spec = target(text);
+        let placement = placement_from_graph(&g, &spec, None).expect("placed");
+        assert_eq!(placement[nth_op(&g, 0).index()], ON_MESH);
+        let r = sim(&spec, &g, 1).expect("sim");
+        // Each chip receives its half of x (2000 B) over its own link: 2 ms. relu does half
+        // of 1000 flops on each: 0.5 ms. The all-gather of 4000 B over 2 devices is one ring
+        // step of 2000 B each way on c0 - c1: 2 ms. The replicated result goes c0 -> h: 4 ms.
+        // A chip that cannot overlap receives its half before relu computes: 2 ms more.
+        assert_close(r.latency, if overlap { 8.5e-3 } else { 10.5e-3 });
+        assert_eq!(r.transfers, 3);
+        for chip in [1, 2] {
+            // The gather keeps a chip busy only when the chip cannot overlap it.
+            if overlap {
+                assert_eq!(r.devices[chip].ops, 1, "overlap");
+                assert_close(r.devices[chip].busy, 0.5e-3);
+            } else {
+                // relu with its 2 ms receive, the gather, and c0 sends the result (4 ms).
+                assert_eq!(r.devices[chip].ops, 2, "no overlap");
+                let send = if chip == 1 { 4e-3 } else { 0.0 };
+                assert_close(r.devices[chip].busy, 2e-3 + 0.5e-3 + 2e-3 + send);
+            }
+        }
+        assert_close(r.links[0].busy[0], 2e-3 + 0.0);
+        assert_close(r.links[0].busy[1], 4e-3);
+        assert_close(r.links[1].busy[0], 2e-3);
+        assert_close(r.links[2].busy[0], 2e-3);
+        assert_close(r.links[2].busy[1], 2e-3);
+        // One ring step: each chip sends its 2000 B half to the other.
+        assert_close(r.links[2].bytes[0], 2000.0);
+        assert_close(r.links[2].bytes[1], 2000.0);
+        // Memory on c0: its half of x and of y (2000 B each), then the gathered 4000 B.
+        assert_eq!(r.devices[1].peak_memory, 2000 + 4000);
     }
-    assert_close(r.links[0].busy[0], 2e-3 + 0.0);
-    assert_close(r.links[0].busy[1], 4e-3);
-    assert_close(r.links[1].busy[0], 2e-3);
-    assert_close(r.links[2].busy[0], 2e-3);
-    assert_close(r.links[2].busy[1], 2e-3);
-    // One ring step: each chip sends its 2000 B half to the other.
-    assert_close(r.links[2].bytes[0], 2000.0);
-    assert_close(r.links[2].bytes[1], 2000.0);
-    // Memory on c0: its half of x and of y (2000 B each), then the gathered 4000 B.
-    assert_eq!(r.devices[1].peak_memory, 2000 + 4000);
+}
+
+/// A device that overlaps transfers with compute spends no time on a collective; one that
+/// does not is busy for the collective's whole time.
+#[test]
+fn a_collective_occupies_only_a_device_that_cannot_overlap_it() {
+    let text = |reduce: bool| {
+        let (op, out) = if reduce {
+            (
+                "  %s = all-reduce %p {axes = [0]} : f32[2, 500] device(\"@m\")\n",
+                "%s",
+            )
+        } else {
+            ("", "%p")
+        };
+        format!(
+            r#"mesh @m = [2] devices("c0", "c1")
+
+graph @g(%x: f32[2, 500] sharded[[], [0]], %w: f32[500, 500] sharded[[0], []], %z: f32[2000] sharded[[0]]) {{
+  %p = matmul %x, %w : f32[2, 500] device("@m")
+{op}  %r = relu %z : f32[2000] sharded[[0]] device("@m")
+  return {out}, %r
+}}"#
+        )
+    };
+    let no_overlap = TRIANGLE.replace(
+        "name = \"c\"\ncount = 2",
+        "name = \"c\"\ncount = 2\noverlap = false",
+    );
+    let busy = |target_text: &str, reduce: bool| {
+        let g = graph(&text(reduce));
+        tessera_ir::verify::verify(&g).expect("verifies");
+        let r = sim(&target(target_text), &g, 1).expect("sim");
+        (r.devices[1].busy, r.devices[1].ops)
+    };
+    // Overlapping chips: the all-reduce adds no busy time and no op.
+    let (with, ops_with) = busy(TRIANGLE, true);
+    let (without, ops_without) = busy(TRIANGLE, false);
+    assert_close(with, without);
+    assert_eq!((ops_with, ops_without), (2, 2));
+    // Chips that cannot overlap: the all-reduce of 4000 B over two chips, two ring steps of
+    // 2000 B at 1 MB/s, keeps each busy 4 ms more.
+    let (with, ops_with) = busy(&no_overlap, true);
+    let (without, ops_without) = busy(&no_overlap, false);
+    assert_close(with - without, 4e-3);
+    assert_eq!((ops_with, ops_without), (3, 2));
 }
 
 #[test]
@@ -1541,7 +1611,7 @@ fn an_explicit_transfer_op_costs_what_the_implicit_transfer_costs() {
     );
     let run = |g: &Graph| {
         let p = placement_from_graph(g, &spec, None).expect("placed");
-        simulate(g, &cost, &p, &SimOptions { samples: 4 }).expect("simulates")
+        simulate(g, &cost, &p, &SimOptions { samples: Some(4) }).expect("simulates")
     };
     let (a, b) = (run(&implicit), run(&explicit));
     assert_eq!(a.latency, b.latency);
