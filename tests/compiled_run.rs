@@ -483,6 +483,71 @@ fn sharded_mlp_runs(strategy: &str, collective: &str) {
     );
 }
 
+/// The resharding collectives (`all-to-all` between two splits, `reduce-scatter` of partial
+/// sums into blocks) compute the interpreter's values in-process and under `mpirun`.
+#[test]
+fn resharding_collectives_run_under_the_jit_and_mpirun() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let x = tmp.path().join("x.npy");
+    let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
+    tessera::npy::write(&x, &t).expect("write x");
+    let model = "testdata/mlir/reshard_mlp.tir";
+    let run_to = |what: &str, out: &Path| {
+        ok(tessera()
+            .arg("run")
+            .arg(what)
+            .arg("--input")
+            .arg(format!("x={}", x.display()))
+            .arg("-o")
+            .arg(out));
+        tessera::npy::read(&out.join("y.npy")).expect("y")
+    };
+    // The interpreter's answer, which is the unsplit MLP's (collectives are the identity).
+    let want = run_to(model, &tmp.path().join("ref"));
+    assert_eq!(
+        max_diff(
+            &want,
+            &run_to("testdata/mlir/tp_mlp.tir", &tmp.path().join("whole"))
+        ),
+        0.0
+    );
+    let dir = tmp.path().join("placed");
+    ok(tessera()
+        .args(["compile", model, "--target", "mcm-2x2", "--passes", "cse"])
+        .args(["--split", "off", "--emit", "mpi", "-o"])
+        .arg(&dir));
+    let manifest = fs::read_to_string(dir.join("manifest.json")).expect("manifest");
+    for kind in ["all-to-all", "reduce-scatter", "all-gather"] {
+        assert!(
+            manifest.contains(&format!("\"collective\": \"{kind}\"")),
+            "{kind}: {manifest}"
+        );
+    }
+    let got = run_to(dir.to_str().expect("utf-8"), &tmp.path().join("jit"));
+    assert!(
+        max_diff(&got, &want) < 1e-5,
+        "JIT: {}",
+        max_diff(&got, &want)
+    );
+    // Under MPI: the host and the two chips of the mesh.
+    let results = tmp.path().join("mpi");
+    fs::create_dir_all(&results).expect("mkdir");
+    let run = mpirun(3, &dir.join("program"), &x, &results);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tessera::npy::read(&results.join("y.npy")).expect("mpi output");
+    assert!(
+        max_diff(&got, &want) < 1e-5,
+        "MPI: {}",
+        max_diff(&got, &want)
+    );
+}
+
 #[test]
 fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
     sharded_mlp_runs("tensor", "all-reduce");

@@ -888,7 +888,11 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             }
             one(operands[0].clone())
         }
-        Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
+        Op::AllReduce { axes }
+        | Op::AllGather { axes }
+        | Op::AllSlice { axes }
+        | Op::ReduceScatter { axes }
+        | Op::AllToAll { axes } => {
             arity(operands, 1, 1)?;
             if axes.is_empty() {
                 return err("`axes` must list at least one mesh axis");
@@ -896,7 +900,7 @@ pub fn infer(graph: &Graph, op: &Op, operands: &[&TensorType]) -> Result<Vec<Ten
             if !axes.windows(2).all(|w| w[0] < w[1]) {
                 return err(format!("mesh axes {axes:?} must be strictly increasing"));
             }
-            if matches!(op, Op::AllReduce { .. }) {
+            if matches!(op, Op::AllReduce { .. } | Op::ReduceScatter { .. }) {
                 require_numeric(operands[0], 0)?;
             }
             one(operands[0].clone())

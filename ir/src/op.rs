@@ -14,12 +14,13 @@
 //!   1 to 3 spatial axes.
 //! - Elementwise ops keep the element type of their inputs unless stated otherwise.
 //!
-//! - **Global view** (the collectives `all-reduce`, `all-gather`, `all-slice`, and
-//!   `transfer`): a value is
+//! - **Global view** (the collectives `all-reduce`, `all-gather`, `all-slice`,
+//!   `reduce-scatter`, `all-to-all`, and `transfer`): a value is
 //!   always the logical full tensor, as in GSPMD and Shardy before partitioning; its
 //!   [`Sharding`](crate::Sharding) says how it is laid out over the graph's
 //!   [`Mesh`](crate::Mesh). Collectives change only the layout, so on the logical tensor
-//!   they are the identity; an `all-reduce`'s operand *is* the logical sum, its per-device
+//!   they are the identity; an `all-reduce`'s (or `reduce-scatter`'s) operand *is* the
+//!   logical sum, its per-device
 //!   partial sums are never materialized by the IR.
 //!
 //! - **Region ops** (`if`, `loop`, `scan`) hold nested graphs, their *regions*. A region is
@@ -375,6 +376,23 @@ pub enum Op {
     /// equals the operand type; only the shardings differ.
     AllGather {
         /// Mesh axes gathered over, strictly increasing, non-empty.
+        axes: Vec<u32>,
+    },
+    /// Sums over the mesh axes `axes` and leaves each device its block of the sum (MLIR's
+    /// `shard.reduce_scatter`), in the *global view*: the operand is, on every device, a
+    /// partial sum of the logical tensor (as for `all-reduce`); the result is the same logical
+    /// tensor, split over those mesh axes as its sharding says. Result type equals the operand
+    /// type. It moves half an `all-reduce`'s data: `p - 1` ring steps of `1/p` of it.
+    ReduceScatter {
+        /// Mesh axes reduced and split over, strictly increasing, non-empty.
+        axes: Vec<u32>,
+    },
+    /// Moves a tensor split along one tensor axis over the mesh axes `axes` to the same
+    /// tensor split along another over them (MLIR's `shard.all_to_all`), in the *global
+    /// view*: every device sends each other device the part of its block that device keeps.
+    /// Result type equals the operand type; only the shardings differ.
+    AllToAll {
+        /// Mesh axes the split moves over, strictly increasing, non-empty.
         axes: Vec<u32>,
     },
     /// The inverse of `all-gather` (MLIR's `shard.all_slice`), in the *global view*: the
@@ -810,6 +828,8 @@ impl Op {
             Op::AllReduce { .. } => "all-reduce",
             Op::AllGather { .. } => "all-gather",
             Op::AllSlice { .. } => "all-slice",
+            Op::ReduceScatter { .. } => "reduce-scatter",
+            Op::AllToAll { .. } => "all-to-all",
             Op::If { .. } => "if",
             Op::Loop { .. } => "loop",
             Op::Scan(_) => "scan",
@@ -869,10 +889,14 @@ impl Op {
         }
     }
 
-    /// The mesh axes of a collective (`all-reduce`, `all-gather`); `None` for other ops.
+    /// The mesh axes of a collective (`all-reduce`, `all-gather`, `reduce-scatter`,
+    /// `all-to-all`: the ops that move data between mesh devices); `None` for other ops.
     pub fn collective_axes(&self) -> Option<&[u32]> {
         match self {
-            Op::AllReduce { axes } | Op::AllGather { axes } => Some(axes),
+            Op::AllReduce { axes }
+            | Op::AllGather { axes }
+            | Op::ReduceScatter { axes }
+            | Op::AllToAll { axes } => Some(axes),
             _ => None,
         }
     }

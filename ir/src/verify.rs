@@ -40,11 +40,14 @@
 //!     starting with `@` names the mesh: it is `@` followed by the mesh's name.
 //! 11. **Transfers and collectives**: a `transfer` goes between two different devices, and
 //!     when it has a device, that device is its `to`. A collective (`all-reduce`,
-//!     `all-gather`, `all-slice`) needs a mesh, names only mesh axes, and when it has a device, runs on
-//!     the mesh (`@name`). An `all-gather`'s operand is split over each of its axes and its
-//!     result over none of them; an `all-reduce`'s operand and result are split over none of
-//!     its axes (the operand holds partial sums along them); an `all-slice`'s operand is
-//!     split over none of its axes and its result over each of them.
+//!     `all-gather`, `all-slice`, `reduce-scatter`, `all-to-all`) needs a mesh, names only
+//!     mesh axes, and when it has a device, runs on the mesh (`@name`). An `all-gather`'s
+//!     operand is split over each of its axes and its result over none of them; an
+//!     `all-reduce`'s operand and result are split over none of its axes (the operand holds
+//!     partial sums along them); an `all-slice`'s and a `reduce-scatter`'s operand is split
+//!     over none of its axes and the result over each of them; an `all-to-all`'s operand and
+//!     result are split over the same mesh axes, each of its axes along a different tensor
+//!     axis before and after.
 //! 12. **Regions**: the regions (nested graphs) of `if`, `loop` and `scan` satisfy every
 //!     invariant above themselves, and besides have no constants, no mesh, no shardings and
 //!     no devices (the region op is placed as one unit, and what a body needs from outside
@@ -405,7 +408,11 @@ impl Verifier<'_> {
                     );
                 }
             }
-            Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
+            Op::AllReduce { axes }
+            | Op::AllGather { axes }
+            | Op::AllSlice { axes }
+            | Op::ReduceScatter { axes }
+            | Op::AllToAll { axes } => {
                 let Some(m) = mesh else {
                     self.error(e, format!("{desc}: a collective needs a mesh"));
                     return;
@@ -439,12 +446,49 @@ impl Verifier<'_> {
                 };
                 let (operand, result) = (split(data.operands.first()), split(data.results.first()));
                 let gather = matches!(data.op, Op::AllGather { .. });
-                if matches!(data.op, Op::AllSlice { .. }) {
+                if let Op::AllToAll { .. } = data.op {
+                    // The tensor axis that each mesh axis splits, before and after.
+                    let axis_of = |v: Option<&ValueId>, a: u32| -> Option<usize> {
+                        v.filter(|&&v| g.is_valid_value(v))
+                            .and_then(|&v| g.value(v).sharding.as_ref())
+                            .and_then(|s| s.axes.iter().position(|m| m.contains(&a)))
+                    };
+                    for &a in axes {
+                        let (from, to) = (
+                            axis_of(data.operands.first(), a),
+                            axis_of(data.results.first(), a),
+                        );
+                        if from.is_none() || to.is_none() {
+                            self.error(
+                                e,
+                                format!("{desc}: its operand and result must both be split over mesh axis {a}"),
+                            );
+                        } else if from == to {
+                            self.error(
+                                e,
+                                format!("{desc}: its operand and result are split over mesh axis {a} along the same tensor axis"),
+                            );
+                        }
+                    }
+                    if operand != result {
+                        self.error(
+                            e,
+                            format!("{desc}: its operand and result must be split over the same mesh axes"),
+                        );
+                    }
+                    return;
+                }
+                if matches!(data.op, Op::AllSlice { .. } | Op::ReduceScatter { .. }) {
+                    let verb = if matches!(data.op, Op::AllSlice { .. }) {
+                        "slices"
+                    } else {
+                        "reduces"
+                    };
                     for &a in axes {
                         if operand.contains(&a) {
                             self.error(
                                 e,
-                                format!("{desc}: slices over mesh axis {a}, but its operand is already split over it"),
+                                format!("{desc}: {verb} over mesh axis {a}, but its operand is already split over it"),
                             );
                         }
                         if !result.contains(&a) {

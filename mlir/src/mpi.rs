@@ -310,7 +310,9 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             // Every rank takes part (MLIR's shard-to-MPI lowering reduces over the whole MPI
             // world): an all-reduce sums the mesh devices' partials (the other ranks add
             // zeros); an all-gather is the all-reduce of every device's block placed in a
-            // zero tensor of the whole shape. Every rank then holds the result.
+            // zero tensor of the whole shape. Every rank then holds the result. A
+            // reduce-scatter is an all-reduce and an all-to-all an all-gather here: the
+            // consumers cut their blocks from the whole result.
             let Some(Arg::Step { step, result, .. }) = st.args.first() else {
                 return Err(err(format!(
                     "step {}: a collective without its argument",
@@ -342,7 +344,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             let zero = crate::lower::zero_literal(ty.elem);
             for r in 0..ranks.len() {
                 let mine = match (envs[r].get(&k_in).cloned(), kind.as_str()) {
-                    (Some(v), "all-gather") => {
+                    (Some(v), "all-gather" | "all-to-all") => {
                         let mi = mesh
                             .devices
                             .iter()

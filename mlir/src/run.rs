@@ -343,8 +343,9 @@ fn collective(
     tys: &[TensorType],
 ) -> Result<Tensor, Error> {
     Ok(match kind {
-        // The sum of every mesh device's partial.
-        "all-reduce" => {
+        // The sum of every mesh device's partial (a reduce-scatter's devices then cut
+        // their blocks from it).
+        "all-reduce" | "reduce-scatter" => {
             let mut sum = parts[0].to_tensor()?;
             for p in &parts[1..] {
                 sum = tessera_ir::interp::eval_op(
@@ -358,8 +359,9 @@ fn collective(
             }
             sum
         }
-        // Every device's block in its place.
-        "all-gather" => {
+        // Every device's block in its place (an all-to-all's devices then cut their blocks
+        // of the other split from it).
+        "all-gather" | "all-to-all" => {
             let mm = m.mesh.as_ref().ok_or_else(|| Error::Run {
                 message: format!("step {} gathers over a mesh the manifest lacks", st.id),
             })?;

@@ -800,6 +800,8 @@ const COVERED: &[&str] = &[
     "all-reduce",
     "all-gather",
     "all-slice",
+    "reduce-scatter",
+    "all-to-all",
 ];
 
 #[test]

@@ -164,6 +164,8 @@ pub fn rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) -> V
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
             | Op::AllSlice { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
             | Op::RandomUniform { .. }
     ) && data.op.regions().is_empty()
     {

@@ -4,9 +4,9 @@
 //! where a value's layout is not the one its user needs, collectives change it
 //! ([`crate::split`]'s layouts):
 //!
-//! - `P` (a partial sum) is summed by an `all-reduce` before anything reads it;
-//! - `S<a>` becomes whole (`R`) by an `all-gather`, and `S<b>` by an `all-gather` and an
-//!   `all-slice`;
+//! - `P` (a partial sum) is summed by an `all-reduce` before anything reads it whole, and
+//!   by a `reduce-scatter` before a split op reads it as `S<b>`;
+//! - `S<a>` becomes whole (`R`) by an `all-gather`, and `S<b>` by an `all-to-all`;
 //! - a whole value (`R`, on the mesh or from a device or graph input off it) that a split
 //!   op needs as `S<b>` is cut by an `all-slice` (each device keeps its block: no data moves);
 //! - a constant that a split op reads split is a `const` op of its own with that sharding
@@ -27,10 +27,11 @@
 //! device (the simulator's and the lowering's convention). The plan's ops placed whole get
 //! their device as without splits.
 //!
-//! The cost model of the plan ([`crate::split`]) charges a reduce-scatter for `P -> S` and an
-//! all-to-all for `S<a> -> S<b>`; the graph does them as an all-reduce or an all-gather
-//! followed by a slice, which moves more bytes: the simulator of the applied graph measures
-//! what the graph does.
+//! These are the collectives the cost model of the plan ([`crate::split`]) charges, so the
+//! simulator of the applied graph times what the model did. (The lowering runs a
+//! reduce-scatter as the all-reduce and an all-to-all as the all-gather that make the whole
+//! tensor, each device then cutting its block: the same values, more traffic; MLIR 22 lowers
+//! only the all-reduce to MPI.)
 
 use std::collections::BTreeMap;
 
@@ -529,6 +530,16 @@ impl Conversions {
             (Home::Whole | Home::Mesh(Layout::Replicated), Some(Layout::Split(b))) => {
                 Ok(self.collective(g, out, v, Op::AllSlice { axes: vec![0] }, Some(b)))
             }
+            // Partial sums to blocks of the sum: half an all-reduce's traffic.
+            (Home::Mesh(Layout::Partial), Some(Layout::Split(b))) => {
+                let op = Op::ReduceScatter { axes: vec![0] };
+                Ok(self.collective(g, out, v, op, Some(b)))
+            }
+            // One split to another: each device sends the others the parts they keep.
+            (Home::Mesh(Layout::Split(_)), Some(Layout::Split(b))) => {
+                let op = Op::AllToAll { axes: vec![0] };
+                Ok(self.collective(g, out, v, op, Some(b)))
+            }
             (Home::Mesh(Layout::Partial), _) => {
                 let whole = self.collective(g, out, v, Op::AllReduce { axes: vec![0] }, None);
                 self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want)
@@ -561,6 +572,8 @@ impl Conversions {
         let suffix = match op {
             Op::AllReduce { .. } => "sum",
             Op::AllGather { .. } => "whole",
+            Op::ReduceScatter { .. } => "scatter",
+            Op::AllToAll { .. } => "to",
             _ => "block",
         };
         let ty = g.ty(v).clone();

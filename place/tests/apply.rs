@@ -136,11 +136,11 @@ fn columns_then_rows_need_one_gather_and_one_reduce() {
     assert_eq!(on_mesh, 5);
 }
 
-/// Layouts that disagree: `a` by rows of the batch after column-split `h` (gather, slice),
-/// `y` by rows of the contraction after batch-split `a` (gather, slice), the batch-split
-/// `add` after a partial `y` (reduce, slice) and a whole input `x` (slice), and its split
-/// result an output (gather). Each conversion once per value and layout: `h`'s gather serves
-/// both the output and `a`.
+/// Layouts that disagree: `a` by rows of the batch after column-split `h` (all-to-all), `y`
+/// by rows of the contraction after batch-split `a` (all-to-all), the batch-split `add`
+/// after a partial `y` (reduce-scatter) and a whole input `x` (slice), and its split result
+/// an output (gather). Each conversion once per value and layout: `h` is gathered once for
+/// the output, moved once for `a`.
 #[test]
 fn disagreeing_layouts_are_converted_once_per_value_and_layout() {
     let g = applied(
@@ -153,15 +153,17 @@ fn disagreeing_layouts_are_converted_once_per_value_and_layout() {
         ],
     );
     let printed = text::print(&g);
-    assert_eq!(count(&g, "all-gather"), 3, "{printed}");
-    assert_eq!(count(&g, "all-slice"), 4, "{printed}");
-    assert_eq!(count(&g, "all-reduce"), 1, "{printed}");
+    assert_eq!(count(&g, "all-gather"), 2, "{printed}");
+    assert_eq!(count(&g, "all-to-all"), 2, "{printed}");
+    assert_eq!(count(&g, "reduce-scatter"), 1, "{printed}");
+    assert_eq!(count(&g, "all-slice"), 1, "{printed}");
+    assert_eq!(count(&g, "all-reduce"), 0, "{printed}");
     for want in [
-        "%h.whole.block0 = all-slice %h.whole {axes = [0]} : f32[4, 16] sharded[[0], []]",
-        "%a.whole = all-gather %a {axes = [0]}",
-        "%a.whole.block1 = all-slice %a.whole {axes = [0]} : f32[4, 16] sharded[[], [0]]",
+        "%h.to0 = all-to-all %h {axes = [0]} : f32[4, 16] sharded[[0], []]",
+        "%a.to1 = all-to-all %a {axes = [0]} : f32[4, 16] sharded[[], [0]]",
         "%x.block0 = all-slice %x {axes = [0]}",
-        "%y.sum.block0 = all-slice %y.sum {axes = [0]}",
+        "%y.scatter0 = reduce-scatter %y {axes = [0]} : f32[4, 8] sharded[[0], []]",
+        "%h.whole = all-gather %h {axes = [0]}",
         "return %z.whole as \"z\", %h.whole as \"h\"",
     ] {
         assert!(printed.contains(want), "{want} in\n{printed}");

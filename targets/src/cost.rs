@@ -26,11 +26,14 @@
 //! - **Sharded ops** ([`CostModel::op_time_sharded`]): an op split into `parts` equal pieces
 //!   does `1/parts` of the work on each device: the roofline with FLOPs and bytes divided
 //!   (the per-op overhead is paid in full), or a measured or target-given time divided.
-//! - **Mesh collectives** ([`CostModel::collective_time`]): an `all-reduce` or `all-gather`
-//!   over mesh axes runs one ring per group of devices along those axes ([`Mesh::groups`]),
-//!   all groups at once; their transfers share links as in one ring step. The bytes are what
-//!   one device holds: the all-reduce's operand, the all-gather's result, each divided by
-//!   the number of pieces its sharding cuts it into.
+//! - **Mesh collectives** ([`CostModel::collective_time`]): an `all-reduce`, `all-gather`,
+//!   `reduce-scatter` or `all-to-all` over mesh axes runs one ring per group of devices along
+//!   those axes ([`Mesh::groups`]), all groups at once; their transfers share links as in one
+//!   ring step. The bytes `b` are what one device holds: the operand (all-reduce,
+//!   reduce-scatter, all-to-all) or the result (all-gather), each divided by the number of
+//!   pieces its sharding cuts it into; every step moves `b/p`, `2(p-1)` steps for an
+//!   all-reduce and `p-1` for the others (an all-to-all's device sends `b/p` to each of the
+//!   `p-1` others, one per step).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -158,6 +161,8 @@ impl<'a> CostModel<'a> {
                 | Op::AllReduce { .. }
                 | Op::AllGather { .. }
                 | Op::AllSlice { .. }
+                | Op::ReduceScatter { .. }
+                | Op::AllToAll { .. }
         ) {
             return Ok(OpTime::Time {
                 seconds: 0.0,
@@ -239,7 +244,8 @@ impl<'a> CostModel<'a> {
         })
     }
 
-    /// Seconds for the collective `op` (`all-reduce` or `all-gather`; 0 for any other op)
+    /// Seconds for the collective `op` (`all-reduce`, `all-gather`, `reduce-scatter` or
+    /// `all-to-all`; 0 for any other op)
     /// over `mesh`, whose devices are `devices` (target device indices, in the mesh's
     /// row-major order), with `bytes` held per device (see the module doc).
     pub fn collective_time(
@@ -251,7 +257,9 @@ impl<'a> CostModel<'a> {
     ) -> Result<f64, TargetError> {
         let (axes, steps_per_hop) = match op {
             Op::AllReduce { axes } => (axes, 2.0),
-            Op::AllGather { axes } => (axes, 1.0),
+            Op::AllGather { axes } | Op::ReduceScatter { axes } | Op::AllToAll { axes } => {
+                (axes, 1.0)
+            }
             _ => return Ok(0.0),
         };
         let rings: Vec<Vec<usize>> = mesh

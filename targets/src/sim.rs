@@ -19,7 +19,7 @@
 //! device; an op on replicated values repeats the whole work on each). A value made on the
 //! mesh has a copy on every mesh device of `bytes / pieces` of its own sharding, and so
 //! does a split weight (a constant with a sharding) used on the mesh. A
-//! collective (`all-reduce`, `all-gather`) on the mesh waits for its operand on every mesh
+//! collective (`all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`) on the mesh waits for its operand on every mesh
 //! device (a barrier), then occupies every link direction of its rings for
 //! [`CostModel::collective_time`], and for as long every mesh device that does not overlap
 //! transfers with compute ([`crate::Device::overlap`] false); a device that overlaps them

@@ -605,7 +605,9 @@ impl Cx<'_> {
             Op::Transfer { .. }
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
-            | Op::AllSlice { .. } => Ok((0.0, 0.0)),
+            | Op::AllSlice { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. } => Ok((0.0, 0.0)),
             Op::Fill { .. } => Ok((0.0, self.result(0)?.bytes())),
             Op::Range { .. } => {
                 let r = self.result(0)?;

@@ -1523,6 +1523,28 @@ op_overhead = 1e-6
             .expect("mesh"),
         1e-6 + 2e-3,
     );
+    // A reduce-scatter is half the all-reduce: over axis 1, one step of 2 MB; over both
+    // axes, 3 steps of the ring's (an all-reduce's 6).
+    let scatter = tessera_ir::Op::ReduceScatter { axes: vec![1] };
+    assert_close(
+        cost.collective_time(&scatter, &mesh, &devs, 4e6)
+            .expect("mesh"),
+        1e-6 + 2e-3,
+    );
+    let scatter = tessera_ir::Op::ReduceScatter { axes: vec![0, 1] };
+    assert_close(
+        cost.collective_time(&scatter, &mesh, &devs, 4e6)
+            .expect("mesh"),
+        3.0 * (2e-6 + 2.0 * 1e6 / 1e9),
+    );
+    // An all-to-all of a 4 MB block per device over both axes: each device sends 1 MB to each
+    // of the 3 others, one per step of the ring.
+    let moved = tessera_ir::Op::AllToAll { axes: vec![0, 1] };
+    assert_close(
+        cost.collective_time(&moved, &mesh, &devs, 4e6)
+            .expect("mesh"),
+        3.0 * (2e-6 + 2.0 * 1e6 / 1e9),
+    );
 }
 
 #[test]

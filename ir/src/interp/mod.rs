@@ -417,6 +417,8 @@ fn computes(op: &Op) -> bool {
             | Op::AllReduce { .. }
             | Op::AllGather { .. }
             | Op::AllSlice { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
             | Op::If { .. }
             | Op::Loop { .. }
             | Op::Scan(_)
@@ -649,7 +651,12 @@ fn compute(op: &Op, xs: &[&Tensor], b: &Bindings) -> R<Vec<Tensor>> {
         // Global view (see `crate::op`): a value is the logical tensor wherever it lives and
         // however it is laid out, and an all-reduce's operand already is the logical sum (the
         // per-device partial sums are not materialized), so these only pass it on.
-        Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } | Op::AllSlice { .. } => {
+        Op::Transfer { .. }
+        | Op::AllReduce { .. }
+        | Op::AllGather { .. }
+        | Op::AllSlice { .. }
+        | Op::ReduceScatter { .. }
+        | Op::AllToAll { .. } => {
             let [x] = exact(xs)?;
             Ok(vec![x.clone()])
         }

@@ -30,7 +30,7 @@ pub const OP_NAMES: &[&str] = &[
     "transpose", "expand", "concat", "split", "slice", "pad", "tile", "gather", "gather-elements",
     "gather-nd", "scatter-elements", "scatter-nd", "top-k", "trilu", "depth-to-space",
     "space-to-depth", "resize", "einsum", "shape", "size", "fill", "range", "random-uniform", "dropout", "transfer",
-    "all-reduce", "all-gather", "all-slice", "if", "loop", "scan",
+    "all-reduce", "all-gather", "all-slice", "reduce-scatter", "all-to-all", "if", "loop", "scan",
 ];
 
 const PAD_MODES: &[(&str, PadMode)] = &[
@@ -260,9 +260,11 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
             put("from", quote(from));
             put("to", quote(to));
         }
-        Op::AllReduce { axes } | Op::AllGather { axes } | Op::AllSlice { axes } => {
-            put("axes", list(axes))
-        }
+        Op::AllReduce { axes }
+        | Op::AllGather { axes }
+        | Op::AllSlice { axes }
+        | Op::ReduceScatter { axes }
+        | Op::AllToAll { axes } => put("axes", list(axes)),
         Op::If { .. } => {}
         Op::Loop { carried, trip, .. } => {
             put("carried", carried.to_string());
@@ -534,6 +536,12 @@ pub(crate) fn build_op(name: &str, a: &mut Attrs) -> Option<Op> {
             axes: a.list("axes"),
         },
         "all-slice" => Op::AllSlice {
+            axes: a.list("axes"),
+        },
+        "reduce-scatter" => Op::ReduceScatter {
+            axes: a.list("axes"),
+        },
+        "all-to-all" => Op::AllToAll {
             axes: a.list("axes"),
         },
         // The regions follow the op line; the parser fills them in.

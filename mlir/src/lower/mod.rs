@@ -57,7 +57,7 @@ pub struct Step {
     pub weights: Vec<ValueId>,
     /// Values it computes that other steps or the graph's outputs need, in definition order.
     pub outputs: Vec<ValueId>,
-    /// An `all-reduce` or `all-gather` over the mesh: a collective step (its one op), not a
+    /// A collective over the mesh (`Op::collective_axes`): a collective step (its one op), not a
     /// function.
     pub collective: bool,
     /// State updated in place ([`donate`]): pairs of a state input this step reads (one of
@@ -116,7 +116,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
             continue;
         }
         let dev = device_of(g, op, default);
-        let collective = matches!(data.op, Op::AllReduce { .. } | Op::AllGather { .. });
+        let collective = data.op.collective_axes().is_some();
         if let Some(name) = dev.strip_prefix('@') {
             let Some(mesh) = g.mesh.as_ref().filter(|m| m.name == name) else {
                 return Err(LowerError(format!(
@@ -124,7 +124,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                     data.op.name()
                 )));
             };
-            if let Op::AllReduce { axes } | Op::AllGather { axes } = &data.op {
+            if let Some(axes) = data.op.collective_axes() {
                 let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
                 if *axes != all {
                     return Err(LowerError(format!(
@@ -133,7 +133,13 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                         data.op.name()
                     )));
                 }
-                if !spmd::sharding_of(g, data.results[0]).is_replicated() {
+                // A reduce-scatter or an all-to-all is lowered as the all-reduce or the
+                // all-gather that makes the whole tensor (every device then cuts its block
+                // from it, as from any whole value): the result it leaves is correct, the
+                // traffic is not the collective's own (MLIR 22's shard-to-MPI lowering has
+                // only all-reduce).
+                let whole_result = matches!(data.op, Op::AllReduce { .. } | Op::AllGather { .. });
+                if whole_result && !spmd::sharding_of(g, data.results[0]).is_replicated() {
                     return Err(LowerError(format!(
                         "op {op} ({}): its result must be whole on every device",
                         data.op.name()
@@ -498,7 +504,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             mesh: mesh.map(|m| m.devices.clone()),
             collective: st.collective.then(|| g.op(st.ops[0]).op.name().to_string()),
             sharding: match &g.op(st.ops[0]).op {
-                Op::AllGather { .. } if st.collective => {
+                Op::AllGather { .. } | Op::AllToAll { .. } if st.collective => {
                     Some(spmd::sharding_of(g, g.op(st.ops[0]).operands[0]).axes)
                 }
                 _ => None,
@@ -742,9 +748,13 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
     let mut to_cut = Vec::new();
     for (k, &v) in st.inputs.iter().enumerate() {
         let name = format!("%arg{k}");
+        // A collective's result arrives whole (its step makes the whole tensor), like a
+        // value from off the mesh.
         let from_mesh = match g.value(v).def {
             ValueDef::Result(op, _) => {
-                mesh.is_some() && g.op(op).device.as_deref() == Some(st.device.as_str())
+                mesh.is_some()
+                    && g.op(op).device.as_deref() == Some(st.device.as_str())
+                    && g.op(op).op.collective_axes().is_none()
             }
             ValueDef::Input(_) => false,
         };
@@ -1016,7 +1026,11 @@ fn lower_op_code(
                 Ok(elementwise::clip(b, e, &s[0], lo, hi))
             }))
         }
-        Op::Transfer { .. } | Op::AllReduce { .. } | Op::AllGather { .. } => {
+        Op::Transfer { .. }
+        | Op::AllReduce { .. }
+        | Op::AllGather { .. }
+        | Op::ReduceScatter { .. }
+        | Op::AllToAll { .. } => {
             // Global view: the identity on the logical tensor (the move is the manifest's).
             Ok(vec![args[0].name.clone()])
         }

@@ -161,6 +161,8 @@ pub const TABLE: &[(&str, Differentiability)] = &[
     ("all-reduce", Rule(shape::identity)),
     ("all-gather", Rule(shape::identity)),
     ("all-slice", Rule(shape::identity)),
+    ("reduce-scatter", Rule(shape::identity)),
+    ("all-to-all", Rule(shape::identity)),
     (
         "if",
         Unsupported("region ops (if, loop, scan) are not differentiated yet"),
