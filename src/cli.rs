@@ -587,7 +587,6 @@ struct RunArgs {
     shapes: ShapeArgs,
 }
 
-/// A placement strategy's name, checked at parse time like `--objective` (exit 2).
 /// `--samples`: a stream length, or 0 for `auto`.
 #[derive(Clone, Copy, Debug)]
 struct Samples(u16);
@@ -611,6 +610,7 @@ fn parse_samples(s: &str) -> Result<Samples, String> {
     }
 }
 
+/// A placement strategy's name, checked at parse time like `--objective` (exit 2).
 fn parse_strategy(s: &str) -> Result<String, String> {
     let names: Vec<&str> = tessera_place::STRATEGIES.iter().map(|(n, _)| *n).collect();
     if names.contains(&s) {

@@ -546,6 +546,35 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
         "MPI: {}",
         max_diff(&got, &want)
     );
+    // A collective of a collective's result (valid IR; apply never writes it) is refused:
+    // a collective step makes the whole tensor, which the next would take for one block.
+    let chained = tmp.path().join("chained.tir");
+    fs::write(
+        &chained,
+        "mesh @grid = [2] devices(\"chip0\", \"chip1\")\n\n\
+         graph @g(%x: f32[4, 4]) {\n\
+         \x20 %p = relu %x : f32[4, 4] device(\"@grid\")\n\
+         \x20 %r = reduce-scatter %p {axes = [0]} : f32[4, 4] sharded[[0], []] device(\"@grid\")\n\
+         \x20 %a = all-to-all %r {axes = [0]} : f32[4, 4] sharded[[], [0]] device(\"@grid\")\n\
+         \x20 %g = all-gather %a {axes = [0]} : f32[4, 4] device(\"@grid\")\n\
+         \x20 return %g\n}\n",
+    )
+    .expect("write");
+    let e = fails(
+        tessera()
+            .arg("compile")
+            .arg(&chained)
+            .args([
+                "--target", "mcm-2x2", "--passes", "cse", "--split", "off", "-o",
+            ])
+            .arg(tmp.path().join("chained")),
+    );
+    assert!(
+        e.contains("(all-to-all) reads the result of op")
+            && e.contains("(reduce-scatter): a collective of a collective's result does not lower"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("chained/manifest.json").exists());
 }
 
 #[test]

@@ -476,6 +476,16 @@ impl Verifier<'_> {
                             format!("{desc}: its operand and result must be split over the same mesh axes"),
                         );
                     }
+                    // A mesh axis it does not list keeps its tensor axis (no op pays for
+                    // moving it).
+                    for &a in operand.iter().filter(|a| !axes.contains(a)) {
+                        if axis_of(data.operands.first(), a) != axis_of(data.results.first(), a) {
+                            self.error(
+                                e,
+                                format!("{desc}: mesh axis {a} is not among its axes, but its split moves to another tensor axis"),
+                            );
+                        }
+                    }
                     return;
                 }
                 if matches!(data.op, Op::AllSlice { .. } | Op::ReduceScatter { .. }) {

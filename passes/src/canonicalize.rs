@@ -5,8 +5,8 @@
 //!   most `fold-limit` elements each) is evaluated with the reference interpreter and
 //!   replaced by constants. With `fold-moves` (on by default), so is an op that only moves
 //!   or converts data (reshape, transpose, slice, concat, split, gather, depth/space
-//!   rearrangements, cast) of any size when its results together have no more elements than
-//!   its operands: weight preprocessing such as the transposed embedding of a tied language
+//!   rearrangements, cast) of any size when its results together take no more bytes than
+//!   its operands and no earlier pass placed or split it: weight preprocessing such as the transposed embedding of a tied language
 //!   model head is then done once, at compile time, not on every run (what IREE's constant
 //!   evaluation does with hoisted constant expressions), and folding never expands data (a
 //!   broadcast stays an op).
@@ -43,7 +43,7 @@ pub const INFO: PassInfo = PassInfo {
             name: "fold-moves",
             kind: OptionKind::Bool,
             default: "true",
-            doc: "also fold data movement and casts of constants of any size that do not expand them",
+            doc: "also fold data movement and casts of constants of any size that do not grow them",
         },
         OptionInfo {
             name: "max-iterations",
@@ -177,15 +177,23 @@ impl Canonicalize {
                 .num_elements()
                 .is_some_and(|n| n <= self.fold_limit)
         });
-        let elements = |vs: &[ValueId]| {
+        let bytes = |vs: &[ValueId]| {
             vs.iter().try_fold(0u64, |acc, &v| {
-                graph.ty(v).num_elements().and_then(|n| acc.checked_add(n))
+                graph.ty(v).size_bytes().and_then(|n| acc.checked_add(n))
             })
         };
+        // Not an op placed or split by an earlier pass: the constant would lose its device
+        // and sharding.
+        let unplaced = data.device.is_none()
+            && data
+                .results
+                .iter()
+                .all(|&r| graph.value(r).sharding.is_none());
         let moved = self.fold_moves
+            && unplaced
             && moves_data(&data.op)
             && matches!(
-                (elements(&data.results), elements(&data.operands)),
+                (bytes(&data.results), bytes(&data.operands)),
                 (Some(out), Some(inp)) if out <= inp
             );
         if !small && !moved {

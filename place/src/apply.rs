@@ -28,7 +28,9 @@
 //! their device as without splits.
 //!
 //! These are the collectives the cost model of the plan ([`crate::split`]) charges, so the
-//! simulator of the applied graph times what the model did. (The lowering runs a
+//! simulator of the applied graph times what the model did, but for the route of an
+//! all-to-all: the simulator's ring steps between neighbours, the model's direct transfers
+//! between every pair (the same on a switch, not on a ring or a mesh). (The lowering runs a
 //! reduce-scatter as the all-reduce and an all-to-all as the all-gather that make the whole
 //! tensor, each device then cutting its block: the same values, more traffic; MLIR 22 lowers
 //! only the all-reduce to MPI.)

@@ -57,7 +57,7 @@
 //! | `shape`, `size` | 0 | 0 (metadata) |
 //! | `fill` | 0 | result |
 //! | `range` | `n` | result |
-//! | `transfer`, `all-reduce`, `all-gather`, `all-slice` | 0 | 0 (communication: timed on links by the cost model; `all-slice` moves nothing) |
+//! | `transfer`, `all-reduce`, `all-gather`, `all-slice`, `reduce-scatter`, `all-to-all` | 0 | 0 (communication: timed on links by the cost model; `all-slice` moves nothing) |
 //! | `if` | the larger of the two branches' sums | the larger of the branches' sums |
 //! | `loop` | `trip ×` the body's sum | `trip ×` the body's sum |
 //! | `scan` | `T ×` the body's sum | `T ×` the body's sum |

@@ -125,6 +125,19 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
                 )));
             };
             if let Some(axes) = data.op.collective_axes() {
+                // A collective step makes the whole tensor, which another collective would
+                // take for one device's part.
+                if let Some(&v) = data.operands.first()
+                    && let ValueDef::Result(src, _) = g.value(v).def
+                    && g.op(src).op.collective_axes().is_some()
+                {
+                    return Err(LowerError(format!(
+                        "op {op} ({}) reads the result of op {src} ({}): a collective of a \
+                         collective's result does not lower",
+                        data.op.name(),
+                        g.op(src).op.name()
+                    )));
+                }
                 let all: Vec<u32> = (0..mesh.shape.len() as u32).collect();
                 if *axes != all {
                     return Err(LowerError(format!(
