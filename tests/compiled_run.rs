@@ -416,25 +416,55 @@ fn bad_input_is_a_clear_error() {
     assert!(e.contains("drop --target"), "{e}");
 }
 
+/// The MLP tests' input `x` (f32[4, 16]), written to `dir/x.npy`.
+fn mlp_input(dir: &Path) -> std::path::PathBuf {
+    let x = dir.join("x.npy");
+    let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
+    tessera::npy::write(&x, &t).expect("write x");
+    x
+}
+
+/// The output `y` of `tessera run WHAT --input x=X -o OUT` (a model or a compiled folder).
+fn run_y(what: &Path, x: &Path, out: &Path) -> Tensor {
+    ok(tessera()
+        .arg("run")
+        .arg(what)
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("-o")
+        .arg(out));
+    tessera::npy::read(&out.join("y.npy")).expect("y")
+}
+
+/// The compiled folder `dir` gives `want` for `x` under the JIT and under `mpirun -np
+/// ranks`.
+fn jit_and_mpi_match(dir: &Path, ranks: usize, x: &Path, want: &Tensor) {
+    let tmp = dir.with_extension("runs");
+    let got = run_y(dir, x, &tmp.join("jit"));
+    assert!(max_diff(&got, want) < 1e-5, "JIT: {}", max_diff(&got, want));
+    let results = tmp.join("mpi");
+    fs::create_dir_all(&results).expect("mkdir");
+    let run = mpirun(ranks, &dir.join("program"), x, &results);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tessera::npy::read(&results.join("y.npy")).expect("mpi output");
+    assert!(max_diff(&got, want) < 1e-5, "MPI: {}", max_diff(&got, want));
+}
+
 /// The MLP sharded by `shard{strategy=STRATEGY}` over mcm-2x2's four chips, compiled with
 /// `--emit mpi`, run under the JIT and under `mpirun -np 5` (the host and the chips): both
 /// give the interpreter's numbers, and the program's collective is the shard dialect's.
 fn sharded_mlp_runs(strategy: &str, collective: &str) {
     let tmp = tempfile::tempdir().expect("tmp");
-    let x = tmp.path().join("x.npy");
-    let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
-    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
-    tessera::npy::write(&x, &t).expect("write x");
+    let x = mlp_input(tmp.path());
     let model = "testdata/mlir/tp_mlp.tir";
     // The interpreter's answer.
-    let reference = tmp.path().join("ref");
-    ok(tessera()
-        .args(["run", model, "--input"])
-        .arg(format!("x={}", x.display()))
-        .arg("-o")
-        .arg(&reference));
-    let want = tessera::npy::read(&reference.join("y.npy")).expect("reference");
+    let want = run_y(Path::new(model), &x, &tmp.path().join("ref"));
     let dir = tmp.path().join("sharded");
     let passes = format!("shard{{strategy={strategy}}},canonicalize");
     ok(tessera()
@@ -451,36 +481,9 @@ fn sharded_mlp_runs(strategy: &str, collective: &str) {
         program.contains("shard.all_reduce"),
         "the collective is the shard dialect's"
     );
-    // In-process: each chip's block, then the collective.
-    let jit = tmp.path().join("jit");
-    ok(tessera()
-        .arg("run")
-        .arg(&dir)
-        .arg("--input")
-        .arg(format!("x={}", x.display()))
-        .arg("-o")
-        .arg(&jit));
-    let got = tessera::npy::read(&jit.join("y.npy")).expect("jit");
-    assert!(
-        max_diff(&got, &want) < 1e-5,
-        "JIT: {}",
-        max_diff(&got, &want)
-    );
-    // Under MPI: the host and four chips.
-    let results = tmp.path().join("mpi");
-    fs::create_dir_all(&results).expect("mkdir");
-    let run = mpirun(5, &dir.join("program"), &x, &results);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let got = tessera::npy::read(&results.join("y.npy")).expect("mpi output");
-    assert!(
-        max_diff(&got, &want) < 1e-5,
-        "MPI: {}",
-        max_diff(&got, &want)
-    );
+    // In-process: each chip's block, then the collective; under MPI: the host and four
+    // chips.
+    jit_and_mpi_match(&dir, 5, &x, &want);
 }
 
 /// The resharding collectives (`all-to-all` between two splits, `reduce-scatter` of partial
@@ -488,28 +491,18 @@ fn sharded_mlp_runs(strategy: &str, collective: &str) {
 #[test]
 fn resharding_collectives_run_under_the_jit_and_mpirun() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let x = tmp.path().join("x.npy");
-    let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
-    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
-    tessera::npy::write(&x, &t).expect("write x");
+    let x = mlp_input(tmp.path());
     let model = "testdata/mlir/reshard_mlp.tir";
-    let run_to = |what: &str, out: &Path| {
-        ok(tessera()
-            .arg("run")
-            .arg(what)
-            .arg("--input")
-            .arg(format!("x={}", x.display()))
-            .arg("-o")
-            .arg(out));
-        tessera::npy::read(&out.join("y.npy")).expect("y")
-    };
     // The interpreter's answer, which is the unsplit MLP's (collectives are the identity).
-    let want = run_to(model, &tmp.path().join("ref"));
+    let want = run_y(Path::new(model), &x, &tmp.path().join("ref"));
     assert_eq!(
         max_diff(
             &want,
-            &run_to("testdata/mlir/tp_mlp.tir", &tmp.path().join("whole"))
+            &run_y(
+                Path::new("testdata/mlir/tp_mlp.tir"),
+                &x,
+                &tmp.path().join("whole")
+            )
         ),
         0.0
     );
@@ -525,27 +518,8 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
             "{kind}: {manifest}"
         );
     }
-    let got = run_to(dir.to_str().expect("utf-8"), &tmp.path().join("jit"));
-    assert!(
-        max_diff(&got, &want) < 1e-5,
-        "JIT: {}",
-        max_diff(&got, &want)
-    );
     // Under MPI: the host and the two chips of the mesh.
-    let results = tmp.path().join("mpi");
-    fs::create_dir_all(&results).expect("mkdir");
-    let run = mpirun(3, &dir.join("program"), &x, &results);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let got = tessera::npy::read(&results.join("y.npy")).expect("mpi output");
-    assert!(
-        max_diff(&got, &want) < 1e-5,
-        "MPI: {}",
-        max_diff(&got, &want)
-    );
+    jit_and_mpi_match(&dir, 3, &x, &want);
     // A collective of a collective's result (valid IR; apply never writes it) is refused:
     // a collective step makes the whole tensor, which the next would take for one block.
     let chained = tmp.path().join("chained.tir");

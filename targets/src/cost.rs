@@ -255,12 +255,8 @@ impl<'a> CostModel<'a> {
         devices: &[usize],
         bytes: f64,
     ) -> Result<f64, TargetError> {
-        let (axes, steps_per_hop) = match op {
-            Op::AllReduce { axes } => (axes, 2.0),
-            Op::AllGather { axes } | Op::ReduceScatter { axes } | Op::AllToAll { axes } => {
-                (axes, 1.0)
-            }
-            _ => return Ok(0.0),
+        let Some(axes) = op.collective_axes() else {
+            return Ok(0.0);
         };
         let rings: Vec<Vec<usize>> = mesh
             .groups(axes)
@@ -276,7 +272,7 @@ impl<'a> CostModel<'a> {
             return Ok(0.0);
         }
         let step = self.rings_step(&rings, bytes / p as f64)?;
-        Ok(steps_per_hop * (p - 1) as f64 * step)
+        Ok(ring_steps(op, p) as f64 * step)
     }
 
     /// The directed channels the rings of a collective over `axes` use, sorted, each with
@@ -469,4 +465,16 @@ fn routes_from(spec: &TargetSpec, router: &Router<'_>, src: usize) -> Vec<Option
             })
         })
         .collect()
+}
+
+/// The ring steps of the collective `op` over `p` devices, each sending `1/p` of what a
+/// device holds to the next: `2(p-1)` for an all-reduce, `p-1` for an all-gather,
+/// reduce-scatter or all-to-all, 0 for any other op (see the module doc).
+pub fn ring_steps(op: &Op, p: usize) -> usize {
+    let hops = p.saturating_sub(1);
+    match op {
+        Op::AllReduce { .. } => 2 * hops,
+        Op::AllGather { .. } | Op::ReduceScatter { .. } | Op::AllToAll { .. } => hops,
+        _ => 0,
+    }
 }

@@ -481,33 +481,7 @@ pub fn simulate(
 ) -> Result<SimReport, SimError> {
     let plan = build(graph, cost, placement)?;
     let single = run(&plan, 1, true, false);
-    let samples = match options.samples {
-        Some(n) => n,
-        None => {
-            let floor = single
-                .device_busy
-                .iter()
-                .chain(&single.channel_busy)
-                .copied()
-                .fold(0.0, f64::max);
-            steady_samples(single.latency(), floor, plan.tasks.len())
-        }
-    };
-    let samples = stream_length(&plan, samples)?;
-    let stream = if samples == 1 {
-        single.clone()
-    } else {
-        run(&plan, samples, false, false)
-    };
     let spec = cost.spec();
-    let mut done = stream.sample_done.clone();
-    done.sort_by(f64::total_cmp);
-    let measured = if samples == 1 {
-        single.latency()
-    } else {
-        let h = (samples - 1) / 2;
-        (done[samples - 1] - done[h]) / (samples - 1 - h) as f64
-    };
     let mut ops = vec![0usize; spec.devices.len()];
     for t in &plan.tasks {
         if let Kind::Op { device, .. } = t.kind {
@@ -561,6 +535,19 @@ pub fn simulate(
             }
         }
     }
+    let samples = options
+        .samples
+        .unwrap_or_else(|| steady_samples(single.latency(), bound_period, plan.tasks.len()));
+    let samples = stream_length(&plan, samples)?;
+    let measured = if samples == 1 {
+        single.latency()
+    } else {
+        let stream = run(&plan, samples, false, false);
+        let mut done = stream.sample_done;
+        done.sort_by(f64::total_cmp);
+        let h = (samples - 1) / 2;
+        (done[samples - 1] - done[h]) / (samples - 1 - h) as f64
+    };
     // A short stream whose latency is long next to its busiest resource's load finishes its
     // samples in a bunch before that resource saturates; no steady state is faster than the
     // bound, so the period is never reported below it.
@@ -812,8 +799,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                 let bytes = collective_piece_bytes(graph, op)?;
                 let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
                 runs.extend(devs.iter().map(|&dev| (dev, seconds)));
-                // Each ring step sends a 1/p chunk over every hop: 2(p - 1) steps for an
-                // all-reduce, p - 1 for an all-gather.
+                // Each ring step sends a 1/p chunk over every hop.
                 let p = m
                     .groups(axes)
                     .iter()
@@ -821,11 +807,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                     .max()
                     .unwrap_or(1)
                     .max(1);
-                let steps = match data.op {
-                    Op::AllReduce { .. } => 2 * (p - 1),
-                    _ => p - 1,
-                };
-                let per_hop = steps as f64 * bytes / p as f64;
+                let per_hop = crate::cost::ring_steps(&data.op, p) as f64 * bytes / p as f64;
                 let chans: Vec<(usize, f64)> = cost
                     .collective_channels(m, devs, axes)?
                     .into_iter()
