@@ -427,6 +427,11 @@ pub struct TrainArgs {
     /// momentum).
     #[arg(long, value_name = "M", default_value_t = 0.1, requires = "train")]
     pub bn_momentum: f64,
+    /// Run each batch as this many microbatches (equal slices of its rows), their gradients
+    /// summed before the one optimizer update.
+    #[arg(long, value_name = "M", default_value_t = 1, requires = "train",
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub microbatches: u64,
 }
 
 /// Arguments of `tessera train`.

@@ -226,6 +226,59 @@ fn gpt2_tiny_matches_pytorch() {
     check_against_torch(&GPT2_TINY, &ADAMW, out.path());
 }
 
+/// Microbatches (`--microbatches M`): each microbatch runs its own forward and backward on
+/// its rows of the batch, and the gradients are summed before the one update, so the losses
+/// and weights are the whole batch's, torch's: the MLP with 2 and 4 microbatches (with label
+/// smoothing and a batch whose microbatches ignore different numbers of labels, which the
+/// whole batch's count of labels weighs correctly), through the interpreter and the JIT, and
+/// GPT-2 tiny, whose logits flatten batch and sequence into their rows.
+#[test]
+fn microbatches_train_to_the_whole_batch_numbers() {
+    for (c, m) in [(SGD, "2"), (ADAM_CLIP_COSINE, "4"), (ADAMW, "8")] {
+        let out = train_model(&MLP, &c, &["--interpret", "--microbatches", m]);
+        check_against_torch(&MLP, &c, out.path());
+    }
+    let out = train_model(&MLP, &SGD, &["--microbatches", "2"]);
+    check_against_torch(&MLP, &SGD, out.path());
+    let out = train_model(&GPT2_TINY, &ADAMW, &["--interpret", "--microbatches", "2"]);
+    check_against_torch(&GPT2_TINY, &ADAMW, out.path());
+}
+
+/// Microbatches that do not divide the batch, and a model that batch normalization makes
+/// depend on how the batch is cut, are errors naming why.
+#[test]
+fn microbatches_that_cannot_split_are_errors() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let err = fails(
+        tessera()
+            .arg("train")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &SGD))
+            .args(input_args(&MLP))
+            .args(["--steps", "1", "--microbatches", "3", "--output-dir"])
+            .arg(out.path()),
+    );
+    assert!(
+        err.contains(
+            "microbatches=3: batch input `x` has 8 rows, which 3 microbatches do not divide"
+        ),
+        "{err}"
+    );
+    let err = fails(
+        tessera()
+            .arg("train")
+            .arg(path(&CNN, "model.onnx"))
+            .args(train_flags(&CNN, &SGD))
+            .args(input_args(&CNN))
+            .args(["--steps", "1", "--microbatches", "2", "--output-dir"])
+            .arg(out.path()),
+    );
+    assert!(
+        err.contains("batch normalization would normalize each microbatch with its own statistics"),
+        "{err}"
+    );
+}
+
 /// Convolutions with batch normalization in training mode (batch statistics; the running
 /// statistics are state, updated as torch does and compared too), max and average pooling.
 #[test]

@@ -83,6 +83,7 @@ pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassS
         OptionValue::Str(args.ignore_index.to_string()),
     );
     set("bn-momentum", OptionValue::Float(args.bn_momentum));
+    set("microbatches", OptionValue::UInt(args.microbatches));
     if let Some(f) = &args.freeze {
         set("freeze", OptionValue::Str(f.clone()));
     }

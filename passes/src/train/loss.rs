@@ -15,6 +15,42 @@ pub(crate) fn cross_entropy(
     ignore_index: i64,
     smoothing: f64,
 ) -> R<ValueId> {
+    let (total, count) = cross_entropy_parts(bw, logits, labels, ignore_index, smoothing)?;
+    bw.div(total, count)
+}
+
+/// The number of `labels` that are not `ignore_index`, a scalar of type `elem`: the
+/// denominator of [`cross_entropy`]'s mean.
+pub(crate) fn counted(
+    bw: &mut Bw<'_>,
+    labels: ValueId,
+    ignore_index: i64,
+    elem: ElemType,
+) -> R<ValueId> {
+    let ignore = bw.op(
+        Op::Fill {
+            shape: vec![],
+            elem: ElemType::I64,
+            value: tessera_ir::Scalar::Int(ignore_index),
+        },
+        &[],
+    )?;
+    let is_ignored = bw.bin(B::Equal, labels, ignore)?;
+    let one = bw.scalar(1.0, elem)?;
+    let zero = bw.scalar(0.0, elem)?;
+    let keep = bw.select(is_ignored, zero, one)?;
+    let count = bw.reduce(K::Sum, keep, (0..bw.ty(keep).rank()).collect(), false)?;
+    reshape_scalar(bw, count)
+}
+
+/// [`cross_entropy`]'s sum over the counted samples and their count, both scalars.
+pub(crate) fn cross_entropy_parts(
+    bw: &mut Bw<'_>,
+    logits: ValueId,
+    labels: ValueId,
+    ignore_index: i64,
+    smoothing: f64,
+) -> R<(ValueId, ValueId)> {
     let lt = bw.ty(logits);
     let e = lt.elem;
     let classes = match lt.shape.get(1) {
@@ -66,7 +102,7 @@ pub(crate) fn cross_entropy(
     }
     let total = reshape_scalar(bw, total)?;
     let count = reshape_scalar(bw, count)?;
-    bw.div(total, count)
+    Ok((total, count))
 }
 
 /// Mean squared error: `mean((pred - target)^2)`.

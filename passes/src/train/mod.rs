@@ -42,6 +42,7 @@ use crate::pass::{OptionInfo, OptionKind, Options, Pass, PassError, PassInfo, St
 
 mod dropout;
 mod loss;
+mod microbatch;
 pub mod optim;
 
 pub use optim::{Optimizer, Schedule};
@@ -84,6 +85,9 @@ pub struct TrainSpec {
     /// The momentum of batch normalization's running statistics (PyTorch's convention:
     /// the weight of the batch's statistics).
     pub bn_momentum: f64,
+    /// The batch runs as this many microbatches (1: whole), their gradients summed before
+    /// the one optimizer update (see `microbatch.rs`).
+    pub microbatches: u64,
 }
 
 /// What [`build_step`] did.
@@ -123,6 +127,8 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         _ => None,
     };
     let before = graph.ops().len();
+    // The model's batch inputs (microbatches cut them).
+    let model_inputs: Vec<ValueId> = graph.inputs().to_vec();
 
     // Parameters: float constants read by const ops, in first-use order.
     let mut order: Vec<tessera_ir::ConstId> = Vec::new();
@@ -234,23 +240,111 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         states.push(state);
     }
     let step = add_input(graph, "step", TensorType::new(ElemType::I64, vec![]))?;
+    let micro = if spec.microbatches > 1 {
+        if !norms.is_empty() {
+            return Err(
+                "microbatches: batch normalization would normalize each microbatch with its \
+                 own statistics; not supported yet"
+                    .into(),
+            );
+        }
+        if matches!(spec.loss, Loss::Output(_)) {
+            return Err(
+                "microbatches: loss=output reads a loss the model computes over the whole \
+                 batch; use cross-entropy or mse"
+                    .into(),
+            );
+        }
+        Some(microbatch::microbatch(
+            graph,
+            &model_inputs,
+            spec.microbatches,
+        )?)
+    } else {
+        None
+    };
     info.dropouts = dropout::train_dropouts(graph, step)?;
 
     let mut bw = Bw::plain(graph, "loss");
-    let loss = match (&spec.loss, labels) {
-        (Loss::Output(_), _) => model_loss.ok_or("internal error: no loss output")?,
-        (
-            Loss::CrossEntropy {
-                ignore_index,
-                smoothing,
-            },
-            Some(labels),
-        ) => loss::cross_entropy(&mut bw, prediction, labels, *ignore_index, *smoothing)
-            .map_err(|e| e.message)?,
-        (Loss::Mse, Some(labels)) => {
-            loss::mse(&mut bw, prediction, labels).map_err(|e| e.message)?
+    let loss = if let Some(mb) = &micro {
+        // Each microbatch's loss on its rows of the labels; the step's loss is their mean.
+        let labels = labels.ok_or("internal error: no labels input")?;
+        let m = spec.microbatches;
+        // Microbatch `i` makes rows `i*R/M .. (i+1)*R/M` of the prediction's `R` (its batch
+        // axis is 0, checked below; a model may flatten batch and sequence into it), and is
+        // compared with the same rows of the labels.
+        let full = bw.ty(prediction);
+        let lt = bw.ty(labels);
+        let rows = full.shape.first().and_then(Dim::as_static).unwrap_or(0) / m;
+        if lt.shape.first() != full.shape.first() {
+            return Err(format!(
+                "microbatches: the labels ({lt}) and the prediction ({full}) differ in rows"
+            ));
         }
-        _ => return Err("internal error: no labels input".into()),
+        // Cross-entropy divides every microbatch's sum by the whole batch's count of labels
+        // (a function of the labels alone, known before any forward op): the step's loss and
+        // gradients are the whole batch's even when microbatches ignore different numbers of
+        // labels (the mean of per-microbatch means would weigh those unequally). Mean squared
+        // error: the mean of equal-sized microbatches' means.
+        let count = match &spec.loss {
+            Loss::CrossEntropy { ignore_index, .. } => Some(
+                loss::counted(&mut bw, labels, *ignore_index, full.elem).map_err(|e| e.message)?,
+            ),
+            _ => None,
+        };
+        let mut total: Option<ValueId> = None;
+        for (i, copy) in mb.copies.iter().enumerate() {
+            bw.at(format!("loss/mb{i}"));
+            let p = copy
+                .get(&prediction)
+                .copied()
+                .filter(|&p| microbatch::batch_axis(&full, &bw.ty(p), m) == Some(0))
+                .ok_or_else(|| {
+                    format!("microbatches: the prediction ({full}) is not split by rows")
+                })?;
+            let i = i as i64;
+            let rows = rows as i64;
+            let slice = Op::Slice {
+                axes: vec![0],
+                starts: vec![i * rows],
+                ends: vec![(i + 1) * rows],
+                steps: vec![1],
+            };
+            let l = bw.op(slice, &[labels]).map_err(|e| e.message)?;
+            let loss = match (&spec.loss, count) {
+                (
+                    Loss::CrossEntropy {
+                        ignore_index,
+                        smoothing,
+                    },
+                    Some(count),
+                ) => loss::cross_entropy_parts(&mut bw, p, l, *ignore_index, *smoothing)
+                    .and_then(|(sum, _)| bw.div(sum, count)),
+                _ => loss::mse(&mut bw, p, l).and_then(|x| bw.scale(x, 1.0 / m as f64)),
+            }
+            .map_err(|e| e.message)?;
+            total = Some(match total {
+                None => loss,
+                Some(t) => bw.add(t, loss).map_err(|e| e.message)?,
+            });
+        }
+        total.ok_or("internal error: no microbatch")?
+    } else {
+        match (&spec.loss, labels) {
+            (Loss::Output(_), _) => model_loss.ok_or("internal error: no loss output")?,
+            (
+                Loss::CrossEntropy {
+                    ignore_index,
+                    smoothing,
+                },
+                Some(labels),
+            ) => loss::cross_entropy(&mut bw, prediction, labels, *ignore_index, *smoothing)
+                .map_err(|e| e.message)?,
+            (Loss::Mse, Some(labels)) => {
+                loss::mse(&mut bw, prediction, labels).map_err(|e| e.message)?
+            }
+            _ => return Err("internal error: no labels input".into()),
+        }
     };
     let lt = graph.ty(loss).clone();
     if lt.shape.iter().any(|d| *d != Dim::Static(1)) || !lt.elem.is_float() {
@@ -506,6 +600,12 @@ const OPTIONS: &[OptionInfo] = &[
         doc: "batch normalization: the weight of a batch's statistics in the running ones (PyTorch's momentum)",
     },
     OptionInfo {
+        name: "microbatches",
+        kind: OptionKind::UInt,
+        default: "1",
+        doc: "run the batch as this many microbatches (rows of the batch inputs), gradients summed before one update",
+    },
+    OptionInfo {
         name: "freeze",
         kind: OptionKind::Str,
         default: "",
@@ -590,6 +690,10 @@ pub fn spec_from_options(options: &Options) -> Result<TrainSpec, String> {
                 return Err(format!("bn-momentum must be in [0, 1], not {m}"));
             }
             m
+        },
+        microbatches: match options.uint("microbatches") {
+            0 => return Err("microbatches must be at least 1".into()),
+            m => m,
         },
     })
 }
