@@ -38,6 +38,13 @@
 //! decides that order). In a stream of samples each sample keeps that order, and an idle
 //! device starts the ready op of the earliest sample.
 //!
+//! **Steps carry their state.** In a stream of a training step's samples (steps), a state's
+//! next value is the next step's state, written in place: every op that reads a state input
+//! waits, in step `s + 1`, for the op that made its next value in step `s`. A step whose
+//! first ops read the parameters its last ops update therefore starts when the previous one
+//! ends, and its period is its latency (synchronous training, as GPipe and PyTorch run it);
+//! only what the dataflow allows overlaps.
+//!
 //! **Results** ([`SimReport`]):
 //! - the latency of one sample: the time until its last op and its output transfers are done;
 //! - the steady-state period and throughput of a stream: `samples` samples queued at time 0
@@ -467,6 +474,9 @@ struct Plan {
     /// Copies present at the start of a sample (graph inputs on the host).
     initial: Vec<u32>,
     weights: Vec<u64>,
+    /// (writer, reader) task pairs across samples: the reader in sample `s + 1` waits for the
+    /// writer in sample `s` (a state's next value, read as the state by the next step).
+    carried: Vec<(u32, u32)>,
     num_devices: usize,
     num_channels: usize,
 }
@@ -1037,6 +1047,40 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             succ_lists[p as usize].push(t as u32);
         }
     }
+    // A state's next value is written in place, and the next sample (the next training
+    // step) reads it: every op task that reads a state input waits, in sample `s + 1`, for
+    // the op task that made its next value in sample `s`.
+    let mut carried: Vec<(u32, u32)> = Vec::new();
+    {
+        let names = tessera_ir::text::output_names(graph);
+        let mut op_tasks: BTreeMap<OpId, Vec<u32>> = BTreeMap::new();
+        for (t, (task, origin)) in tasks.iter().zip(&origins).enumerate() {
+            if let (Kind::Op { .. }, Origin::Op(op)) = (task.kind, origin) {
+                op_tasks.entry(*op).or_default().push(t as u32);
+            }
+        }
+        for slot in &graph.state {
+            let (Some(&input), Some(k)) = (
+                graph.inputs().get(slot.input),
+                names.iter().position(|n| *n == slot.next),
+            ) else {
+                continue;
+            };
+            let ValueDef::Result(writer, _) = graph.value(graph.outputs()[k]).def else {
+                continue;
+            };
+            let writers = op_tasks.get(&writer).cloned().unwrap_or_default();
+            for &op in graph.ops() {
+                if graph.op(op).operands.contains(&input) {
+                    for &r in op_tasks.get(&op).into_iter().flatten() {
+                        carried.extend(writers.iter().map(|&w| (w, r)));
+                    }
+                }
+            }
+        }
+        carried.sort_unstable();
+        carried.dedup();
+    }
     let mut succs = Vec::new();
     let mut flat_allocs = Vec::new();
     let mut flat_frees = Vec::new();
@@ -1062,6 +1106,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         frees: flat_frees,
         initial,
         weights,
+        carried,
         num_devices: n_dev,
         num_channels: cost.num_channels(),
     })
@@ -1153,6 +1198,15 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
     let mut npred: Vec<u32> = Vec::with_capacity(nt * samples);
     for _ in 0..samples {
         npred.extend(plan.tasks.iter().map(|t| t.npred));
+    }
+    // Readers of a state wait for the previous sample's writer; writers per task, in order.
+    let mut carried_from: Vec<Vec<u32>> =
+        vec![Vec::new(); if plan.carried.is_empty() { 0 } else { nt }];
+    for &(w, r) in &plan.carried {
+        carried_from[w as usize].push(r);
+        for s in 1..samples {
+            npred[s * nt + r as usize] += 1;
+        }
     }
     // (time, sequence, instance or device, what: FINISH, START (of a transfer that waited for
     // its channels) or FREE (a device's tail ends; the third field is the device)).
@@ -1268,7 +1322,7 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
 
     for s in 0..samples {
         for t in 0..nt {
-            if plan.tasks[t].npred == 0 {
+            if npred[s * nt + t] == 0 {
                 make_ready!((s * nt + t) as u32, 0.0);
             }
         }
@@ -1315,6 +1369,21 @@ fn run(plan: &Plan, samples: usize, track_memory: bool, traced: bool) -> RunResu
             npred[i] -= 1;
             if npred[i] == 0 {
                 make_ready!(base + succ, now);
+            }
+        }
+        if s + 1 < samples
+            && let Some(readers) = carried_from.get(inst as usize % nt)
+        {
+            let next = ((s + 1) * nt) as u32;
+            for &r in readers {
+                let i = (next + r) as usize;
+                npred[i] -= 1;
+                if npred[i] == 0 {
+                    make_ready!(next + r, now);
+                    if let Kind::Op { device, .. } = plan.tasks[r as usize].kind {
+                        dispatch!(device as usize, now);
+                    }
+                }
             }
         }
         if let Kind::Op { device, .. } = t.kind {

@@ -524,6 +524,46 @@ graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
     assert_eq!(r.devices[1].peak_memory, 4000 + 8000);
 }
 
+/// A state's next value is the next step's state: in a stream of training steps, an op that
+/// reads the state waits for the previous step's op that wrote it. Here `w` is read by the
+/// first op and written by the last, so the steps run one after another and the period is
+/// the latency; the same chain reading no state interleaves its samples; and a state written
+/// by the first op lets the next step start as soon as it is written.
+#[test]
+fn a_stream_of_steps_waits_for_the_state_the_last_step_wrote() {
+    let spec = target(&PAIR.replace("latency = 1e-4", "latency = 0"));
+    let body = |read: &str, write: &str| {
+        format!(
+            r#"const @w : f32[1000] = [{}]
+graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
+  %0 = mul %x, {read} : f32[1000] device("a")
+  %1 = relu %0 : f32[1000] device("b")
+  %2 = add %1, %x : f32[1000] device("a")
+  return %2 as "y", {write} as "w"
+}}"#,
+            vec!["0.5"; 1000].join(", ")
+        )
+    };
+    let run = |g: &Graph| {
+        let cost = CostModel::new(&spec, None);
+        let placement = placement_from_graph(g, &spec, None).expect("placed");
+        simulate(g, &cost, &placement, &SimOptions { samples: Some(16) }).expect("sim")
+    };
+    // Read first, written last: one step after another.
+    let chained = graph(&body("%w", "%2"));
+    let r = run(&chained);
+    assert_close(r.period, r.latency);
+    // No state read: the samples interleave, a period well below the latency.
+    let free = graph(&body("%x", "%2"));
+    let r2 = run(&free);
+    assert!(r2.period < 0.6 * r.latency, "{} {}", r2.period, r.latency);
+    // Written by the first op (the product itself is the next state): the next step waits
+    // only for that op, and the steps interleave.
+    let early = graph(&body("%w", "%0"));
+    let r3 = run(&early);
+    assert!(r3.period < 0.6 * r.latency, "{} {}", r3.period, r.latency);
+}
+
 #[test]
 fn stream_interleaves_samples_on_a_shared_device() {
     // a runs the first and the last stage, b the middle one; with samples interleaved, a
