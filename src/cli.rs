@@ -432,6 +432,12 @@ pub struct TrainArgs {
     #[arg(long, value_name = "M", default_value_t = 1, requires = "train",
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub microbatches: u64,
+    /// With microbatches, the pipeline schedule each device runs them in: `gpipe` (all
+    /// forwards, then all backwards), `1f1b` (PipeDream-Flush: after a warm-up, one forward
+    /// then one backward), or `none` (each device's ops by upward rank).
+    #[arg(long, value_name = "SCHEDULE", default_value = "none", requires = "train",
+          value_parser = ["none", "gpipe", "1f1b"])]
+    pub pipeline: String,
 }
 
 /// Arguments of `tessera train`.

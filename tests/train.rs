@@ -244,6 +244,47 @@ fn microbatches_train_to_the_whole_batch_numbers() {
     check_against_torch(&GPT2_TINY, &ADAMW, out.path());
 }
 
+/// Pipeline schedules (`--pipeline gpipe|1f1b`) order a microbatched step's ops: on one
+/// device (one stage), GPipe runs both microbatches' forwards (the second microbatch's loss
+/// included) before any backward op, and 1F1B runs the first microbatch's backward before the
+/// second microbatch's loss. The order changes no number: the compiled step trains to
+/// torch's losses and weights under both.
+#[test]
+fn pipeline_schedules_order_the_step_and_train_to_the_same_numbers() {
+    for (schedule, backward_first) in [("gpipe", false), ("1f1b", true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        ok(tessera()
+            .arg("compile")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &SGD))
+            .args(["--microbatches", "2", "--pipeline", schedule, "-o"])
+            .arg(dir.path()));
+        let placed = std::fs::read_to_string(dir.path().join("placed.tir")).expect("placed.tir");
+        let line = |pred: &dyn Fn(&str) -> bool| {
+            placed
+                .lines()
+                .position(pred)
+                .unwrap_or_else(|| panic!("{schedule}: no such line in\n{placed}"))
+        };
+        let first_backward = line(&|l| l.contains("grad-of("));
+        let second_loss = line(&|l| l.contains("= log-softmax") && l.contains("loc(\"loss/mb1\")"));
+        assert_eq!(
+            first_backward < second_loss,
+            backward_first,
+            "{schedule}: first backward op at line {first_backward}, microbatch 1's loss at \
+             {second_loss}"
+        );
+        let out = tempfile::tempdir().expect("tempdir");
+        ok(tessera()
+            .arg("train")
+            .arg(dir.path())
+            .args(input_args(&MLP))
+            .args(["--steps", "10", "--output-dir"])
+            .arg(out.path()));
+        check_against_torch(&MLP, &SGD, out.path());
+    }
+}
+
 /// Microbatches that do not divide the batch, and a model that batch normalization makes
 /// depend on how the batch is cut, are errors naming why.
 #[test]

@@ -18,6 +18,7 @@ pub mod build;
 pub mod eval;
 pub mod explain;
 pub mod pass;
+pub mod pipeline;
 pub mod plan;
 pub mod problem;
 pub mod split;

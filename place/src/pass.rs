@@ -5,10 +5,12 @@
 //!   `device("...")` on every op (ops already annotated are pinned and keep theirs; ops on a
 //!   mesh keep the mesh), and inserts a `transfer` op on every cut edge
 //!   ([`insert_transfers`]).
-//! - `schedule{target=}` orders the body so each device runs its ops by decreasing upward
-//!   rank (the length of the costliest path from the op to the end, transfers included), the
-//!   priority of HEFT's list scheduling (Topcuoglu, Hariri and Wu, 2002); every op must be
-//!   placed. Constants move to just before their first use.
+//! - `schedule{target= pipeline=none}` orders the body so each device runs its ops by
+//!   decreasing upward rank (the length of the costliest path from the op to the end,
+//!   transfers included), the priority of HEFT's list scheduling (Topcuoglu, Hariri and Wu,
+//!   2002); every op must be placed. Constants move to just before their first use. With
+//!   `pipeline=gpipe` or `1f1b`, a microbatched training step's devices run its microbatches'
+//!   forwards and backwards in that pipeline schedule's order ([`crate::pipeline`]).
 //!
 //! Both cost with the pass's `target` option, else the compile target
 //! ([`tessera_targets::set_default_target`]), else `cpu`.
@@ -57,12 +59,20 @@ pub const PLACE: PassInfo = PassInfo {
 pub const SCHEDULE: PassInfo = PassInfo {
     name: "schedule",
     summary: "Order each device's ops by upward rank (HEFT's priority); every op must be placed",
-    options: &[OptionInfo {
-        name: "target",
-        kind: OptionKind::Str,
-        default: "",
-        doc: "target whose costs rank the ops (empty: the compile target, else cpu)",
-    }],
+    options: &[
+        OptionInfo {
+            name: "target",
+            kind: OptionKind::Str,
+            default: "",
+            doc: "target whose costs rank the ops (empty: the compile target, else cpu)",
+        },
+        OptionInfo {
+            name: "pipeline",
+            kind: OptionKind::Str,
+            default: "none",
+            doc: "a microbatched training step's pipeline schedule: none (upward rank), gpipe or 1f1b",
+        },
+    ],
     create: create_schedule,
 };
 
@@ -440,13 +450,23 @@ impl Pass for PlacePass {
 }
 
 fn create_schedule(options: &Options) -> Result<Box<dyn Pass>, PassError> {
+    let pipeline = match options.string("pipeline") {
+        "none" => None,
+        s => Some(crate::pipeline::Schedule::parse(s).ok_or_else(|| {
+            PassError::new(format!(
+                "pipeline: unknown schedule `{s}` (expected none, gpipe or 1f1b)"
+            ))
+        })?),
+    };
     Ok(Box::new(SchedulePass {
         target: options.string("target").to_string(),
+        pipeline,
     }))
 }
 
 struct SchedulePass {
     target: String,
+    pipeline: Option<crate::pipeline::Schedule>,
 }
 
 impl Pass for SchedulePass {
@@ -454,6 +474,19 @@ impl Pass for SchedulePass {
         let target = tessera_targets::pass_target(&self.target)
             .map_err(|e| PassError::new(format!("target: {e}")))?;
         let cost = CostModel::new(&*target, None);
+        schedule_graph(graph, &cost, self.pipeline, stats)
+    }
+}
+
+/// The `schedule` pass on a placed graph: each device's ops in upward-rank order or, with
+/// `pipeline`, a microbatched step's pipeline schedule; returns whether the body changed.
+pub fn schedule_graph(
+    graph: &mut Graph,
+    cost: &CostModel<'_>,
+    pipeline: Option<crate::pipeline::Schedule>,
+    stats: &mut Statistics,
+) -> Result<bool, PassError> {
+    {
         if let Some(&op) = graph
             .ops()
             .iter()
@@ -464,14 +497,16 @@ impl Pass for SchedulePass {
                 tessera_targets::sim::describe_op(graph, op)
             )));
         }
-        let built = build(graph, &cost).map_err(|e| PassError::new(e.to_string()))?;
+        let built = build(graph, cost).map_err(|e| PassError::new(e.to_string()))?;
         let inst =
             Instance::new(built.problem.clone()).map_err(|e| PassError::new(e.to_string()))?;
         // Every op is pinned: the assignment is each op's only allowed device.
         let assign: Vec<usize> = (0..inst.n)
             .map(|o| (0..inst.d).find(|&k| inst.allowed(o, k)).unwrap_or(0))
             .collect();
-        let order = rank_order(&inst, &assign);
+        let order = pipeline
+            .and_then(|p| crate::pipeline::pipeline_order(graph, &built, &inst, &assign, p))
+            .unwrap_or_else(|| rank_order(&inst, &assign));
         let before = graph.ops().to_vec();
         apply_order(graph, &built, &order);
         let moved = before

@@ -151,6 +151,7 @@ fn compile_loaded(
             .ir_dump_dir
             .as_deref()
             .map(|d| (d, pipeline.passes.len() + 1)),
+        pipeline: tessera_place::pipeline::Schedule::parse(&req.train.pipeline),
     };
     let compiled = compile(
         graph,
@@ -304,6 +305,9 @@ pub struct PlaceSettings<'a> {
     /// graph after placement, after scheduling and after transfer insertion, numbered on
     /// from the pass pipeline's dumps).
     pub ir_dump: Option<(&'a Path, usize)>,
+    /// A microbatched training step's pipeline schedule (`--pipeline`; `None`: each device's
+    /// ops by upward rank).
+    pub pipeline: Option<tessera_place::pipeline::Schedule>,
 }
 
 impl Default for PlaceSettings<'_> {
@@ -316,6 +320,7 @@ impl Default for PlaceSettings<'_> {
             split: SplitMode::Off,
             split_axes: &[],
             ir_dump: None,
+            pipeline: None,
         }
     }
 }
@@ -501,7 +506,15 @@ pub fn compile(
     // simulates it.
     let realize = |v: usize, assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
         let (built, inst) = &variants[v];
-        realize(graph_of(v), built, inst, assign, &cost, samples)
+        realize(
+            graph_of(v),
+            built,
+            inst,
+            assign,
+            &cost,
+            samples,
+            settings.pipeline,
+        )
     };
     let opts = SolveOptions {
         objective: settings.objective,
@@ -636,7 +649,8 @@ pub fn compile(
         // Scheduling reorders the body; the plan's conversions go before their first users
         // in the new order.
         let mut g = unplaced;
-        apply_order(&mut g, built, &rank_order(inst, &chosen));
+        let order = body_order(&g, built, inst, &chosen, settings.pipeline);
+        apply_order(&mut g, built, &order);
         apply_plan(&mut g, built, inst, &chosen)?;
         crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
         insert_transfers(&mut g, host);
@@ -673,8 +687,22 @@ pub fn compile(
     })
 }
 
+/// Each device's ops in HEFT's order or, for a microbatched step with a `pipeline` schedule,
+/// in that schedule's order (problem op indices of `inst`).
+fn body_order(
+    graph: &Graph,
+    built: &Built,
+    inst: &Instance,
+    assign: &[usize],
+    pipeline: Option<tessera_place::pipeline::Schedule>,
+) -> Vec<usize> {
+    pipeline
+        .and_then(|p| tessera_place::pipeline::pipeline_order(graph, built, inst, assign, p))
+        .unwrap_or_else(|| rank_order(inst, assign))
+}
+
 /// The graph of plan `assign` (options of `inst`, the problem of `built`): each device's ops
-/// in HEFT's order, the plan applied ([`apply_plan`]: devices, the mesh of its split ops and
+/// in HEFT's order (or the `pipeline` schedule's), the plan applied ([`apply_plan`]: devices, the mesh of its split ops and
 /// their collectives), transfer ops on cut edges; with its simulation of a stream of
 /// `samples` and the number of transfers inserted.
 pub fn realize(
@@ -684,10 +712,12 @@ pub fn realize(
     assign: &[usize],
     cost: &CostModel<'_>,
     samples: Option<usize>,
+    pipeline: Option<tessera_place::pipeline::Schedule>,
 ) -> Result<(Graph, SimReport, usize)> {
     let spec = cost.spec();
     let mut g = graph.clone();
-    apply_order(&mut g, built, &rank_order(inst, assign));
+    let order = body_order(graph, built, inst, assign, pipeline);
+    apply_order(&mut g, built, &order);
     apply_plan(&mut g, built, inst, assign)?;
     let transfers = insert_transfers(&mut g, &spec.host);
     let devices = placement_from_graph(&g, spec, None)?;
