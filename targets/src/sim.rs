@@ -43,7 +43,10 @@
 //! waits, in step `s + 1`, for the op that made its next value in step `s`. A step whose
 //! first ops read the parameters its last ops update therefore starts when the previous one
 //! ends, and its period is its latency (synchronous training, as GPipe and PyTorch run it);
-//! only what the dataflow allows overlaps.
+//! only what the dataflow allows overlaps. A state read on a device where its update does not
+//! run (a replica's copy of a parameter) is refreshed: after the update, a transfer of the new
+//! value to that device, which its readers in the next step wait for (and which the step's
+//! own latency and link loads include).
 //!
 //! **Results** ([`SimReport`]):
 //! - the latency of one sample: the time until its last op and its output transfers are done;
@@ -1024,6 +1027,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             })?;
     }
 
+    let carried = carry_state(graph, cost, &mut b)?;
     occupy_devices(&mut b, spec);
 
     // Flatten successor lists and per-task copy lists.
@@ -1046,40 +1050,6 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         for &p in ps.iter() {
             succ_lists[p as usize].push(t as u32);
         }
-    }
-    // A state's next value is written in place, and the next sample (the next training
-    // step) reads it: every op task that reads a state input waits, in sample `s + 1`, for
-    // the op task that made its next value in sample `s`.
-    let mut carried: Vec<(u32, u32)> = Vec::new();
-    {
-        let names = tessera_ir::text::output_names(graph);
-        let mut op_tasks: BTreeMap<OpId, Vec<u32>> = BTreeMap::new();
-        for (t, (task, origin)) in tasks.iter().zip(&origins).enumerate() {
-            if let (Kind::Op { .. }, Origin::Op(op)) = (task.kind, origin) {
-                op_tasks.entry(*op).or_default().push(t as u32);
-            }
-        }
-        for slot in &graph.state {
-            let (Some(&input), Some(k)) = (
-                graph.inputs().get(slot.input),
-                names.iter().position(|n| *n == slot.next),
-            ) else {
-                continue;
-            };
-            let ValueDef::Result(writer, _) = graph.value(graph.outputs()[k]).def else {
-                continue;
-            };
-            let writers = op_tasks.get(&writer).cloned().unwrap_or_default();
-            for &op in graph.ops() {
-                if graph.op(op).operands.contains(&input) {
-                    for &r in op_tasks.get(&op).into_iter().flatten() {
-                        carried.extend(writers.iter().map(|&w| (w, r)));
-                    }
-                }
-            }
-        }
-        carried.sort_unstable();
-        carried.dedup();
     }
     let mut succs = Vec::new();
     let mut flat_allocs = Vec::new();
@@ -1110,6 +1080,91 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         num_devices: n_dev,
         num_channels: cost.num_channels(),
     })
+}
+
+/// The dependencies between consecutive samples of a training step: a state's next value is
+/// written in place, and the next sample (the next step) reads it. Every op task that reads a
+/// state input waits, in sample `s + 1`, for the op task that made its next value in sample
+/// `s` on its device; a reader on a device where no writer runs waits for a refresh, a
+/// transfer of the new value from the (first) writer's device after it, made here once per
+/// state and device (a replica's copy of a parameter updated elsewhere). Returns the
+/// (writer or refresh, reader) task pairs.
+fn carry_state(
+    graph: &Graph,
+    cost: &CostModel<'_>,
+    b: &mut Builder,
+) -> Result<Vec<(u32, u32)>, SimError> {
+    let mut carried: Vec<(u32, u32)> = Vec::new();
+    if graph.state.is_empty() {
+        return Ok(carried);
+    }
+    let names = tessera_ir::text::output_names(graph);
+    // Op tasks by graph op, with their devices.
+    let mut op_tasks: BTreeMap<OpId, Vec<(u32, usize)>> = BTreeMap::new();
+    for (t, (task, origin)) in b.tasks.iter().zip(&b.origins).enumerate() {
+        if let (Kind::Op { device, .. }, Origin::Op(op)) = (task.kind, origin) {
+            op_tasks
+                .entry(*op)
+                .or_default()
+                .push((t as u32, device as usize));
+        }
+    }
+    let mut readers: BTreeMap<ValueId, Vec<(u32, usize)>> = BTreeMap::new();
+    for &op in graph.ops() {
+        for v in graph.op(op).operands.iter().collect::<BTreeSet<_>>() {
+            readers
+                .entry(*v)
+                .or_default()
+                .extend(op_tasks.get(&op).into_iter().flatten().copied());
+        }
+    }
+    for slot in &graph.state {
+        let (Some(&input), Some(k)) = (
+            graph.inputs().get(slot.input),
+            names.iter().position(|n| *n == slot.next),
+        ) else {
+            continue;
+        };
+        let next = graph.outputs()[k];
+        let ValueDef::Result(writer, _) = graph.value(next).def else {
+            continue;
+        };
+        let writers = op_tasks.get(&writer).cloned().unwrap_or_default();
+        let Some(&(first, from)) = writers.first() else {
+            continue;
+        };
+        let mut refresh: BTreeMap<usize, u32> = BTreeMap::new();
+        for &(r, device) in readers.get(&input).into_iter().flatten() {
+            if let Some(&(w, _)) = writers.iter().find(|&&(_, d)| d == device) {
+                carried.push((w, r));
+                continue;
+            }
+            let t = match refresh.get(&device) {
+                Some(&t) => t,
+                None => {
+                    let bytes = value_bytes(graph, input)?;
+                    let seconds = cost.transfer_time(from, device, bytes as f64)?;
+                    let chan_start = b.channels.len() as u32;
+                    b.channels
+                        .extend(cost.channels(from, device)?.iter().map(|&c| c as u32));
+                    b.chan_bytes.resize(b.channels.len(), bytes as f64);
+                    let kind = Kind::Transfer {
+                        chan_start,
+                        chan_end: b.channels.len() as u32,
+                    };
+                    let t = b.task(kind, seconds, Origin::Value(next));
+                    b.preds[t as usize].push(first);
+                    b.moves.push((t, Some(first), from, device));
+                    refresh.insert(device, t);
+                    t
+                }
+            };
+            carried.push((t, r));
+        }
+    }
+    carried.sort_unstable();
+    carried.dedup();
+    Ok(carried)
 }
 
 /// Devices that do not overlap transfers with compute ([`crate::Device::overlap`] false) are

@@ -564,6 +564,36 @@ graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
     assert!(r3.period < 0.6 * r.latency, "{} {}", r3.period, r.latency);
 }
 
+/// A state read on a device where its update does not run (a replica's copy of a parameter)
+/// is refreshed after the update: `w` is read by the product on `b` and updated on `a`, so
+/// each step ends with `w`'s new value moving to `b` (4000 bytes at 4 MB/s plus 0.1 ms: 1.1
+/// ms), which the next step's product waits for. One step: `x` to `b` 1.1 ms, the product 0.5
+/// ms, back to `a` 1.1 ms, the update 1 ms, the refresh 1.1 ms: 4.8 ms. In a stream the next
+/// step's input moves while this one runs, so the period is the rest: 3.7 ms.
+#[test]
+fn a_state_read_on_another_device_is_refreshed_after_its_update() {
+    let spec = target(PAIR);
+    let values = vec!["0.5"; 1000].join(", ");
+    let g = graph(&format!(
+        r#"const @w : f32[1000] = [{values}]
+graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
+  %0 = mul %x, %w : f32[1000] device("b")
+  %1 = sub %w, %0 : f32[1000] device("a")
+  return %1 as "w"
+}}"#
+    ));
+    let cost = CostModel::new(&spec, None);
+    let placement = placement_from_graph(&g, &spec, None).expect("placed");
+    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(16) }).expect("sim");
+    // x in, the product back, the refresh.
+    assert_eq!(r.transfers, 3);
+    assert_close(r.latency, 4.8e-3);
+    assert_close(r.period, 3.7e-3);
+    // Both copies of w are resident, each counted once.
+    assert_eq!(r.devices[0].weights, 4000);
+    assert_eq!(r.devices[1].weights, 4000);
+}
+
 #[test]
 fn stream_interleaves_samples_on_a_shared_device() {
     // a runs the first and the last stage, b the middle one; with samples interleaved, a
