@@ -285,6 +285,57 @@ fn pipeline_schedules_order_the_step_and_train_to_the_same_numbers() {
     }
 }
 
+/// A microbatched step's copies of one model node (one per microbatch, forward and backward)
+/// share a device, a pipeline stage holding its layers' weights once: placed round-robin over
+/// sixteen chips and the host (which, without the shared groups, deals the two microbatches'
+/// copies of every node to different devices), every model node's ops are on one device
+/// while the step spreads over several, and the placed step trains to torch's numbers.
+#[test]
+fn microbatch_copies_of_a_layer_share_its_stage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("compile")
+        .arg(path(&MLP, "model.onnx"))
+        .args(train_flags(&MLP, &SGD))
+        .args([
+            "--microbatches",
+            "2",
+            "--target",
+            "mcm-4x4",
+            "--strategy",
+            "round-robin",
+        ])
+        .args(["--split", "off", "-o"])
+        .arg(dir.path()));
+    let placed = std::fs::read_to_string(dir.path().join("placed.tir")).expect("placed.tir");
+    let attr = |line: &str, key: &str| -> Option<String> {
+        let at = line.find(key)? + key.len();
+        let rest = &line[at..];
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let mut devices: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for line in placed.lines().filter(|l| !l.contains("= transfer ")) {
+        if let (Some(node), Some(device)) = (attr(line, "loc(\"/"), attr(line, "device(\"")) {
+            devices.entry(node).or_default().insert(device);
+        }
+    }
+    assert!(devices.len() >= 10, "{devices:?}");
+    for (node, on) in &devices {
+        assert_eq!(on.len(), 1, "model node /{node} on {on:?}");
+    }
+    let used: std::collections::BTreeSet<&String> = devices.values().flatten().collect();
+    assert!(used.len() >= 2, "{used:?}");
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(dir.path())
+        .args(input_args(&MLP))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(out.path()));
+    check_against_torch(&MLP, &SGD, out.path());
+}
+
 /// Microbatches that do not divide the batch, and a model that batch normalization makes
 /// depend on how the batch is cut, are errors naming why.
 #[test]

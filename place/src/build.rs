@@ -192,7 +192,12 @@ fn base_name(graph: &Graph, op: OpId) -> String {
 /// group with the forward op it differentiates, as PipeDream keeps a layer's forward and
 /// backward on one stage: the weights, the activations the backward reads and the weight's
 /// gradient then stay on one device, and the contiguous splits of the `dp` strategy cut the
-/// step between layers. A group is left out (its ops stay free) when no device could take it:
+/// step between layers. In a microbatched step (`train{microbatches=M}`, see
+/// [`crate::pipeline`]), the copies of one model node's forward op (the same `loc`), one per
+/// microbatch, join one group with their backward ops: pipeline parallelism, each stage
+/// running every microbatch of its layers (replicas of a layer on several devices would hold
+/// its weights twice and need their updates synchronized, which the problem does not
+/// charge). A group is left out (its ops stay free) when no device could take it:
 /// no device kind runs all its members, its pins disagree, or its memory exceeds every
 /// device's capacity. Ops on the mesh and graph inputs are never grouped.
 fn colocate_backward_ops(
@@ -219,6 +224,39 @@ fn colocate_backward_ops(
         let r = root.get(&fwd).copied().unwrap_or(fwd);
         root.insert(me, r);
         groups.entry(r).or_insert_with(|| vec![r]).push(me);
+    }
+    // A microbatched step's copies of one model op (forward ops of one microbatch each, with
+    // the same model node) share a group: a pipeline stage runs every microbatch of its
+    // layers, whose weights it alone holds.
+    let (micro, count) = crate::pipeline::microbatches(graph);
+    if count > 1 {
+        let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for (me, gop) in graph_ops.iter().enumerate() {
+            let Some(op) = *gop else { continue };
+            let data = graph.op(op);
+            let (Some(loc), None, Some(crate::pipeline::Micro::One(_))) =
+                (data.loc.as_deref(), data.grad_of, micro.get(&op))
+            else {
+                continue;
+            };
+            if !ops[me].spmd.is_empty() {
+                continue;
+            }
+            let r = root.get(&me).copied().unwrap_or(me);
+            match by_node.get(loc) {
+                None => {
+                    by_node.insert(loc, r);
+                }
+                Some(&r0) if r0 != r => {
+                    let moved = groups.remove(&r).unwrap_or_else(|| vec![r]);
+                    for &o in &moved {
+                        root.insert(o, r0);
+                    }
+                    groups.entry(r0).or_insert_with(|| vec![r0]).extend(moved);
+                }
+                Some(_) => {}
+            }
+        }
     }
     for (fwd, members) in groups {
         // The device kinds every member runs on, the pins, the memory.

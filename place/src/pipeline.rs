@@ -94,9 +94,12 @@ impl Schedule {
 
 /// Which microbatches an op depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Micro {
+pub(crate) enum Micro {
+    /// None: the op is shared by every microbatch.
     None,
+    /// Only this one.
     One(u32),
+    /// Several (a gradient sum, the update).
     Many,
 }
 
@@ -109,7 +112,7 @@ fn join(a: Micro, b: Micro) -> Micro {
 }
 
 /// The microbatch of every op of `graph` (see the module doc) and how many there are.
-fn microbatches(graph: &Graph) -> (BTreeMap<OpId, Micro>, usize) {
+pub(crate) fn microbatches(graph: &Graph) -> (BTreeMap<OpId, Micro>, usize) {
     let (state, _) = graph.state_values();
     let mut of: BTreeMap<OpId, Micro> = BTreeMap::new();
     let mut count = 0usize;
