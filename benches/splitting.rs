@@ -161,7 +161,16 @@ fn row(name: &str, spec: &TargetSpec, graph: &tessera_ir::Graph, objective: Obje
     // The Megatron-style plan, simulated when the model finds it within memory.
     let manual = megatron(&inst).and_then(|a| {
         violation(&inst, &a).is_none().then_some(())?;
-        let (_, report, _) = realize(&unfused, &splits, &inst, &a, &cost, SAMPLES, None).ok()?;
+        let (_, report, _, _) = realize(
+            &unfused,
+            &splits,
+            &inst,
+            &a,
+            &cost,
+            SAMPLES,
+            tessera::commands::compile::PipelineMode::Fixed(None),
+        )
+        .ok()?;
         Some(simulated(&report, objective))
     });
     let start = Instant::now();

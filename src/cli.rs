@@ -434,9 +434,10 @@ pub struct TrainArgs {
     pub microbatches: u64,
     /// With microbatches, the pipeline schedule each device runs them in: `gpipe` (all
     /// forwards, then all backwards), `1f1b` (PipeDream-Flush: after a warm-up, one forward
-    /// then one backward), or `none` (each device's ops by upward rank).
-    #[arg(long, value_name = "SCHEDULE", default_value = "none", requires = "train",
-          value_parser = ["none", "gpipe", "1f1b"])]
+    /// then one backward), `none` (each device's ops by upward rank), or `auto`, the
+    /// simulator's best of the three (shortest step, then least peak memory).
+    #[arg(long, value_name = "SCHEDULE", default_value = "auto", requires = "train",
+          value_parser = ["auto", "none", "gpipe", "1f1b"])]
     pub pipeline: String,
 }
 

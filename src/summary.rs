@@ -19,7 +19,7 @@ use tessera_ir::{ElemType, Op, Tensor, format_f64};
 use tessera_place::alternatives::REPLICATED;
 use tessera_place::{Objective, Plan};
 use tessera_targets::TargetSpec;
-use tessera_targets::sim::{rate, seconds};
+use tessera_targets::sim::{bytes, rate, seconds};
 
 use crate::commands::compile::Compiled;
 use crate::report::analysis::{SimNotes, TransferCount};
@@ -117,6 +117,28 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
         spec.links.len()
     );
     let _ = writeln!(s, "placement    {}", c.placement);
+    if let Some(p) = &c.pipeline {
+        use crate::commands::compile::schedule_name;
+        let tried: Vec<String> = p
+            .tried
+            .iter()
+            .map(|&(sc, period, peak)| {
+                format!(
+                    "{} {}, peak {}",
+                    schedule_name(sc),
+                    seconds(period),
+                    bytes(peak)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "pipeline     {} over {} microbatches; simulated step and largest device peak: {}",
+            schedule_name(p.chosen),
+            p.microbatches,
+            tried.join("; ")
+        );
+    }
     if let Some(line) = mesh_line(c) {
         let _ = writeln!(s, "mesh         {line}");
     }

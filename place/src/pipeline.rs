@@ -153,6 +153,11 @@ pub(crate) fn microbatches(graph: &Graph) -> (BTreeMap<OpId, Micro>, usize) {
     (of, count)
 }
 
+/// How many microbatches `graph` runs (0 or 1: it is not microbatched).
+pub fn microbatch_count(graph: &Graph) -> usize {
+    microbatches(graph).1
+}
+
 /// The body order `schedule` gives the placed step `built` (problem op indices, as
 /// [`crate::pass::rank_order`] gives them), or `None` when the graph has no microbatches.
 pub fn pipeline_order(

@@ -89,6 +89,8 @@ pub struct Compiled {
     pub problem_names: BTreeMap<OpId, String>,
     /// What the simulator's timeline says about the transfers and the period.
     pub notes: crate::report::analysis::SimNotes,
+    /// A microbatched step's pipeline schedule and the alternatives simulated.
+    pub pipeline: Option<PipelineChoice>,
 }
 
 /// Runs `tessera compile`.
@@ -151,7 +153,7 @@ fn compile_loaded(
             .ir_dump_dir
             .as_deref()
             .map(|d| (d, pipeline.passes.len() + 1)),
-        pipeline: tessera_place::pipeline::Schedule::parse(&req.train.pipeline),
+        pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
     };
     let compiled = compile(
         graph,
@@ -305,9 +307,45 @@ pub struct PlaceSettings<'a> {
     /// graph after placement, after scheduling and after transfer insertion, numbered on
     /// from the pass pipeline's dumps).
     pub ir_dump: Option<(&'a Path, usize)>,
-    /// A microbatched training step's pipeline schedule (`--pipeline`; `None`: each device's
-    /// ops by upward rank).
-    pub pipeline: Option<tessera_place::pipeline::Schedule>,
+    /// A microbatched training step's pipeline schedule (`--pipeline`).
+    pub pipeline: PipelineMode,
+}
+
+/// How a microbatched training step's devices order their microbatches (`--pipeline`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipelineMode {
+    /// The simulator's best of GPipe, 1F1B and upward rank (shortest step, then least peak
+    /// memory).
+    Auto,
+    /// This schedule (`None`: each device's ops by upward rank).
+    Fixed(Option<tessera_place::pipeline::Schedule>),
+}
+
+impl PipelineMode {
+    /// `auto`, `none`, `gpipe` or `1f1b`.
+    pub fn parse(s: &str) -> Option<PipelineMode> {
+        match s {
+            "auto" => Some(PipelineMode::Auto),
+            "none" => Some(PipelineMode::Fixed(None)),
+            s => tessera_place::pipeline::Schedule::parse(s).map(|x| PipelineMode::Fixed(Some(x))),
+        }
+    }
+}
+
+/// The pipeline schedule a microbatched step got, and every schedule simulated for it.
+#[derive(Clone, Debug)]
+pub struct PipelineChoice {
+    /// The microbatches.
+    pub microbatches: usize,
+    /// The schedule kept (`None`: upward rank).
+    pub chosen: Option<tessera_place::pipeline::Schedule>,
+    /// Each schedule simulated: its step (the period) and its largest peak memory on a device.
+    pub tried: Vec<(Option<tessera_place::pipeline::Schedule>, f64, u64)>,
+}
+
+/// A schedule's name in reports.
+pub fn schedule_name(s: Option<tessera_place::pipeline::Schedule>) -> &'static str {
+    s.map_or("upward rank", |s| s.name())
 }
 
 impl Default for PlaceSettings<'_> {
@@ -320,7 +358,7 @@ impl Default for PlaceSettings<'_> {
             split: SplitMode::Off,
             split_axes: &[],
             ir_dump: None,
-            pipeline: None,
+            pipeline: PipelineMode::Fixed(None),
         }
     }
 }
@@ -504,7 +542,7 @@ pub fn compile(
     let graph_of = |v: usize| split_graphs.get(graph_index[v]).copied().unwrap_or(&graph);
     // Places, schedules and inserts the transfers and collectives of an assignment, then
     // simulates it.
-    let realize = |v: usize, assign: &[usize]| -> Result<(Graph, SimReport, usize)> {
+    let realize = |v: usize, assign: &[usize]| -> Result<Realized> {
         let (built, inst) = &variants[v];
         realize(
             graph_of(v),
@@ -542,7 +580,7 @@ pub fn compile(
         }
     }
     let bound = bound.expect("a problem to bound");
-    let (plan, (graph, report, _transfers)) = if settings.strategy == "auto" {
+    let (plan, (graph, report, _transfers, pipeline)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
         // contention and the stream's start, which the model leaves out).
         stages.stage("placement: searching (auto)");
@@ -571,7 +609,7 @@ pub fn compile(
             .copied()
             .filter(|i| picked.contains(i))
             .collect();
-        let mut best: Option<(f64, usize, (Graph, SimReport, usize))> = None;
+        let mut best: Option<(f64, usize, Realized)> = None;
         let candidates = picks.len();
         let mut failed: Option<anyhow::Error> = None;
         for (rank, &i) in picks.iter().enumerate() {
@@ -649,7 +687,8 @@ pub fn compile(
         // Scheduling reorders the body; the plan's conversions go before their first users
         // in the new order.
         let mut g = unplaced;
-        let order = body_order(&g, built, inst, &chosen, settings.pipeline);
+        let schedule = pipeline.as_ref().and_then(|p| p.chosen);
+        let order = body_order(&g, built, inst, &chosen, schedule);
         apply_order(&mut g, built, &order);
         apply_plan(&mut g, built, inst, &chosen)?;
         crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
@@ -684,6 +723,7 @@ pub fn compile(
         report,
         problem_names,
         notes,
+        pipeline,
     })
 }
 
@@ -701,8 +741,14 @@ fn body_order(
         .unwrap_or_else(|| rank_order(inst, assign))
 }
 
+/// What [`realize`] makes: the placed graph, its simulation, the transfers inserted, and for a
+/// microbatched step the pipeline schedule it got.
+pub type Realized = (Graph, SimReport, usize, Option<PipelineChoice>);
+
 /// The graph of plan `assign` (options of `inst`, the problem of `built`): each device's ops
-/// in HEFT's order (or the `pipeline` schedule's), the plan applied ([`apply_plan`]: devices, the mesh of its split ops and
+/// in HEFT's order (or, for a microbatched step, the `pipeline` schedule's: with
+/// [`PipelineMode::Auto`] each of GPipe, 1F1B and upward rank is simulated and the shortest
+/// step kept, then the least peak memory), the plan applied ([`apply_plan`]: devices, the mesh of its split ops and
 /// their collectives), transfer ops on cut edges; with its simulation of a stream of
 /// `samples` and the number of transfers inserted.
 pub fn realize(
@@ -712,17 +758,51 @@ pub fn realize(
     assign: &[usize],
     cost: &CostModel<'_>,
     samples: Option<usize>,
-    pipeline: Option<tessera_place::pipeline::Schedule>,
-) -> Result<(Graph, SimReport, usize)> {
+    pipeline: PipelineMode,
+) -> Result<Realized> {
+    use tessera_place::pipeline::{Schedule, microbatch_count};
     let spec = cost.spec();
-    let mut g = graph.clone();
-    let order = body_order(graph, built, inst, assign, pipeline);
-    apply_order(&mut g, built, &order);
-    apply_plan(&mut g, built, inst, assign)?;
-    let transfers = insert_transfers(&mut g, &spec.host);
-    let devices = placement_from_graph(&g, spec, None)?;
-    let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
-    Ok((g, report, transfers))
+    let microbatches = microbatch_count(graph);
+    let candidates: Vec<Option<Schedule>> = match pipeline {
+        PipelineMode::Fixed(s) => vec![s],
+        PipelineMode::Auto if microbatches > 1 => {
+            vec![Some(Schedule::GPipe), Some(Schedule::OneFOneB), None]
+        }
+        PipelineMode::Auto => vec![None],
+    };
+    let mut best: Option<(Graph, SimReport, usize, Option<Schedule>)> = None;
+    let mut tried = Vec::new();
+    for schedule in candidates {
+        let mut g = graph.clone();
+        let order = body_order(graph, built, inst, assign, schedule);
+        apply_order(&mut g, built, &order);
+        apply_plan(&mut g, built, inst, assign)?;
+        let transfers = insert_transfers(&mut g, &spec.host);
+        let devices = placement_from_graph(&g, spec, None)?;
+        let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
+        let peak = report
+            .devices
+            .iter()
+            .map(|d| d.peak_memory)
+            .max()
+            .unwrap_or(0);
+        tried.push((schedule, report.period, peak));
+        let better = best.as_ref().is_none_or(|(_, b, _, _)| {
+            let b_peak = b.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
+            let tie = (report.period - b.period).abs() <= 1e-9 * b.period.abs();
+            (!tie && report.period < b.period) || (tie && peak < b_peak)
+        });
+        if better {
+            best = Some((g, report, transfers, schedule));
+        }
+    }
+    let (g, report, transfers, chosen) = best.expect("one schedule at least");
+    let choice = (microbatches > 1).then_some(PipelineChoice {
+        microbatches,
+        chosen,
+        tried,
+    });
+    Ok((g, report, transfers, choice))
 }
 
 /// The order of two plans' model scores (the objective, then the other one).

@@ -39,8 +39,15 @@ CONFIGS = {
 }
 
 
+# Configurations that run each batch as microbatches (tessera's --microbatches): each
+# microbatch's forward and backward in turn, gradients accumulated (each microbatch's mean
+# loss over the number of microbatches, the whole batch's mean when they are equal-sized
+# with no ignored labels), batch norm with each microbatch's statistics, then one step.
+MICROBATCHES = {"sgd-mb2": 2}
+
+
 def make_optimizer(name, params):
-    if name == "sgd":
+    if name in ("sgd", "sgd-mb2"):
         return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=0.01, weight_decay=0.01)
@@ -261,7 +268,7 @@ def cnn_data(rng):
 
 # Each model: how to build it and its data, and the optimizer configurations trained.
 MODELS = {
-    "cnn": (cnn_data, ["sgd", "adamw"]),
+    "cnn": (cnn_data, ["sgd", "adamw", "sgd-mb2"]),
     "mlp": (mlp_data, ["sgd", "adamw", "adam-clip-cosine"]),
     "gpt2_tiny": (gpt2_data, ["sgd", "adamw"]),
     "lstm": (lstm_data, ["sgd", "adamw"]),
@@ -289,8 +296,16 @@ def train(model, config, xs, ys):
         x = torch.from_numpy(xs[step % len(xs)])
         y = torch.from_numpy(ys[step % len(ys)])
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y, ignore_index=-100, label_smoothing=smoothing)
-        loss.backward()
+        m = MICROBATCHES.get(config, 1)
+        if m == 1:
+            loss = F.cross_entropy(model(x), y, ignore_index=-100, label_smoothing=smoothing)
+            loss.backward()
+        else:
+            loss = torch.zeros(())
+            for xi, yi in zip(torch.chunk(x, m), torch.chunk(y, m)):
+                li = F.cross_entropy(model(xi), yi, ignore_index=-100, label_smoothing=smoothing)
+                (li / m).backward()
+                loss = loss + li.detach() / m
         if config == "adam-clip-cosine":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         opt.step()

@@ -18,6 +18,10 @@
 //! gather along it, a shape read) would change meaning with the microbatch, and is an error
 //! naming the op.
 //!
+//! Batch normalization (still in its inference form here) is copied like any per-sample op;
+//! the `train` pass then gives each copy its microbatch's statistics and chains the running
+//! statistics' updates through the copies in microbatch order.
+//!
 //! Models whose shapes are baked in (an ONNX export with a static batch: `reshape` to
 //! `[2, 16, 2, 16]`) are rebatched this way without re-exporting.
 
@@ -213,6 +217,11 @@ fn per_microbatch(
         | Op::Einsum { .. }
         | Op::Reduce { .. }
         | Op::Transpose { .. } => Ok(op.clone()),
+        // Inference batch norm (per-sample with its constant statistics; the `train` pass
+        // gives each microbatch's copy its own batch statistics afterwards).
+        Op::BatchNorm { .. } if axes[1..].iter().all(Option::is_none) && a0 == Some(0) => {
+            Ok(op.clone())
+        }
         Op::Conv(_)
         | Op::ConvTranspose { .. }
         | Op::Pool(_)

@@ -177,18 +177,7 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
     };
     // Batch normalization trains on batch statistics: its running statistics (constants
     // read as its mean and variance operands) are state, not parameters.
-    let mut norms: Vec<(OpId, tessera_ir::ConstId, tessera_ir::ConstId)> = Vec::new();
-    for &o in graph.ops() {
-        let d = graph.op(o);
-        if let Op::BatchNorm { .. } = d.op
-            && let (Some(m), Some(v)) = (
-                const_of(graph, d.operands[3]),
-                const_of(graph, d.operands[4]),
-            )
-        {
-            norms.push((o, m, v));
-        }
-    }
+    let norms = batch_norms(graph);
     let stats: Vec<tessera_ir::ConstId> = norms.iter().flat_map(|n| [n.1, n.2]).collect();
     let mut info = StepInfo::default();
     let mut params: Vec<(tessera_ir::ConstId, ValueId)> = Vec::new();
@@ -218,6 +207,30 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         params.push((c, input));
         info.params.push(name);
     }
+    // Microbatches copy the model's batch-dependent ops, batch norms included (each copy
+    // then normalizes with its microbatch's statistics and updates the running ones in turn,
+    // as M forward passes in PyTorch do).
+    let micro = if spec.microbatches > 1 {
+        if matches!(spec.loss, Loss::Output(_)) {
+            return Err(
+                "microbatches: loss=output reads a loss the model computes over the whole \
+                 batch; use cross-entropy or mse"
+                    .into(),
+            );
+        }
+        Some(microbatch::microbatch(
+            graph,
+            &model_inputs,
+            spec.microbatches,
+        )?)
+    } else {
+        None
+    };
+    let norms = if micro.is_some() {
+        batch_norms(graph)
+    } else {
+        norms
+    };
     let running = batch_stats(graph, &norms, spec.bn_momentum)?;
     if params.is_empty() {
         return Err(
@@ -240,29 +253,6 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
         states.push(state);
     }
     let step = add_input(graph, "step", TensorType::new(ElemType::I64, vec![]))?;
-    let micro = if spec.microbatches > 1 {
-        if !norms.is_empty() {
-            return Err(
-                "microbatches: batch normalization would normalize each microbatch with its \
-                 own statistics; not supported yet"
-                    .into(),
-            );
-        }
-        if matches!(spec.loss, Loss::Output(_)) {
-            return Err(
-                "microbatches: loss=output reads a loss the model computes over the whole \
-                 batch; use cross-entropy or mse"
-                    .into(),
-            );
-        }
-        Some(microbatch::microbatch(
-            graph,
-            &model_inputs,
-            spec.microbatches,
-        )?)
-    } else {
-        None
-    };
     info.dropouts = dropout::train_dropouts(graph, step)?;
 
     let mut bw = Bw::plain(graph, "loss");
@@ -432,16 +422,36 @@ fn const_of(graph: &Graph, v: ValueId) -> Option<tessera_ir::ConstId> {
     }
 }
 
+/// The `batch-norm` ops whose mean and variance are floating-point constants (their running
+/// statistics), with those constants, in body order.
+fn batch_norms(graph: &Graph) -> Vec<(OpId, tessera_ir::ConstId, tessera_ir::ConstId)> {
+    let mut norms = Vec::new();
+    for &o in graph.ops() {
+        let d = graph.op(o);
+        if let Op::BatchNorm { .. } = d.op
+            && let (Some(m), Some(v)) = (
+                const_of(graph, d.operands[3]),
+                const_of(graph, d.operands[4]),
+            )
+        {
+            norms.push((o, m, v));
+        }
+    }
+    norms
+}
+
 /// Each `batch-norm` of `norms` normalizes with its batch's statistics (mean and biased
 /// variance over every axis but 1, computed right before it), and its running statistics
 /// become state inputs updated as PyTorch does: `(1 - m) * running + m * batch`, with the
 /// unbiased variance. Returns (state input, constant, next value) per running statistic.
+/// Norms that share their constants (one per microbatch, in microbatch order) share one
+/// state: each updates the value the one before it made.
 fn batch_stats(
     graph: &mut Graph,
     norms: &[(OpId, tessera_ir::ConstId, tessera_ir::ConstId)],
     momentum: f64,
 ) -> Result<Vec<(ValueId, tessera_ir::ConstId, ValueId)>, String> {
-    let mut out = Vec::new();
+    let mut out: Vec<(ValueId, tessera_ir::ConstId, ValueId)> = Vec::new();
     for &(o, cm, cv) in norms {
         let data = graph.op(o).clone();
         let x = data.operands[0];
@@ -484,13 +494,22 @@ fn batch_stats(
             1.0
         };
         for (cst, batch, scale) in [(cm, mean, 1.0), (cv, var, unbiased)] {
-            let name = bw.g.constant(cst).name.clone();
-            let ty = bw.g.constant(cst).ty.clone();
-            let input = add_input(bw.g, &name, ty)?;
-            let old = bw.scale(input, 1.0 - momentum).map_err(e)?;
+            let earlier = out.iter().position(|r| r.1 == cst);
+            let current = match earlier {
+                Some(k) => out[k].2,
+                None => {
+                    let name = bw.g.constant(cst).name.clone();
+                    let ty = bw.g.constant(cst).ty.clone();
+                    add_input(bw.g, &name, ty)?
+                }
+            };
+            let old = bw.scale(current, 1.0 - momentum).map_err(e)?;
             let new = bw.scale(batch, momentum * scale).map_err(e)?;
             let next = bw.add(old, new).map_err(e)?;
-            out.push((input, cst, next));
+            match earlier {
+                Some(k) => out[k].2 = next,
+                None => out.push((current, cst, next)),
+            }
         }
     }
     Ok(out)
