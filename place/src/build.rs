@@ -197,13 +197,16 @@ fn base_name(graph: &Graph, op: OpId) -> String {
 /// microbatch, join one group with their backward ops: pipeline parallelism, each stage
 /// running every microbatch of its layers (replicas of a layer on several devices would hold
 /// its weights twice and need their updates synchronized, which the problem does not
-/// charge). A group is left out (its ops stay free) when no device could take it:
+/// charge). A weight (constant or state) several members of a group read counts once, in the
+/// first member's memory, as the one device holds it once. A group is left out (its ops
+/// stay free) when no device could take it:
 /// no device kind runs all its members, its pins disagree, or its memory exceeds every
 /// device's capacity. Ops on the mesh and graph inputs are never grouped.
 fn colocate_backward_ops(
     graph: &Graph,
     producer: &[Option<(usize, u32)>],
     graph_ops: &[Option<OpId>],
+    weights_of: &BTreeMap<usize, Vec<(ValueId, u64)>>,
     ops: &mut [OpSpec],
     devices: &[problem::Device],
 ) {
@@ -259,6 +262,20 @@ fn colocate_backward_ops(
         }
     }
     for (fwd, members) in groups {
+        // A weight several members read is resident once on their one device (as the
+        // simulator counts it): only the first member keeps it in its memory.
+        let mut held: BTreeSet<ValueId> = BTreeSet::new();
+        let mut shared: Vec<(usize, u64)> = Vec::new();
+        for &o in &members {
+            let again: u64 = weights_of
+                .get(&o)
+                .into_iter()
+                .flatten()
+                .filter(|(v, _)| !held.insert(*v))
+                .map(|(_, b)| b)
+                .sum();
+            shared.push((o, again));
+        }
         // The device kinds every member runs on, the pins, the memory.
         let runs_on = |k: usize| {
             let kind = &devices[k].kind;
@@ -268,9 +285,9 @@ fn colocate_backward_ops(
             .iter()
             .filter_map(|&o| ops[o].pin.as_deref())
             .collect();
-        let memory = members
-            .iter()
-            .fold(0u64, |m, &o| m.saturating_add(ops[o].memory));
+        let memory = shared.iter().fold(0u64, |m, &(o, again)| {
+            m.saturating_add(ops[o].memory.saturating_sub(again))
+        });
         let fits = (0..devices.len()).any(|k| {
             runs_on(k) && devices[k].memory >= memory && pins.iter().all(|&p| p == devices[k].name)
         });
@@ -278,8 +295,9 @@ fn colocate_backward_ops(
             continue;
         }
         let name = format!("grad:{}", ops[fwd].name);
-        for o in members {
+        for (o, again) in shared {
             ops[o].colocate = Some(name.clone());
+            ops[o].memory = ops[o].memory.saturating_sub(again);
         }
     }
 }
@@ -570,6 +588,8 @@ pub fn build_with(
         });
         graph_ops.push(None);
     }
+    // The weights (constants, state inputs) each problem op counts in its memory.
+    let mut weights_of: BTreeMap<usize, Vec<(ValueId, u64)>> = BTreeMap::new();
     for &op in graph.ops() {
         let data = graph.op(op);
         if matches!(data.op, Op::Const(_)) {
@@ -579,16 +599,21 @@ pub fn build_with(
         let me = ops.len();
         let mut memory = 0u64;
         let mut seen_inputs: BTreeSet<ValueId> = BTreeSet::new();
+        let mut weights: Vec<(ValueId, u64)> = Vec::new();
         for (operand, &v) in data.operands.iter().enumerate() {
             match graph.value(v).def {
                 ValueDef::Result(p, _) if matches!(graph.op(p).op, Op::Const(_)) => {
                     if seen_inputs.insert(v) {
-                        memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+                        let b = bytes_of(graph, v, &describe)?;
+                        memory = memory.saturating_add(b);
+                        weights.push((v, b));
                     }
                 }
                 ValueDef::Input(_) if state_inputs.contains(&v) => {
                     if seen_inputs.insert(v) {
-                        memory = memory.saturating_add(bytes_of(graph, v, &describe)?);
+                        let b = bytes_of(graph, v, &describe)?;
+                        memory = memory.saturating_add(b);
+                        weights.push((v, b));
                     }
                 }
                 _ => {
@@ -613,6 +638,7 @@ pub fn build_with(
             }
             producer[v.index()] = Some((me, r as u32));
         }
+        weights_of.insert(me, weights);
         let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
         if data.device.is_some() && data.device == mesh_device {
             let spec_op = mesh_op(graph, op, cost, &class_names, &representative, &|name| {
@@ -703,7 +729,14 @@ pub fn build_with(
         });
         graph_ops.push(Some(op));
     }
-    colocate_backward_ops(graph, &producer, &graph_ops, &mut ops, &devices);
+    colocate_backward_ops(
+        graph,
+        &producer,
+        &graph_ops,
+        &weights_of,
+        &mut ops,
+        &devices,
+    );
     for (i, &v) in graph.outputs().iter().enumerate() {
         if state_nexts.contains(&v) {
             // Stays where it was computed, in the state's buffer.

@@ -165,3 +165,44 @@ fn slots_follow_the_schedules() {
     // Fewer microbatches than the warm-up: all forwards, then all backwards.
     assert_eq!(Schedule::OneFOneB.slots(0, 4, 2), (vec![0, 1], vec![2, 3]));
 }
+
+/// In a microbatched step, every microbatch's copy of a model node joins one colocation group
+/// with its backward ops, and a weight the copies all read counts once in the group's memory
+/// (the one device holds it once): here `w` (4000 bytes) is read by both microbatches' `mul`.
+#[test]
+fn microbatch_copies_share_a_group_and_count_a_shared_weight_once() {
+    let spec = parse_target(TWO, "two.toml").unwrap_or_else(|e| panic!("{e}"));
+    let cost = CostModel::new(&spec, None);
+    let mut body = String::new();
+    for i in 0..2 {
+        body += &format!(
+            "  %x{i} = slice %x {{axes = [0], ends = [{}], starts = [{i}], steps = [1]}} : f32[1, 1000]\n",
+            i + 1
+        );
+        body += &format!("  %y{i} = mul %x{i}, %w : f32[1, 1000] loc(\"layer\")\n");
+        body += &format!("  %d{i} = neg %y{i} : f32[1, 1000] loc(\"layer\") grad-of(%y{i})\n");
+    }
+    let g = text::parse(
+        &format!(
+            "const @w : f32[1, 1000] = [{}]\ngraph @step(%x: f32[2, 1000], %w: f32[1, 1000] \
+             state(init = @w, next = \"w\")) {{\n{body}  %n = add %d0, %d1 : f32[1, 1000]\n  \
+             %u = sub %w, %n : f32[1, 1000]\n  return %u as \"w\"\n}}",
+            vec!["0.5"; 1000].join(", ")
+        ),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let built = tessera_place::build::build(&g, &cost).expect("built");
+    let group: Vec<&tessera_place::problem::OpSpec> = built
+        .problem
+        .ops
+        .iter()
+        .filter(|o| o.colocate.is_some())
+        .collect();
+    // Both muls and both negs, in one group.
+    assert_eq!(group.len(), 4, "{:?}", built.problem.ops);
+    assert!(group.iter().all(|o| o.colocate == group[0].colocate));
+    // w once, and each op's 4000-byte result.
+    let memory: u64 = group.iter().map(|o| o.memory).sum();
+    assert_eq!(memory, 4000 + 4 * 4000);
+}
