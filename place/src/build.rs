@@ -242,6 +242,15 @@ fn colocate_backward_ops(
             else {
                 continue;
             };
+            // Locations the `train` pass gives ops of its own (the loss, the optimizer, the
+            // running statistics) or of a model op without a name are no model node.
+            if loc.starts_with("loss")
+                || loc.starts_with("optimizer")
+                || loc == "batch-norm"
+                || loc == "dropout"
+            {
+                continue;
+            }
             if !ops[me].spmd.is_empty() {
                 continue;
             }

@@ -16,11 +16,12 @@
 //! **What the schedule reads from the graph.** A microbatch's ops are those that depend on
 //! exactly one microbatch's rows: a `slice` of a batch input (a graph input that is not
 //! state) along axis 0 whose start is a multiple of its length seeds microbatch
-//! `start / length`, and every op inherits the microbatches of its operands. Ops with a
-//! gradient link (`grad-of`, from the `grad` pass) are backward, the others forward. Ops of
-//! no microbatch that are forward (weight transposes, the labels' count) run first; ops of
-//! several microbatches (gradient sums, the optimizer update) and backward ops of none run
-//! last. Within one slot (a microbatch's forward or backward on one device), ops keep the
+//! `start / length` (through the `transfer`s placement puts in between; only in a graph
+//! with state, a training step), and every op inherits the microbatches of its operands. Ops
+//! with a gradient link (`grad-of`, from the `grad` pass) are backward, the others forward.
+//! Ops of no microbatch (weight transposes, the labels' count, the seed of the loss's
+//! gradient) come first in their device's order, as every microbatch may need them; ops of
+//! several microbatches (gradient sums, the optimizer update) come last. Within one slot (a microbatch's forward or backward on one device), ops keep the
 //! upward-rank order of [`crate::pass::rank_order`]. A device's stage is its place among the
 //! devices that run microbatch 0's forward, by the first such op in the body.
 //!
@@ -113,9 +114,23 @@ fn join(a: Micro, b: Micro) -> Micro {
 
 /// The microbatch of every op of `graph` (see the module doc) and how many there are.
 pub(crate) fn microbatches(graph: &Graph) -> (BTreeMap<OpId, Micro>, usize) {
-    let (state, _) = graph.state_values();
     let mut of: BTreeMap<OpId, Micro> = BTreeMap::new();
     let mut count = 0usize;
+    // Only a training step (a graph with state) has microbatches.
+    if graph.state.is_empty() {
+        return (of, count);
+    }
+    let (state, _) = graph.state_values();
+    // The batch input a value is, through `transfer`s (placement moves inputs to devices).
+    let input_of = |mut v: tessera_ir::ValueId| loop {
+        match graph.value(v).def {
+            ValueDef::Input(_) => return (!state.contains(&v)).then_some(v),
+            ValueDef::Result(p, _) => match graph.op(p).op {
+                Op::Transfer { .. } => v = graph.op(p).operands[0],
+                _ => return None,
+            },
+        }
+    };
     for &op in graph.ops() {
         let data = graph.op(op);
         let seed = match &data.op {
@@ -125,12 +140,19 @@ pub(crate) fn microbatches(graph: &Graph) -> (BTreeMap<OpId, Micro>, usize) {
                 ends,
                 steps,
             } if axes == &[0] && steps == &[1] => {
-                let from = data.operands[0];
-                let input =
-                    matches!(graph.value(from).def, ValueDef::Input(_)) && !state.contains(&from);
-                let len = ends[0] - starts[0];
-                (input && len > 0 && starts[0] >= 0 && starts[0] % len == 0)
-                    .then(|| (starts[0] / len) as u32)
+                // Rows `start..end`, inside the input's static extent, a whole number of
+                // slices from its start.
+                let extent = input_of(data.operands[0])
+                    .and_then(|v| graph.ty(v).shape.first().and_then(|d| d.as_static()));
+                let (start, end) = (starts[0], ends[0]);
+                match (extent, end.checked_sub(start)) {
+                    (Some(extent), Some(len))
+                        if len > 0 && start >= 0 && end <= extent as i64 && start % len == 0 =>
+                    {
+                        Some((start / len) as u32)
+                    }
+                    _ => None,
+                }
             }
             _ => None,
         };
@@ -189,11 +211,17 @@ pub fn pipeline_order(
         }
     };
     // Stages: devices running microbatch 0's forward, by their first such op in the body.
+    let body_pos: BTreeMap<OpId, usize> = graph
+        .ops()
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| (op, i))
+        .collect();
     let mut first: BTreeMap<usize, usize> = BTreeMap::new();
     for o in 0..n {
         if phase_of(o) == (Micro::One(0), false) {
             let pos = graph_op(o)
-                .and_then(|op| graph.ops().iter().position(|&x| x == op))
+                .and_then(|op| body_pos.get(&op).copied())
                 .unwrap_or(usize::MAX);
             let e = first.entry(device(o)).or_insert(pos);
             *e = (*e).min(pos);
@@ -212,7 +240,10 @@ pub fn pipeline_order(
     let key = |o: usize| -> (u8, usize, usize) {
         let (mb, backward) = phase_of(o);
         match mb {
-            Micro::None if !backward => (0, 0, heft_pos[o]),
+            // Shared work (weight transposes, the labels' count, the loss gradient's seed)
+            // every microbatch may need: first. A graph output (no graph op, operands in):
+            // last.
+            Micro::None if graph_op(o).is_some() || !backward => (0, 0, heft_pos[o]),
             Micro::One(i) => {
                 let s = stage.get(&device(o)).copied().unwrap_or(stages - 1);
                 let (f, b) = &slots[s];

@@ -314,8 +314,8 @@ pub struct PlaceSettings<'a> {
 /// How a microbatched training step's devices order their microbatches (`--pipeline`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PipelineMode {
-    /// The simulator's best of GPipe, 1F1B and upward rank (shortest step, then least peak
-    /// memory).
+    /// The simulator's best of GPipe, 1F1B and upward rank (within capacity, then the
+    /// shortest step, then the least peak memory).
     Auto,
     /// This schedule (`None`: each device's ops by upward rank).
     Fixed(Option<tessera_place::pipeline::Schedule>),
@@ -787,9 +787,14 @@ pub fn realize(
             .max()
             .unwrap_or(0);
         tried.push((schedule, report.period, peak));
+        // Within every device's capacity first, then the shortest step, then the least peak.
+        let fits = |r: &SimReport| r.devices.iter().all(|d| d.peak_memory <= d.capacity);
         let better = best.as_ref().is_none_or(|(_, b, _, _)| {
             let b_peak = b.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
             let tie = (report.period - b.period).abs() <= 1e-9 * b.period.abs();
+            if fits(&report) != fits(b) {
+                return fits(&report);
+            }
             (!tie && report.period < b.period) || (tie && peak < b_peak)
         });
         if better {

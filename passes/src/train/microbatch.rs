@@ -5,8 +5,9 @@
 //! reads rows `i*B/M .. (i+1)*B/M` of every batch input (a `slice`) and runs its own copy of
 //! every op that depends on the batch, typed for `B/M` rows. Ops that do not depend on the
 //! batch (constants, a weight's transpose, position embeddings) are not copied: every
-//! microbatch reads the one value. The loss is then built per microbatch and averaged, so the
-//! backward graph has one part per microbatch, and a parameter's gradient is the sum of its
+//! microbatch reads the one value. The loss is then built per microbatch and summed (the
+//! `train` pass divides each by the whole batch's count), so the backward graph has one part
+//! per microbatch, and a parameter's gradient is the sum of its
 //! microbatches' contributions (the gradient pass adds the contributions of every use).
 //!
 //! **Which axis is the batch.** Axis 0 of the batch inputs; for every other value the axis
@@ -240,13 +241,15 @@ fn per_microbatch(
         Op::ArgReduce { axis, .. } | Op::TopK { axis, .. } => along(*axis, "compares"),
         Op::Split { axis, .. } => along(*axis, "splits"),
         Op::Gather { axis } => along(*axis, "gathers"),
-        Op::GatherElements { axis } | Op::ScatterElements { axis, .. } => {
-            if axes.contains(&Some(*axis)) {
-                Err(format!("indexes along the batch axis {axis}"))
-            } else {
-                Ok(op.clone())
-            }
-        }
+        // Elements pair up by position: every operand must carry the batch, on one axis
+        // other than the indexed one.
+        Op::GatherElements { axis } | Op::ScatterElements { axis, .. } => match a0 {
+            Some(a) if a != *axis && axes.iter().all(|&x| x == Some(a)) => Ok(op.clone()),
+            _ => Err(format!(
+                "indexes along axis {axis} with operands that do not all carry the batch on \
+                 another axis"
+            )),
+        },
         Op::Concat { axis } => {
             if axes.contains(&Some(*axis)) {
                 Err(format!("joins along the batch axis {axis}"))
@@ -285,17 +288,25 @@ fn per_microbatch(
             }
         }
         Op::Pad { pads, .. } => match a0 {
-            Some(a) if pads[a] != 0 || pads[a + old[0].rank()] != 0 => {
+            Some(a)
+                if pads.get(a).is_none_or(|&p| p != 0)
+                    || pads.get(a + old[0].rank()).is_none_or(|&p| p != 0) =>
+            {
                 Err(format!("pads the batch axis {a}"))
             }
             _ => Ok(op.clone()),
         },
         Op::Tile { repeats } => match a0 {
-            Some(a) if repeats[a] != 1 => Err(format!("repeats the batch axis {a}")),
+            Some(a) if repeats.get(a).is_none_or(|&r| r != 1) => {
+                Err(format!("repeats the batch axis {a}"))
+            }
             _ => Ok(op.clone()),
         },
         Op::Resize { sizes, .. } => match a0 {
-            Some(a) if old[0].shape[a].as_static() == Some(sizes[a]) => {
+            Some(a)
+                if sizes.get(a).is_some()
+                    && old[0].shape[a].as_static() == sizes.get(a).copied() =>
+            {
                 let mut op = op.clone();
                 if let Op::Resize { sizes, .. } = &mut op {
                     sizes[a] /= m;

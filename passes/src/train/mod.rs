@@ -257,7 +257,8 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
 
     let mut bw = Bw::plain(graph, "loss");
     let loss = if let Some(mb) = &micro {
-        // Each microbatch's loss on its rows of the labels; the step's loss is their mean.
+        // Each microbatch's loss on its rows of the labels; the step's loss is their sum,
+        // each divided so that the sum is the whole batch's loss.
         let labels = labels.ok_or("internal error: no labels input")?;
         let m = spec.microbatches;
         // Microbatch `i` makes rows `i*R/M .. (i+1)*R/M` of the prediction's `R` (its batch
