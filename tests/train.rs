@@ -190,6 +190,18 @@ fn check_against_torch(m: &Model, c: &Config, out: &Path) {
     }
 }
 
+/// 10 steps of the step `tessera compile --train -o dir` wrote, on `m`'s batches.
+fn train_compiled(m: &Model, dir: &Path) -> tempfile::TempDir {
+    let out = tempfile::tempdir().expect("tempdir");
+    ok(tessera()
+        .arg("train")
+        .arg(dir)
+        .args(input_args(m))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(out.path()));
+    out
+}
+
 fn train_model(m: &Model, c: &Config, extra: &[&str]) -> tempfile::TempDir {
     train_file(m, "model.onnx", c, extra)
 }
@@ -285,13 +297,7 @@ fn pipeline_schedules_order_the_step_and_train_to_the_same_numbers() {
             "{schedule}: first backward op at line {first_backward}, microbatch 1's loss at \
              {second_loss}"
         );
-        let out = tempfile::tempdir().expect("tempdir");
-        ok(tessera()
-            .arg("train")
-            .arg(dir.path())
-            .args(input_args(&MLP))
-            .args(["--steps", "10", "--output-dir"])
-            .arg(out.path()));
+        let out = train_compiled(&MLP, dir.path());
         check_against_torch(&MLP, &SGD, out.path());
     }
 }
@@ -337,13 +343,7 @@ fn microbatch_copies_of_a_layer_share_its_stage() {
     }
     let used: std::collections::BTreeSet<&String> = devices.values().flatten().collect();
     assert!(used.len() >= 2, "{used:?}");
-    let out = tempfile::tempdir().expect("tempdir");
-    ok(tessera()
-        .arg("train")
-        .arg(dir.path())
-        .args(input_args(&MLP))
-        .args(["--steps", "10", "--output-dir"])
-        .arg(out.path()));
+    let out = train_compiled(&MLP, dir.path());
     check_against_torch(&MLP, &SGD, out.path());
 }
 
@@ -579,13 +579,7 @@ fn train_placed(m: &Model, c: &Config) -> tempfile::TempDir {
     for f in ["placed.tir", "manifest.json", "source.onnx", "chip1.mlir"] {
         assert!(dir.join(f).is_file(), "{f}");
     }
-    let out = tempfile::tempdir().expect("tempdir");
-    ok(tessera()
-        .arg("train")
-        .arg(&dir)
-        .args(input_args(m))
-        .args(["--steps", "10", "--output-dir"])
-        .arg(out.path()));
+    let out = train_compiled(m, &dir);
     let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
     assert!(placed.contains("state(init = zeros, next = \"step\")"));
     out

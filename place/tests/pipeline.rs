@@ -97,6 +97,13 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-5 * b.abs()
 }
 
+/// The step takes `M + P - 1` slots of `t_f + t_b` = 2 ms.
+#[track_caller]
+fn assert_pipelined_step(r: &SimReport) {
+    let step = (M + P - 1) as f64 * 2e-3;
+    assert!(close(r.latency, step), "{} != {step}", r.latency);
+}
+
 #[test]
 fn gpipe_runs_all_forwards_then_all_backwards() {
     let (g, r) = scheduled(Schedule::GPipe);
@@ -108,9 +115,7 @@ fn gpipe_runs_all_forwards_then_all_backwards() {
         device_order(&g, "b"),
         ["g0", "g1", "g2", "g3", "db0", "db1", "db2", "db3"]
     );
-    // (M + P - 1) slots of t_f + t_b = 2 ms.
-    let step = (M + P - 1) as f64 * 2e-3;
-    assert!(close(r.latency, step), "{} != {step}", r.latency);
+    assert_pipelined_step(&r);
     // The bubble: each device is busy M (t_f + t_b) of the step.
     // (`b` also runs the two shared 1 us ops.)
     let busy = M as f64 * 2e-3;
@@ -134,8 +139,7 @@ fn one_f_one_b_alternates_after_its_warm_up_and_keeps_fewer_activations() {
         device_order(&g, "b"),
         ["g0", "db0", "g1", "db1", "g2", "db2", "g3", "db3"]
     );
-    let step = (M + P - 1) as f64 * 2e-3;
-    assert!(close(r.latency, step), "{} != {step}", r.latency);
+    assert_pipelined_step(&r);
     let (_, gpipe) = scheduled(Schedule::GPipe);
     let peak = |r: &SimReport, d: &str| {
         r.devices

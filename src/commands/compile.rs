@@ -780,22 +780,16 @@ pub fn realize(
         let transfers = insert_transfers(&mut g, &spec.host);
         let devices = placement_from_graph(&g, spec, None)?;
         let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
-        let peak = report
-            .devices
-            .iter()
-            .map(|d| d.peak_memory)
-            .max()
-            .unwrap_or(0);
-        tried.push((schedule, report.period, peak));
+        let peak = |r: &SimReport| r.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
+        tried.push((schedule, report.period, peak(&report)));
         // Within every device's capacity first, then the shortest step, then the least peak.
         let fits = |r: &SimReport| r.devices.iter().all(|d| d.peak_memory <= d.capacity);
         let better = best.as_ref().is_none_or(|(_, b, _, _)| {
-            let b_peak = b.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
             let tie = (report.period - b.period).abs() <= 1e-9 * b.period.abs();
             if fits(&report) != fits(b) {
                 return fits(&report);
             }
-            (!tie && report.period < b.period) || (tie && peak < b_peak)
+            (!tie && report.period < b.period) || (tie && peak(&report) < peak(b))
         });
         if better {
             best = Some((g, report, transfers, schedule));

@@ -544,11 +544,7 @@ graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
             vec!["0.5"; 1000].join(", ")
         )
     };
-    let run = |g: &Graph| {
-        let cost = CostModel::new(&spec, None);
-        let placement = placement_from_graph(g, &spec, None).expect("placed");
-        simulate(g, &cost, &placement, &SimOptions { samples: Some(16) }).expect("sim")
-    };
+    let run = |g: &Graph| sim(&spec, g, 16).expect("sim");
     // Read first, written last: one step after another.
     let chained = graph(&body("%w", "%2"));
     let r = run(&chained);
@@ -582,9 +578,7 @@ graph @g(%x: f32[1000], %w: f32[1000] state(init = @w, next = "w")) {{
   return %1 as "w"
 }}"#
     ));
-    let cost = CostModel::new(&spec, None);
-    let placement = placement_from_graph(&g, &spec, None).expect("placed");
-    let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(16) }).expect("sim");
+    let r = sim(&spec, &g, 16).expect("sim");
     // x in, the product back, the refresh.
     assert_eq!(r.transfers, 3);
     assert_close(r.latency, 4.8e-3);

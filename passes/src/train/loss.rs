@@ -27,20 +27,35 @@ pub(crate) fn counted(
     ignore_index: i64,
     elem: ElemType,
 ) -> R<ValueId> {
-    let ignore = bw.op(
+    let is_ignored = ignored(bw, labels, ignore_index)?;
+    let keep = kept(bw, is_ignored, elem)?;
+    let count = bw.reduce(K::Sum, keep, (0..bw.ty(keep).rank()).collect(), false)?;
+    reshape_scalar(bw, count)
+}
+
+/// An i64 scalar `fill`.
+fn int(bw: &mut Bw<'_>, value: i64) -> R<ValueId> {
+    bw.op(
         Op::Fill {
             shape: vec![],
             elem: ElemType::I64,
-            value: tessera_ir::Scalar::Int(ignore_index),
+            value: tessera_ir::Scalar::Int(value),
         },
         &[],
-    )?;
-    let is_ignored = bw.bin(B::Equal, labels, ignore)?;
+    )
+}
+
+/// Whether each label is `ignore_index`.
+fn ignored(bw: &mut Bw<'_>, labels: ValueId, ignore_index: i64) -> R<ValueId> {
+    let ignore = int(bw, ignore_index)?;
+    bw.bin(B::Equal, labels, ignore)
+}
+
+/// 1 for each label that counts, 0 for an ignored one, as `elem`.
+fn kept(bw: &mut Bw<'_>, is_ignored: ValueId, elem: ElemType) -> R<ValueId> {
     let one = bw.scalar(1.0, elem)?;
     let zero = bw.scalar(0.0, elem)?;
-    let keep = bw.select(is_ignored, zero, one)?;
-    let count = bw.reduce(K::Sum, keep, (0..bw.ty(keep).rank()).collect(), false)?;
-    reshape_scalar(bw, count)
+    bw.select(is_ignored, zero, one)
 }
 
 /// [`cross_entropy`]'s sum over the counted samples and their count, both scalars.
@@ -62,32 +77,15 @@ pub(crate) fn cross_entropy_parts(
         }
     };
     let logp = bw.op(Op::LogSoftmax { axis: 1 }, &[logits])?;
-    let ignore = bw.op(
-        Op::Fill {
-            shape: vec![],
-            elem: ElemType::I64,
-            value: tessera_ir::Scalar::Int(ignore_index),
-        },
-        &[],
-    )?;
-    let is_ignored = bw.bin(B::Equal, labels, ignore)?;
-    let zero_i = bw.op(
-        Op::Fill {
-            shape: vec![],
-            elem: ElemType::I64,
-            value: tessera_ir::Scalar::Int(0),
-        },
-        &[],
-    )?;
+    let is_ignored = ignored(bw, labels, ignore_index)?;
+    let zero_i = int(bw, 0)?;
     let safe = bw.select(is_ignored, zero_i, labels)?;
     let mut with_axis = bw.ty(safe).shape;
     with_axis.insert(1, Dim::Static(1));
     let idx = bw.reshape(safe, &with_axis)?;
     let picked = bw.op(Op::GatherElements { axis: 1 }, &[logp, idx])?;
     let picked = bw.reshape(picked, &bw.ty(labels).shape)?;
-    let one = bw.scalar(1.0, e)?;
-    let zero = bw.scalar(0.0, e)?;
-    let keep = bw.select(is_ignored, zero, one)?;
+    let keep = kept(bw, is_ignored, e)?;
     let count = bw.reduce(K::Sum, keep, (0..bw.ty(keep).rank()).collect(), false)?;
     let nll = bw.mul(picked, keep)?;
     let nll = bw.reduce(K::Sum, nll, (0..bw.ty(keep).rank()).collect(), false)?;

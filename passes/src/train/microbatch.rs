@@ -26,7 +26,7 @@
 //! Models whose shapes are baked in (an ONNX export with a static batch: `reshape` to
 //! `[2, 16, 2, 16]`) are rebatched this way without re-exporting.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tessera_ir::{Dim, Graph, Op, OpId, TensorType, ValueId, infer::infer};
 
@@ -122,7 +122,17 @@ pub(crate) fn microbatch(
         }
         plan.push((o, op, results));
     }
-    // The copies: each microbatch's slices of the batch inputs, then its ops.
+    // The copies: each microbatch's slices of the batch inputs, then its ops. Their names
+    // avoid every name in use (the outputs', the live values'), as `fresh_name` does, from
+    // one set made once (a lookup per copy would scan the graph for each).
+    let mut taken: BTreeSet<String> = tessera_ir::text::output_names(graph).into_iter().collect();
+    taken.extend(
+        graph
+            .inputs()
+            .iter()
+            .chain(graph.ops().iter().flat_map(|&o| graph.op(o).results.iter()))
+            .filter_map(|&v| graph.value(v).name.clone()),
+    );
     let mut copies = Vec::with_capacity(m as usize);
     let rows = batch / m;
     for i in 0..m {
@@ -136,7 +146,7 @@ pub(crate) fn microbatch(
             };
             let id = graph.push_op(slice, vec![v], vec![types[&v].clone()]);
             let r = graph.op(id).results[0];
-            name_copy(graph, v, r, i);
+            name_copy(graph, &mut taken, v, r, i);
             map.insert(v, r);
         }
         for (o, op, results) in &plan {
@@ -150,7 +160,7 @@ pub(crate) fn microbatch(
             graph.op_mut(id).loc = data.loc.clone();
             for (k, &r) in data.results.iter().enumerate() {
                 let copy = graph.op(id).results[k];
-                name_copy(graph, r, copy, i);
+                name_copy(graph, &mut taken, r, copy, i);
                 map.insert(r, copy);
             }
         }
@@ -164,10 +174,20 @@ pub(crate) fn microbatch(
     Ok(Microbatches { copies })
 }
 
-/// `mb<i>/<name>` for the copy of a named value.
-fn name_copy(graph: &mut Graph, from: ValueId, to: ValueId, i: u64) {
+/// `mb<i>/<name>` for the copy of a named value (`_1`, `_2`, ... appended while `taken` has
+/// it), which `taken` then holds.
+fn name_copy(graph: &mut Graph, taken: &mut BTreeSet<String>, from: ValueId, to: ValueId, i: u64) {
     if let Some(n) = graph.value(from).name.clone() {
-        let name = super::fresh_name(graph, &format!("mb{i}/{n}"));
+        let base = format!("mb{i}/{n}");
+        let name = if taken.contains(&base) {
+            (1..)
+                .map(|k| format!("{base}_{k}"))
+                .find(|c| !taken.contains(c))
+                .unwrap_or(base)
+        } else {
+            base
+        };
+        taken.insert(name.clone());
         graph.set_name(to, name);
     }
 }
