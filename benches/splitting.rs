@@ -168,7 +168,7 @@ fn row(name: &str, spec: &TargetSpec, graph: &tessera_ir::Graph, objective: Obje
             &a,
             &cost,
             SAMPLES,
-            tessera::commands::compile::PipelineMode::Fixed(None),
+            tessera::commands::compile::StepSettings::default(),
         )
         .ok()?;
         Some(simulated(&report, objective))

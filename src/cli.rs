@@ -439,6 +439,25 @@ pub struct TrainArgs {
     #[arg(long, value_name = "SCHEDULE", default_value = "auto", requires = "train",
           value_parser = ["auto", "none", "gpipe", "1f1b"])]
     pub pipeline: String,
+    /// Data parallelism: the most MiB of gradients summed by one all-reduce (PyTorch DDP's
+    /// `bucket_cap_mb`); the parameters' gradients fill buckets in reverse parameter order,
+    /// each bucket's all-reduce starting when its last gradient is made. 0: one all-reduce
+    /// per gradient.
+    #[arg(long, value_name = "MB", default_value_t = 25.0, requires = "train",
+          value_parser = bucket_mb)]
+    pub bucket_mb: f64,
+}
+
+/// `--bucket-mb`: a finite number of MiB from 0 to 1048576 (1 TiB).
+fn bucket_mb(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of MiB"))?;
+    if x.is_finite() && (0.0..=1_048_576.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("`{s}` is not between 0 and 1048576 MiB"))
+    }
 }
 
 /// Arguments of `tessera train`.

@@ -603,6 +603,161 @@ fn models_placed_on_four_chips_match_pytorch() {
     }
 }
 
+/// Data parallelism: each model's step compiled for `mcm-ring4` with every op forced to run
+/// split along its batch axis (`--split force --split-axes batch`): each chip runs its rows
+/// of the forward and the backward, the weights' gradients (a bias's sum over rows, a
+/// weight's `A^T B` over them) are partial sums that collectives add up before the
+/// optimizer, and batch norm's statistics are the whole batch's. The numbers are torch's
+/// whole-batch ones, with the gradients summed in DDP's buckets.
+#[test]
+fn data_parallel_steps_match_pytorch() {
+    for (m, c) in [(&MLP, &ADAMW), (&CNN, &SGD), (&GPT2_TINY, &ADAMW)] {
+        let build = tempfile::tempdir().expect("tempdir");
+        let dir = build.path().join("step");
+        let summary = ok(tessera()
+            .arg("compile")
+            .arg(path(m, "model.onnx"))
+            .args(train_flags(m, c))
+            .args(["--target", "mcm-ring4", "--split", "force"])
+            .args(["--split-axes", "batch", "-o"])
+            .arg(&dir));
+        let mesh = summary
+            .lines()
+            .find(|l| l.starts_with("mesh"))
+            .unwrap_or_else(|| panic!("{}: no mesh line in\n{summary}", m.dir));
+        assert!(mesh.contains("split (batch "), "{mesh}");
+        let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+        // Gradients summed over the mesh: all-reduced, or reduce-scattered where the
+        // optimizer runs split too.
+        assert!(
+            placed.contains(" = all-reduce ") || placed.contains(" = reduce-scatter "),
+            "{}",
+            m.dir
+        );
+        // In DDP's buckets (`--bucket-mb`, 25 by default): the gradients the optimizer reads
+        // split fit one. (The CNN's plan sums only one gradient so.)
+        if m.dir != CNN.dir {
+            assert!(placed.contains("%bucket0 = concat "), "{}", m.dir);
+            assert!(!placed.contains("%bucket1 = concat "), "{}", m.dir);
+        }
+        let out = train_compiled(m, &dir);
+        check_against_torch(m, c, out.path());
+    }
+}
+
+/// Compiles `m`'s step for `mcm-ring4` with `extra` as one MPI program, runs N = 10 steps of
+/// it under `mpirun` (as many ranks as the program has), and returns the compiled directory
+/// and the output directory.
+fn train_under_mpi(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let build = tempfile::tempdir().expect("tempdir");
+    let dir = build.path().join("step");
+    let summary = ok(tessera()
+        .arg("compile")
+        .arg(path(m, "model.onnx"))
+        .args(train_flags(m, c))
+        .args(["--target", "mcm-ring4", "--emit", "mpi", "-o"])
+        .arg(&dir)
+        .args(extra));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    let devices: Vec<&str> = manifest["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["name"].as_str().expect("name"))
+        .collect();
+    let host = manifest["host"].as_str().expect("host");
+    let ranks = devices.len() + usize::from(!devices.contains(&host));
+    assert!(ranks >= 3, "{summary}");
+    let out = build.path().join("out");
+    std::fs::create_dir(&out).expect("out");
+    let run = std::process::Command::new("mpirun")
+        .args(["-np", &ranks.to_string()])
+        .arg(dir.join("program"))
+        .args(input_args(m))
+        .args(["--steps", "10", "--output-dir"])
+        .arg(&out)
+        .output()
+        .expect("mpirun (MPICH, `make deps`)");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (build, out)
+}
+
+/// `compile --train --emit mpi` and `mpirun ... --steps N --output-dir OUT`: every rank runs
+/// its device's part of each step, the host carries the state from step to step, and OUT
+/// gets what `tessera train` writes. Layers dealt over the chips (round-robin: activations
+/// and gradients cross ranks point to point) give torch's numbers, and the same bytes as
+/// `tessera train` on the same directory (weights, state, the trained model); data
+/// parallelism (every op split by the batch, gradients reduced by MPI collectives) gives
+/// torch's numbers for the MLP and the CNN.
+#[test]
+fn training_under_mpirun_matches_pytorch_and_tessera_train() {
+    let (build, out) = train_under_mpi(&MLP, &ADAMW, &["--strategy", "round-robin"]);
+    check_against_torch(&MLP, &ADAMW, &out);
+    let here = train_compiled(&MLP, &build.path().join("step"));
+    for f in ["weights.safetensors", "state.safetensors", "model.onnx"] {
+        let a = std::fs::read(out.join(f)).expect(f);
+        let b = std::fs::read(here.path().join(f)).expect(f);
+        assert!(a == b, "{f} differs from tessera train's");
+    }
+    for (m, c) in [(&MLP, &SGD), (&CNN, &SGD)] {
+        let split = ["--split", "force", "--split-axes", "batch"];
+        let (_build, out) = train_under_mpi(m, c, &split);
+        check_against_torch(m, c, &out);
+    }
+}
+
+/// The MPI training program's usage errors: no `--steps` is a usage error (exit 2), a batch
+/// input not given is an error naming it (exit 1).
+#[test]
+fn mpi_training_program_errors() {
+    let build = tempfile::tempdir().expect("tempdir");
+    let dir = build.path().join("step");
+    ok(tessera()
+        .arg("compile")
+        .arg(path(&MLP, "model.onnx"))
+        .args(train_flags(&MLP, &SGD))
+        .args([
+            "--target",
+            "mcm-ring4",
+            "--strategy",
+            "single",
+            "--emit",
+            "mpi",
+            "-o",
+        ])
+        .arg(&dir));
+    let run = |args: &[&str]| {
+        std::process::Command::new("mpirun")
+            .args(["-np", "1"])
+            .arg(dir.join("program"))
+            .args(args)
+            .output()
+            .expect("mpirun")
+    };
+    let out = build.path().join("out");
+    let o = run(&["--output-dir", out.to_str().expect("utf-8")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--steps N --output-dir OUT"));
+    let x = format!("x={}", path(&MLP, "x.npy").display());
+    let o = run(&[
+        "--input",
+        &x,
+        "--steps",
+        "2",
+        "--output-dir",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("input labels is not given"), "{err}");
+}
+
 /// Five steps, then five more from the state they wrote: torch's ten steps (Adam's moments
 /// and the step count carry over; the loss curve continues).
 #[test]

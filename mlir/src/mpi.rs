@@ -16,6 +16,12 @@
 //! weights are read from `weights.safetensors` next to the program). The host rank writes
 //! `OUTDIR/<name>.npy` for every output, under the output's name made file-safe
 //! ([`tessera_ir::names::file_stems`], as `tessera run --output-dir` names them).
+//!
+//! A training step ([`Training`]) runs as `mpirun -np K DIR/program --input NAME=FILE.npy...
+//! --steps N --output-dir OUT`: every rank runs its part of N steps; the host reads the
+//! batches (or stacks of them), keeps the state between steps (each step's next values copied
+//! into the state's buffers), and writes `loss.csv`, `weights.safetensors`,
+//! `state.safetensors` and `model.onnx` from templates the compile wrote next to the program.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -570,12 +576,51 @@ pub fn input_args(program: &Program) -> String {
         .collect()
 }
 
+/// A training step's program (a graph with state): `--steps N` runs the step N times, each
+/// step's next state the next step's state. The files it reads and writes next to the
+/// executable are [`TRAIN_STATE`], [`TRAIN_WEIGHTS`] and [`TRAIN_MODEL`], made by the compile:
+/// it patches their bytes in place to write its outputs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Training {
+    /// The loss among the graph's outputs.
+    pub loss: usize,
+    /// The state, in the graph's order.
+    pub slots: Vec<TrainSlot>,
+    /// Whether [`TRAIN_MODEL`] exists (a step compiled from an ONNX model).
+    pub model: bool,
+}
+
+/// One state slot of a [`Training`] program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrainSlot {
+    /// Its input among the graph's inputs.
+    pub input: usize,
+    /// The output that holds its next value.
+    pub output: usize,
+    /// Byte offset and length of its value in [`TRAIN_STATE`] (its initial value, read before
+    /// the first step; the written `state.safetensors` holds the last one there).
+    pub state: (usize, usize),
+    /// For a parameter (a state initialized from a weight), where [`TRAIN_WEIGHTS`] holds it.
+    pub weight: Option<(usize, usize)>,
+    /// For a parameter, where [`TRAIN_MODEL`] holds its `raw_data`.
+    pub model: Option<(usize, usize)>,
+}
+
+/// The initial state of a training program, in `tessera train`'s `state.safetensors` format
+/// (by each slot's next-value name); the program writes `OUT/state.safetensors` from it.
+pub const TRAIN_STATE: &str = "train-state.safetensors";
+/// The initial parameters (by weight name): the program writes `OUT/weights.safetensors` from it.
+pub const TRAIN_WEIGHTS: &str = "train-weights.safetensors";
+/// The source model with `raw_data` initializers: the program writes `OUT/model.onnx` from it.
+pub const TRAIN_MODEL: &str = "train-model.onnx";
+
 /// The generated C `main`.
 fn main_c(
     program: &Program,
     ranks: &[String],
     fns: &[RankFn],
     weight_offsets: &BTreeMap<String, (usize, usize)>,
+    training: Option<&Training>,
 ) -> Result<String, Error> {
     let mut c = String::from(include_str!("mpi_main.c"));
     let k = ranks.len();
@@ -600,13 +645,28 @@ fn main_c(
         names.join(", ")
     );
     let ninputs = program.manifest.inputs.len();
-    let _ = writeln!(
-        c,
-        "  if (argc != {}) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} OUTDIR\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  const char *weights = weights_path(argv[0]);",
-        ninputs + 2,
-        input_args(program)
-    );
+    let out_dir = match training {
+        None => {
+            let _ = writeln!(
+                c,
+                "  if (argc != {}) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} OUTDIR\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}",
+                ninputs + 2,
+                input_args(program)
+            );
+            format!("argv[{}]", ninputs + 1)
+        }
+        Some(tr) => {
+            let _ = writeln!(
+                c,
+                "  long steps = 0;\n  long long seed = 0;\n  const char *outdir = NULL;\n  int bad = 0;\n  for (int i = 1; i < argc; i++) {{\n    if (!strcmp(argv[i], \"--steps\") && i + 1 < argc) {{\n      char *end;\n      steps = strtol(argv[++i], &end, 10);\n      bad |= *end != 0 || steps < 1;\n    }} else if (!strcmp(argv[i], \"--output-dir\") && i + 1 < argc) {{\n      outdir = argv[++i];\n    }} else if (!strcmp(argv[i], \"--seed\") && i + 1 < argc) {{\n      char *end;\n      seed = strtoll(argv[++i], &end, 10);\n      bad |= *end != 0;\n    }} else if (!strcmp(argv[i], \"--input\") && i + 1 < argc && strchr(argv[i + 1], '=')) {{\n      i++;\n    }} else {{\n      bad = 1;\n    }}\n  }}\n  if (bad || steps < 1 || !outdir) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} --steps N --output-dir OUT [--seed N]\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  static char state_path[4096], weights_out[4096], model_path[4096], path[4200];\n  beside(argv[0], \"{TRAIN_STATE}\", state_path, sizeof state_path);\n  beside(argv[0], \"{TRAIN_WEIGHTS}\", weights_out, sizeof weights_out);\n  beside(argv[0], \"{TRAIN_MODEL}\", model_path, sizeof model_path);",
+                train_input_args(program, tr)
+            );
+            "outdir".to_string()
+        }
+    };
+    let _ = writeln!(c, "  const char *weights = weights_path(argv[0]);");
     let _ = writeln!(c, "  switch (rank) {{");
+    let input_index = |name: &str| program.manifest.inputs.iter().position(|i| i.name == name);
     for (r, f) in fns.iter().enumerate() {
         let _ = writeln!(c, "  case {r}: {{ /* {} */", ranks[r]);
         let mut args = Vec::new();
@@ -624,30 +684,89 @@ fn main_c(
             );
             args.push(format!("w{i}"));
         }
+        // Each state slot's buffer (the step reads it; its next value is copied in after
+        // each step) and a staging buffer (next values may alias the state they replace).
+        let mut slot_bufs: Vec<(usize, &TrainSlot)> = Vec::new();
+        // Batch inputs read as stacks: (input, bytes of one batch).
+        let mut stacks: Vec<(usize, u64)> = Vec::new();
         for (i, (name, t)) in f.inputs.iter().enumerate() {
             let d = shape_c(t);
+            let at = input_index(name);
+            let slot = training.and_then(|tr| {
+                tr.slots
+                    .iter()
+                    .position(|s| Some(s.input) == at)
+                    .map(|j| (j, &tr.slots[j]))
+            });
+            let clean = name.replace(['"', '\\'], "_");
+            let source = match (training, slot) {
+                (_, Some((j, s))) => {
+                    slot_bufs.push((j, s));
+                    let _ = writeln!(
+                        c,
+                        "    unsigned char *st{j} = read_weight(state_path, {}, {});\n    unsigned char *nx{j} = malloc({});",
+                        s.state.0,
+                        s.state.1,
+                        s.state.1.max(1)
+                    );
+                    format!("st{j}")
+                }
+                (Some(_), None) if name == "seed" && t.elem == ElemType::I64 && d.is_empty() => {
+                    // Dropout's seed: `--input seed=FILE`, else `--seed N` (default 0).
+                    let _ = writeln!(
+                        c,
+                        "    int64_t *seedv = malloc(sizeof(int64_t));\n    *seedv = seed;\n    for (int a = 1; a + 1 < argc; a++)\n      if (!strcmp(argv[a], \"--input\") && !strncmp(argv[a + 1], \"seed=\", 5))\n        seedv = read_npy(argv[a + 1] + 5, \"<i8\", 0, NULL, 8, \"seed\");"
+                    );
+                    "seedv".to_string()
+                }
+                (Some(_), None) => {
+                    // A batch, or a stack of batches (step `s` takes batch `s` mod their
+                    // number, as `tessera train` does).
+                    let bytes = t.size_bytes().unwrap_or(0);
+                    let _ = writeln!(
+                        c,
+                        "    static const int64_t bs{i}[] = {{{}}};\n    long bn{i} = 1;\n    unsigned char *bt{i} = read_stack(input_file(argc, argv, \"{clean}\"), \"{}\", {}, bs{i}, {bytes}, \"{clean}\", &bn{i});",
+                        dims_list(&d),
+                        npy_descr(t.elem)?,
+                        d.len(),
+                    );
+                    stacks.push((i, bytes));
+                    format!("bt{i}")
+                }
+                (None, None) => format!(
+                    "read_npy(argv[{}], \"{}\", {}, is{i}, {}, \"{clean}\")",
+                    i + 1,
+                    npy_descr(t.elem)?,
+                    d.len(),
+                    t.size_bytes().unwrap_or(0),
+                ),
+            };
             let _ = writeln!(
                 c,
-                "    static const int64_t is{i}[] = {{{}}};\n    int64_t *in{i} = descriptor(read_npy(argv[{}], \"{}\", {}, is{i}, {}, \"{}\"), {}, is{i});",
+                "    static const int64_t is{i}[] = {{{}}};\n    int64_t *in{i} = descriptor({source}, {}, is{i});",
                 dims_list(&d),
-                i + 1,
-                npy_descr(t.elem)?,
-                d.len(),
-                t.size_bytes().unwrap_or(0),
-                name.replace(['"', '\\'], "_"),
                 d.len()
             );
             args.push(format!("in{i}"));
         }
-        if f.outputs.is_empty() {
-            let _ = writeln!(c, "    _mlir_ciface_rank{r}({});", args.join(", "));
+        let call = if f.outputs.is_empty() {
+            format!("_mlir_ciface_rank{r}({});", args.join(", "))
         } else {
             let words: usize = f.outputs.iter().map(|t| 3 + 2 * t.rank()).sum();
             let _ = writeln!(c, "    static int64_t res[{words}];");
             let mut all = vec!["res".to_string()];
             all.extend(args);
-            let _ = writeln!(c, "    _mlir_ciface_rank{r}({});", all.join(", "));
-            let mut at = 0;
+            format!("_mlir_ciface_rank{r}({});", all.join(", "))
+        };
+        // Where each output's descriptor starts in `res`.
+        let mut at = Vec::new();
+        let mut next = 0;
+        for t in &f.outputs {
+            at.push(next);
+            next += 3 + 2 * t.rank();
+        }
+        let Some(tr) = training else {
+            let _ = writeln!(c, "    {call}");
             let stems = tessera_ir::names::file_stems(
                 program.manifest.outputs.iter().map(|o| o.name.as_str()),
             );
@@ -655,20 +774,143 @@ fn main_c(
                 let d = shape_c(t);
                 let _ = writeln!(
                     c,
-                    "    static const int64_t os{i}[] = {{{}}};\n    if (write_npy(argv[{}], \"{stem}\", \"{}\", {}, os{i}, res + {at}, {})) {{ MPI_Abort(MPI_COMM_WORLD, 1); }}",
+                    "    static const int64_t os{i}[] = {{{}}};\n    if (write_npy({out_dir}, \"{stem}\", \"{}\", {}, os{i}, res + {}, {})) {{ MPI_Abort(MPI_COMM_WORLD, 1); }}",
                     dims_list(&d),
-                    ninputs + 1,
                     npy_descr(t.elem)?,
                     d.len(),
+                    at[i],
                     crate::jit::elem_bytes(t.elem)
                 );
-                at += 3 + 2 * t.rank();
             }
+            let _ = writeln!(c, "    break;\n  }}");
+            continue;
+        };
+        if f.outputs.is_empty() {
+            // A rank without the host's outputs runs its part of every step.
+            let _ = writeln!(c, "    for (long s = 0; s < steps; s++) {call}");
+            let _ = writeln!(c, "    break;\n  }}");
+            continue;
         }
+        let mut call = call;
+        for (i, bytes) in &stacks {
+            call = format!(
+                "in{i}[0] = in{i}[1] = (int64_t)(intptr_t)(bt{i} + (size_t)(s % bn{i}) * {bytes});\n      {call}"
+            );
+        }
+        train_host_loop(&mut c, tr, &f.outputs, &at, &slot_bufs, &call)?;
         let _ = writeln!(c, "    break;\n  }}");
     }
     let _ = writeln!(c, "  }}\n  MPI_Finalize();\n  return 0;\n}}");
     Ok(c)
+}
+
+/// The usage line's inputs of a training program: `--input NAME=NAME.npy` per batch input.
+pub fn train_input_args(program: &Program, training: &Training) -> String {
+    program
+        .manifest
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !training.slots.iter().any(|s| s.input == *i))
+        .map(|(_, i)| format!(" --input {0}={0}.npy", i.name))
+        .collect()
+}
+
+/// The host's steps of a training program: run the step, print and keep its loss, copy the
+/// next state into the state's buffers; then write `loss.csv`, `weights.safetensors`,
+/// `state.safetensors` and (from a model) `model.onnx` into the output directory.
+fn train_host_loop(
+    c: &mut String,
+    tr: &Training,
+    outputs: &[TensorType],
+    at: &[usize],
+    slots: &[(usize, &TrainSlot)],
+    call: &str,
+) -> Result<(), Error> {
+    let loss_ty = outputs
+        .get(tr.loss)
+        .ok_or_else(|| err("the loss is not among the host's outputs"))?;
+    let (ctype, single) = match loss_ty.elem {
+        ElemType::F32 => ("float", 1),
+        ElemType::F64 => ("double", 0),
+        e => {
+            return Err(err(format!(
+                "the loss is {e}: an MPI training program needs f32 or f64"
+            )));
+        }
+    };
+    if slots.len() != tr.slots.len() {
+        return Err(err("a state input is not the host's"));
+    }
+    let _ = writeln!(
+        c,
+        "    size_t csv_size = 32 + (size_t)steps * 48, csv_len = 0;\n    char *csv = malloc(csv_size);\n    csv_len += snprintf(csv, csv_size, \"step,loss\\n\");\n    for (long s = 0; s < steps; s++) {{\n      {call}\n      const int64_t *ld = res + {};\n      double loss = ((const {ctype} *)(intptr_t)ld[1])[ld[2]];\n      char num[40];\n      shortest(num, sizeof num, loss, {single});\n      csv_len += snprintf(csv + csv_len, csv_size - csv_len, \"%ld,%s\\n\", s + 1, num);\n      fprintf(stderr, \"step %ld: loss %s\\n\", s + 1, num);",
+        at[tr.loss]
+    );
+    for &(j, s) in slots {
+        let t = outputs
+            .get(s.output)
+            .ok_or_else(|| err("a state's next value is not among the host's outputs"))?;
+        let _ = writeln!(
+            c,
+            "      copy_out(res + {}, {}, {}, nx{j});",
+            at[s.output],
+            t.rank(),
+            crate::jit::elem_bytes(t.elem)
+        );
+    }
+    for &(j, s) in slots {
+        let _ = writeln!(c, "      memcpy(st{j}, nx{j}, {});", s.state.1);
+    }
+    let _ = writeln!(
+        c,
+        "    }}\n    snprintf(path, sizeof path, \"%s/loss.csv\", outdir);\n    if (write_file(path, (const unsigned char *)csv, csv_len)) MPI_Abort(MPI_COMM_WORLD, 1);"
+    );
+    // (file, its template, which slots, where) for each output file.
+    type Part = (usize, (usize, usize));
+    let state: Vec<Part> = slots.iter().map(|&(j, s)| (j, s.state)).collect();
+    let weights: Vec<Part> = slots
+        .iter()
+        .filter_map(|&(j, s)| s.weight.map(|w| (j, w)))
+        .collect();
+    let model: Vec<Part> = slots
+        .iter()
+        .filter_map(|&(j, s)| s.model.map(|m| (j, m)))
+        .collect();
+    let mut files = vec![
+        ("state.safetensors", "state_path", state),
+        ("weights.safetensors", "weights_out", weights),
+    ];
+    if tr.model {
+        files.push(("model.onnx", "model_path", model));
+    }
+    for (n, (file, tmpl, parts)) in files.into_iter().enumerate() {
+        let list = |f: &dyn Fn(&Part) -> String| {
+            let v: Vec<String> = parts.iter().map(f).collect();
+            if v.is_empty() {
+                "0".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(
+            c,
+            "    static const long po{n}[] = {{{}}};\n    static const size_t pl{n}[] = {{{}}};\n    unsigned char *const pb{n}[] = {{{}}};\n    snprintf(path, sizeof path, \"%s/{file}\", outdir);\n    if (patch_write({tmpl}, path, {}, po{n}, pl{n}, pb{n})) MPI_Abort(MPI_COMM_WORLD, 1);",
+            list(&|(_, (o, _))| o.to_string()),
+            list(&|(_, (_, l))| l.to_string()),
+            if parts.is_empty() {
+                "NULL".to_string()
+            } else {
+                parts
+                    .iter()
+                    .map(|(j, _)| format!("st{j}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            parts.len()
+        );
+    }
+    Ok(())
 }
 
 fn dims_list(d: &[u64]) -> String {
@@ -681,7 +923,7 @@ fn dims_list(d: &[u64]) -> String {
 
 /// Byte offsets (from the start of the file) and lengths of every tensor in a safetensors
 /// file's bytes.
-fn safetensors_offsets(bytes: &[u8]) -> Result<BTreeMap<String, (usize, usize)>, Error> {
+pub fn safetensors_offsets(bytes: &[u8]) -> Result<BTreeMap<String, (usize, usize)>, Error> {
     let (header, meta) = safetensors::SafeTensors::read_metadata(bytes)
         .map_err(|e| err(format!("weights file: {e}")))?;
     let base = 8 + header;
@@ -703,6 +945,7 @@ pub fn build(
     weights_file: &[u8],
     out: &Path,
     options: &PipelineOptions,
+    training: Option<&Training>,
 ) -> Result<(), Error> {
     if let Some(st) = program.steps.iter().find(|st| !st.donated.is_empty()) {
         // The rank functions pass tensors between steps; donated state is a buffer argument.
@@ -726,7 +969,7 @@ pub fn build(
     } else {
         safetensors_offsets(weights_file)?
     };
-    let c = main_c(program, &ranks, &fns, &offsets)?;
+    let c = main_c(program, &ranks, &fns, &offsets, training)?;
     let tmp = tempfile::Builder::new()
         .prefix(".tessera-mpi-")
         .tempdir_in(dir)

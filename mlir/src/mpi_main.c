@@ -34,9 +34,10 @@ static void *read_weight(const char *path, long offset, size_t len) {
   return p;
 }
 
-/* Reads a C-order .npy file of the given dtype and shape. */
-static void *read_npy(const char *path, const char *descr, int rank, const int64_t *shape,
-                      size_t nbytes, const char *input) {
+/* Reads a C-order .npy file of the given dtype and shape. With `count`, the file may also
+   hold a stack of such tensors along a leading axis: their number goes to `*count`. */
+static void *read_stack(const char *path, const char *descr, int rank, const int64_t *shape,
+                        size_t nbytes, const char *input, long *count) {
   FILE *f = fopen(path, "rb");
   if (!f) die(path, "cannot open input file");
   unsigned char magic[10];
@@ -64,28 +65,42 @@ static void *read_npy(const char *path, const char *descr, int rank, const int64
   const char *close = open ? strchr(open, ')') : NULL;
   int ok = open && close;
   int n = 0;
+  long long dims[17];
   for (const char *q = open ? open + 1 : NULL; ok && q < close;) {
     if (*q >= '0' && *q <= '9') {
       char *end;
       long long v = strtoll(q, &end, 10);
-      ok = n < rank && v == shape[n];
+      ok = n <= rank;
+      if (ok) dims[n] = v;
       n++;
       q = end;
     } else {
       q++;
     }
   }
-  if (!ok || n != rank) {
+  /* The shape, or (with `count`) a stack of it. */
+  int lead = ok && count && n == rank + 1 ? 1 : 0;
+  ok = ok && n == rank + lead && (!lead || dims[0] > 0);
+  for (int i = 0; ok && i < rank; i++) ok = dims[lead + i] == shape[i];
+  size_t many = lead ? (size_t)dims[0] : 1;
+  if (count) *count = (long)many;
+  if (!ok) {
     fprintf(stderr, "error: %s: input %s must have shape (", path, input);
     for (int i = 0; i < rank; i++) fprintf(stderr, i ? ", %lld" : "%lld", (long long)shape[i]);
     fprintf(stderr, ") (header: %s)\n", h);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   free(h);
-  void *p = malloc(nbytes ? nbytes : 1);
-  if (fread(p, 1, nbytes, f) != nbytes) die(path, "truncated data");
+  if (many > ((size_t)1 << 40) / (nbytes ? nbytes : 1)) die(path, "too large");
+  void *p = malloc(nbytes * many ? nbytes * many : 1);
+  if (fread(p, 1, nbytes * many, f) != nbytes * many) die(path, "truncated data");
   fclose(f);
   return p;
+}
+
+static void *read_npy(const char *path, const char *descr, int rank, const int64_t *shape,
+                      size_t nbytes, const char *input) {
+  return read_stack(path, descr, rank, shape, nbytes, input, NULL);
 }
 
 /* A contiguous descriptor for `data` (leaked: the process is short-lived). */
@@ -101,6 +116,25 @@ static int64_t *descriptor(void *data, int rank, const int64_t *shape) {
     stride *= shape[i];
   }
   return d;
+}
+
+/* Copies the tensor of a result descriptor into `dst`, contiguous. */
+static void copy_out(const int64_t *desc, int rank, size_t esize, unsigned char *dst) {
+  const unsigned char *base = (const unsigned char *)(intptr_t)desc[1];
+  int64_t offset = desc[2];
+  const int64_t *sizes = desc + 3, *strides = desc + 3 + rank;
+  int64_t count = 1;
+  for (int i = 0; i < rank; i++) count *= sizes[i];
+  int64_t idx[16] = {0};
+  for (int64_t k = 0; k < count; k++) {
+    int64_t e = offset;
+    for (int i = 0; i < rank; i++) e += idx[i] * strides[i];
+    memcpy(dst + k * (int64_t)esize, base + e * (int64_t)esize, esize);
+    for (int i = rank - 1; i >= 0; i--) {
+      if (++idx[i] < sizes[i]) break;
+      idx[i] = 0;
+    }
+  }
 }
 
 /* Writes an output from a result descriptor to OUTDIR/<stem>.npy (the stem is the output's
@@ -129,22 +163,75 @@ static int write_npy(const char *dir, const char *stem, const char *descr, int r
   fwrite(header, 1, n, f);
   for (int i = 0; i < pad; i++) fputc(' ', f);
   fputc('\n', f);
-  const char *base = (const char *)(intptr_t)desc[1];
-  int64_t offset = desc[2];
-  const int64_t *sizes = desc + 3, *strides = desc + 3 + rank;
   int64_t count = 1;
-  for (int i = 0; i < rank; i++) count *= sizes[i];
-  int64_t idx[16] = {0};
-  for (int64_t k = 0; k < count; k++) {
-    int64_t e = offset;
-    for (int i = 0; i < rank; i++) e += idx[i] * strides[i];
-    fwrite(base + e * (int64_t)esize, 1, esize, f);
-    for (int i = rank - 1; i >= 0; i--) {
-      if (++idx[i] < sizes[i]) break;
-      idx[i] = 0;
-    }
-  }
+  for (int i = 0; i < rank; i++) count *= desc[3 + i];
+  unsigned char *data = malloc(count * esize ? (size_t)count * esize : 1);
+  copy_out(desc, rank, esize, data);
+  fwrite(data, esize, (size_t)count, f);
+  free(data);
   fclose(f);
-  printf("output %d -> %s\n", index, path);
+  printf("output %s -> %s\n", stem, path);
   return 0;
+}
+
+/* ---- a training step: `--steps N` runs it N times, the state carried between steps ---- */
+
+/* A file next to the executable (as weights_path), in `buf`. */
+static const char *beside(const char *argv0, const char *file, char *buf, size_t size) {
+  const char *slash = strrchr(argv0, '/');
+  size_t n = slash ? (size_t)(slash - argv0 + 1) : 0;
+  if (n + strlen(file) + 1 > size) die(argv0, "path too long");
+  memcpy(buf, argv0, n);
+  strcpy(buf + n, file);
+  return buf;
+}
+
+/* The FILE of `--input NAME=FILE`. */
+static const char *input_file(int argc, char **argv, const char *name) {
+  size_t n = strlen(name);
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--input") && !strncmp(argv[i + 1], name, n) && argv[i + 1][n] == '=')
+      return argv[i + 1] + n + 1;
+  fprintf(stderr, "error: input %s is not given: add --input %s=FILE.npy\n", name, name);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  return NULL;
+}
+
+/* Writes `path` atomically (a temporary file renamed over it). */
+static int write_file(const char *path, const unsigned char *data, size_t len) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "error: %s: cannot write\n", path);
+    return 1;
+  }
+  return 0;
+}
+
+/* Writes `out`: the file `tmpl` with `n` byte ranges (offset, length) replaced by `bufs`. */
+static int patch_write(const char *tmpl, const char *out, int n, const long *offs, const size_t *lens,
+                       unsigned char *const *bufs) {
+  FILE *f = fopen(tmpl, "rb");
+  if (!f || fseek(f, 0, SEEK_END) != 0) die(tmpl, "cannot read");
+  long size = ftell(f);
+  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) die(tmpl, "cannot read");
+  unsigned char *data = malloc(size ? (size_t)size : 1);
+  if (fread(data, 1, (size_t)size, f) != (size_t)size) die(tmpl, "truncated");
+  fclose(f);
+  for (int i = 0; i < n; i++) {
+    if (offs[i] < 0 || (size_t)offs[i] + lens[i] > (size_t)size) die(tmpl, "does not match the program");
+    memcpy(data + offs[i], bufs[i], lens[i]);
+  }
+  int failed = write_file(out, data, (size_t)size);
+  free(data);
+  return failed;
+}
+
+/* The shortest decimal that reads back as `x` (a float when `single`). */
+static void shortest(char *buf, size_t size, double x, int single) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, size, "%.*g", p, x);
+    if (single ? strtof(buf, NULL) == (float)x : strtod(buf, NULL) == x) return;
+  }
 }

@@ -128,6 +128,35 @@ fn tensor_name(payload: &[u8]) -> Result<Option<&str>, String> {
     Ok(None)
 }
 
+/// Where each initializer of the main graph of `model` (serialized `ModelProto`) keeps its
+/// `raw_data`: byte offset in `model` and length, by name. Initializers that hold their values
+/// otherwise (`float_data`, ...) are not listed; [`replace_initializers`] writes `raw_data`, so
+/// an MPI program can write a trained model by patching the bytes of its output in place.
+pub fn initializer_data_offsets(model: &[u8]) -> Result<BTreeMap<String, (usize, usize)>, String> {
+    let base = model.as_ptr() as usize;
+    let mut out = BTreeMap::new();
+    for f in fields(model)? {
+        if f.number != 7 || f.wire != 2 {
+            continue;
+        }
+        for g in fields(f.payload)? {
+            if g.number != 5 || g.wire != 2 {
+                continue;
+            }
+            let Some(name) = tensor_name(g.payload)? else {
+                continue;
+            };
+            for t in fields(g.payload)? {
+                if t.number == 9 && t.wire == 2 {
+                    let at = t.payload.as_ptr() as usize - base;
+                    out.insert(name.to_string(), (at, t.payload.len()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The model `model` (serialized `ModelProto`) with the initializers named in `values`
 /// replaced by those values. Every name must be an initializer of the main graph.
 pub fn replace_initializers(

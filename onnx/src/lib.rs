@@ -32,7 +32,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use decode::decode_tensor;
-pub use export::replace_initializers;
+pub use export::{initializer_data_offsets, replace_initializers};
 pub use import::{import_bytes, import_file, initializer_names, model_inputs};
 pub use ops::supported_ops;
 

@@ -11,10 +11,12 @@
 //! Passes do no file I/O and print nothing: the command line prints IR, writes dumps and
 //! reproducers through the instrumentation hooks.
 //!
-//! Passes: `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
+//! Passes: `bucket-all-reduce` (a data-parallel step's gradients summed in DDP's buckets,
+//! [`bucket_all_reduces`]), `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
 //! `shape-infer`, `train` (a model's training step, [`train`]), `unfuse-split` (a fused
 //! projection's split into one projection per piece, [`unfuse_split`]).
 
+mod bucket;
 mod canonicalize;
 mod cse;
 mod dce;
@@ -28,6 +30,7 @@ pub mod train;
 mod unfuse_split;
 mod util;
 
+pub use bucket::{Buckets, DEFAULT_BUCKET_BYTES, bucket_all_reduces};
 pub use dce::dce;
 pub use manager::{
     Failure, Instrumentation, NoInstrumentation, PassManager, PassRun, PipelineError, Report,

@@ -10,6 +10,7 @@ use std::sync::RwLock;
 use crate::pass::PassInfo;
 
 const BUILTIN: &[PassInfo] = &[
+    crate::bucket::INFO,
     crate::canonicalize::INFO,
     crate::cse::INFO,
     crate::dce::INFO,

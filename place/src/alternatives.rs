@@ -19,6 +19,12 @@
 //!   axis), *rows* (left split along its last axis, right by rows, the result partial sums,
 //!   Megatron-LM's pair) and, with a weight, *batch* (first axis); `matmul` of two
 //!   higher-rank activations: a batch or heads axis; `gemm` (untransposed A, weight B) the same three ways;
+//!   `gemm` of two activations with A transposed and no C (a weight's gradient `A^T B`): their
+//!   shared first axis, the result partial sums (named `batch`: data parallelism's gradients);
+//! - `gather-elements`, `scatter-elements`: an axis other than the op's, where every operand
+//!   has the result's extent;
+//! - reductions: a kept axis (each device reduces its block), and for `reduce-sum` a reduced
+//!   axis, the result partial sums (a bias's gradient over a split batch);
 //! - `softmax`, `log-softmax`: any listed axis but the op's and, with partial reductions, the
 //!   op's own (each device the maximum and the sum of exponentials of its block, an
 //!   all-gather of the maxima and an all-reduce of the sums, charged in the op's time;
@@ -37,7 +43,9 @@
 //! - `einsum`: each letter that appears at most once per term: a letter of the result splits
 //!   the operands that have it and the result (named by its result axis), a summed letter
 //!   splits the operands that have it and leaves partial sums (*contracted*);
-//! - `conv`: *channels* (weight and bias split by output channels, `groups = 1`) and *batch*;
+//! - `conv`: *channels* (weight and bias split by output channels, `groups = 1`), *batch*, and
+//!   without a bias *contracted* (input and kernel split by input channels, the result
+//!   partial sums: the form of a convolution weight's gradient, whose channels are the batch);
 //!   `pool`, `batch-norm`: batch and channels.
 //!
 //! - every op (but communication, random numbers and region ops): *replicated*, whole on
@@ -49,7 +57,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use tessera_ir::{ElemType, Graph, Op, OpId, ValueId};
+use tessera_ir::{ElemType, Graph, Op, OpId, ReduceKind, ValueId};
 
 use crate::problem::{DeviceGroup, Link};
 use crate::split::Layout;
@@ -297,6 +305,25 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
             let Some(b) = data.operands.get(1).and_then(|&v| dims(g, v)) else {
                 return out;
             };
+            if *trans_a && nops == 2 && !weight(data.operands[0]) && !weight(data.operands[1]) {
+                // A weight's gradient (`A^T B` of two activations): each device contracts its
+                // rows of both, the result partial sums (data parallelism's gradients).
+                let (Some(a), true) = (
+                    data.operands.first().and_then(|&v| dims(g, v)),
+                    b.len() == 2,
+                ) else {
+                    return out;
+                };
+                if a.len() == 2 && divides(k, a[0]) {
+                    let b_k = if *trans_b { s(1) } else { s(0) };
+                    out.push(one(
+                        &axis_name(0, 2),
+                        vec![s(0), b_k],
+                        vec![Layout::Partial],
+                    ));
+                }
+                return out;
+            }
             if *trans_a || !weight(data.operands[1]) || weight(data.operands[0]) || b.len() != 2 {
                 return out;
             }
@@ -412,6 +439,15 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
             let Some(w) = data.operands.get(1).and_then(|&v| dims(g, v)) else {
                 return out;
             };
+            let Some(x) = data.operands.first().and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            if attrs.groups == 1 && nops == 2 && !weight(data.operands[0]) && divides(k, x[1]) {
+                // Over the input channels: each device convolves its channels with its
+                // channels of the kernel, the result partial sums (a weight's gradient, whose
+                // "channels" are the batch, contracts over the batch this way).
+                out.push(one("contracted", vec![s(1), s(1)], vec![Layout::Partial]));
+            }
             if !weight(data.operands[1]) || weight(data.operands[0]) {
                 return out;
             }
@@ -462,6 +498,46 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
                     Some(p) => out.push(one(&axis_name(p, r), operands, vec![s(p)])),
                     // A summed letter: each device sums its part, the result partial sums.
                     None => out.push(one("contracted", operands, vec![Layout::Partial])),
+                }
+            }
+        }
+        Op::Reduce {
+            kind,
+            axes,
+            keep_dims,
+        } => {
+            let Some(input) = data.operands.first().and_then(|&v| dims(g, v)) else {
+                return out;
+            };
+            let reduced = |a: usize| axes.is_empty() || axes.contains(&a);
+            for a in candidate_axes(input.len()) {
+                if !divides(k, input[a]) {
+                    continue;
+                }
+                let name = axis_name(a, input.len());
+                if !reduced(a) {
+                    // A kept axis: each device reduces its block of it.
+                    let b = if *keep_dims {
+                        a
+                    } else {
+                        a - (0..a).filter(|&x| reduced(x)).count()
+                    };
+                    out.push(one(&name, vec![s(a)], vec![s(b)]));
+                } else if *kind == ReduceKind::Sum {
+                    // A summed axis: each device sums its block, the result partial sums
+                    // (a bias's gradient over a split batch).
+                    out.push(one(&name, vec![s(a)], vec![Layout::Partial]));
+                }
+            }
+        }
+        Op::GatherElements { axis } | Op::ScatterElements { axis, .. } => {
+            // Along another axis, every operand has the result's extent there (indices
+            // address positions along the op's own axis only).
+            let ins: Option<Vec<Vec<u64>>> = data.operands.iter().map(|&v| dims(g, v)).collect();
+            let Some(ins) = ins else { return out };
+            for c in candidate_axes(r).into_iter().filter(|c| c != axis) {
+                if divides(k, res[c]) && ins.iter().all(|d| d.len() == r && d[c] == res[c]) {
+                    out.push(one(&axis_name(c, r), vec![s(c); nops], vec![s(c)]));
                 }
             }
         }

@@ -713,7 +713,9 @@ impl std::str::FromStr for SplitMode {
 /// with split alternatives, [`crate::build::build_with`]), each keeping only that group and the
 /// alternatives over it, since a graph has one device mesh. With [`SplitMode::Force`], an op
 /// that has an alternative other than a replicated run keeps only those alternatives and may
-/// not run whole. With `axes` (not empty), only alternatives that split one of those axes
+/// not run whole; a colocation group is forced as one: when a member splits and every member
+/// has an alternative on the group (a member that cannot split then runs replicated), else
+/// not at all. With `axes` (not empty), only alternatives that split one of those axes
 /// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
 /// `hidden`, `vocab`, `channels`, `axis<N>`) are offered. Groups over which no
 /// op splits give no problem. Of the groups of one device kind and size, only the one nearest
@@ -762,11 +764,42 @@ pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> 
         for op in &mut p.ops {
             op.splits
                 .retain(|s| s.group == group.name && (axes.is_empty() || axes.contains(&s.axis)));
-            let split = op.splits.iter().any(|s| s.axis != REPLICATED);
-            splits_any |= split;
-            if mode == SplitMode::Force && split {
-                op.splits.retain(|s| s.axis != REPLICATED);
-                op.time.clear();
+            splits_any |= op.splits.iter().any(|s| s.axis != REPLICATED);
+        }
+        if mode == SplitMode::Force {
+            // A colocation group is one unit: forced onto the group when a member splits
+            // and every member can run there (split or replicated), else left as it is.
+            let mut units: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+            for op in &problem.ops {
+                if let Some(c) = &op.colocate {
+                    let mine = p.ops.iter().find(|o| o.name == op.name);
+                    let (split, all) = mine.map_or((false, false), |o| {
+                        (
+                            o.splits.iter().any(|s| s.axis != REPLICATED),
+                            !o.splits.is_empty(),
+                        )
+                    });
+                    let e = units.entry(c.as_str()).or_insert((false, true));
+                    e.0 |= split;
+                    e.1 &= all;
+                }
+            }
+            let units: BTreeMap<String, bool> = units
+                .into_iter()
+                .map(|(c, (split, all))| (c.to_string(), split && all))
+                .collect();
+            for op in &mut p.ops {
+                let split = op.splits.iter().any(|s| s.axis != REPLICATED);
+                let forced = match &op.colocate {
+                    Some(c) => units.get(c).copied().unwrap_or(false),
+                    None => split,
+                };
+                if forced {
+                    if split {
+                        op.splits.retain(|s| s.axis != REPLICATED);
+                    }
+                    op.time.clear();
+                }
             }
         }
         if splits_any {

@@ -2,7 +2,9 @@
 //! stages of equal times on two devices, four microbatches. The simulated step is exactly
 //! `(M + P - 1) (t_f + t_b)` for both schedules (the bubble `(P - 1) / (M + P - 1)` of it
 //! idle), each device runs its microbatches in the schedule's order, and 1F1B keeps one
-//! microbatch's activation alive on the last stage where GPipe keeps all of them.
+//! microbatch's activation alive on the last stage where GPipe keeps all of them. And DDP's
+//! gradient buckets (`bucket-all-reduce`) on a hand-computed data-parallel backward: the
+//! simulated step with one all-reduce per gradient, with two buckets and with one.
 
 use tessera_ir::{Graph, text};
 use tessera_passes::Statistics;
@@ -216,4 +218,132 @@ fn microbatch_copies_share_a_group_and_count_a_shared_weight_once() {
     // w once, and each op's 4000-byte result.
     let memory: u64 = group.iter().map(|o| o.memory).sum();
     assert_eq!(memory, 4000 + 4 * 4000);
+}
+
+/// A host `h` and two chips `c0`, `c1` at 1 MFLOP/s (an elementwise op on 1000 f32 takes
+/// 1 ms), memory and host links so fast that their times are nanoseconds; the chips' own link
+/// carries 1 MB/s after 1 ms of latency per message.
+const CHIPS: &str = r#"
+name = "chips"
+host = "h"
+[[device]]
+name = "h"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e15
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "c"
+count = 2
+kind = "chip"
+memory = 1_000_000
+memory_bandwidth = 1e15
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "h"
+b = "c0"
+bandwidth = 1e15
+latency = 0
+[[interconnect.link]]
+a = "h"
+b = "c1"
+bandwidth = 1e15
+latency = 0
+[[interconnect.link]]
+a = "c0"
+b = "c1"
+bandwidth = 1e6
+latency = 1e-3
+"#;
+
+/// A data-parallel backward on the two chips: a chain of four 1 ms ops makes the gradients
+/// of `w3`, `w2`, `w1`, `w0` in turn (each 1000 f32, partial sums), each all-reduced right
+/// after it is made, then each parameter's 1 ms update (`optimizer/w<i>`).
+fn data_parallel_backward() -> Graph {
+    let mut body = String::new();
+    for i in (0..4).rev() {
+        let from = if i == 3 {
+            "x".to_string()
+        } else {
+            format!("b{}", i + 1)
+        };
+        body += &format!("  %b{i} = relu %{from} : f32[1000] device(\"@m\")\n");
+        body += &format!("  %s{i} = all-reduce %b{i} {{axes = [0]}} : f32[1000] device(\"@m\")\n");
+    }
+    let mut outs = Vec::new();
+    for i in (0..4).rev() {
+        body += &format!(
+            "  %u{i} = sub %w{i}, %s{i} : f32[1000] device(\"@m\") loc(\"optimizer/w{i}\")\n"
+        );
+        outs.push(format!("%u{i}"));
+    }
+    let src = format!(
+        "mesh @m = [2] devices(\"c0\", \"c1\")\n\ngraph @step(%x: f32[1000], %w0: f32[1000], \
+         %w1: f32[1000], %w2: f32[1000], %w3: f32[1000]) {{\n{body}  return {}\n}}",
+        outs.join(", ")
+    );
+    text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// DDP's buckets on a hand-computed case. An all-reduce of `B` bytes over the two chips is
+/// two ring steps of `B / 2` bytes, each 1 ms of latency plus its bytes at 1 MB/s; the link
+/// runs one collective at a time. The chain makes gradient `w<i>` at `4 - i` ms.
+/// - One all-reduce per gradient (4000 B: 2 x (1 + 2) = 6 ms): they queue on the link,
+///   ending at 7, 13, 19 and 25 ms; the last update ends at 26 ms.
+/// - Buckets of 8000 B ({w3, w2}, {w1, w0}; 2 x (1 + 4) = 10 ms each): the first starts at
+///   2 ms, when `w2`'s gradient exists, while the chain still runs, and ends at 12; the
+///   second starts then (its gradients exist from 4 ms) and ends at 22; two updates at 22
+///   and 23: 24 ms.
+/// - One bucket of everything (16000 B: 2 x (1 + 8) = 18 ms) starts only at 4 ms, ends at
+///   22; four updates: 26 ms. The bucket that waits for every gradient overlaps nothing.
+#[test]
+fn bucketed_all_reduces_overlap_the_backward_exactly() {
+    let spec = parse_target(CHIPS, "chips.toml").unwrap_or_else(|e| panic!("{e}"));
+    let cost = CostModel::new(&spec, None);
+    let run = |max_bytes: u64| {
+        let mut g = data_parallel_backward();
+        let made = tessera_passes::bucket_all_reduces(&mut g, max_bytes).expect("buckets");
+        tessera_ir::verify::verify(&g).expect("verifies");
+        let placement = placement_from_graph(&g, &spec, None).expect("placed");
+        let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(1) }).expect("sim");
+        (g, made, r)
+    };
+    let steps = [(0, 0, 26e-3), (8000, 2, 24e-3), (16000, 1, 26e-3)];
+    for (max_bytes, buckets, latency) in steps {
+        let (g, made, r) = run(max_bytes);
+        assert_eq!(made.buckets, buckets, "{max_bytes}");
+        assert!(
+            close(r.latency, latency),
+            "{max_bytes}: {} != {latency}",
+            r.latency
+        );
+        let all_reduces = g
+            .ops()
+            .iter()
+            .filter(|&&o| g.op(o).op.name() == "all-reduce")
+            .count();
+        assert_eq!(all_reduces, if buckets == 0 { 4 } else { buckets });
+    }
+    // Buckets follow the parameters in reverse: `w3` and `w2` first.
+    let (g, _, _) = run(8000);
+    let text = text::print(&g);
+    let first = text.find("%bucket0 = concat").expect("bucket0");
+    let second = text.find("%bucket1 = concat").expect("bucket1");
+    let relu_b0 = text.find("%b0 = relu").expect("b0");
+    assert!(first < relu_b0 && relu_b0 < second, "{text}");
+    // The sums are the same as without buckets.
+    let inputs: Vec<tessera_ir::Tensor> = (0..5)
+        .map(|i| {
+            let data: Vec<f32> = (0..1000)
+                .map(|j| ((i * 1000 + j) % 7) as f32 - 3.0)
+                .collect();
+            tessera_ir::Tensor::F32(
+                ndarray::ArrayD::from_shape_vec(vec![1000], data).expect("shape"),
+            )
+        })
+        .collect();
+    let plain = tessera_ir::interp::run(&data_parallel_backward(), &inputs).expect("runs");
+    assert_eq!(tessera_ir::interp::run(&g, &inputs).expect("runs"), plain);
 }

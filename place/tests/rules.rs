@@ -15,7 +15,8 @@ use ndarray::{ArrayD, Axis, IxDyn, Slice, concatenate};
 use proptest::prelude::*;
 use tessera_ir::interp::eval_op;
 use tessera_ir::{
-    BinaryOp, ConvAttrs, Dim, ElemType, Graph, Op, PoolAttrs, PoolKind, Tensor, TensorType, UnaryOp,
+    BinaryOp, ConvAttrs, Dim, ElemType, Graph, Op, PoolAttrs, PoolKind, ReduceKind,
+    ScatterReduction, Tensor, TensorType, UnaryOp,
 };
 use tessera_place::alternatives::{Rule, rules};
 use tessera_place::split::Layout;
@@ -96,7 +97,15 @@ fn check(
         let mut local = Vec::new();
         for (j, t) in inputs.iter().enumerate() {
             local.push(match rule.operands[j] {
-                Layout::Split(a) => Tensor::F32(block(&array(t), a as usize, i, k)),
+                Layout::Split(a) => match t {
+                    // Indices (gather-elements, scatter-elements) split like data.
+                    Tensor::I64(x) => {
+                        let n = x.shape()[a as usize] / k;
+                        let range = Slice::from(i * n..(i + 1) * n);
+                        Tensor::I64(x.slice_axis(Axis(a as usize), range).to_owned())
+                    }
+                    _ => Tensor::F32(block(&array(t), a as usize, i, k)),
+                },
                 _ => t.clone(),
             });
         }
@@ -421,6 +430,72 @@ fn case(family: u64, s: &mut u64) -> Case {
                 weights,
             )
         }
+        17 => {
+            // A weight's gradient: `A^T B` of two activations sharing their first axis.
+            let trans_b = pick(&[0, 1]) == 1;
+            let (m, n) = (pick(&ext), pick(&ext));
+            let rows = b * sq;
+            plain(
+                Op::Gemm {
+                    alpha: 1.0,
+                    beta: 0.0,
+                    trans_a: true,
+                    trans_b,
+                },
+                vec![
+                    vec![rows, m],
+                    if trans_b {
+                        vec![n, rows]
+                    } else {
+                        vec![rows, n]
+                    },
+                ],
+                vec![false, false],
+            )
+        }
+        18 => {
+            let kinds = [ReduceKind::Sum, ReduceKind::Max, ReduceKind::Mean];
+            let kind = kinds[pick(&[0, 1, 2]) as usize];
+            let axes = [vec![0], vec![2], vec![0, 1], vec![]][pick(&[0, 1, 2, 3]) as usize].clone();
+            plain(
+                Op::Reduce {
+                    kind,
+                    axes,
+                    keep_dims: pick(&[0, 1]) == 1,
+                },
+                vec![vec![b * 2, sq, h]],
+                vec![false],
+            )
+        }
+        19 => Case {
+            op: Op::GatherElements { axis: 0 },
+            shapes: vec![vec![pick(&ext), h], vec![sq, h]],
+            weights: vec![false, false],
+            indices: Some(1),
+        },
+        20 => Case {
+            op: Op::ScatterElements {
+                axis: 0,
+                reduction: ScatterReduction::Add,
+            },
+            shapes: vec![vec![pick(&ext), h], vec![sq, h], vec![sq, h]],
+            weights: vec![false, false, false],
+            indices: Some(1),
+        },
+        21 => {
+            // A convolution weight's gradient: no bias, both operands activations.
+            let c = pick(&[2, 4, 6, 12]);
+            plain(
+                Op::Conv(ConvAttrs {
+                    strides: vec![1, 1],
+                    pads: vec![1, 1, 1, 1],
+                    dilations: vec![1, 1],
+                    groups: 1,
+                }),
+                vec![vec![b, c, 5, 5], vec![pick(&ext), c, 3, 3]],
+                vec![false, false],
+            )
+        }
         _ => {
             let c = pick(&ext);
             plain(
@@ -432,7 +507,7 @@ fn case(family: u64, s: &mut u64) -> Case {
     }
 }
 
-const FAMILIES: u64 = 17;
+const FAMILIES: u64 = 23;
 
 proptest! {
     #![proptest_config(ProptestConfig {
@@ -446,7 +521,7 @@ proptest! {
     fn every_rule_computes_the_whole_op(seed in any::<u64>(), family in 0..FAMILIES) {
         let mut s = seed;
         let mut c = case(family, &mut s);
-        if let Op::Conv(_) = c.op {
+        if let (Op::Conv(_), 3) = (&c.op, c.shapes.len()) {
             // The bias has the output channels.
             c.shapes[2] = vec![c.shapes[1][0]];
         }
@@ -501,7 +576,7 @@ fn every_family_has_a_split_rule() {
         for seed in 0..64u64 {
             let mut s = seed;
             let mut c = case(family, &mut s);
-            if let Op::Conv(_) = c.op {
+            if let (Op::Conv(_), 3) = (&c.op, c.shapes.len()) {
                 c.shapes[2] = vec![c.shapes[1][0]];
             }
             let mut g = Graph::new("case");

@@ -153,7 +153,11 @@ fn compile_loaded(
             .ir_dump_dir
             .as_deref()
             .map(|d| (d, pipeline.passes.len() + 1)),
-        pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
+        step: StepSettings {
+            pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
+            // At most 2^20 MiB (the flag's range): the product fits u64.
+            bucket_bytes: (req.train.bucket_mb * 1_048_576.0) as u64,
+        },
     };
     let compiled = compile(
         graph,
@@ -307,8 +311,27 @@ pub struct PlaceSettings<'a> {
     /// graph after placement, after scheduling and after transfer insertion, numbered on
     /// from the pass pipeline's dumps).
     pub ir_dump: Option<(&'a Path, usize)>,
-    /// A microbatched training step's pipeline schedule (`--pipeline`).
+    /// A microbatched training step's pipeline schedule (`--pipeline`), and its gradient
+    /// buckets.
+    pub step: StepSettings,
+}
+
+/// How a training step's plan is realized: its pipeline schedule and its gradient buckets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepSettings {
+    /// A microbatched step's pipeline schedule (`--pipeline`).
     pub pipeline: PipelineMode,
+    /// The most bytes of gradients one all-reduce sums (`--bucket-mb`; 0: one per gradient).
+    pub bucket_bytes: u64,
+}
+
+impl Default for StepSettings {
+    fn default() -> Self {
+        StepSettings {
+            pipeline: PipelineMode::Fixed(None),
+            bucket_bytes: tessera_passes::DEFAULT_BUCKET_BYTES,
+        }
+    }
 }
 
 /// How a microbatched training step's devices order their microbatches (`--pipeline`).
@@ -358,7 +381,7 @@ impl Default for PlaceSettings<'_> {
             split: SplitMode::Off,
             split_axes: &[],
             ir_dump: None,
-            pipeline: PipelineMode::Fixed(None),
+            step: StepSettings::default(),
         }
     }
 }
@@ -400,9 +423,9 @@ pub fn compile(
             settings.strategy
         );
     }
-    let split = if graph.mesh.is_some() || !graph.state.is_empty() || !splitting {
-        // A graph the `shard` pass put on a mesh keeps it; a training step's state is not
-        // split yet; a strategy that places ops whole was asked for.
+    let split = if graph.mesh.is_some() || !splitting {
+        // A graph the `shard` pass put on a mesh keeps it; a strategy that places ops whole
+        // was asked for.
         SplitMode::Off
     } else {
         settings.split
@@ -551,7 +574,7 @@ pub fn compile(
             assign,
             &cost,
             samples,
-            settings.pipeline,
+            settings.step,
         )
     };
     let opts = SolveOptions {
@@ -691,6 +714,7 @@ pub fn compile(
         let order = body_order(&g, built, inst, &chosen, schedule);
         apply_order(&mut g, built, &order);
         apply_plan(&mut g, built, inst, &chosen)?;
+        bucket_gradients(&mut g, settings.step.bucket_bytes)?;
         crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
         insert_transfers(&mut g, host);
         crate::instrument::dump_after(dir, first + 2, "transfers", &g)?;
@@ -758,9 +782,10 @@ pub fn realize(
     assign: &[usize],
     cost: &CostModel<'_>,
     samples: Option<usize>,
-    pipeline: PipelineMode,
+    step: StepSettings,
 ) -> Result<Realized> {
     use tessera_place::pipeline::{Schedule, microbatch_count};
+    let pipeline = step.pipeline;
     let spec = cost.spec();
     let microbatches = microbatch_count(graph);
     let candidates: Vec<Option<Schedule>> = match pipeline {
@@ -777,6 +802,7 @@ pub fn realize(
         let order = body_order(graph, built, inst, assign, schedule);
         apply_order(&mut g, built, &order);
         apply_plan(&mut g, built, inst, assign)?;
+        bucket_gradients(&mut g, step.bucket_bytes)?;
         let transfers = insert_transfers(&mut g, &spec.host);
         let devices = placement_from_graph(&g, spec, None)?;
         let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
@@ -802,6 +828,15 @@ pub fn realize(
         tried,
     });
     Ok((g, report, transfers, choice))
+}
+
+/// A training step's gradient all-reduces in buckets of at most `max_bytes` (the
+/// `bucket-all-reduce` pass); other graphs are left alone.
+fn bucket_gradients(g: &mut Graph, max_bytes: u64) -> Result<()> {
+    if !g.state.is_empty() && g.mesh.is_some() {
+        tessera_passes::bucket_all_reduces(g, max_bytes)?;
+    }
+    Ok(())
 }
 
 /// The order of two plans' model scores (the objective, then the other one).

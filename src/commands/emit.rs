@@ -317,27 +317,113 @@ pub fn write(
                 }
             }
             Emit::Mpi => {
+                let training = if graph.state.is_empty() {
+                    None
+                } else {
+                    Some(mpi_training(dir, graph, model).context("--emit mpi")?)
+                };
                 tessera_mlir::mpi::build(
                     &mlir,
                     &program,
                     &weight_bytes,
                     &dir.join("program"),
                     &popts,
+                    training.as_ref(),
                 )
                 .context("--emit mpi")?;
                 let ranks = tessera_mlir::mpi::ranks(&program);
+                let args = match &training {
+                    Some(t) => format!(
+                        "{} --steps N --output-dir OUT",
+                        tessera_mlir::mpi::train_input_args(&program, t)
+                    ),
+                    None => format!("{} OUTDIR", tessera_mlir::mpi::input_args(&program)),
+                };
                 eprintln!(
-                    "mpi: {} ranks ({}): mpirun -np {} {}/program{} OUTDIR",
+                    "mpi: {} ranks ({}): mpirun -np {} {}/program{args}",
                     ranks.len(),
                     ranks.join(", "),
                     ranks.len(),
                     shown.display(),
-                    tessera_mlir::mpi::input_args(&program)
                 );
             }
         }
     }
     Ok(Written { program, notes })
+}
+
+/// The files a training step's MPI program reads and patches into its outputs
+/// ([`tessera_mlir::mpi::Training`]): its initial state and parameters in `tessera train`'s
+/// safetensors layout and, from an ONNX model, the model with `raw_data` initializers.
+fn mpi_training(dir: &Path, graph: &Graph, model: &Path) -> Result<tessera_mlir::mpi::Training> {
+    use tessera_ir::StateInit;
+    use tessera_mlir::mpi::{TRAIN_MODEL, TRAIN_STATE, TRAIN_WEIGHTS, TrainSlot, Training};
+    let names = graph.output_names();
+    let output = |name: &str| names.iter().position(|n| n.as_deref() == Some(name));
+    let mut all = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for slot in &graph.state {
+        let v = graph.inputs()[slot.input];
+        let t = super::train::initial(graph, slot.init, graph.ty(v))?;
+        if let StateInit::Const(c) = slot.init {
+            weights.insert(graph.constant(c).name.clone(), t.clone());
+        }
+        all.insert(slot.next.clone(), t);
+    }
+    super::train::write_safetensors(&dir.join(TRAIN_STATE), &all)?;
+    super::train::write_safetensors(&dir.join(TRAIN_WEIGHTS), &weights)?;
+    let offsets = |file: &str| -> Result<BTreeMap<String, (usize, usize)>> {
+        let bytes = std::fs::read(dir.join(file))?;
+        Ok(tessera_mlir::mpi::safetensors_offsets(&bytes)?)
+    };
+    let state_at = offsets(TRAIN_STATE)?;
+    let weights_at = offsets(TRAIN_WEIGHTS)?;
+    let model_at = if tessera_onnx::is_onnx_path(model) {
+        let src =
+            std::fs::read(model).with_context(|| format!("cannot read {}", model.display()))?;
+        let template = tessera_onnx::replace_initializers(&src, &weights)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?;
+        super::write_atomically(&dir.join(TRAIN_MODEL), &template)?;
+        Some(
+            tessera_onnx::initializer_data_offsets(&template)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?,
+        )
+    } else {
+        let _ = std::fs::remove_file(dir.join(TRAIN_MODEL));
+        None
+    };
+    let loss = output("loss").unwrap_or(0);
+    let mut slots = Vec::new();
+    for slot in &graph.state {
+        let weight = match slot.init {
+            StateInit::Const(c) => Some(graph.constant(c).name.clone()),
+            StateInit::Zeros => None,
+        };
+        let found = |at: &BTreeMap<String, (usize, usize)>, name: &str| {
+            at.get(name).copied().ok_or_else(|| {
+                anyhow::anyhow!("internal: `{name}` is not in the training program's files")
+            })
+        };
+        slots.push(TrainSlot {
+            input: slot.input,
+            output: output(&slot.next)
+                .ok_or_else(|| anyhow::anyhow!("the step has no output `{}`", slot.next))?,
+            state: found(&state_at, &slot.next)?,
+            weight: weight
+                .as_deref()
+                .map(|w| found(&weights_at, w))
+                .transpose()?,
+            model: match (&model_at, &weight) {
+                (Some(at), Some(w)) => Some(found(at, w)?),
+                _ => None,
+            },
+        });
+    }
+    Ok(Training {
+        loss,
+        slots,
+        model: model_at.is_some(),
+    })
 }
 
 /// The files of the output directory that are tessera's, which no artifact may replace.
@@ -352,6 +438,9 @@ fn own_files(target: &TargetSpec, program: &Program) -> BTreeSet<String> {
         crate::report::DATA_FILE,
         crate::report::HTML_FILE,
         "program",
+        tessera_mlir::mpi::TRAIN_STATE,
+        tessera_mlir::mpi::TRAIN_WEIGHTS,
+        tessera_mlir::mpi::TRAIN_MODEL,
     ]
     .into_iter()
     .map(str::to_string)

@@ -524,7 +524,7 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
 }
 
 /// The initial value of a state slot.
-fn initial(g: &Graph, init: StateInit, ty: &TensorType) -> Result<Tensor> {
+pub(crate) fn initial(g: &Graph, init: StateInit, ty: &TensorType) -> Result<Tensor> {
     match init {
         StateInit::Const(c) => {
             let k = g.constant(c);
@@ -543,7 +543,7 @@ fn initial(g: &Graph, init: StateInit, ty: &TensorType) -> Result<Tensor> {
 }
 
 /// Writes named tensors as a safetensors file (the weights file's format), atomically.
-fn write_safetensors(path: &Path, tensors: &BTreeMap<String, Tensor>) -> Result<()> {
+pub(crate) fn write_safetensors(path: &Path, tensors: &BTreeMap<String, Tensor>) -> Result<()> {
     let data = tensors
         .iter()
         .map(|(k, t)| {
