@@ -700,7 +700,12 @@ fn training_under_mpirun_matches_pytorch_and_tessera_train() {
     let (build, out) = train_under_mpi(&MLP, &ADAMW, &["--strategy", "round-robin"]);
     check_against_torch(&MLP, &ADAMW, &out);
     let here = train_compiled(&MLP, &build.path().join("step"));
-    for f in ["weights.safetensors", "state.safetensors", "model.onnx"] {
+    for f in [
+        "loss.csv",
+        "weights.safetensors",
+        "state.safetensors",
+        "model.onnx",
+    ] {
         let a = std::fs::read(out.join(f)).expect(f);
         let b = std::fs::read(here.path().join(f)).expect(f);
         assert!(a == b, "{f} differs from tessera train's");
@@ -712,10 +717,26 @@ fn training_under_mpirun_matches_pytorch_and_tessera_train() {
     }
 }
 
-/// The MPI training program's usage errors: no `--steps` is a usage error (exit 2), a batch
-/// input not given is an error naming it (exit 1).
+/// The MPI training program's usage errors: no `--steps`, an input the step does not have, an
+/// input given twice are usage errors (exit 2); a batch input not given is an error naming
+/// it (exit 1). And `--bucket-mb` outside 0..=1048576 is
+/// a usage error of `compile`.
 #[test]
 fn mpi_training_program_errors() {
+    for bad in ["-1", "nan", "2000000", "x"] {
+        let o = tessera()
+            .arg("compile")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &SGD))
+            .args(["--target", "cpu", &format!("--bucket-mb={bad}")])
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--bucket-mb"),
+            "{bad}"
+        );
+    }
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
     ok(tessera()
@@ -756,6 +777,26 @@ fn mpi_training_program_errors() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("input labels is not given"), "{err}");
+    // An input the step does not have, and one given twice, are usage errors.
+    let o = run(&["--input", "y=y.npy", "--steps", "2", "--output-dir", "o"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--input y: the step has no batch input"),
+        "{err}"
+    );
+    let o = run(&[
+        "--input",
+        &x,
+        "--input",
+        &x,
+        "--steps",
+        "2",
+        "--output-dir",
+        "o",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("given twice"));
 }
 
 /// Five steps, then five more from the state they wrote: torch's ten steps (Adam's moments

@@ -651,15 +651,29 @@ fn main_c(
                 c,
                 "  if (argc != {}) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} OUTDIR\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}",
                 ninputs + 2,
-                input_args(program)
+                c_text(&input_args(program), true)
             );
             format!("argv[{}]", ninputs + 1)
         }
         Some(tr) => {
+            let batch: Vec<String> = program
+                .manifest
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !tr.slots.iter().any(|s| s.input == *i))
+                .map(|(_, i)| format!("\"{}\"", c_text(&i.name, false)))
+                .collect();
+            let nknown = batch.len();
+            let known = if batch.is_empty() {
+                "\"\"".to_string()
+            } else {
+                batch.join(", ")
+            };
             let _ = writeln!(
                 c,
-                "  long steps = 0;\n  long long seed = 0;\n  const char *outdir = NULL;\n  int bad = 0;\n  for (int i = 1; i < argc; i++) {{\n    if (!strcmp(argv[i], \"--steps\") && i + 1 < argc) {{\n      char *end;\n      steps = strtol(argv[++i], &end, 10);\n      bad |= *end != 0 || steps < 1;\n    }} else if (!strcmp(argv[i], \"--output-dir\") && i + 1 < argc) {{\n      outdir = argv[++i];\n    }} else if (!strcmp(argv[i], \"--seed\") && i + 1 < argc) {{\n      char *end;\n      seed = strtoll(argv[++i], &end, 10);\n      bad |= *end != 0;\n    }} else if (!strcmp(argv[i], \"--input\") && i + 1 < argc && strchr(argv[i + 1], '=')) {{\n      i++;\n    }} else {{\n      bad = 1;\n    }}\n  }}\n  if (bad || steps < 1 || !outdir) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} --steps N --output-dir OUT [--seed N]\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  static char state_path[4096], weights_out[4096], model_path[4096], path[4200];\n  beside(argv[0], \"{TRAIN_STATE}\", state_path, sizeof state_path);\n  beside(argv[0], \"{TRAIN_WEIGHTS}\", weights_out, sizeof weights_out);\n  beside(argv[0], \"{TRAIN_MODEL}\", model_path, sizeof model_path);",
-                train_input_args(program, tr)
+                "  static const char *const known[] = {{{known}}};\n  long steps = 0;\n  long long seed = 0;\n  const char *outdir = NULL;\n  int bad = 0;\n  for (int i = 1; i < argc; i++) {{\n    if (!strcmp(argv[i], \"--steps\") && i + 1 < argc) {{\n      char *end;\n      steps = strtol(argv[++i], &end, 10);\n      bad |= *end != 0 || steps < 1 || steps > 1000000000;\n    }} else if (!strcmp(argv[i], \"--output-dir\") && i + 1 < argc) {{\n      outdir = argv[++i];\n    }} else if (!strcmp(argv[i], \"--seed\") && i + 1 < argc) {{\n      char *end;\n      seed = strtoll(argv[++i], &end, 10);\n      bad |= *end != 0;\n    }} else if (!strcmp(argv[i], \"--input\") && i + 1 < argc && strchr(argv[i + 1], '=')) {{\n      i++;\n      bad |= !known_input(argv, i, known, {nknown}, rank == 0);\n    }} else {{\n      bad = 1;\n    }}\n  }}\n  if (bad || steps < 1 || !outdir) {{\n    if (rank == 0) fprintf(stderr, \"usage: mpirun -np {k} %s{} --steps N --output-dir OUT [--seed N]\\n\", argv[0]);\n    MPI_Finalize();\n    return 2;\n  }}\n  static char state_path[4096], weights_out[4096], model_path[4096], path[4200];\n  beside(argv[0], \"{TRAIN_STATE}\", state_path, sizeof state_path);\n  beside(argv[0], \"{TRAIN_WEIGHTS}\", weights_out, sizeof weights_out);\n  beside(argv[0], \"{TRAIN_MODEL}\", model_path, sizeof model_path);",
+                c_text(&train_input_args(program, tr), true)
             );
             "outdir".to_string()
         }
@@ -667,6 +681,16 @@ fn main_c(
     let _ = writeln!(c, "  const char *weights = weights_path(argv[0]);");
     let _ = writeln!(c, "  switch (rank) {{");
     let input_index = |name: &str| program.manifest.inputs.iter().position(|i| i.name == name);
+    // The driver's descriptors index at most 16 dimensions.
+    for f in fns {
+        let types = f.weights.iter().chain(&f.inputs).map(|(_, t)| t);
+        if let Some(t) = types.chain(&f.outputs).find(|t| t.rank() > 16) {
+            return Err(err(format!(
+                "a tensor of rank {} ({t}): the MPI driver handles rank 16 at most",
+                t.rank()
+            )));
+        }
+    }
     for (r, f) in fns.iter().enumerate() {
         let _ = writeln!(c, "  case {r}: {{ /* {} */", ranks[r]);
         let mut args = Vec::new();
@@ -698,16 +722,14 @@ fn main_c(
                     .position(|s| Some(s.input) == at)
                     .map(|j| (j, &tr.slots[j]))
             });
-            let clean = name.replace(['"', '\\'], "_");
+            let clean = c_text(name, false);
             let source = match (training, slot) {
                 (_, Some((j, s))) => {
                     slot_bufs.push((j, s));
                     let _ = writeln!(
                         c,
-                        "    unsigned char *st{j} = read_weight(state_path, {}, {});\n    unsigned char *nx{j} = malloc({});",
-                        s.state.0,
-                        s.state.1,
-                        s.state.1.max(1)
+                        "    unsigned char *st{j} = read_weight(state_path, {}, {});\n    unsigned char *nx{j} = xmalloc({});",
+                        s.state.0, s.state.1, s.state.1
                     );
                     format!("st{j}")
                 }
@@ -715,7 +737,7 @@ fn main_c(
                     // Dropout's seed: `--input seed=FILE`, else `--seed N` (default 0).
                     let _ = writeln!(
                         c,
-                        "    int64_t *seedv = malloc(sizeof(int64_t));\n    *seedv = seed;\n    for (int a = 1; a + 1 < argc; a++)\n      if (!strcmp(argv[a], \"--input\") && !strncmp(argv[a + 1], \"seed=\", 5))\n        seedv = read_npy(argv[a + 1] + 5, \"<i8\", 0, NULL, 8, \"seed\");"
+                        "    int64_t *seedv = xmalloc(sizeof(int64_t));\n    *seedv = seed;\n    for (int a = 1; a + 1 < argc; a++)\n      if (!strcmp(argv[a], \"--input\") && !strncmp(argv[a + 1], \"seed=\", 5))\n        seedv = read_npy(argv[a + 1] + 5, \"<i8\", 0, NULL, 8, \"seed\");"
                     );
                     "seedv".to_string()
                 }
@@ -804,6 +826,26 @@ fn main_c(
     Ok(c)
 }
 
+/// `name` inside a C string literal that is also a `printf` format: quotes, backslashes and
+/// control characters escaped, `%` doubled when `format`.
+fn c_text(name: &str, format: bool) -> String {
+    let mut out = String::new();
+    for ch in name.chars() {
+        match ch {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '%' if format => out.push_str("%%"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\{:03o}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The usage line's inputs of a training program: `--input NAME=NAME.npy` per batch input.
 pub fn train_input_args(program: &Program, training: &Training) -> String {
     program
@@ -830,9 +872,9 @@ fn train_host_loop(
     let loss_ty = outputs
         .get(tr.loss)
         .ok_or_else(|| err("the loss is not among the host's outputs"))?;
-    let (ctype, single) = match loss_ty.elem {
-        ElemType::F32 => ("float", 1),
-        ElemType::F64 => ("double", 0),
+    let ctype = match loss_ty.elem {
+        ElemType::F32 => "float",
+        ElemType::F64 => "double",
         e => {
             return Err(err(format!(
                 "the loss is {e}: an MPI training program needs f32 or f64"
@@ -844,7 +886,7 @@ fn train_host_loop(
     }
     let _ = writeln!(
         c,
-        "    size_t csv_size = 32 + (size_t)steps * 48, csv_len = 0;\n    char *csv = malloc(csv_size);\n    csv_len += snprintf(csv, csv_size, \"step,loss\\n\");\n    for (long s = 0; s < steps; s++) {{\n      {call}\n      const int64_t *ld = res + {};\n      double loss = ((const {ctype} *)(intptr_t)ld[1])[ld[2]];\n      char num[40];\n      shortest(num, sizeof num, loss, {single});\n      csv_len += snprintf(csv + csv_len, csv_size - csv_len, \"%ld,%s\\n\", s + 1, num);\n      fprintf(stderr, \"step %ld: loss %s\\n\", s + 1, num);",
+        "    size_t csv_size = 32 + (size_t)steps * 48, csv_len = 0;\n    char *csv = xmalloc(csv_size);\n    csv_len += snprintf(csv, csv_size, \"step,loss\\n\");\n    for (long s = 0; s < steps; s++) {{\n      {call}\n      const int64_t *ld = res + {};\n      float loss = (float)((const {ctype} *)(intptr_t)ld[1])[ld[2]];\n      char num[48];\n      loss_text(num, sizeof num, loss);\n      csv_len += snprintf(csv + csv_len, csv_size - csv_len, \"%ld,%s\\n\", s + 1, num);\n      fprintf(stderr, \"step %ld: loss %s\\n\", s + 1, num);",
         at[tr.loss]
     );
     for &(j, s) in slots {

@@ -2,6 +2,7 @@
  * generated part (one `case` per rank) follows. Reads .npy inputs and the weights file,
  * builds MLIR memref descriptors ({allocated, aligned, offset, sizes[], strides[]}), calls
  * the rank's function, writes the host's outputs as .npy. Errors abort the whole job. */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,12 @@ static void die(const char *what, const char *why) {
   fprintf(stderr, "error: %s: %s\n", what, why);
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) die("memory", "out of memory");
+  return p;
 }
 
 /* weights.safetensors next to the executable. */
@@ -28,7 +35,7 @@ static const char *weights_path(const char *argv0) {
 static void *read_weight(const char *path, long offset, size_t len) {
   FILE *f = fopen(path, "rb");
   if (!f) die(path, "cannot open the weights file");
-  void *p = malloc(len ? len : 1);
+  void *p = xmalloc(len);
   if (fseek(f, offset, SEEK_SET) != 0 || fread(p, 1, len, f) != len) die(path, "truncated weights file");
   fclose(f);
   return p;
@@ -91,8 +98,13 @@ static void *read_stack(const char *path, const char *descr, int rank, const int
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   free(h);
-  if (many > ((size_t)1 << 40) / (nbytes ? nbytes : 1)) die(path, "too large");
-  void *p = malloc(nbytes * many ? nbytes * many : 1);
+  /* The data must be in the file before it is allocated. */
+  long here = ftell(f);
+  if (here < 0 || fseek(f, 0, SEEK_END) != 0) die(path, "cannot read");
+  long end = ftell(f);
+  if (end < here || fseek(f, here, SEEK_SET) != 0) die(path, "cannot read");
+  if (nbytes && many > (size_t)(end - here) / nbytes) die(path, "truncated data");
+  void *p = xmalloc(nbytes * many);
   if (fread(p, 1, nbytes * many, f) != nbytes * many) die(path, "truncated data");
   fclose(f);
   return p;
@@ -116,6 +128,25 @@ static int64_t *descriptor(void *data, int rank, const int64_t *shape) {
     stride *= shape[i];
   }
   return d;
+}
+
+/* Whether `arg` (`NAME=FILE`, argv[at]) names one of the `n` batch inputs `known`, not given
+   before it; says why not when `loud`. */
+static int known_input(char **argv, int at, const char *const *known, int n, int loud) {
+  const char *arg = argv[at];
+  size_t len = (size_t)(strchr(arg, '=') - arg);
+  int found = 0;
+  for (int k = 0; k < n; k++) found |= strlen(known[k]) == len && !strncmp(known[k], arg, len);
+  if (!found) {
+    if (loud) fprintf(stderr, "error: --input %.*s: the step has no batch input of that name\n", (int)len, arg);
+    return 0;
+  }
+  for (int j = 1; j + 1 < at; j++)
+    if (!strcmp(argv[j], "--input") && !strncmp(argv[j + 1], arg, len + 1)) {
+      if (loud) fprintf(stderr, "error: --input %.*s: given twice\n", (int)len, arg);
+      return 0;
+    }
+  return 1;
 }
 
 /* Copies the tensor of a result descriptor into `dst`, contiguous. */
@@ -165,7 +196,7 @@ static int write_npy(const char *dir, const char *stem, const char *descr, int r
   fputc('\n', f);
   int64_t count = 1;
   for (int i = 0; i < rank; i++) count *= desc[3 + i];
-  unsigned char *data = malloc(count * esize ? (size_t)count * esize : 1);
+  unsigned char *data = xmalloc((size_t)count * esize);
   copy_out(desc, rank, esize, data);
   fwrite(data, esize, (size_t)count, f);
   free(data);
@@ -216,7 +247,7 @@ static int patch_write(const char *tmpl, const char *out, int n, const long *off
   if (!f || fseek(f, 0, SEEK_END) != 0) die(tmpl, "cannot read");
   long size = ftell(f);
   if (size < 0 || fseek(f, 0, SEEK_SET) != 0) die(tmpl, "cannot read");
-  unsigned char *data = malloc(size ? (size_t)size : 1);
+  unsigned char *data = xmalloc((size_t)size);
   if (fread(data, 1, (size_t)size, f) != (size_t)size) die(tmpl, "truncated");
   fclose(f);
   for (int i = 0; i < n; i++) {
@@ -228,10 +259,59 @@ static int patch_write(const char *tmpl, const char *out, int n, const long *off
   return failed;
 }
 
-/* The shortest decimal that reads back as `x` (a float when `single`). */
-static void shortest(char *buf, size_t size, double x, int single) {
-  for (int p = 1; p <= 17; p++) {
-    snprintf(buf, size, "%.*g", p, x);
-    if (single ? strtof(buf, NULL) == (float)x : strtod(buf, NULL) == x) return;
+/* `x` as tessera train writes a loss (Rust's `{:?}` of an f32): the shortest digits that read
+   back as `x`, in plain notation (with `.0` for a whole number) from 1e-4 to below 1e16, else
+   as `<digits>e<exponent>`. */
+static void loss_text(char *buf, size_t size, float x) {
+  if (isnan(x)) {
+    snprintf(buf, size, "nan");
+    return;
   }
+  if (isinf(x)) {
+    snprintf(buf, size, x > 0 ? "inf" : "-inf");
+    return;
+  }
+  char e[48];
+  for (int p = 0; p < 10; p++) {
+    snprintf(e, sizeof e, "%.*e", p, (double)x);
+    if (strtof(e, NULL) == x) break;
+  }
+  /* e: [-]d[.ddd]e(+|-)XX */
+  const char *q = e;
+  int neg = *q == '-';
+  if (neg) q++;
+  char digits[16];
+  int nd = 0;
+  for (; *q && *q != 'e'; q++)
+    if (*q >= '0' && *q <= '9' && nd < 15) digits[nd++] = *q;
+  int ex = *q == 'e' ? atoi(q + 1) : 0;
+  while (nd > 1 && digits[nd - 1] == '0') nd--;
+  size_t n = 0;
+  if (neg) buf[n++] = '-';
+  float a = fabsf(x);
+  if (a != 0.0f && (a < 1e-4f || a >= 1e16f)) {
+    buf[n++] = digits[0];
+    if (nd > 1) {
+      buf[n++] = '.';
+      for (int i = 1; i < nd; i++) buf[n++] = digits[i];
+    }
+    snprintf(buf + n, size - n, "e%d", ex);
+    return;
+  }
+  if (a == 0.0f) ex = 0, nd = 1, digits[0] = '0';
+  if (ex >= 0) {
+    for (int i = 0; i <= ex; i++) buf[n++] = i < nd ? digits[i] : '0';
+    buf[n++] = '.';
+    if (nd > ex + 1) {
+      for (int i = ex + 1; i < nd; i++) buf[n++] = digits[i];
+    } else {
+      buf[n++] = '0';
+    }
+  } else {
+    buf[n++] = '0';
+    buf[n++] = '.';
+    for (int i = 0; i < -ex - 1; i++) buf[n++] = '0';
+    for (int i = 0; i < nd; i++) buf[n++] = digits[i];
+  }
+  buf[n] = 0;
 }

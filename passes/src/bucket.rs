@@ -124,8 +124,17 @@ pub fn bucket_all_reduces(graph: &mut Graph, max_bytes: u64) -> Result<Buckets, 
         else {
             continue;
         };
+        let replicated = |v: ValueId| {
+            graph
+                .value(v)
+                .sharding
+                .as_ref()
+                .is_none_or(|s| s.is_replicated())
+        };
         let (axes, scatter) = match &data.op {
-            Op::AllReduce { axes } => (axes, None),
+            // Of whole values only: a bucket is flat and unsharded.
+            Op::AllReduce { axes } if replicated(*operand) && replicated(*result) => (axes, None),
+            Op::AllReduce { .. } => continue,
             // Blocks of the sum's rows: each gradient cut along its first axis only.
             Op::ReduceScatter { axes } => {
                 let Some((mesh, sharding)) = graph

@@ -717,7 +717,7 @@ impl std::str::FromStr for SplitMode {
 /// has an alternative on the group (a member that cannot split then runs replicated), else
 /// not at all. With `axes` (not empty), only alternatives that split one of those axes
 /// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
-/// `hidden`, `vocab`, `channels`, `axis<N>`) are offered. Groups over which no
+/// `hidden`, `vocab`, `channels`, `contracted`, `axis<N>`) are offered. Groups over which no
 /// op splits give no problem. Of the groups of one device kind and size, only the one nearest
 /// the host (the device the first graph input is pinned to; fewest link hops on the problem's
 /// routes from it in total, then the first) gives a problem: alike groups differ only in their
@@ -770,15 +770,13 @@ pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> 
             // A colocation group is one unit: forced onto the group when a member splits
             // and every member can run there (split or replicated), else left as it is.
             let mut units: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
-            for op in &problem.ops {
-                if let Some(c) = &op.colocate {
-                    let mine = p.ops.iter().find(|o| o.name == op.name);
-                    let (split, all) = mine.map_or((false, false), |o| {
-                        (
-                            o.splits.iter().any(|s| s.axis != REPLICATED),
-                            !o.splits.is_empty(),
-                        )
-                    });
+            // `p` is `problem` with fewer alternatives: the same ops in the same order.
+            for o in &p.ops {
+                if let Some(c) = &o.colocate {
+                    let (split, all) = (
+                        o.splits.iter().any(|s| s.axis != REPLICATED),
+                        !o.splits.is_empty(),
+                    );
                     let e = units.entry(c.as_str()).or_insert((false, true));
                     e.0 |= split;
                     e.1 &= all;
