@@ -202,6 +202,18 @@ fn train_compiled(m: &Model, dir: &Path) -> tempfile::TempDir {
     out
 }
 
+/// `tessera compile` of `m`'s training step for configuration `c` with `args`, into `dir`;
+/// returns the summary.
+fn compile_step(m: &Model, c: &Config, args: &[&str], dir: &Path) -> String {
+    ok(tessera()
+        .arg("compile")
+        .arg(path(m, "model.onnx"))
+        .args(train_flags(m, c))
+        .args(args)
+        .arg("-o")
+        .arg(dir))
+}
+
 fn train_model(m: &Model, c: &Config, extra: &[&str]) -> tempfile::TempDir {
     train_file(m, "model.onnx", c, extra)
 }
@@ -569,12 +581,12 @@ fn compiled_step_updates_its_state_in_place() {
 fn train_placed(m: &Model, c: &Config) -> tempfile::TempDir {
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
-    let summary = ok(tessera()
-        .arg("compile")
-        .arg(path(m, "model.onnx"))
-        .args(train_flags(m, c))
-        .args(["--target", "mcm-2x2", "--strategy", "round-robin", "-o"])
-        .arg(&dir));
+    let summary = compile_step(
+        m,
+        c,
+        &["--target", "mcm-2x2", "--strategy", "round-robin"],
+        &dir,
+    );
     assert!(summary.contains("chip3"), "{summary}");
     for f in ["placed.tir", "manifest.json", "source.onnx", "chip1.mlir"] {
         assert!(dir.join(f).is_file(), "{f}");
@@ -614,13 +626,15 @@ fn data_parallel_steps_match_pytorch() {
     for (m, c) in [(&MLP, &ADAMW), (&CNN, &SGD), (&GPT2_TINY, &ADAMW)] {
         let build = tempfile::tempdir().expect("tempdir");
         let dir = build.path().join("step");
-        let summary = ok(tessera()
-            .arg("compile")
-            .arg(path(m, "model.onnx"))
-            .args(train_flags(m, c))
-            .args(["--target", "mcm-ring4", "--split", "force"])
-            .args(["--split-axes", "batch", "-o"])
-            .arg(&dir));
+        let split = [
+            "--target",
+            "mcm-ring4",
+            "--split",
+            "force",
+            "--split-axes",
+            "batch",
+        ];
+        let summary = compile_step(m, c, &split, &dir);
         let mesh = summary
             .lines()
             .find(|l| l.starts_with("mesh"))
@@ -651,13 +665,9 @@ fn data_parallel_steps_match_pytorch() {
 fn train_under_mpi(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
-    let summary = ok(tessera()
-        .arg("compile")
-        .arg(path(m, "model.onnx"))
-        .args(train_flags(m, c))
-        .args(["--target", "mcm-ring4", "--emit", "mpi", "-o"])
-        .arg(&dir)
-        .args(extra));
+    let mut args = vec!["--target", "mcm-ring4", "--emit", "mpi"];
+    args.extend(extra);
+    let summary = compile_step(m, c, &args, &dir);
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
             .expect("json");
@@ -739,20 +749,15 @@ fn mpi_training_program_errors() {
     }
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
-    ok(tessera()
-        .arg("compile")
-        .arg(path(&MLP, "model.onnx"))
-        .args(train_flags(&MLP, &SGD))
-        .args([
-            "--target",
-            "mcm-ring4",
-            "--strategy",
-            "single",
-            "--emit",
-            "mpi",
-            "-o",
-        ])
-        .arg(&dir));
+    let single = [
+        "--target",
+        "mcm-ring4",
+        "--strategy",
+        "single",
+        "--emit",
+        "mpi",
+    ];
+    compile_step(&MLP, &SGD, &single, &dir);
     let run = |args: &[&str]| {
         std::process::Command::new("mpirun")
             .args(["-np", "1"])

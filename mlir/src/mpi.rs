@@ -656,13 +656,8 @@ fn main_c(
             format!("argv[{}]", ninputs + 1)
         }
         Some(tr) => {
-            let batch: Vec<String> = program
-                .manifest
-                .inputs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !tr.slots.iter().any(|s| s.input == *i))
-                .map(|(_, i)| format!("\"{}\"", c_text(&i.name, false)))
+            let batch: Vec<String> = batch_inputs(program, tr)
+                .map(|i| format!("\"{}\"", c_text(&i.name, false)))
                 .collect();
             let nknown = batch.len();
             let known = if batch.is_empty() {
@@ -848,14 +843,23 @@ fn c_text(name: &str, format: bool) -> String {
 
 /// The usage line's inputs of a training program: `--input NAME=NAME.npy` per batch input.
 pub fn train_input_args(program: &Program, training: &Training) -> String {
+    batch_inputs(program, training)
+        .map(|i| format!(" --input {0}={0}.npy", i.name))
+        .collect()
+}
+
+/// The inputs of a training program that are not state: the batch's (and dropout's seed).
+fn batch_inputs<'a>(
+    program: &'a Program,
+    training: &'a Training,
+) -> impl Iterator<Item = &'a crate::manifest::Input> {
     program
         .manifest
         .inputs
         .iter()
         .enumerate()
         .filter(|(i, _)| !training.slots.iter().any(|s| s.input == *i))
-        .map(|(_, i)| format!(" --input {0}={0}.npy", i.name))
-        .collect()
+        .map(|(_, i)| i)
 }
 
 /// The host's steps of a training program: run the step, print and keep its loss, copy the

@@ -360,16 +360,9 @@ fn mpi_training(dir: &Path, graph: &Graph, model: &Path) -> Result<tessera_mlir:
     use tessera_mlir::mpi::{TRAIN_MODEL, TRAIN_STATE, TRAIN_WEIGHTS, TrainSlot, Training};
     let names = graph.output_names();
     let output = |name: &str| names.iter().position(|n| n.as_deref() == Some(name));
-    let mut all = BTreeMap::new();
-    let mut weights = BTreeMap::new();
-    for slot in &graph.state {
-        let v = graph.inputs()[slot.input];
-        let t = super::train::initial(graph, slot.init, graph.ty(v))?;
-        if let StateInit::Const(c) = slot.init {
-            weights.insert(graph.constant(c).name.clone(), t.clone());
-        }
-        all.insert(slot.next.clone(), t);
-    }
+    let (all, weights) = super::train::state_files(graph, |slot| {
+        super::train::initial(graph, slot.init, graph.ty(graph.inputs()[slot.input]))
+    })?;
     super::train::write_safetensors(&dir.join(TRAIN_STATE), &all)?;
     super::train::write_safetensors(&dir.join(TRAIN_WEIGHTS), &weights)?;
     let offsets = |file: &str| -> Result<BTreeMap<String, (usize, usize)>> {

@@ -503,15 +503,7 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
     // Outputs.
     let out = req.output_dir;
     super::write_atomically(&out.join("loss.csv"), csv.as_bytes())?;
-    let mut all = BTreeMap::new();
-    let mut weights = BTreeMap::new();
-    for slot in &g.state {
-        let t = state[&slot.input].clone();
-        if let StateInit::Const(c) = slot.init {
-            weights.insert(g.constant(c).name.clone(), t.clone());
-        }
-        all.insert(slot.next.clone(), t);
-    }
+    let (all, weights) = state_files(g, |slot| Ok(state[&slot.input].clone()))?;
     write_safetensors(&out.join("weights.safetensors"), &weights)?;
     write_safetensors(&out.join("state.safetensors"), &all)?;
     if let Some(src) = &step.source {
@@ -521,6 +513,26 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
         super::write_atomically(&out.join("model.onnx"), &trained)?;
     }
     Ok(())
+}
+
+/// What `state.safetensors` holds (every slot's value, by its next-value name) and what
+/// `weights.safetensors` holds (the parameters', by weight name), for slot values `value`.
+pub(crate) type StateFiles = (BTreeMap<String, Tensor>, BTreeMap<String, Tensor>);
+
+pub(crate) fn state_files(
+    g: &Graph,
+    value: impl Fn(&tessera_ir::StateSlot) -> Result<Tensor>,
+) -> Result<StateFiles> {
+    let mut all = BTreeMap::new();
+    let mut weights = BTreeMap::new();
+    for slot in &g.state {
+        let t = value(slot)?;
+        if let StateInit::Const(c) = slot.init {
+            weights.insert(g.constant(c).name.clone(), t.clone());
+        }
+        all.insert(slot.next.clone(), t);
+    }
+    Ok((all, weights))
 }
 
 /// The initial value of a state slot.
