@@ -21,7 +21,7 @@ mod common_models;
 use std::time::Instant;
 
 use common_models::models;
-use tessera_place::apply::{SplitMode, one_group_problems};
+use tessera_place::apply::{SplitMode, split_problems};
 use tessera_place::build::{BuildOptions, build_with};
 use tessera_place::strategy::{Solution, SolveOptions, intra_op, split};
 use tessera_place::{Instance, Objective};
@@ -72,7 +72,7 @@ fn table(models: &[(String, tessera_ir::Graph)], opts: SolveOptions) {
             let Ok(full) = Instance::new(built.problem) else {
                 continue;
             };
-            for p in one_group_problems(&full, SplitMode::Auto, &[]) {
+            for p in split_problems(&full, SplitMode::Auto, &[], false) {
                 let group = p.groups[0].name.clone();
                 let Ok(inst) = Instance::new(p) else { continue };
                 let clock = Instant::now();

@@ -146,32 +146,41 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
     s
 }
 
-/// The device mesh of a plan that splits ops, and how many ops split along each axis.
+/// The device meshes of a plan that splits ops (one per group it splits over), and how many
+/// ops split along each axis.
 fn mesh_line(c: &Compiled) -> Option<String> {
-    let mesh = c.graph.mesh.as_ref()?;
+    if c.graph.meshes.is_empty() {
+        return None;
+    }
+    let meshes = c
+        .graph
+        .meshes
+        .iter()
+        .map(|m| format!("@{} = {:?} ({})", m.name, m.shape, m.devices.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
     let mut axes = c.plan.split_axes();
     if axes.is_empty() {
         // A mesh from the `shard` pass.
-        return Some(format!(
-            "@{} = {:?} ({})",
-            mesh.name,
-            mesh.shape,
-            mesh.devices.join(", ")
-        ));
+        return Some(meshes);
     }
     let replicated = axes.remove(REPLICATED).unwrap_or(0);
     let split: usize = axes.values().sum();
     Some(format!(
-        "@{} = {:?} ({}): {split} ops split ({}){}; `tessera explain plan.json` says why",
-        mesh.name,
-        mesh.shape,
-        mesh.devices.join(", "),
+        "{meshes}: {split} ops split ({}){}; `tessera explain plan.json` says why",
         axes.iter()
             .map(|(a, n)| format!("{a} {n}"))
             .collect::<Vec<_>>()
             .join(", "),
         if replicated > 0 {
-            format!(", {replicated} replicated on it")
+            format!(
+                ", {replicated} replicated on {}",
+                if c.graph.meshes.len() > 1 {
+                    "them"
+                } else {
+                    "it"
+                }
+            )
         } else {
             String::new()
         }

@@ -50,7 +50,7 @@ fn compile_writes_a_module_per_device_a_manifest_and_the_weights_and_run_matches
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
             .expect("json");
-    assert_eq!(manifest["format"], "tessera-manifest/1");
+    assert_eq!(manifest["format"], "tessera-manifest/2");
     assert_eq!(manifest["target"], "mcm-2x2");
     let devices = manifest["devices"].as_array().expect("devices");
     assert!(
@@ -551,6 +551,37 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
     assert!(!tmp.path().join("chained/manifest.json").exists());
 }
 
+/// Two meshes, one per pipeline stage: data parallel on the first, tensor parallel on the
+/// second, the activations crossing between them. In-process and under `mpirun -np 5` (the
+/// host and four chips), the interpreter's numbers, which are the whole MLP's.
+#[test]
+fn two_meshes_run_under_the_jit_and_mpirun() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let x = mlp_input(tmp.path());
+    let model = "testdata/mlir/two_stage_mlp.tir";
+    let want = run_y(Path::new(model), &x, &tmp.path().join("ref"));
+    let whole = run_y(
+        Path::new("testdata/mlir/tp_mlp.tir"),
+        &x,
+        &tmp.path().join("whole"),
+    );
+    assert!(
+        max_diff(&want, &whole) < 1e-6,
+        "{}",
+        max_diff(&want, &whole)
+    );
+    let dir = tmp.path().join("placed");
+    ok(tessera()
+        .args(["compile", model, "--target", "mcm-2x2", "--passes", "cse"])
+        .args(["--split", "off", "--emit", "mpi", "-o"])
+        .arg(&dir));
+    let manifest = fs::read_to_string(dir.join("manifest.json")).expect("manifest");
+    for mesh in ["\"device\": \"@stage0\"", "\"device\": \"@stage1\""] {
+        assert!(manifest.contains(mesh), "{mesh}: {manifest}");
+    }
+    jit_and_mpi_match(&dir, 5, &x, &want);
+}
+
 #[test]
 fn tensor_parallel_mlp_runs_with_the_shard_dialects_all_reduce() {
     sharded_mlp_runs("tensor", "all-reduce");
@@ -1013,7 +1044,9 @@ fn split_graphs_run_under_mpirun_and_match_onnxruntime() {
         let manifest: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
                 .expect("json");
-        let mesh = manifest["mesh"]["devices"].as_array().map_or(0, Vec::len);
+        let mesh = manifest["meshes"][0]["devices"]
+            .as_array()
+            .map_or(0, Vec::len);
         assert!(mesh >= 2, "{manifest}");
         let ranks = program.matches("func.func @rank").count();
         assert!(ranks > mesh, "{program}");

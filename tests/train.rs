@@ -663,9 +663,16 @@ fn data_parallel_steps_match_pytorch() {
 /// it under `mpirun` (as many ranks as the program has), and returns the compiled directory
 /// and the output directory.
 fn train_under_mpi(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let mut args = vec!["--target", "mcm-ring4"];
+    args.extend(extra);
+    train_under_mpi_with(m, c, &args)
+}
+
+/// [`train_under_mpi`] with the target among `extra`.
+fn train_under_mpi_with(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let build = tempfile::tempdir().expect("tempdir");
     let dir = build.path().join("step");
-    let mut args = vec!["--target", "mcm-ring4", "--emit", "mpi"];
+    let mut args = vec!["--emit", "mpi"];
     args.extend(extra);
     let summary = compile_step(m, c, &args, &dir);
     let manifest: serde_json::Value =
@@ -724,6 +731,120 @@ fn training_under_mpirun_matches_pytorch_and_tessera_train() {
         let split = ["--split", "force", "--split-axes", "batch"];
         let (_build, out) = train_under_mpi(m, c, &split);
         check_against_torch(m, c, &out);
+    }
+}
+
+/// `mcm-ring4`'s chips with `memory` bytes each: in placement's model too few for a training
+/// step's weights, optimizer state and activations on one pair of chips, so a plan must use
+/// both pairs.
+fn stages_target(dir: &Path, memory: u64) -> PathBuf {
+    let file = dir.join(format!("stages-{memory}.toml"));
+    let text = format!(
+        "name = \"stages-4\"\nhost = \"cpu0\"\n\n\
+         [[device]]\nname = \"cpu0\"\nkind = \"cpu\"\nmemory = 64_000_000_000\n\
+         memory_bandwidth = 100e9\ncompute = {{ f32 = 1.0e12, f64 = 0.5e12 }}\nlowering = \"cpu\"\n\n\
+         [[device]]\nname = \"chip\"\ncount = 4\nkind = \"accelerator\"\nmemory = {memory}\n\
+         memory_bandwidth = 800e9\ncompute = {{ f32 = 50e12 }}\nlowering = \"chiplet\"\n\n\
+         [[interconnect.link]]\na = \"cpu0\"\nb = \"chip0\"\nbandwidth = 16e9\nlatency = 2e-6\n\n\
+         [interconnect]\ntopology = \"ring\"\ndevices = \"chip\"\nbandwidth = 100e9\nlatency = 1e-6\n"
+    );
+    std::fs::write(&file, text).expect("target file");
+    file
+}
+
+/// Pipeline stages that are each data parallel (Alpa's submeshes): on chips whose memory
+/// holds about half a step, `--split force --split-axes batch` plans two stages, each split
+/// along the batch over its own pair of chips (two meshes, `@split0` and `@split1`), the
+/// activations and their gradients crossing between the pairs. The MLP over two
+/// microbatches under `mpirun` (GPipe and 1F1B: the same numbers, byte for byte) gives
+/// torch's numbers and the single-device `tessera train`'s to 1e-5; the CNN and GPT-2 tiny
+/// (one microbatch: its batch of 2 is split over each pair) give torch's through the JIT.
+#[test]
+fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let check_meshes = |dir: &Path| {
+        let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+        for mesh in [
+            "mesh @split0 = [2] devices(\"chip0\", \"chip1\")",
+            "mesh @split1 = [2] devices(\"chip2\", \"chip3\")",
+        ] {
+            assert!(placed.contains(mesh), "{mesh}");
+        }
+        for on in ["device(\"@split0\")", "device(\"@split1\")"] {
+            assert!(placed.contains(on), "no op on {on}");
+        }
+    };
+    let mlp_target = stages_target(tmp.path(), 32_000);
+    let mlp_target = mlp_target.to_str().expect("utf-8");
+    let single = train_model(&MLP, &ADAMW, &[]);
+    let mut runs = Vec::new();
+    for schedule in ["gpipe", "1f1b"] {
+        let (build, out) = train_under_mpi_with(
+            &MLP,
+            &ADAMW,
+            &[
+                "--target",
+                mlp_target,
+                "--split",
+                "force",
+                "--split-axes",
+                "batch",
+                "--microbatches",
+                "2",
+                "--pipeline",
+                schedule,
+            ],
+        );
+        check_meshes(&build.path().join("step"));
+        check_against_torch(&MLP, &ADAMW, &out);
+        close_to(&out, single.path(), 1e-5);
+        runs.push((build, out));
+    }
+    for f in ["loss.csv", "weights.safetensors", "state.safetensors"] {
+        let a = std::fs::read(runs[0].1.join(f)).expect(f);
+        let b = std::fs::read(runs[1].1.join(f)).expect(f);
+        assert!(a == b, "{f}: GPipe and 1F1B differ");
+    }
+    for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
+        let target = stages_target(tmp.path(), memory);
+        let dir = tmp.path().join(m.dir.replace('/', "_"));
+        let args = [
+            "--target",
+            target.to_str().expect("utf-8"),
+            "--split",
+            "force",
+            "--split-axes",
+            "batch",
+        ];
+        compile_step(m, c, &args, &dir);
+        check_meshes(&dir);
+        let out = train_compiled(m, &dir);
+        check_against_torch(m, c, out.path());
+    }
+}
+
+/// The losses and trained weights in `a` and `b` (two training output folders) agree to
+/// `rel` relative to each tensor's largest magnitude.
+fn close_to(a: &Path, b: &Path, rel: f64) {
+    let (la, lb) = (losses(a, 1), losses(b, 1));
+    assert_eq!(la.len(), lb.len());
+    for (x, y) in la.iter().zip(&lb) {
+        assert!((x - y).abs() <= rel * y.abs(), "loss {x} against {y}");
+    }
+    let wa = tessera_mlir::weights::read(&a.join("weights.safetensors")).expect("weights");
+    let wb = tessera_mlir::weights::read(&b.join("weights.safetensors")).expect("weights");
+    assert_eq!(wa.keys().collect::<Vec<_>>(), wb.keys().collect::<Vec<_>>());
+    for (n, x) in &wa {
+        let (x, y) = (x.to_f64_vec(), wb[n].to_f64_vec());
+        let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let diff = x
+            .iter()
+            .zip(&y)
+            .fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+        assert!(
+            diff <= rel * scale,
+            "{n}: {diff} against a scale of {scale}"
+        );
     }
 }
 

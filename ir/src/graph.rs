@@ -64,7 +64,8 @@ pub enum ValueDef {
     Result(OpId, usize),
 }
 
-/// How a value is split over the graph's [`Mesh`]: for every tensor axis, the mesh axes it
+/// How a value is split over a [`Mesh`] (its producer's, see [`Graph::value_mesh`]): for every
+/// tensor axis, the mesh axes it
 /// is split over (empty: replicated along that axis), major to minor. A tensor axis split
 /// over mesh axes of sizes `a` and `b` is cut into `a * b` equal blocks. Used by the
 /// sharding passes.
@@ -93,9 +94,10 @@ impl Sharding {
     }
 }
 
-/// The device mesh of SPMD sharding: named devices laid out in an n-dimensional grid.
-/// A graph declares at most one; shardings refer to its axes, and an op placed on
-/// `device("@name")` runs on all of its devices at once.
+/// A device mesh of SPMD sharding: named devices laid out in an n-dimensional grid.
+/// A graph declares any number, with distinct names (Alpa's submeshes: one per pipeline
+/// stage, say); an op placed on `device("@name")` runs on all of that mesh's devices at once,
+/// and the shardings of its results refer to that mesh's axes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Mesh {
     /// The mesh's name, printed `@name`; ops on the whole mesh have `device("@name")`.
@@ -231,9 +233,9 @@ pub enum StateInit {
 pub struct Graph {
     /// The graph's name, printed as `graph @name`.
     pub name: String,
-    /// The device mesh shardings refer to, if the graph is sharded (printed as a `mesh` line
-    /// before the graph).
-    pub mesh: Option<Mesh>,
+    /// The device meshes, in declaration order (each printed as a `mesh` line before the
+    /// graph); names are distinct. Empty when the graph is not sharded.
+    pub meshes: Vec<Mesh>,
     /// The inputs that are state, in input order (see [`StateSlot`]).
     pub state: Vec<StateSlot>,
     values: Vec<ValueData>,
@@ -254,6 +256,35 @@ impl Graph {
             name: name.into(),
             ..Graph::default()
         }
+    }
+
+    /// The mesh named `name` (without its `@`).
+    pub fn mesh_named(&self, name: &str) -> Option<&Mesh> {
+        self.meshes.iter().find(|m| m.name == name)
+    }
+
+    /// The mesh a device string names (`@name`), if it names one the graph declares.
+    pub fn mesh_of_device(&self, device: &str) -> Option<&Mesh> {
+        self.mesh_named(device.strip_prefix('@')?)
+    }
+
+    /// The mesh op `o` runs on (its device is `@name`).
+    pub fn op_mesh(&self, o: OpId) -> Option<&Mesh> {
+        self.mesh_of_device(self.op(o).device.as_deref()?)
+    }
+
+    /// The mesh value `v`'s sharding refers to: its producer's mesh; for a value made off
+    /// every mesh (a graph input, or an op not yet placed), the graph's mesh when it has
+    /// exactly one.
+    pub fn value_mesh(&self, v: ValueId) -> Option<&Mesh> {
+        let own = match self.value(v).def {
+            ValueDef::Result(o, _) => self.op_mesh(o),
+            ValueDef::Input(_) => None,
+        };
+        own.or(match self.meshes.as_slice() {
+            [m] => Some(m),
+            _ => None,
+        })
     }
 
     /// Adds a graph input.

@@ -32,16 +32,17 @@
 //! 8. **Names**: live values with names have unique names.
 //! 9. **Annotations**: a sharding lists mesh axes for exactly the value's rank, each mesh axis
 //!    at most once; a device name is non-empty.
-//! 10. **Mesh**: the graph's mesh (if any) has a non-empty name, at least one axis, every
-//!     axis size at least 1, and exactly as many devices as the product of the sizes; device
-//!     names are non-empty, unique and do not start with `@`. A value has a sharding only if
-//!     the graph has a mesh; its mesh axes exist in the mesh, and each static tensor extent is
-//!     divisible by the product of the sizes of the mesh axes it is split over. A device name
-//!     starting with `@` names the mesh: it is `@` followed by the mesh's name.
+//! 10. **Meshes**: each mesh has a non-empty name, distinct from the others', at least one
+//!     axis, every axis size at least 1, and exactly as many devices as the product of the
+//!     sizes; device names are non-empty, unique within the mesh and do not start with `@`.
+//!     A value has a sharding only if it has a mesh ([`Graph::value_mesh`]: its producer's,
+//!     or the graph's only one); its mesh axes exist in that mesh, and each static tensor
+//!     extent is divisible by the product of the sizes of the mesh axes it is split over. A
+//!     device name starting with `@` names a mesh: it is `@` followed by a mesh's name.
 //! 11. **Transfers and collectives**: a `transfer` goes between two different devices, and
 //!     when it has a device, that device is its `to`. A collective (`all-reduce`,
-//!     `all-gather`, `all-slice`, `reduce-scatter`, `all-to-all`) needs a mesh, names only
-//!     mesh axes, and when it has a device, runs on the mesh (`@name`). An `all-gather`'s
+//!     `all-gather`, `all-slice`, `reduce-scatter`, `all-to-all`) runs on a mesh (its device
+//!     `@name`; without a device, the graph's only mesh) and names only that mesh's axes. An `all-gather`'s
 //!     operand is split over each of its axes and its result over none of them; an
 //!     `all-reduce`'s operand and result are split over none of its axes (the operand holds
 //!     partial sums along them); an `all-slice`'s and a `reduce-scatter`'s operand is split
@@ -49,7 +50,7 @@
 //!     result are split over the same mesh axes, each of its axes along a different tensor
 //!     axis before and after.
 //! 12. **Regions**: the regions (nested graphs) of `if`, `loop` and `scan` satisfy every
-//!     invariant above themselves, and besides have no constants, no mesh, no shardings and
+//!     invariant above themselves, and besides have no constants, no meshes, no shardings and
 //!     no devices (the region op is placed as one unit, and what a body needs from outside
 //!     is a captured operand). Their inputs and outputs fit the op (invariant 4, through
 //!     inference: `if` branches take the captured operands and return the same types, a
@@ -169,7 +170,7 @@ impl Verifier<'_> {
         }
 
         self.check_consts();
-        self.check_mesh();
+        self.check_meshes();
         self.check_state();
 
         let mut seen_ops: BTreeSet<OpId> = BTreeSet::new();
@@ -341,38 +342,40 @@ impl Verifier<'_> {
         }
     }
 
-    fn check_mesh(&mut self) {
-        let Some(m) = &self.graph.mesh else {
-            return;
-        };
+    fn check_meshes(&mut self) {
         let e = Entity::Graph;
-        if m.name.is_empty() {
-            self.error(e, "the mesh has an empty name".into());
-        }
-        if m.shape.is_empty() {
-            self.error(e, format!("mesh @{} has no axes", m.name));
-        }
-        if m.shape.contains(&0) {
-            self.error(e, format!("mesh @{} has an axis of size 0", m.name));
-        }
-        let want: u64 = m.shape.iter().map(|&s| u64::from(s)).product();
-        if want != m.devices.len() as u64 {
-            self.error(
-                e,
-                format!(
-                    "mesh @{} of shape {:?} needs {want} devices, has {}",
-                    m.name,
-                    m.shape,
-                    m.devices.len()
-                ),
-            );
-        }
-        let mut seen = BTreeSet::new();
-        for d in &m.devices {
-            if d.is_empty() || d.starts_with('@') {
-                self.error(e, format!("mesh @{}: bad device name {d:?}", m.name));
-            } else if !seen.insert(d.as_str()) {
-                self.error(e, format!("mesh @{}: device {d:?} is listed twice", m.name));
+        let mut names = BTreeSet::new();
+        for m in &self.graph.meshes {
+            if m.name.is_empty() {
+                self.error(e, "a mesh has an empty name".into());
+            } else if !names.insert(m.name.as_str()) {
+                self.error(e, format!("mesh @{} is declared twice", m.name));
+            }
+            if m.shape.is_empty() {
+                self.error(e, format!("mesh @{} has no axes", m.name));
+            }
+            if m.shape.contains(&0) {
+                self.error(e, format!("mesh @{} has an axis of size 0", m.name));
+            }
+            let want: u64 = m.shape.iter().map(|&s| u64::from(s)).product();
+            if want != m.devices.len() as u64 {
+                self.error(
+                    e,
+                    format!(
+                        "mesh @{} of shape {:?} needs {want} devices, has {}",
+                        m.name,
+                        m.shape,
+                        m.devices.len()
+                    ),
+                );
+            }
+            let mut seen = BTreeSet::new();
+            for d in &m.devices {
+                if d.is_empty() || d.starts_with('@') {
+                    self.error(e, format!("mesh @{}: bad device name {d:?}", m.name));
+                } else if !seen.insert(d.as_str()) {
+                    self.error(e, format!("mesh @{}: device {d:?} is listed twice", m.name));
+                }
             }
         }
     }
@@ -383,17 +386,24 @@ impl Verifier<'_> {
         let data = g.op(o);
         let e = Entity::Op(o);
         let desc = self.op_desc(o);
-        let mesh = g.mesh.as_ref();
         if let Some(d) = data.device.as_deref()
-            && let Some(name) = d.strip_prefix('@')
-            && mesh.is_none_or(|m| m.name != name)
+            && d.starts_with('@')
+            && g.mesh_of_device(d).is_none()
         {
-            let msg = match mesh {
-                Some(m) => format!("{desc}: device {d:?} is not the mesh @{}", m.name),
-                None => format!("{desc}: device {d:?} names a mesh, but the graph has none"),
+            let msg = if g.meshes.is_empty() {
+                format!("{desc}: device {d:?} names a mesh, but the graph has none")
+            } else {
+                format!("{desc}: device {d:?} names no mesh of the graph")
             };
             self.error(e, msg);
         }
+        let mesh = match data.device.as_deref() {
+            Some(d) if d.starts_with('@') => g.mesh_of_device(d),
+            _ => match g.meshes.as_slice() {
+                [m] => Some(m),
+                _ => None,
+            },
+        };
         match &data.op {
             Op::Transfer { from, to } => {
                 if from == to {
@@ -414,7 +424,12 @@ impl Verifier<'_> {
             | Op::ReduceScatter { axes }
             | Op::AllToAll { axes } => {
                 let Some(m) = mesh else {
-                    self.error(e, format!("{desc}: a collective needs a mesh"));
+                    let msg = if g.meshes.is_empty() {
+                        format!("{desc}: a collective needs a mesh")
+                    } else {
+                        format!("{desc}: a collective needs its mesh as its device (`@name`)")
+                    };
+                    self.error(e, msg);
                     return;
                 };
                 if let Some(a) = axes.iter().find(|&&a| a as usize >= m.shape.len()) {
@@ -677,7 +692,7 @@ impl Verifier<'_> {
                     "it has constants of its own (a region captures constants as operands)".into(),
                 );
             }
-            if region.mesh.is_some() {
+            if !region.meshes.is_empty() {
                 problems.push("it has a mesh".into());
             }
             if !region.state.is_empty() {
@@ -762,11 +777,18 @@ impl Verifier<'_> {
                     format!("{}: sharding uses a mesh axis twice", self.value_desc(v)),
                 );
             }
-            match &g.mesh {
-                None => self.error(
+            match g.value_mesh(v) {
+                None if g.meshes.is_empty() => self.error(
                     e,
                     format!(
                         "{} is sharded, but the graph declares no mesh",
+                        self.value_desc(v)
+                    ),
+                ),
+                None => self.error(
+                    e,
+                    format!(
+                        "{} is sharded, but is not made on a mesh (the graph has several)",
                         self.value_desc(v)
                     ),
                 ),

@@ -206,8 +206,8 @@ const CASES: &[(&str, &str)] = &[
     ),
     // Meshes.
     (
-        "mesh @m = [2] devices(\"a\", \"b\")\nmesh @n = [1] devices(\"c\")\ngraph @g() {\n  return\n}",
-        "2:1: expected `graph`, found `mesh`",
+        "mesh @m = [2] devices(\"a\", \"b\")\nconst @c : f32[] = [1.0]\ngraph @g() {\n  return\n}",
+        "2:1: expected `mesh` or `graph`, found `const`",
     ),
     (
         "mesh @m = [2, x] devices(\"a\", \"b\")\ngraph @g() {\n  return\n}",

@@ -433,13 +433,14 @@ fn build(graph_seed: u64, inputs: &[u64], steps: &[u64]) -> Graph {
         g: Graph::new(gname),
         values: Vec::new(),
     };
-    if rng.chance(50) {
+    // Zero, one or two meshes (the printer keeps their order).
+    for k in 0..rng.below(3) {
         let shape: Vec<u32> = (0..1 + rng.below(3))
             .map(|_| 1 + rng.below(3) as u32)
             .collect();
         let n: u32 = shape.iter().product();
-        b.g.mesh = Some(Mesh {
-            name: name(rng).unwrap_or_else(|| "mesh".into()),
+        b.g.meshes.push(Mesh {
+            name: format!("{}{k}", name(rng).unwrap_or_else(|| "mesh".into())),
             shape,
             devices: (0..n).map(|i| format!("dev \"{i}\"")).collect(),
         });
@@ -468,7 +469,7 @@ fn summary(g: &Graph) -> Vec<String> {
             .map(|v| names[v.index()].clone())
             .collect::<Vec<_>>()
     };
-    let mut out = vec![format!("graph {:?} {:?}", g.name, g.mesh)];
+    let mut out = vec![format!("graph {:?} {:?}", g.name, g.meshes)];
     for ((_, c), cname) in g.consts().zip(text::const_names(g)) {
         out.push(format!("const {cname:?} {:?} {:?}", c.ty, &c.data[..]));
     }

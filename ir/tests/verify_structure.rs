@@ -143,16 +143,16 @@ fn annotations_are_checked() {
 #[test]
 fn meshes_are_checked() {
     let (mut g, x, relu) = base();
-    g.mesh = Some(Mesh {
+    g.meshes = vec![Mesh {
         name: String::new(),
         shape: vec![2, 0],
         devices: vec!["a".into(), "@b".into(), "a".into()],
-    });
+    }];
     g.op_mut(relu).device = Some("@".into());
     assert_eq!(
         errors(&g),
         vec![
-            "graph: the mesh has an empty name".to_string(),
+            "graph: a mesh has an empty name".to_string(),
             "graph: mesh @ has an axis of size 0".to_string(),
             "graph: mesh @ of shape [2, 0] needs 0 devices, has 3".to_string(),
             "graph: mesh @: bad device name \"@b\"".to_string(),
@@ -161,20 +161,32 @@ fn meshes_are_checked() {
     );
     let _ = x;
     // A well-formed mesh, and an op on it.
-    g.mesh = Some(Mesh {
+    g.meshes = vec![Mesh {
         name: "grid".into(),
         shape: vec![2],
         devices: vec!["a".into(), "b".into()],
-    });
+    }];
     g.op_mut(relu).device = Some("@grid".into());
     assert_eq!(errors(&g), Vec::<String>::new());
     g.op_mut(relu).device = Some("@other".into());
     assert_eq!(
         errors(&g),
         vec![format!(
-            "{relu}: `relu` defining %y: device \"@other\" is not the mesh @grid"
+            "{relu}: `relu` defining %y: device \"@other\" names no mesh of the graph"
         )]
     );
+    // A second mesh: ops on either are well formed, and each one's results name its mesh.
+    g.meshes.push(Mesh {
+        name: "other".into(),
+        shape: vec![1],
+        devices: vec!["c".into()],
+    });
+    assert_eq!(errors(&g), Vec::<String>::new());
+    let y = g.op(relu).results[0];
+    assert_eq!(g.value_mesh(y).map(|m| m.name.as_str()), Some("other"));
+    assert_eq!(g.value_mesh(x), None);
+    g.op_mut(relu).device = Some("@grid".into());
+    assert_eq!(g.value_mesh(y).map(|m| m.name.as_str()), Some("grid"));
 }
 
 #[test]

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The format tag of this manifest version.
-pub const FORMAT: &str = "tessera-manifest/1";
+pub const FORMAT: &str = "tessera-manifest/2";
 /// The weights file next to the manifest (safetensors).
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 
@@ -39,9 +39,17 @@ pub struct Manifest {
     pub devices: Vec<ManifestDevice>,
     /// The steps in execution order.
     pub steps: Vec<ManifestStep>,
-    /// The device mesh SPMD steps run on, if any.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub mesh: Option<ManifestMesh>,
+    /// The device meshes SPMD steps run on (a step's device `@<name>` names one).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub meshes: Vec<ManifestMesh>,
+}
+
+impl Manifest {
+    /// The mesh a step's device (`@<name>`) names.
+    pub fn mesh_of(&self, device: &str) -> Option<&ManifestMesh> {
+        let name = device.strip_prefix('@')?;
+        self.meshes.iter().find(|m| m.name == name)
+    }
 }
 
 /// A device mesh.

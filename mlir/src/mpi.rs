@@ -337,10 +337,12 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;
             let pt = tensor_ty(&part_ty).map_err(|e| err(e.0))?;
             let grid = st.device.trim_start_matches('@');
-            let mm = m
-                .mesh
-                .as_ref()
-                .ok_or_else(|| err(format!("step {}: no mesh in the manifest", st.id)))?;
+            let mm = m.mesh_of(&st.device).ok_or_else(|| {
+                err(format!(
+                    "step {}: no mesh {} in the manifest",
+                    st.id, st.device
+                ))
+            })?;
             let mesh = tessera_ir::Mesh {
                 name: mm.name.clone(),
                 shape: mm.shape.clone(),
@@ -529,7 +531,7 @@ fn module(program: &Program, fns: &[RankFn]) -> String {
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
-    if let Some(mesh) = &program.manifest.mesh {
+    for mesh in &program.manifest.meshes {
         let shape: Vec<String> = mesh.shape.iter().map(u32::to_string).collect();
         let _ = writeln!(
             s,

@@ -75,7 +75,8 @@ impl Runner {
             .iter()
             .map(|st| st.results.iter().map(|r| parse_type(&r.ty)).collect())
             .collect::<Result<_, _>>()?;
-        let mesh_index = (0..manifest.mesh.as_ref().map_or(0, |mm| mm.devices.len()))
+        let largest = manifest.meshes.iter().map(|mm| mm.devices.len()).max();
+        let mesh_index = (0..largest.unwrap_or(0))
             .map(|i| {
                 Tensor::from_le_bytes(tessera_ir::ElemType::I64, &[], &(i as i64).to_le_bytes())
                     .map(|t| Buffer::from_tensor(&t))
@@ -362,7 +363,7 @@ fn collective(
         // Every device's block in its place (an all-to-all's devices then cut their blocks
         // of the other split from it).
         "all-gather" | "all-to-all" => {
-            let mm = m.mesh.as_ref().ok_or_else(|| Error::Run {
+            let mm = m.mesh_of(&st.device).ok_or_else(|| Error::Run {
                 message: format!("step {} gathers over a mesh the manifest lacks", st.id),
             })?;
             let mesh = tessera_ir::Mesh {
@@ -419,14 +420,20 @@ fn lookup<'a>(
             (false, _) => weights.get(weight),
         },
         Arg::MeshIndex { .. } => dev.and_then(|(i, _)| mesh_index.get(i)),
-        Arg::Step { step, result, .. } => {
-            results
-                .get(*step)
-                .and_then(|r| r.get(*result))
-                .and_then(|copies| match copies.len() {
-                    1 => copies.first(),
-                    _ => copies.get(dev.map_or(0, |(i, _)| i)),
-                })
-        }
+        // A value from another device or mesh (a transfer) is whole on every device of its
+        // step: any copy is it.
+        Arg::Step {
+            step,
+            result,
+            transfer,
+            ..
+        } => results
+            .get(*step)
+            .and_then(|r| r.get(*result))
+            .and_then(|copies| match copies.len() {
+                1 => copies.first(),
+                _ if transfer.is_some() => copies.first(),
+                _ => copies.get(dev.map_or(0, |(i, _)| i)),
+            }),
     }
 }

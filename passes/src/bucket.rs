@@ -137,10 +137,8 @@ pub fn bucket_all_reduces(graph: &mut Graph, max_bytes: u64) -> Result<Buckets, 
             Op::AllReduce { .. } => continue,
             // Blocks of the sum's rows: each gradient cut along its first axis only.
             Op::ReduceScatter { axes } => {
-                let Some((mesh, sharding)) = graph
-                    .mesh
-                    .as_ref()
-                    .zip(graph.value(*result).sharding.as_ref())
+                let Some((mesh, sharding)) =
+                    graph.op_mesh(o).zip(graph.value(*result).sharding.as_ref())
                 else {
                     continue;
                 };

@@ -1,7 +1,9 @@
-//! A plan with split alternatives applied to its graph: the device group of the split ops
-//! becomes the graph's one device mesh (a ring of its devices, one mesh axis), every split op
-//! runs on it (`device("@<mesh>")`, SPMD), each result carries the sharding of its layout, and
-//! where a value's layout is not the one its user needs, collectives change it
+//! A plan with split alternatives applied to its graph: each device group some op splits
+//! over becomes a device mesh of the graph (a ring of its devices, one mesh axis; `@split`
+//! when the plan uses one group, `@split0`, `@split1`, ... in group order when it uses
+//! several, Alpa's submeshes: one per pipeline stage, say), every split op runs on its
+//! group's mesh (`device("@<mesh>")`, SPMD), each result carries the sharding of its layout,
+//! and where a value's layout is not the one its user needs, collectives change it
 //! ([`crate::split`]'s layouts):
 //!
 //! - `P` (a partial sum) is summed by an `all-reduce` before anything reads it whole, and
@@ -21,10 +23,11 @@
 //! likewise ([`layer_norm_over_split_axis`]): the sums, then the sums of squared deviations,
 //! each all-reduced.
 //!
-//! Each conversion is made once per value and layout, just before its first user, and every
-//! later user of that layout reads it. A value leaving the mesh (to an op placed whole, or as
-//! a graph output) is made whole on the mesh first; it then leaves from the mesh's first
-//! device (the simulator's and the lowering's convention). The plan's ops placed whole get
+//! Each conversion is made once per value, mesh and layout, just before its first user, and
+//! every later user of that layout reads it. A value leaving its mesh (to an op placed whole,
+//! to another mesh, or as a graph output) is made whole on its mesh first; it then leaves
+//! from the mesh's first device (the simulator's and the lowering's convention), and another
+//! mesh that needs it split cuts it (`all-slice`). The plan's ops placed whole get
 //! their device as without splits.
 //!
 //! These are the collectives the cost model of the plan ([`crate::split`]) charges, so the
@@ -54,9 +57,6 @@ pub const MESH: &str = "split";
 /// Why a plan cannot be applied to its graph.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// The plan splits ops over more than one device group (the graph has one mesh).
-    #[error("the plan splits ops over {0} device groups; a graph has one device mesh")]
-    Groups(usize),
     /// The graph already has a device mesh (from the `shard` pass).
     #[error("the graph already declares device mesh @{0}")]
     HasMesh(String),
@@ -75,10 +75,10 @@ pub struct Applied {
 /// Where a value is and how it is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Home {
-    /// Off the mesh: whole, on one device.
+    /// Off every mesh: whole, on one device.
     Whole,
-    /// On the mesh, in this layout.
-    Mesh(Layout),
+    /// On the graph's mesh of this index, in this layout.
+    Mesh(usize, Layout),
 }
 
 /// Writes the plan `assign` (options of `inst`, whose problem is `built`'s) on `graph`: every
@@ -101,29 +101,39 @@ pub fn apply_plan(
     groups.dedup();
     // Whole ops first: their devices as without splits.
     crate::pass::write_devices(graph, built, inst, assign);
-    let [group] = groups[..] else {
-        return match groups.len() {
-            0 => Ok(Applied::default()),
-            n => Err(ApplyError::Groups(n)),
-        };
-    };
-    if let Some(m) = &graph.mesh {
+    if groups.is_empty() {
+        return Ok(Applied::default());
+    }
+    if let Some(m) = graph.meshes.first() {
         return Err(ApplyError::HasMesh(m.name.clone()));
     }
-    let members: Vec<String> = inst.place_devices[inst.d + group]
+    // One mesh per group, in group order.
+    let mut mesh_of_group: BTreeMap<usize, usize> = BTreeMap::new();
+    for (i, &group) in groups.iter().enumerate() {
+        let members: Vec<String> = inst.place_devices[inst.d + group]
+            .iter()
+            .map(|&k| inst.device_name(k).to_string())
+            .collect();
+        graph.meshes.push(Mesh {
+            name: if groups.len() == 1 {
+                MESH.to_string()
+            } else {
+                format!("{MESH}{i}")
+            },
+            shape: vec![members.len() as u32],
+            devices: members,
+        });
+        mesh_of_group.insert(group, i);
+    }
+    let on_mesh: Vec<String> = graph.meshes.iter().map(Mesh::device_name).collect();
+    let ways: Vec<u64> = graph
+        .meshes
         .iter()
-        .map(|&k| inst.device_name(k).to_string())
+        .map(|m| m.devices.len() as u64)
         .collect();
-    let k = members.len();
-    let mesh = Mesh {
-        name: MESH.to_string(),
-        shape: vec![k as u32],
-        devices: members,
-    };
-    let on_mesh = mesh.device_name();
     let mut applied = Applied::default();
-    // The layouts of each split op's operands and results.
-    let mut wants: BTreeMap<OpId, Vec<Layout>> = BTreeMap::new();
+    // The mesh of each split op and the layouts of its operands.
+    let mut wants: BTreeMap<OpId, (usize, Vec<Layout>)> = BTreeMap::new();
     let mut home: BTreeMap<ValueId, Home> = BTreeMap::new();
     for (o, &x) in assign.iter().enumerate() {
         if x < inst.d {
@@ -136,6 +146,7 @@ pub fn apply_plan(
             )));
         };
         let alt = &inst.alts[o][x - inst.d];
+        let m = mesh_of_group[&alt.group];
         let data = graph.op(op);
         if alt.inputs.len() != data.operands.len() || alt.outputs.len() != data.results.len() {
             return Err(ApplyError::Mismatch(format!(
@@ -165,18 +176,17 @@ pub fn apply_plan(
                 )));
             }
         }
-        wants.insert(op, alt.inputs.clone());
+        wants.insert(op, (m, alt.inputs.clone()));
         let results = data.results.clone();
         for (&r, &layout) in results.iter().zip(&alt.outputs) {
-            home.insert(r, Home::Mesh(layout));
+            home.insert(r, Home::Mesh(m, layout));
             if let Layout::Split(a) = layout {
                 graph.value_mut(r).sharding = Some(split_on(graph.ty(r).rank(), a));
             }
         }
-        graph.op_mut(op).device = Some(on_mesh.clone());
+        graph.op_mut(op).device = Some(on_mesh[m].clone());
         applied.split_ops += 1;
     }
-    graph.mesh = Some(mesh);
     let mut conv = Conversions {
         names: (0..graph.num_values())
             .filter_map(|i| graph.value(ValueId::from_index(i)).name.clone())
@@ -195,7 +205,7 @@ pub fn apply_plan(
         }
         let operands = graph.op(op).operands.clone();
         for (i, &v) in operands.iter().enumerate() {
-            let want = wants.get(&op).map(|w| w[i]);
+            let want = wants.get(&op).map(|(m, w)| (*m, w[i]));
             let from = home.get(&v).copied().unwrap_or(Home::Whole);
             let nv = conv.convert(graph, &mut out, v, from, want)?;
             graph.op_mut(op).operands[i] = nv;
@@ -204,19 +214,20 @@ pub fn apply_plan(
         // and their collectives.
         if let Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::LayerNorm { axis, .. } =
             graph.op(op).op
-            && wants.get(&op).and_then(|w| w.first()) == Some(&Layout::Split(axis as u32))
+            && let Some(&(m, ref w)) = wants.get(&op)
+            && w.first() == Some(&Layout::Split(axis as u32))
         {
             let old = graph.op(op).results[0];
             let new = if matches!(graph.op(op).op, Op::LayerNorm { .. }) {
-                layer_norm_over_split_axis(graph, &mut out, op, &conv.on_mesh)?
+                layer_norm_over_split_axis(graph, &mut out, op, &conv.on_mesh[m])?
             } else {
-                softmax_over_split_axis(graph, &mut out, op, k as u64, &conv.on_mesh)
+                softmax_over_split_axis(graph, &mut out, op, ways[m], &conv.on_mesh[m])
             };
             graph.replace_all_uses(old, new);
             if let Some(name) = graph.value_mut(old).name.take() {
                 graph.set_name(new, name);
             }
-            home.insert(new, Home::Mesh(Layout::Split(axis as u32)));
+            home.insert(new, Home::Mesh(m, Layout::Split(axis as u32)));
             continue;
         }
         out.push(op);
@@ -494,9 +505,10 @@ fn split_on(rank: usize, axis: u32) -> Sharding {
 struct Conversions {
     /// The value names taken.
     names: std::collections::BTreeSet<String>,
-    on_mesh: String,
-    /// (value, layout on the mesh; `None` for whole off it) -> the value in that layout.
-    made: BTreeMap<(ValueId, Option<Layout>), ValueId>,
+    /// Each mesh's `device(...)` name, by mesh index.
+    on_mesh: Vec<String>,
+    /// (value, mesh and layout there; `None` for whole off every mesh) -> the value so.
+    made: BTreeMap<(ValueId, Option<(usize, Layout)>), ValueId>,
     /// Constant values some user now reads split.
     split_from: std::collections::BTreeSet<ValueId>,
     /// A constant's split axis in the weights file, and the copies made for other axes.
@@ -504,70 +516,73 @@ struct Conversions {
 }
 
 impl Conversions {
-    /// `v` (at `from`) as its user needs it: `want` on the mesh, or whole off it (`None`).
+    /// `v` (at `from`) as its user needs it: `want` on a mesh (its index and the layout),
+    /// or whole off every mesh (`None`).
     fn convert(
         &mut self,
         g: &mut Graph,
         out: &mut Vec<OpId>,
         v: ValueId,
         from: Home,
-        want: Option<Layout>,
+        want: Option<(usize, Layout)>,
     ) -> Result<ValueId, ApplyError> {
         if let ValueDef::Result(def, _) = g.value(v).def
             && let Op::Const(c) = g.op(def).op
         {
             return Ok(match want {
-                Some(Layout::Split(a)) => self.split_const(g, out, v, c, a),
+                Some((m, Layout::Split(a))) => self.split_const(g, out, v, c, m, a),
                 _ => v,
             });
         }
+        use Layout::{Partial, Replicated, Split};
         match (from, want) {
-            (Home::Whole | Home::Mesh(Layout::Replicated), None | Some(Layout::Replicated)) => {
-                Ok(v)
-            }
-            (Home::Mesh(a), Some(b)) if a == b => Ok(v),
-            (_, Some(Layout::Partial)) => Err(ApplyError::Mismatch(format!(
+            // Whole values go anywhere whole.
+            (Home::Whole | Home::Mesh(_, Replicated), None | Some((_, Replicated))) => Ok(v),
+            (Home::Mesh(a, x), Some((b, y))) if a == b && x == y => Ok(v),
+            (_, Some((_, Partial))) => Err(ApplyError::Mismatch(format!(
                 "value {v} is read as a partial sum"
             ))),
-            (Home::Whole | Home::Mesh(Layout::Replicated), Some(Layout::Split(b))) => {
-                Ok(self.collective(g, out, v, Op::AllSlice { axes: vec![0] }, Some(b)))
+            (Home::Whole | Home::Mesh(_, Replicated), Some((b, Split(y)))) => {
+                Ok(self.collective(g, out, v, Op::AllSlice { axes: vec![0] }, b, Some(y)))
             }
             // Partial sums to blocks of the sum: half an all-reduce's traffic.
-            (Home::Mesh(Layout::Partial), Some(Layout::Split(b))) => {
+            (Home::Mesh(a, Partial), Some((b, Split(y)))) if a == b => {
                 let op = Op::ReduceScatter { axes: vec![0] };
-                Ok(self.collective(g, out, v, op, Some(b)))
+                Ok(self.collective(g, out, v, op, a, Some(y)))
             }
             // One split to another: each device sends the others the parts they keep.
-            (Home::Mesh(Layout::Split(_)), Some(Layout::Split(b))) => {
+            (Home::Mesh(a, Split(_)), Some((b, Split(y)))) if a == b => {
                 let op = Op::AllToAll { axes: vec![0] };
-                Ok(self.collective(g, out, v, op, Some(b)))
+                Ok(self.collective(g, out, v, op, a, Some(y)))
             }
-            (Home::Mesh(Layout::Partial), _) => {
-                let whole = self.collective(g, out, v, Op::AllReduce { axes: vec![0] }, None);
-                self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want)
+            // Anything else leaves its mesh whole first.
+            (Home::Mesh(a, Partial), _) => {
+                let whole = self.collective(g, out, v, Op::AllReduce { axes: vec![0] }, a, None);
+                self.convert(g, out, whole, Home::Mesh(a, Replicated), want)
             }
-            (Home::Mesh(Layout::Split(_)), _) => {
-                let whole = self.collective(g, out, v, Op::AllGather { axes: vec![0] }, None);
-                self.convert(g, out, whole, Home::Mesh(Layout::Replicated), want)
+            (Home::Mesh(a, Split(_)), _) => {
+                let whole = self.collective(g, out, v, Op::AllGather { axes: vec![0] }, a, None);
+                self.convert(g, out, whole, Home::Mesh(a, Replicated), want)
             }
         }
     }
 
-    /// `v` through `op` on the mesh, its result split along `axis` (`None`: whole), made
-    /// once per value and result layout.
+    /// `v` through `op` on mesh `m`, its result split along `axis` (`None`: whole), made
+    /// once per value, mesh and result layout.
     fn collective(
         &mut self,
         g: &mut Graph,
         out: &mut Vec<OpId>,
         v: ValueId,
         op: Op,
+        m: usize,
         axis: Option<u32>,
     ) -> ValueId {
         let layout = match axis {
             Some(a) => Layout::Split(a),
             None => Layout::Replicated,
         };
-        let key = (v, Some(layout));
+        let key = (v, Some((m, layout)));
         if let Some(&r) = self.made.get(&key) {
             return r;
         }
@@ -580,7 +595,7 @@ impl Conversions {
         };
         let ty = g.ty(v).clone();
         let c = g.create_detached_op(op, vec![v], vec![ty]);
-        g.op_mut(c).device = Some(self.on_mesh.clone());
+        g.op_mut(c).device = Some(self.on_mesh[m].clone());
         if let ValueDef::Result(def, _) = g.value(v).def {
             g.op_mut(c).loc = g.op(def).loc.clone();
         }
@@ -602,17 +617,19 @@ impl Conversions {
         r
     }
 
-    /// The constant value `v` (of constant `c`) split along `axis`: a `const` op of its own
-    /// with that sharding, of a copy of the constant when `c` is already split another way.
+    /// The constant value `v` (of constant `c`) split along `axis` on mesh `m`: a `const` op
+    /// of its own with that sharding (on that mesh when the graph has several), of a copy of
+    /// the constant when `c` is already split another way.
     fn split_const(
         &mut self,
         g: &mut Graph,
         out: &mut Vec<OpId>,
         v: ValueId,
         c: tessera_ir::ConstId,
+        m: usize,
         axis: u32,
     ) -> ValueId {
-        let key = (v, Some(Layout::Split(axis)));
+        let key = (v, Some((m, Layout::Split(axis))));
         if let Some(&r) = self.made.get(&key) {
             return r;
         }
@@ -638,6 +655,9 @@ impl Conversions {
         };
         let ty = g.ty(v).clone();
         let op = g.create_detached_op(Op::Const(c), vec![], vec![ty]);
+        if self.on_mesh.len() > 1 {
+            g.op_mut(op).device = Some(self.on_mesh[m].clone());
+        }
         let r = g.op(op).results[0];
         g.value_mut(r).sharding = Some(split_on(g.ty(r).rank(), axis));
         out.push(op);
@@ -709,20 +729,28 @@ impl std::str::FromStr for SplitMode {
     }
 }
 
-/// The problems a split plan may come from: one per device group of `inst`'s problem (a problem
-/// with split alternatives, [`crate::build::build_with`]), each keeping only that group and the
-/// alternatives over it, since a graph has one device mesh. With [`SplitMode::Force`], an op
-/// that has an alternative other than a replicated run keeps only those alternatives and may
-/// not run whole; a colocation group is forced as one: when a member splits and every member
-/// has an alternative on the group (a member that cannot split then runs replicated), else
-/// not at all. With `axes` (not empty), only alternatives that split one of those axes
-/// (the names of [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`,
-/// `hidden`, `vocab`, `channels`, `contracted`, `axis<N>`) are offered. Groups over which no
-/// op splits give no problem. Of the groups of one device kind and size, only the one nearest
-/// the host (the device the first graph input is pinned to; fewest link hops on the problem's
-/// routes from it in total, then the first) gives a problem: alike groups differ only in their
+/// The problems a split plan may come from (a problem with split alternatives, [`crate::build::build_with`]):
+/// one per device group of `inst`'s problem, each keeping only that group and the
+/// alternatives over it; with `tilings`, besides, one per group size that has two or more
+/// disjoint groups (of any device kinds: HetPipe's stages on GPUs of different
+/// generations), keeping all of them (every op may split over any one: a pipeline of
+/// stages, each data or tensor parallel over its own group, Alpa's submeshes). With [`SplitMode::Force`], an op that has an alternative other than a
+/// replicated run keeps only those alternatives and may not run whole; a colocation group is
+/// forced as one: when a member splits and every member has an alternative on the groups (a
+/// member that cannot split then runs replicated), else not at all. With `axes` (not empty),
+/// only alternatives that split one of those axes (the names of
+/// [`crate::alternatives::rules`]: `batch`, `columns`, `rows`, `heads`, `hidden`, `vocab`,
+/// `channels`, `contracted`, `axis<N>`) are offered. A problem over which no op splits is
+/// left out. Of the single groups of one device kind and size, only the one nearest the host
+/// (the device the first graph input is pinned to; fewest link hops on the problem's routes
+/// from it in total, then the first) gives a problem: alike groups differ only in their
 /// transfers to and from the rest, and each problem is a full search.
-pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> Vec<Problem> {
+pub fn split_problems(
+    inst: &Instance,
+    mode: SplitMode,
+    axes: &[String],
+    tilings: bool,
+) -> Vec<Problem> {
     let problem = &inst.problem;
     let host = problem
         .ops
@@ -739,8 +767,9 @@ pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> 
             _ => 0,
         }
     };
-    // (kind, size) -> (total hops, group index).
+    // (kind, size) -> (total hops, group index), and every group of that kind and size.
     let mut nearest: BTreeMap<(&str, usize), (u64, usize)> = BTreeMap::new();
+    let mut alike: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for i in 0..problem.groups.len() {
         let members = &inst.place_devices[inst.d + i];
         let kind = members
@@ -751,59 +780,109 @@ pub fn one_group_problems(inst: &Instance, mode: SplitMode, axes: &[String]) -> 
         if total < e.0 {
             *e = (total, i);
         }
+        alike.entry(members.len()).or_default().push(i);
     }
     let kept: std::collections::BTreeSet<usize> = nearest.values().map(|&(_, i)| i).collect();
     let mut out = Vec::new();
-    for (i, group) in problem.groups.iter().enumerate() {
-        if !kept.contains(&i) {
-            continue;
+    for i in 0..problem.groups.len() {
+        if kept.contains(&i) {
+            out.extend(restricted(inst, &[i], mode, axes));
         }
-        let mut p = problem.clone();
-        p.groups = vec![group.clone()];
-        let mut splits_any = false;
-        for op in &mut p.ops {
-            op.splits
-                .retain(|s| s.group == group.name && (axes.is_empty() || axes.contains(&s.axis)));
-            splits_any |= op.splits.iter().any(|s| s.axis != REPLICATED);
-        }
-        if mode == SplitMode::Force {
-            // A colocation group is one unit: forced onto the group when a member splits
-            // and every member can run there (split or replicated), else left as it is.
-            let mut units: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
-            // `p` is `problem` with fewer alternatives: the same ops in the same order.
-            for o in &p.ops {
-                if let Some(c) = &o.colocate {
-                    let (split, all) = (
-                        o.splits.iter().any(|s| s.axis != REPLICATED),
-                        !o.splits.is_empty(),
-                    );
-                    let e = units.entry(c.as_str()).or_insert((false, true));
-                    e.0 |= split;
-                    e.1 &= all;
-                }
-            }
-            let units: BTreeMap<String, bool> = units
-                .into_iter()
-                .map(|(c, (split, all))| (c.to_string(), split && all))
-                .collect();
-            for op in &mut p.ops {
-                let split = op.splits.iter().any(|s| s.axis != REPLICATED);
-                let forced = match &op.colocate {
-                    Some(c) => units.get(c).copied().unwrap_or(false),
-                    None => split,
-                };
-                if forced {
-                    if split {
-                        op.splits.retain(|s| s.axis != REPLICATED);
+    }
+    if tilings {
+        for (size, groups) in &alike {
+            // Disjoint groups, in group order.
+            let mut used = std::collections::BTreeSet::new();
+            let tiles: Vec<usize> = groups
+                .iter()
+                .copied()
+                .filter(|&g| {
+                    let members = &inst.place_devices[inst.d + g];
+                    let free = members.iter().all(|k| !used.contains(k));
+                    if free {
+                        used.extend(members.iter().copied());
                     }
-                    op.time.clear();
-                }
+                    free
+                })
+                .collect();
+            if tiles.len() >= 2 {
+                out.extend(restricted(inst, &tiles, mode, axes).map(|mut p| {
+                    p.name = format!("{} on {} groups of {size}", problem.name, tiles.len());
+                    p
+                }));
             }
-        }
-        if splits_any {
-            p.name = format!("{} on {}", problem.name, group.name);
-            out.push(p);
         }
     }
     out
+}
+
+/// `inst`'s problem with only the groups `keep` and the alternatives over them (see
+/// [`split_problems`]); `None` when no op splits over them.
+fn restricted(
+    inst: &Instance,
+    keep: &[usize],
+    mode: SplitMode,
+    axes: &[String],
+) -> Option<Problem> {
+    let problem = &inst.problem;
+    let names: std::collections::BTreeSet<&str> = keep
+        .iter()
+        .map(|&i| problem.groups[i].name.as_str())
+        .collect();
+    let mut p = problem.clone();
+    p.groups = keep.iter().map(|&i| problem.groups[i].clone()).collect();
+    let mut splits_any = false;
+    for op in &mut p.ops {
+        op.splits.retain(|s| {
+            names.contains(s.group.as_str()) && (axes.is_empty() || axes.contains(&s.axis))
+        });
+        splits_any |= op.splits.iter().any(|s| s.axis != REPLICATED);
+    }
+    if mode == SplitMode::Force {
+        // A colocation group is one unit: forced onto the group when a member splits
+        // and every member can run there (split or replicated), else left as it is.
+        let mut units: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        // `p` is `problem` with fewer alternatives: the same ops in the same order.
+        for o in &p.ops {
+            if let Some(c) = &o.colocate {
+                let (split, all) = (
+                    o.splits.iter().any(|s| s.axis != REPLICATED),
+                    !o.splits.is_empty(),
+                );
+                let e = units.entry(c.as_str()).or_insert((false, true));
+                e.0 |= split;
+                e.1 &= all;
+            }
+        }
+        let units: BTreeMap<String, bool> = units
+            .into_iter()
+            .map(|(c, (split, all))| (c.to_string(), split && all))
+            .collect();
+        for op in &mut p.ops {
+            let split = op.splits.iter().any(|s| s.axis != REPLICATED);
+            let forced = match &op.colocate {
+                Some(c) => units.get(c).copied().unwrap_or(false),
+                None => split,
+            };
+            if forced {
+                if split {
+                    op.splits.retain(|s| s.axis != REPLICATED);
+                }
+                op.time.clear();
+            }
+        }
+    }
+    if !splits_any {
+        return None;
+    }
+    p.name = format!(
+        "{} on {}",
+        problem.name,
+        p.groups
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Some(p)
 }

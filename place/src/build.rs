@@ -114,10 +114,10 @@ fn mesh_op(
 ) -> Result<OpSpec, BuildError> {
     let data = graph.op(op);
     let describe = || describe_op(graph, op);
-    let Some(mesh) = &graph.mesh else {
+    let Some(mesh) = graph.op_mesh(op) else {
         return Err(BuildError::Op {
             op: describe(),
-            message: "placed on a mesh, but the graph declares none".into(),
+            message: "placed on a mesh the graph does not declare".into(),
         });
     };
     let devs: Vec<usize> = mesh
@@ -648,8 +648,7 @@ pub fn build_with(
             producer[v.index()] = Some((me, r as u32));
         }
         weights_of.insert(me, weights);
-        let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
-        if data.device.is_some() && data.device == mesh_device {
+        if graph.op_mesh(op).is_some() {
             let spec_op = mesh_op(graph, op, cost, &class_names, &representative, &|name| {
                 by_name
                     .get(name)

@@ -154,10 +154,9 @@ pub fn place_graph(
 /// transfers inserted. Values an existing `transfer` already moves are left alone, so running
 /// it twice inserts nothing the second time.
 pub fn insert_transfers(graph: &mut Graph, host: &str) -> usize {
-    let mesh_device = graph.mesh.as_ref().map(|m| format!("@{}", m.name));
     let single = |d: &Option<String>| -> Option<String> {
         match d {
-            Some(x) if Some(x) != mesh_device.as_ref() => Some(x.clone()),
+            Some(x) if !x.starts_with('@') => Some(x.clone()),
             _ => None,
         }
     };

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use tessera_ir::{Graph, Op, Tensor, text};
-use tessera_place::apply::{ApplyError, SplitMode, apply_plan, one_group_problems};
+use tessera_place::apply::{SplitMode, apply_plan, split_problems};
 use tessera_place::build::{BuildOptions, Built, build_with};
 use tessera_place::{Instance, Problem};
 use tessera_targets::CostModel;
@@ -41,7 +41,7 @@ fn problems(g: &Graph) -> (Built, Problem) {
     let cost = CostModel::new(&spec, None);
     let built = build_with(g, &cost, &BuildOptions { splits: true }).expect("built");
     let full = Instance::new(built.problem.clone()).expect("valid");
-    let pair = one_group_problems(&full, SplitMode::Auto, &[])
+    let pair = split_problems(&full, SplitMode::Auto, &[], false)
         .into_iter()
         .find(|p| p.groups[0].devices.len() == 2)
         .expect("a group of two GPUs");
@@ -203,10 +203,12 @@ fn a_weight_split_two_ways_is_copied_once() {
     );
 }
 
+/// A plan over two device groups: one mesh per group (`@split0`, `@split1`), each split op
+/// on its group's, values moving between them whole; the result verifies and computes what
+/// the graph computes.
 #[test]
-fn plans_a_graph_cannot_take_are_errors() {
+fn plans_over_two_groups_make_two_meshes() {
     let g = mlp();
-    // Two groups: the graph has one mesh.
     let spec = tessera_targets::lookup("gpu-8", &[]).expect("builtin");
     let cost = CostModel::new(&spec, None);
     let built = build_with(&g, &cost, &BuildOptions { splits: true }).expect("built");
@@ -223,10 +225,28 @@ fn plans_a_graph_cannot_take_are_errors() {
             *x = inst.d + a;
         }
     }
+    assert_eq!(groups_used.len(), 2);
     let mut out = g.clone();
-    let e = apply_plan(&mut out, &built, &inst, &assign).expect_err("two groups");
-    assert!(matches!(e, ApplyError::Groups(2)), "{e}");
-    assert!(e.to_string().contains("2 device groups"), "{e}");
+    apply_plan(&mut out, &built, &inst, &assign).expect("two groups");
+    tessera_ir::verify::verify(&out).unwrap_or_else(|e| panic!("{e:?}\n{}", text::print(&out)));
+    let names: Vec<&str> = out.meshes.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["split0", "split1"]);
+    for m in &out.meshes {
+        let on = m.device_name();
+        assert!(
+            out.ops()
+                .iter()
+                .any(|&o| out.op(o).device.as_deref() == Some(on.as_str())),
+            "no op on {on}:\n{}",
+            text::print(&out)
+        );
+    }
+    assert_eq!(run(&out), run(&g));
+}
+
+#[test]
+fn plans_a_graph_cannot_take_are_errors() {
+    let g = mlp();
     // A graph that already has a mesh (from the shard pass) keeps it.
     let (b2, pair) = problems(&g);
     let b2 = Built {
@@ -236,11 +256,11 @@ fn plans_a_graph_cannot_take_are_errors() {
     let inst = Instance::new(pair).expect("valid");
     let assign = plan(&inst, &BTreeMap::from([("h", "columns")]));
     let mut meshed = g.clone();
-    meshed.mesh = Some(tessera_ir::Mesh {
+    meshed.meshes = vec![tessera_ir::Mesh {
         name: "grid".into(),
         shape: vec![2],
         devices: vec!["gpu2".into(), "gpu3".into()],
-    });
+    }];
     let e = apply_plan(&mut meshed, &b2, &inst, &assign).expect_err("has a mesh");
     assert!(
         e.to_string().contains("already declares device mesh @grid"),
@@ -251,7 +271,7 @@ fn plans_a_graph_cannot_take_are_errors() {
     let mut whole = g.clone();
     let done = apply_plan(&mut whole, &b2, &inst, &assign).expect("applied");
     assert_eq!(done.split_ops, 0);
-    assert!(whole.mesh.is_none());
+    assert!(whole.meshes.is_empty());
     assert!(
         whole
             .ops()

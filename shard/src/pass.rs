@@ -286,7 +286,7 @@ pub fn run_shard(
     if settings.strategy == Strategy::None {
         return Ok(false);
     }
-    if graph.mesh.is_some() {
+    if !graph.meshes.is_empty() {
         stats.note("shard: the graph already declares a mesh; left as it is");
         return Ok(false);
     }
@@ -426,7 +426,7 @@ fn tensor_candidate(
     let p = coster.mesh.devices.len() as u64;
     let uses = Uses::new(g);
     let mut out = g.clone();
-    out.mesh = Some(coster.mesh.clone());
+    out.meshes = vec![coster.mesh.clone()];
     let mut taken: std::collections::BTreeSet<OpId> = std::collections::BTreeSet::new();
     let mut regions = 0;
     let mut collectives = 0;
@@ -553,7 +553,7 @@ fn data_candidate(g: &Graph, coster: &Coster<'_>, stats: &mut Statistics) -> Can
         return empty;
     }
     let mut out = g.clone();
-    out.mesh = Some(coster.mesh.clone());
+    out.meshes = vec![coster.mesh.clone()];
     let n = apply(&mut out, &region, &coster.mesh);
     stats.note(format!(
         "shard: data-parallel {p}-way: {} ops split, {} gathered values",

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use tessera_ir::{Graph, OpId, text};
 use tessera_passes::Pipeline;
 use tessera_place::alternatives::REPLICATED;
-use tessera_place::apply::{SplitMode, apply_plan, one_group_problems};
+use tessera_place::apply::{SplitMode, apply_plan, split_problems};
 use tessera_place::build::Built;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order};
 use tessera_place::plan::{plan_of, records};
@@ -423,7 +423,7 @@ pub fn compile(
             settings.strategy
         );
     }
-    let split = if graph.mesh.is_some() || !splitting {
+    let split = if !graph.meshes.is_empty() || !splitting {
         // A graph the `shard` pass put on a mesh keeps it; a strategy that places ops whole
         // was asked for.
         SplitMode::Off
@@ -489,7 +489,7 @@ pub fn compile(
     let mut first_graph_bounded = false;
     let mut offered: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut any_group = false;
-    let mut split_problems = 0;
+    let mut n_split_problems = 0;
     for (gi, g) in split_graphs.iter().enumerate() {
         stages.stage("placement: split alternatives");
         let options = tessera_place::build::BuildOptions { splits: true };
@@ -501,7 +501,10 @@ pub fn compile(
             Err(_) if split == SplitMode::Auto && !variants.is_empty() => continue,
             Err(e) => return Err(e),
         };
-        let problems = one_group_problems(&full, split, settings.split_axes);
+        // Tilings (several disjoint groups, each op on any one: stages that are each data
+        // or tensor parallel) are offered for training steps.
+        let tilings = !g.state.is_empty();
+        let problems = split_problems(&full, split, settings.split_axes, tilings);
         first_graph_bounded |= gi == 0;
         bound_insts.push(full);
         any_group |= !with_splits.problem.groups.is_empty();
@@ -513,7 +516,7 @@ pub fn compile(
                 .flat_map(|o| o.splits.iter().map(|s| s.axis.clone()))
                 .filter(|a| split != SplitMode::Force || a != REPLICATED),
         );
-        split_problems += problems.len();
+        n_split_problems += problems.len();
         for mut p in problems {
             if gi > 0 {
                 p.name = format!("{}, projections unfused", p.name);
@@ -536,7 +539,7 @@ pub fn compile(
     }
     if !split_graphs.is_empty()
         && !bound_insts.is_empty()
-        && split_problems == 0
+        && n_split_problems == 0
         && (split == SplitMode::Force || !settings.split_axes.is_empty())
     {
         let asked = if settings.split_axes.is_empty() {
@@ -833,7 +836,7 @@ pub fn realize(
 /// A training step's gradient all-reduces in buckets of at most `max_bytes` (the
 /// `bucket-all-reduce` pass); other graphs are left alone.
 fn bucket_gradients(g: &mut Graph, max_bytes: u64) -> Result<()> {
-    if !g.state.is_empty() && g.mesh.is_some() {
+    if !g.state.is_empty() && !g.meshes.is_empty() {
         tessera_passes::bucket_all_reduces(g, max_bytes)?;
     }
     Ok(())

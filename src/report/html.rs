@@ -1151,9 +1151,10 @@ fn placement(h: &mut String, inputs: &Page<'_>) {
 
 /// The device mesh of a split plan and every split op: its group, axis, ways and why.
 fn splits(h: &mut String, inputs: &Page<'_>) {
-    let Some(mesh) = &inputs.graph.mesh else {
+    let meshes = &inputs.graph.meshes;
+    if meshes.is_empty() {
         return;
-    };
+    }
     let split: Vec<_> = inputs
         .plan
         .assignment
@@ -1166,17 +1167,24 @@ fn splits(h: &mut String, inputs: &Page<'_>) {
         .get(tessera_place::alternatives::REPLICATED)
         .copied()
         .unwrap_or(0);
+    let list = meshes
+        .iter()
+        .map(|m| {
+            format!(
+                "<code>mesh @{} = {:?}</code>: {}",
+                esc(&m.name),
+                m.shape,
+                esc(&m.devices.join(", "))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     let _ = writeln!(
         h,
-        "<h3 id=\"mesh\">Device mesh</h3>\n<p>The graph's ops on <code>device(\"@{}\")</code> \
-         run on each of its {} devices at once (<code>mesh @{} = {:?}</code>: {}), each on its \
-         block of every split value; {} ops of the plan are split, {} more run whole on every \
-         one of them (replicated).</p>",
-        esc(&mesh.name),
-        mesh.devices.len(),
-        esc(&mesh.name),
-        mesh.shape,
-        esc(&mesh.devices.join(", ")),
+        "<h3 id=\"mesh\">Device mesh</h3>\n<p>The graph's ops on <code>device(\"@&lt;mesh&gt;\")</code> \
+         run on each of that mesh's devices at once ({list}), each on its block of every split \
+         value; {} ops of the plan are split, {} more run whole on every device of their \
+         mesh (replicated).</p>",
         split.len() - replicated,
         replicated
     );

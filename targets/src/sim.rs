@@ -11,8 +11,8 @@
 //! and optimizer state), whose next values are written in place: they take no memory of
 //! their own and stay on their device.
 //!
-//! **Meshes (SPMD).** An op placed on the graph's mesh (`device("@grid")`, [`ON_MESH`] in a
-//! placement) runs on every mesh device: one task per device, each for
+//! **Meshes (SPMD).** An op placed on one of the graph's meshes (`device("@grid")`,
+//! [`on_mesh`] of the mesh's index in a placement) runs on every device of that mesh: one task per device, each for
 //! [`CostModel::op_time_sharded`] with `parts` the shard factor of the op, the largest number
 //! of pieces any of its operands or results is cut into by its sharding (a column-parallel
 //! matmul whose weight and result are split 4 ways does a quarter of the work on each
@@ -140,24 +140,39 @@ pub fn describe_op(graph: &Graph, op: OpId) -> String {
     }
 }
 
-/// The placement of an op that runs on the graph's whole mesh (`device("@name")`).
+/// The placement of an op that runs on the graph's first mesh (`device("@name")`); the
+/// graph's mesh `k` is [`on_mesh`]`(k)`, counting down from it.
 pub const ON_MESH: usize = usize::MAX - 1;
+
+/// The placement of an op that runs on the graph's mesh number `k` (`Graph::meshes`).
+pub fn on_mesh(k: usize) -> usize {
+    ON_MESH - k
+}
+
+/// The index in `Graph::meshes` of the mesh a placement `d` names, if it names one of a
+/// graph with `meshes` meshes.
+pub fn mesh_slot(d: usize, meshes: usize) -> Option<usize> {
+    (d <= ON_MESH && ON_MESH - d < meshes).then(|| ON_MESH - d)
+}
 
 /// The device of every op (indexed by [`OpId::index`]), from the graph's `device(...)`
 /// annotations; ops without one go to `default` (a device index) or are an error. An op on
-/// the graph's mesh (`device("@name")`) gets [`ON_MESH`].
+/// the graph's mesh `k` (`device("@name")`) gets [`on_mesh`]`(k)`.
 pub fn placement_from_graph(
     graph: &Graph,
     spec: &crate::TargetSpec,
     default: Option<usize>,
 ) -> Result<Vec<usize>, SimError> {
     let mut placement = vec![usize::MAX; graph.num_op_handles()];
-    let mesh_device = graph.mesh.as_ref().map(|m| m.device_name());
     let index = spec.device_map();
     for &op in graph.ops() {
         let data = graph.op(op);
+        let mesh = data.device.as_deref().and_then(|d| {
+            let m = graph.mesh_of_device(d)?;
+            graph.meshes.iter().position(|x| std::ptr::eq(x, m))
+        });
         placement[op.index()] = match &data.device {
-            Some(name) if Some(name) == mesh_device.as_ref() => ON_MESH,
+            Some(_) if mesh.is_some() => on_mesh(mesh.unwrap_or(0)),
             Some(name) => {
                 index
                     .get(name.as_str())
@@ -193,7 +208,7 @@ pub fn mesh_devices(mesh: &Mesh, spec: &crate::TargetSpec) -> Result<Vec<usize>,
 
 /// The number of pieces `v`'s sharding cuts it into (1 without a sharding or a mesh).
 pub fn pieces(graph: &Graph, v: ValueId) -> u64 {
-    match (&graph.mesh, &graph.value(v).sharding) {
+    match (graph.value_mesh(v), &graph.value(v).sharding) {
         (Some(m), Some(s)) => m.shard_count(s).max(1),
         _ => 1,
     }
@@ -773,14 +788,19 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             copy,
         });
     }
-    let on_mesh = graph
-        .ops()
-        .iter()
-        .any(|&o| placement.get(o.index()) == Some(&ON_MESH));
-    let mesh: Option<(&Mesh, Vec<usize>)> = match &graph.mesh {
-        Some(m) if on_mesh => Some((m, mesh_devices(m, spec)?)),
-        _ => None,
-    };
+    // Each mesh some op runs on, with its target devices.
+    let n_meshes = graph.meshes.len();
+    let mut meshes: Vec<Option<(&Mesh, Vec<usize>)>> = vec![None; n_meshes];
+    for &o in graph.ops() {
+        if let Some(k) = placement
+            .get(o.index())
+            .and_then(|&d| mesh_slot(d, n_meshes))
+            && meshes[k].is_none()
+        {
+            let m = &graph.meshes[k];
+            meshes[k] = Some((m, mesh_devices(m, spec)?));
+        }
+    }
     b.also = vec![None; graph.num_values()];
     for &op in graph.ops() {
         let data = graph.op(op);
@@ -800,14 +820,9 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         let mut runs: Vec<(usize, f64)> = Vec::new();
         // The link task of a collective: its channels and seconds.
         let mut link_task: Option<(Vec<(usize, f64)>, f64)> = None;
-        if d == ON_MESH {
-            let Some((m, devs)) = &mesh else {
-                return Err(SimError::UnknownDevice {
-                    op: describe_op(graph, op),
-                    device: data.device.clone().unwrap_or_default(),
-                    target: spec.name.clone(),
-                });
-            };
+        let mesh = mesh_slot(d, n_meshes).and_then(|k| meshes[k].as_ref());
+        let on_a_mesh = mesh.is_some();
+        if let Some((m, devs)) = mesh {
             if let Some(axes) = data.op.collective_axes() {
                 let bytes = collective_piece_bytes(graph, op)?;
                 let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
@@ -927,17 +942,17 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                         && resident.insert((dev, c.index()))
                     {
                         // On the mesh a split weight is resident as its piece only.
-                        let parts = if d == ON_MESH { pieces(graph, v) } else { 1 };
+                        let parts = if on_a_mesh { pieces(graph, v) } else { 1 };
                         weights[dev] += graph.constant(c).ty.size_bytes().unwrap_or(0) / parts;
                     }
                     if state_inputs.contains(&v) && resident_state.insert((dev, v)) {
-                        let parts = if d == ON_MESH { pieces(graph, v) } else { 1 };
+                        let parts = if on_a_mesh { pieces(graph, v) } else { 1 };
                         weights[dev] += value_bytes(graph, v)? / parts;
                     }
                     continue;
                 }
-                let a = match &mesh {
-                    Some((_, devs)) if d == ON_MESH => {
+                let a = match mesh {
+                    Some((_, devs)) => {
                         let piece = value_bytes(graph, v)? / pieces(graph, v);
                         if pieces(graph, v) == 1 && dev != devs[0] {
                             // A whole value: through the mesh's first device when faster.
@@ -979,7 +994,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
             for &r in &data.results {
                 let bytes = if state_nexts.contains(&r) {
                     0
-                } else if d == ON_MESH {
+                } else if on_a_mesh {
                     value_bytes(graph, r)? / pieces(graph, r)
                 } else {
                     value_bytes(graph, r)?

@@ -37,7 +37,7 @@
 //! # Grammar
 //!
 //! ```text
-//! file      := const* [ mesh ] graph
+//! file      := const* mesh* graph
 //! const     := "const" @name ":" type "=" ( "external" | "[" elements "]" )
 //! mesh      := "mesh" @name "=" "[" [ integer { "," integer } ] "]"
 //!                  "devices(" [ string { "," string } ] ")"
@@ -48,15 +48,15 @@
 //!                  [ %name { "," %name } ] [ "{" attr { "," attr } "}" ]
 //!                  [ ":" vtype { "," vtype } ] [ "device(" string ")" ] [ "loc(" string ")" ]
 //!                  [ "grad-of(" %name ")" ] [ "{" region+ "}" ]
-//! region    := graph                                     (no constants, no mesh)
+//! region    := graph                                     (no constants, no meshes)
 //! attr      := key "=" value
 //! value     := integer | float | "true" | "false" | string | identifier | "[" values "]"
 //! type      := elem "[" [ dim { "," dim } ] "]"          e.g. f32[N, 3, 224], i64[]
 //! vtype     := type [ "sharded" "[" [ "[" axes "]" { "," "[" axes "]" } ] "]" ]
 //! ```
 //!
-//! - **Layout.** Constants come first, in [`ConstId`](crate::ConstId) order, then the mesh
-//!   line if the graph has a [`Mesh`](crate::Mesh), then (when either came) a blank line,
+//! - **Layout.** Constants come first, in [`ConstId`](crate::ConstId) order, then a mesh
+//!   line per [`Mesh`](crate::Mesh) in declaration order, then (when either came) a blank line,
 //!   then the graph. Ops are indented by two spaces, one per line, in body order. The
 //!   text ends with a newline. Whitespace and `//` comments are otherwise free (the printer
 //!   writes none).
@@ -74,7 +74,9 @@
 //!   type: the mesh axes of each tensor axis ([`Sharding::axes`](crate::Sharding)).
 //! - **Mesh.** `mesh @grid = [2, 2] devices("chip0", "chip1", "chip2", "chip3")`: the
 //!   mesh's name, the size of each mesh axis, and the device names in row-major order
-//!   ([`Mesh`](crate::Mesh)). An op that runs on the whole mesh prints `device("@grid")`.
+//!   ([`Mesh`](crate::Mesh)); a graph may declare several (one per pipeline stage, say).
+//!   An op that runs on the whole mesh prints `device("@grid")`, and its results' shardings
+//!   name that mesh's axes.
 //!   Collectives name mesh axes: `all-reduce %p {axes = [0, 1]}`; a transfer names its
 //!   devices: `transfer %x {from = "chip0", to = "chip1"}`.
 //! - **Outputs.** `return` lists the outputs in order. Each output has a name of its own, the

@@ -168,14 +168,14 @@ impl Parser {
         while self.is_keyword("const") {
             self.const_decl()?;
         }
-        if self.is_keyword("mesh") {
+        while self.is_keyword("mesh") {
             self.mesh_decl()?;
         }
         if !self.is_keyword("graph") {
-            return self.unexpected(if self.graph.mesh.is_some() {
-                "`graph`"
-            } else {
+            return self.unexpected(if self.graph.meshes.is_empty() {
                 "`const`, `mesh` or `graph`"
+            } else {
+                "`mesh` or `graph`"
             });
         }
         self.graph_def()?;
@@ -375,7 +375,7 @@ impl Parser {
             }
         }
         self.expect_punct(')')?;
-        self.graph.mesh = Some(crate::graph::Mesh {
+        self.graph.meshes.push(crate::graph::Mesh {
             name,
             shape,
             devices,

@@ -193,7 +193,7 @@ pub(crate) fn print_with(
         out.push('\n');
         note(&mut out, Line::Const(id.index()), "");
     }
-    if let Some(m) = &graph.mesh {
+    for m in &graph.meshes {
         let shape: Vec<String> = m.shape.iter().map(u32::to_string).collect();
         let devices: Vec<String> = m.devices.iter().map(|d| quote(d)).collect();
         let _ = writeln!(
@@ -204,7 +204,7 @@ pub(crate) fn print_with(
             devices.join(", ")
         );
     }
-    if graph.num_consts() > 0 || graph.mesh.is_some() {
+    if graph.num_consts() > 0 || !graph.meshes.is_empty() {
         out.push('\n');
     }
 

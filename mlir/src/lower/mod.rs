@@ -118,7 +118,7 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
         let dev = device_of(g, op, default);
         let collective = data.op.collective_axes().is_some();
         if let Some(name) = dev.strip_prefix('@') {
-            let Some(mesh) = g.mesh.as_ref().filter(|m| m.name == name) else {
+            let Some(mesh) = g.mesh_named(name) else {
                 return Err(LowerError(format!(
                     "op {op} ({}) runs on mesh {dev}, which the graph does not declare",
                     data.op.name()
@@ -345,13 +345,13 @@ pub fn step_fn(id: usize) -> String {
 
 /// The mesh a step runs on, when it runs SPMD (`device("@<mesh>")`).
 fn step_mesh<'g>(g: &'g Graph, st: &Step) -> Option<&'g Mesh> {
-    st.device.strip_prefix('@').and(g.mesh.as_ref())
+    g.mesh_of_device(&st.device)
 }
 
 /// The type a value has where step `st` uses it: its block for a mesh step (split values
 /// arriving whole are cut inside the function, see [`spmd`]), the whole value elsewhere.
 fn arrival_type(g: &Graph, v: ValueId, producer_on_mesh: bool) -> LResult<TensorType> {
-    match (producer_on_mesh, g.mesh.as_ref()) {
+    match (producer_on_mesh, g.value_mesh(v)) {
         (true, Some(mesh)) => spmd::local_type(mesh, &spmd::sharding_of(g, v), g.ty(v)),
         _ => Ok(g.ty(v).clone()),
     }
@@ -419,8 +419,9 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         }
                         t
                     };
-                    let from = match g.mesh.as_ref() {
-                        Some(m) if from_mesh && !st.device.starts_with('@') => {
+                    // A value leaving a mesh (whole on every device) comes from its first.
+                    let from = match g.mesh_of_device(&steps[s].device) {
+                        Some(m) if st.device != steps[s].device => {
                             m.devices.first().cloned().unwrap_or_default()
                         }
                         _ => steps[s].device.clone(),
@@ -567,7 +568,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                 }
                 None => {
                     let (s, k) = step_of[&v];
-                    let from = match g.mesh.as_ref() {
+                    let from = match g.mesh_of_device(&steps[s].device) {
                         Some(m) if on_mesh(s) => {
                             if arrival_type(g, v, true)? != *g.ty(v) {
                                 return Err(LowerError(format!(
@@ -643,11 +644,15 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         outputs,
         devices,
         steps: mstep,
-        mesh: g.mesh.as_ref().map(|m| crate::manifest::ManifestMesh {
-            name: m.name.clone(),
-            shape: m.shape.clone(),
-            devices: m.devices.clone(),
-        }),
+        meshes: g
+            .meshes
+            .iter()
+            .map(|m| crate::manifest::ManifestMesh {
+                name: m.name.clone(),
+                shape: m.shape.clone(),
+                devices: m.devices.clone(),
+            })
+            .collect(),
     };
     Ok(Program {
         modules,
