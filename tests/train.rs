@@ -757,8 +757,10 @@ fn stages_target(dir: &Path, memory: u64) -> PathBuf {
 /// along the batch over its own pair of chips (two meshes, `@split0` and `@split1`), the
 /// activations and their gradients crossing between the pairs. The MLP over two
 /// microbatches under `mpirun` (GPipe and 1F1B: the same numbers, byte for byte) gives
-/// torch's numbers and the single-device `tessera train`'s to 1e-5; the CNN and GPT-2 tiny
-/// (one microbatch: its batch of 2 is split over each pair) give torch's through the JIT.
+/// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
+/// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
+/// output features over its stage's pair); the CNN and GPT-2 tiny (one microbatch: its batch
+/// of 2 is split over each pair) give torch's through the JIT.
 #[test]
 fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -772,6 +774,24 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         }
         for on in ["device(\"@split0\")", "device(\"@split1\")"] {
             assert!(placed.contains(on), "no op on {on}");
+        }
+        // Every device within its capacity: in the plan (placement's model) and in the
+        // simulation of the placed step (its peak).
+        let json = |f: &str| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(dir.join(f)).expect(f)).expect("json")
+        };
+        let (plan, report) = (json("plan.json"), json("report.json"));
+        let rows = [
+            (&plan["devices"], "memory"),
+            (&report["simulation"]["devices"], "peak_memory"),
+        ];
+        for (devices, field) in rows {
+            let devices = devices.as_array().expect("devices");
+            assert_eq!(devices.len(), 5);
+            for d in devices {
+                let (used, cap) = (d[field].as_u64(), d["capacity"].as_u64());
+                assert!(used.is_some() && used <= cap, "{field}: {d}");
+            }
         }
     };
     let mlp_target = stages_target(tmp.path(), 32_000);
@@ -805,6 +825,27 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         let b = std::fs::read(runs[1].1.join(f)).expect(f);
         assert!(a == b, "{f}: GPipe and 1F1B differ");
     }
+    // The tensor-parallel variant: each stage's layer split by its output features over its
+    // pair (the weight gradients with them).
+    let tp = [
+        "--target",
+        mlp_target,
+        "--split",
+        "force",
+        "--split-axes",
+        "columns,rows,hidden",
+    ];
+    let (build, out) = train_under_mpi_with(&MLP, &ADAMW, &tp);
+    let dir = build.path().join("step");
+    check_meshes(&dir);
+    let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+    let split_gemms = placed
+        .lines()
+        .filter(|l| l.contains(" = gemm ") && l.contains("device(\"@split"))
+        .count();
+    assert!(split_gemms >= 3, "{placed}");
+    check_against_torch(&MLP, &ADAMW, &out);
+    close_to(&out, single.path(), 1e-5);
     for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
         let target = stages_target(tmp.path(), memory);
         let dir = tmp.path().join(m.dir.replace('/', "_"));

@@ -20,7 +20,9 @@
 //!   Megatron-LM's pair) and, with a weight, *batch* (first axis); `matmul` of two
 //!   higher-rank activations: a batch or heads axis; `gemm` (untransposed A, weight B) the same three ways;
 //!   `gemm` of two activations with A transposed and no C (a weight's gradient `A^T B`): their
-//!   shared first axis, the result partial sums (named `batch`: data parallelism's gradients);
+//!   shared first axis, the result partial sums (named `batch`: data parallelism's gradients),
+//!   or A's second axis, the result's rows (`columns`, a column-parallel layer's gradient), or
+//!   B's other axis, the result's columns (`rows`, a row-parallel layer's);
 //! - `gather-elements`, `scatter-elements`: an axis other than the op's, where every operand
 //!   has the result's extent;
 //! - reductions: a kept axis (each device reduces its block), and for `reduce-sum` a reduced
@@ -321,6 +323,17 @@ fn split_rules(g: &Graph, op: OpId, k: u64, weight: &dyn Fn(ValueId) -> bool) ->
                         vec![s(0), b_k],
                         vec![Layout::Partial],
                     ));
+                }
+                // Tensor parallelism's weight gradients: the rows of the result from A's
+                // columns (a column-parallel layer's `dY^T X`, named as its forward), its
+                // columns from B's (a row-parallel layer's `dY^T H`, H split by rows).
+                if a.len() == 2 && divides(k, a[1]) {
+                    out.push(one("columns", vec![s(1), Layout::Replicated], vec![s(0)]));
+                }
+                let n = if *trans_b { b[0] } else { b[1] };
+                if a.len() == 2 && divides(k, n) {
+                    let b_n = if *trans_b { s(0) } else { s(1) };
+                    out.push(one("rows", vec![Layout::Replicated, b_n], vec![s(1)]));
                 }
                 return out;
             }
