@@ -760,7 +760,9 @@ fn stages_target(dir: &Path, memory: u64) -> PathBuf {
 /// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
 /// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
 /// output features over its stage's pair); the CNN and GPT-2 tiny (one microbatch: its batch
-/// of 2 is split over each pair) give torch's through the JIT.
+/// of 2 is split over each pair) give torch's through the JIT. Every device stays within its
+/// capacity; on chips too small for any plan the error names the device, its stage and the
+/// overflow.
 #[test]
 fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -846,6 +848,24 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     assert!(split_gemms >= 3, "{placed}");
     check_against_torch(&MLP, &ADAMW, &out);
     close_to(&out, single.path(), 1e-5);
+    // Chips too small for any plan: the error names the device, its stage (the group of
+    // chips its split ops run on) and the overflow.
+    let tiny = stages_target(tmp.path(), 8_000);
+    let e = fails(
+        tessera()
+            .arg("compile")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &ADAMW))
+            .args(["--target", tiny.to_str().expect("utf-8")])
+            .args(["--split", "force", "--split-axes", "batch", "-o"])
+            .arg(tmp.path().join("tiny")),
+    );
+    assert!(
+        e.contains("(in group `accelerator*2#0` (chip0, chip1), where ")
+            && e.contains("more than its capacity of 8000 bytes"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("tiny").exists());
     for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
         let target = stages_target(tmp.path(), memory);
         let dir = tmp.path().join(m.dir.replace('/', "_"));

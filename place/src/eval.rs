@@ -308,18 +308,41 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             ));
         }
     }
-    over_capacity(inst, &memory_use(inst, assign))
+    over_capacity(inst, assign, &memory_use(inst, assign))
 }
 
-/// The first device whose `memory` exceeds its capacity, in words with the overflow.
-pub(crate) fn over_capacity(inst: &Instance, memory: &[u64]) -> Option<String> {
+/// The first device whose `memory` exceeds its capacity, in words with the overflow and,
+/// when ops of `assign` run split over groups that include it, those groups (its stage).
+pub(crate) fn over_capacity(inst: &Instance, assign: &[usize], memory: &[u64]) -> Option<String> {
     let (k, &m) = memory
         .iter()
         .enumerate()
         .find(|&(k, &m)| m > inst.capacity[k])?;
+    let mut groups = std::collections::BTreeMap::<usize, usize>::new();
+    for (o, &x) in assign.iter().enumerate() {
+        let p = inst.place_of(o, x);
+        if p >= inst.d && inst.place_devices[p].contains(&k) {
+            *groups.entry(p - inst.d).or_default() += 1;
+        }
+    }
+    let stage = groups
+        .iter()
+        .map(|(&g, &n)| {
+            format!(
+                "group `{}` ({}), where {n} split ops run",
+                inst.problem.groups[g].name,
+                inst.problem.groups[g].devices.join(", ")
+            )
+        })
+        .collect::<Vec<_>>();
     Some(format!(
-        "`{}` needs {m} bytes, {} more than its capacity of {} bytes",
+        "`{}`{} needs {m} bytes, {} more than its capacity of {} bytes",
         inst.device_name(k),
+        if stage.is_empty() {
+            String::new()
+        } else {
+            format!(" (in {})", stage.join(" and "))
+        },
         m - inst.capacity[k],
         inst.capacity[k]
     ))

@@ -514,7 +514,7 @@ pub fn violation(inst: &Instance, assign: &[usize]) -> Option<String> {
             }
         }
     }
-    crate::eval::over_capacity(inst, &memory_of(inst, assign, &delivered))
+    crate::eval::over_capacity(inst, assign, &memory_of(inst, assign, &delivered))
 }
 
 /// [`crate::eval::memory_use`] for an assignment of options.
