@@ -97,6 +97,9 @@ const MLP_DROPOUT: Model = Model {
     inputs: &["x", "labels"],
 };
 
+/// Every op that can split along the batch does (data parallelism).
+const BATCH_SPLIT: [&str; 4] = ["--split", "force", "--split-axes", "batch"];
+
 fn path(m: &Model, file: &str) -> PathBuf {
     repo().join(m.dir).join(file)
 }
@@ -688,13 +691,20 @@ fn train_under_mpi_with(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::Tem
     let ranks = devices.len() + usize::from(!devices.contains(&host));
     assert!(ranks >= 3, "{summary}");
     let out = build.path().join("out");
-    std::fs::create_dir(&out).expect("out");
+    mpirun_steps(&dir, ranks, m, 10, &out);
+    (build, out)
+}
+
+/// `mpirun -np RANKS DIR/program` on `m`'s batches for `steps` steps into `out` (made here);
+/// it must succeed.
+fn mpirun_steps(dir: &Path, ranks: usize, m: &Model, steps: usize, out: &Path) {
+    std::fs::create_dir(out).expect("out");
     let run = std::process::Command::new("mpirun")
         .args(["-np", &ranks.to_string()])
         .arg(dir.join("program"))
         .args(input_args(m))
-        .args(["--steps", "10", "--output-dir"])
-        .arg(&out)
+        .args(["--steps", &steps.to_string(), "--output-dir"])
+        .arg(out)
         .output()
         .expect("mpirun (MPICH, `make deps`)");
     assert!(
@@ -702,7 +712,6 @@ fn train_under_mpi_with(m: &Model, c: &Config, extra: &[&str]) -> (tempfile::Tem
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    (build, out)
 }
 
 /// `compile --train --emit mpi` and `mpirun ... --steps N --output-dir OUT`: every rank runs
@@ -869,14 +878,8 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
         let target = stages_target(tmp.path(), memory);
         let dir = tmp.path().join(m.dir.replace('/', "_"));
-        let args = [
-            "--target",
-            target.to_str().expect("utf-8"),
-            "--split",
-            "force",
-            "--split-axes",
-            "batch",
-        ];
+        let mut args = vec!["--target", target.to_str().expect("utf-8")];
+        args.extend(BATCH_SPLIT);
         compile_step(m, c, &args, &dir);
         check_meshes(&dir);
         let out = train_compiled(m, &dir);
@@ -906,6 +909,45 @@ fn close_to(a: &Path, b: &Path, rel: f64) {
             diff <= rel * scale,
             "{n}: {diff} against a scale of {scale}"
         );
+    }
+}
+
+/// A long run under `mpirun`: 3000 steps of the MLP data parallel over two CPUs (the host
+/// one of them: a rank per core here), some 54 000 all-reduces, far past MPICH's 2048
+/// communicators (the shard dialect's all-reduce, which the program used before, split a
+/// new communicator per call and aborted after 113 steps), end with `tessera train`'s loss
+/// curve and weights, byte for byte.
+#[test]
+fn long_mpi_training_runs_match_tessera_train() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let target = tmp.path().join("cpu-pair.toml");
+    std::fs::write(
+        &target,
+        "name = \"cpu-pair\"\nhost = \"cpu0\"\n\n[[device]]\nname = \"cpu\"\ncount = 2\n\
+         kind = \"cpu\"\nmemory = 64_000_000_000\nmemory_bandwidth = 100e9\n\
+         compute = { f32 = 1.0e12, f64 = 0.5e12 }\nlowering = \"cpu\"\n\n\
+         [interconnect]\ntopology = \"ring\"\ndevices = \"cpu\"\nbandwidth = 10e9\nlatency = 1e-6\n",
+    )
+    .expect("target");
+    let dir = tmp.path().join("step");
+    let mut args = vec!["--target", target.to_str().expect("utf-8"), "--emit", "mpi"];
+    args.extend(BATCH_SPLIT);
+    compile_step(&MLP, &ADAMW, &args, &dir);
+    let program = std::fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
+    assert!(program.contains("mpi.allreduce(") && !program.contains("shard.all_reduce"));
+    let (mpi_out, here) = (tmp.path().join("mpi"), tmp.path().join("here"));
+    mpirun_steps(&dir, 2, &MLP, 3000, &mpi_out);
+    ok(tessera()
+        .arg("train")
+        .arg(&dir)
+        .args(input_args(&MLP))
+        .args(["--steps", "3000", "--output-dir"])
+        .arg(&here));
+    assert_eq!(losses(&mpi_out, 1).len(), 3000);
+    for f in ["loss.csv", "weights.safetensors", "state.safetensors"] {
+        let a = std::fs::read(mpi_out.join(f)).expect(f);
+        let b = std::fs::read(here.join(f)).expect(f);
+        assert!(a == b, "{f} differs from tessera train's");
     }
 }
 

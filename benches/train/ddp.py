@@ -4,15 +4,15 @@ README's Benchmarks section.
 
     python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch onnx numpy
     cargo build --release
-    /tmp/torch/bin/python benches/train/ddp.py [--replicas 2] [--steps 5 45] [--repeats 3]
+    /tmp/torch/bin/python benches/train/ddp.py [--steps 20 420] [--repeats 5]
 
-tessera: `tessera compile MODEL --train ... --target mcm-ring4 --split force --split-axes
-batch --emit mpi` (the planner splits every op it can along the batch over a group of
-chips: each chip runs its rows of the forward and backward, the gradients are all-reduced in
-DDP's buckets), then `mpirun -np R DIR/program --steps S` with R the program's ranks (the
-chips with work and the host, which reads the batches and writes the outputs). PyTorch:
-`--replicas` processes, each a `DistributedDataParallel` replica on its rows of every batch
-(one thread each, gloo over loopback). Both train with AdamW. The step time of each is the
+tessera: `tessera compile MODEL --train ... --target cpu-pair.toml --split force
+--split-axes batch --emit mpi`, on a target of two CPUs, the host one of them, written by
+this script (the planner splits every op it can along the batch over the pair: each CPU
+runs its rows of the forward and backward, the gradients are all-reduced in DDP's buckets),
+then `mpirun -np 2 DIR/program --steps S`: one rank per CPU core of this machine. PyTorch:
+two processes, each a `DistributedDataParallel` replica on its rows of every batch (one
+thread each, gloo over loopback). Both train with AdamW. The step time of each is the
 difference of two whole runs' wall times, S2 and S1 steps, over S2 - S1: start-up (MPI and
 gloo initialization, reading the files, JIT or native code loading) cancels out. Medians of
 --repeats.
@@ -32,6 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "testdata", "training"))
 TESSERA = os.path.join(ROOT, "target", "release", "tessera")
 OPT = "adamw{lr=0.001 weight-decay=0.01}"
+# Data-parallel replicas (tessera's CPUs, PyTorch's processes).
+REPLICAS = 2
 # name, model class in make_training_refs, input name, input shape
 MODELS = [
     ("mlp", "Mlp", "x", "x=8x16"),
@@ -63,6 +65,9 @@ def worker(args):
         loss = F.cross_entropy(model(x), y, ignore_index=-100)
         loss.backward()
         opt.step()
+    # Every replica done before any leaves (gloo's teardown aborted a replica that left
+    # while the other was still in its last all-reduce).
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -80,10 +85,35 @@ def torch_run(model, cls, inp, steps, replicas, port):
     return wall
 
 
+# Two CPUs on one link, the host one of them: a rank per core of a 2-core machine (a third
+# rank, a host of its own, made every blocking receive wait for the scheduler: 0.5 s steps).
+CPU_PAIR = """name = "cpu-pair"
+host = "cpu0"
+
+[[device]]
+name = "cpu"
+count = 2
+kind = "cpu"
+memory = 64_000_000_000
+memory_bandwidth = 100e9
+compute = { f32 = 1.0e12, f64 = 0.5e12 }
+lowering = "cpu"
+
+[interconnect]
+topology = "ring"
+devices = "cpu"
+bandwidth = 10e9
+latency = 1e-6
+"""
+
+
 def tessera_build(model, inp, shape, out):
     d = os.path.join(ROOT, "testdata", "training", model)
+    target = out + ".toml"
+    with open(target, "w") as f:
+        f.write(CPU_PAIR)
     cmd = [TESSERA, "compile", os.path.join(d, "model.onnx"), "--train", "--labels", "labels",
-           "--optimizer", OPT, "--input-shape", shape, "--target", "mcm-ring4", "--split",
+           "--optimizer", OPT, "--input-shape", shape, "--target", target, "--split",
            "force", "--split-axes", "batch", "--emit", "mpi", "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -114,9 +144,8 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--cls")
     ap.add_argument("--input")
-    ap.add_argument("--steps", type=int, nargs="+", default=[5, 45])
-    ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, nargs="+", default=[20, 420])
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     if args.worker:
         args.steps = args.steps[0]
@@ -136,11 +165,11 @@ def main():
                 ts.append((tessera_run(out, ranks, inputs, s2)
                            - tessera_run(out, ranks, inputs, s1)) / (s2 - s1) * 1e3)
                 port += 2
-                ps.append((torch_run(model, cls, inp, s2, args.replicas, port)
-                           - torch_run(model, cls, inp, s1, args.replicas, port + 1))
+                ps.append((torch_run(model, cls, inp, s2, REPLICAS, port)
+                           - torch_run(model, cls, inp, s1, REPLICAS, port + 1))
                           / (s2 - s1) * 1e3)
             t, p = statistics.median(ts), statistics.median(ps)
-            print(f"| {model} | {mesh} | {ranks} | {t:.3f} | {args.replicas} | {p:.3f} | "
+            print(f"| {model} | {mesh} | {ranks} | {t:.3f} | {REPLICAS} | {p:.3f} | "
                   f"{t / p:.2f} |", flush=True)
 
 

@@ -99,6 +99,43 @@ fn wire(e: ElemType) -> ElemType {
     }
 }
 
+/// `v`, a tensor of type `t` with extents `d`, as the rank-1 tensor type `ft` of as many
+/// elements (code appended to `b`; `name` names the result when one is needed). LLVM 22's
+/// MPI lowering counts only the first extent of a memref, so messages travel flat.
+fn to_flat(b: &mut String, name: String, v: String, d: &[u64], t: &str, ft: &str) -> String {
+    let op = match d.len() {
+        1 => return v,
+        0 => format!("tensor.expand_shape {v} [] output_shape [1] : {t} into {ft}"),
+        _ => format!("tensor.collapse_shape {v} {} : {t} into {ft}", all_dims(d)),
+    };
+    let _ = writeln!(b, "    {name} = {op}");
+    name
+}
+
+/// The inverse of [`to_flat`]: `v` of the rank-1 type `ft` as type `t` with extents `d`.
+fn from_flat(b: &mut String, name: String, v: String, d: &[u64], t: &str, ft: &str) -> String {
+    let op = match d.len() {
+        1 => return v,
+        0 => format!("tensor.collapse_shape {v} [] : {ft} into {t}"),
+        _ => {
+            let dims: Vec<String> = d.iter().map(u64::to_string).collect();
+            format!(
+                "tensor.expand_shape {v} {} output_shape [{}] : {ft} into {t}",
+                all_dims(d),
+                dims.join(", ")
+            )
+        }
+    };
+    let _ = writeln!(b, "    {name} = {op}");
+    name
+}
+
+/// The reassociation of every axis of `d` into one: `[[0, 1, ...]]`.
+fn all_dims(d: &[u64]) -> String {
+    let axes: Vec<String> = (0..d.len()).map(|i| i.to_string()).collect();
+    format!("[[{}]]", axes.join(", "))
+}
+
 struct RankFn {
     text: String,
     /// Weight names, then (host only) input names, as the function's arguments.
@@ -191,21 +228,13 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         let w = wire(ty.elem);
         let d = ty.static_dims().unwrap_or_default();
         let n: u64 = d.iter().product();
-        // Messages travel flat: LLVM 22's MPI lowering counts only the first extent of a
-        // memref, so a rank-1 buffer carries the whole tensor.
+        // Messages travel flat (see `to_flat`).
         let wty = ty.with_elem(w);
         let flat = TensorType::fixed(w, &[n]);
         let tt = tensor_ty(ty).map_err(|e| err(e.0))?;
         let wt = tensor_ty(&wty).map_err(|e| err(e.0))?;
         let ft = tensor_ty(&flat).map_err(|e| err(e.0))?;
         let mt = ft.replacen("tensor", "memref", 1);
-        let groups = format!(
-            "[[{}]]",
-            (0..d.len())
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
         let t = tag;
         tag += 1;
         // Sender: convert the element type, flatten, send.
@@ -223,25 +252,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             let _ = writeln!(b, "    {c} = {op} {v} : {tt} to {wt}");
             c
         };
-        let sent = match d.len() {
-            1 => conv,
-            0 => {
-                let c = fresh(src);
-                let _ = writeln!(
-                    b,
-                    "    {c} = tensor.expand_shape {conv} [] output_shape [1] : {wt} into {ft}"
-                );
-                c
-            }
-            _ => {
-                let c = fresh(src);
-                let _ = writeln!(
-                    b,
-                    "    {c} = tensor.collapse_shape {conv} {groups} : {wt} into {ft}"
-                );
-                c
-            }
-        };
+        let sent = to_flat(b, fresh(src), conv, &d, &wt, &ft);
         let mb = fresh(src);
         let tg = fresh(src);
         let ds = fresh(src);
@@ -266,27 +277,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             b,
             "    {got} = bufferization.to_tensor {buf} restrict : {mt} to {ft}"
         );
-        let shaped = match d.len() {
-            1 => got,
-            0 => {
-                let c = fresh(dst);
-                let _ = writeln!(
-                    b,
-                    "    {c} = tensor.collapse_shape {got} [] : {ft} into {wt}"
-                );
-                c
-            }
-            _ => {
-                let c = fresh(dst);
-                let dims: Vec<String> = d.iter().map(u64::to_string).collect();
-                let _ = writeln!(
-                    b,
-                    "    {c} = tensor.expand_shape {got} {groups} output_shape [{}] : {ft} into {wt}",
-                    dims.join(", ")
-                );
-                c
-            }
-        };
+        let shaped = from_flat(b, fresh(dst), got, &d, &wt, &ft);
         let value = if w == ty.elem {
             shaped
         } else {
@@ -336,7 +327,10 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             }
             let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;
             let pt = tensor_ty(&part_ty).map_err(|e| err(e.0))?;
-            let grid = st.device.trim_start_matches('@');
+            let dims = ty.static_dims().unwrap_or_default();
+            let ft = tensor_ty(&TensorType::fixed(ty.elem, &[dims.iter().product()]))
+                .map_err(|e| err(e.0))?;
+            let mt = ft.replacen("tensor", "memref", 1);
             let mm = m.mesh_of(&st.device).ok_or_else(|| {
                 err(format!(
                     "step {}: no mesh {} in the manifest",
@@ -348,7 +342,6 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
                 shape: mm.shape.clone(),
                 devices: mm.devices.clone(),
             };
-            let axes: Vec<String> = (0..mesh.shape.len()).map(|a| a.to_string()).collect();
             let zero = crate::lower::zero_literal(ty.elem);
             for r in 0..ranks.len() {
                 let mine = match (envs[r].get(&k_in).cloned(), kind.as_str()) {
@@ -394,12 +387,26 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
                         z
                     }
                 };
-                let out = fresh(r);
+                // MPI_Allreduce on the world's communicator, straight from the MPI dialect
+                // (MLIR 22's `shard.all_reduce` lowered through a fresh `MPI_Comm_split` per
+                // call, never freed: a training run aborted after 2048 collectives).
+                // The message flat, as every message travels (`to_flat`).
+                let flat = to_flat(&mut bodies[r], fresh(r), mine, &dims, &tt, &ft);
+                let (mb, buf, got) = (fresh(r), fresh(r), fresh(r));
                 let _ = writeln!(
                     bodies[r],
-                    "    {out} = shard.all_reduce {mine} on @{grid} grid_axes = [{}] : {tt} -> {tt}",
-                    axes.join(", ")
+                    "    {mb} = bufferization.to_buffer {flat} read_only : {ft} to {mt}"
                 );
+                let _ = writeln!(bodies[r], "    {buf} = memref.alloc() : {mt}");
+                let _ = writeln!(
+                    bodies[r],
+                    "    mpi.allreduce({mb}, {buf}, MPI_SUM, %comm) : {mt}, {mt}"
+                );
+                let _ = writeln!(
+                    bodies[r],
+                    "    {got} = bufferization.to_tensor {buf} restrict : {mt} to {ft}"
+                );
+                let out = from_flat(&mut bodies[r], fresh(r), got, &dims, &tt, &ft);
                 envs[r].insert(Key::Step(st.id, 0), out);
             }
             continue;
@@ -531,15 +538,6 @@ fn module(program: &Program, fns: &[RankFn]) -> String {
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
-    for mesh in &program.manifest.meshes {
-        let shape: Vec<String> = mesh.shape.iter().map(u32::to_string).collect();
-        let _ = writeln!(
-            s,
-            "  shard.grid @{}(shape = {}) {{sym_visibility = \"private\"}}",
-            mesh.name,
-            shape.join("x")
-        );
-    }
     for text in program.step_texts.values() {
         s.push_str(text);
     }

@@ -19,11 +19,10 @@ use crate::{Error, Mlir, PipelineOptions};
 pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
 /// The same for a program with MPI calls: `buffer-deallocation-pipeline` rejects them, so
-/// buffers live until the process ends; `convert-shard-to-mpi` turns `shard.all_reduce` into
-/// `mpi.allreduce`; `symbol-dce` drops the (private) `shard.grid`; `convert-to-llvm` lowers the MPI dialect (for the
+/// buffers live until the process ends; `convert-to-llvm` lowers the MPI dialect (for the
 /// implementation the module's `dlti.map` names); tensor-level `arith` casts of the
 /// messages become linalg first.
-pub const CPU_MPI: &str = "builtin.module(func.func(convert-shard-to-mpi),convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
+pub const CPU_MPI: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
 /// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
 /// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA
