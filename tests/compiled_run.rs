@@ -550,6 +550,31 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
         "{e}"
     );
     assert!(!tmp.path().join("chained/manifest.json").exists());
+    // MLIR 22's MPI lowering has no datatype for f16 (nor bf16, bool): refused at compile
+    // time, not a null datatype at run time.
+    let half = tmp.path().join("half.tir");
+    fs::write(
+        &half,
+        "mesh @grid = [2] devices(\"chip0\", \"chip1\")\n\n\
+         graph @g(%x: f16[4, 4]) {\n\
+         \x20 %p = relu %x : f16[4, 4] device(\"@grid\")\n\
+         \x20 %s = all-reduce %p {axes = [0]} : f16[4, 4] device(\"@grid\")\n\
+         \x20 return %s\n}\n",
+    )
+    .expect("write");
+    let e = fails(
+        tessera()
+            .arg("compile")
+            .arg(&half)
+            .args(["--target", "mcm-2x2", "--passes", "cse", "--split", "off"])
+            .args(["--emit", "mpi", "-o"])
+            .arg(tmp.path().join("half")),
+    );
+    assert!(
+        e.contains("all-reduce of f16 tensors does not lower to MPI"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("half").exists());
 }
 
 /// Two meshes, one per pipeline stage: data parallel on the first, tensor parallel on the

@@ -273,9 +273,9 @@ impl Graph {
         self.mesh_of_device(self.op(o).device.as_deref()?)
     }
 
-    /// The mesh value `v`'s sharding refers to: its producer's mesh; for a value made off
-    /// every mesh (a graph input, or an op not yet placed), the graph's mesh when it has
-    /// exactly one.
+    /// The mesh value `v`'s sharding refers to: its producer's mesh; for any other value (a
+    /// graph input, a constant, the result of an op on one device or not yet placed), the
+    /// graph's mesh when it has exactly one.
     pub fn value_mesh(&self, v: ValueId) -> Option<&Mesh> {
         let own = match self.value(v).def {
             ValueDef::Result(o, _) => self.op_mesh(o),

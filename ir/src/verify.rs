@@ -38,7 +38,8 @@
 //!     A value has a sharding only if it has a mesh ([`Graph::value_mesh`]: its producer's,
 //!     or the graph's only one); its mesh axes exist in that mesh, and each static tensor
 //!     extent is divisible by the product of the sizes of the mesh axes it is split over. A
-//!     device name starting with `@` names a mesh: it is `@` followed by a mesh's name.
+//!     device name starting with `@` names a mesh: it is `@` followed by a mesh's name. An op
+//!     on a mesh reads no value split on another mesh (values cross meshes whole).
 //! 11. **Transfers and collectives**: a `transfer` goes between two different devices, and
 //!     when it has a device, that device is its `to`. A collective (`all-reduce`,
 //!     `all-gather`, `all-slice`, `reduce-scatter`, `all-to-all`) runs on a mesh (its device
@@ -404,6 +405,28 @@ impl Verifier<'_> {
                 _ => None,
             },
         };
+        // Values cross meshes whole: an op on a mesh reads split values of its own mesh only.
+        if let Some(m) = data.device.as_deref().and_then(|d| g.mesh_of_device(d)) {
+            for &v in data.operands.iter().filter(|&&v| g.is_valid_value(v)) {
+                let split = g
+                    .value(v)
+                    .sharding
+                    .as_ref()
+                    .is_some_and(|s| !s.is_replicated());
+                if let Some(other) = g.value_mesh(v).filter(|o| split && o.name != m.name) {
+                    self.error(
+                        e,
+                        format!(
+                            "{desc}: on mesh @{} it reads {}, split on mesh @{}; values cross \
+                             meshes whole",
+                            m.name,
+                            self.value_desc(v),
+                            other.name
+                        ),
+                    );
+                }
+            }
+        }
         match &data.op {
             Op::Transfer { from, to } => {
                 if from == to {

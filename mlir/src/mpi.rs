@@ -304,8 +304,8 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
     }
     for st in &m.steps {
         if let Some(kind) = &st.collective {
-            // Every rank takes part (MLIR's shard-to-MPI lowering reduces over the whole MPI
-            // world): an all-reduce sums the mesh devices' partials (the other ranks add
+            // Every rank takes part (the all-reduce is over the world's communicator): an
+            // all-reduce sums the mesh devices' partials (the other ranks add
             // zeros); an all-gather is the all-reduce of every device's block placed in a
             // zero tensor of the whole shape. Every rank then holds the result. A
             // reduce-scatter is an all-reduce and an all-to-all an all-gather here: the
@@ -319,10 +319,11 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             let k_in = Key::Step(*step, *result);
             let part_ty = types[&k_in].clone();
             let ty = parse_type(&st.results[0].ty)?;
-            if ty.elem == ElemType::Bool {
+            // MLIR 22's MPI lowering has no MPI datatype for these (it passes a null one).
+            if matches!(ty.elem, ElemType::Bool | ElemType::F16 | ElemType::BF16) {
                 return Err(err(format!(
-                    "step {}: a {kind} of bool tensors does not lower to MPI",
-                    st.id
+                    "step {}: a {kind} of {} tensors does not lower to MPI",
+                    st.id, ty.elem
                 )));
             }
             let tt = tensor_ty(&ty).map_err(|e| err(e.0))?;

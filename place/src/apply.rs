@@ -57,6 +57,10 @@ pub const MESH: &str = "split";
 /// Why a plan cannot be applied to its graph.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// Two device groups the plan splits over share a device (each becomes a mesh, and a
+    /// device holds one block of a split weight).
+    #[error("the plan splits ops over device groups `{0}` and `{1}`, which share a device")]
+    Overlap(String, String),
     /// The graph already has a device mesh (from the `shard` pass).
     #[error("the graph already declares device mesh @{0}")]
     HasMesh(String),
@@ -106,6 +110,18 @@ pub fn apply_plan(
     }
     if let Some(m) = graph.meshes.first() {
         return Err(ApplyError::HasMesh(m.name.clone()));
+    }
+    for (i, &a) in groups.iter().enumerate() {
+        for &b in &groups[i + 1..] {
+            let (da, db) = (
+                &inst.place_devices[inst.d + a],
+                &inst.place_devices[inst.d + b],
+            );
+            if da.iter().any(|k| db.contains(k)) {
+                let name = |g: usize| inst.problem.groups[g].name.clone();
+                return Err(ApplyError::Overlap(name(a), name(b)));
+            }
+        }
     }
     // One mesh per group, in group order.
     let mut mesh_of_group: BTreeMap<usize, usize> = BTreeMap::new();

@@ -214,18 +214,46 @@ fn plans_over_two_groups_make_two_meshes() {
     let built = build_with(&g, &cost, &BuildOptions { splits: true }).expect("built");
     let inst = Instance::new(built.problem.clone()).expect("valid");
     let mut assign = plan(&inst, &BTreeMap::new());
-    let mut groups_used = Vec::new();
+    // Two groups that share no device (gpu-8's groups are blocks of 8, 4 and 2 GPUs).
+    let members = |a: &tessera_place::problem::Alt| &inst.place_devices[inst.d + a.group];
+    let mut groups_used: Vec<usize> = Vec::new();
     for (o, x) in assign.iter_mut().enumerate() {
-        if let Some(a) = inst.alts[o]
-            .iter()
-            .position(|a| a.allowed && !groups_used.contains(&a.group))
-            && groups_used.len() < 2
+        if let Some(a) = inst.alts[o].iter().position(|a| {
+            a.allowed
+                && !groups_used.contains(&a.group)
+                && groups_used.iter().all(|&g| {
+                    let used = &inst.place_devices[inst.d + g];
+                    members(a).iter().all(|k| !used.contains(k))
+                })
+        }) && groups_used.len() < 2
         {
             groups_used.push(inst.alts[o][a].group);
             *x = inst.d + a;
         }
     }
     assert_eq!(groups_used.len(), 2);
+    // Overlapping groups are refused: a device would hold two blocks of one weight.
+    let mut overlapping = assign.clone();
+    let first = groups_used[0];
+    let other = (0..inst.problem.groups.len())
+        .find(|&g| {
+            g != first
+                && inst.place_devices[inst.d + g]
+                    .iter()
+                    .any(|k| inst.place_devices[inst.d + first].contains(k))
+        })
+        .expect("gpu-8 has overlapping groups");
+    let (o, a) = (0..inst.n)
+        .find_map(|o| {
+            let a = inst.alts[o]
+                .iter()
+                .position(|a| a.allowed && a.group == other)?;
+            (assign[o] < inst.d).then_some((o, a))
+        })
+        .expect("an op placed whole that can split over the other group");
+    overlapping[o] = inst.d + a;
+    let e = apply_plan(&mut g.clone(), &built, &inst, &overlapping).expect_err("overlap");
+    assert!(e.to_string().contains("which share a device"), "{e}");
     let mut out = g.clone();
     apply_plan(&mut out, &built, &inst, &assign).expect("two groups");
     tessera_ir::verify::verify(&out).unwrap_or_else(|e| panic!("{e:?}\n{}", text::print(&out)));

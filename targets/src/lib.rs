@@ -39,8 +39,8 @@ pub use registry::{
     list_targets, lookup,
 };
 pub use sim::{
-    ON_MESH, SimError, SimOptions, SimReport, Span, SpanKind, Trace, placement_from_graph,
-    simulate, trace,
+    ON_MESH, SimError, SimOptions, SimReport, Span, SpanKind, Trace, mesh_slot, on_mesh,
+    placement_from_graph, simulate, trace,
 };
 pub use target::{
     Artifact, DevicePipeline, ModuleFn, Target, known_lowerings, pass_target, register_lowering,
