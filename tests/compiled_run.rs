@@ -521,11 +521,27 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
     }
     // Under MPI: the host and the two chips of the mesh.
     jit_and_mpi_match(&dir, 3, &x, &want);
+    // IR that `compile` must refuse (`extra` after the common flags): the error and the
+    // output folder asked for.
+    let refused = |name: &str, ir: &str, extra: &[&str]| {
+        let file = tmp.path().join(format!("{name}.tir"));
+        fs::write(&file, ir).expect("write");
+        let out = tmp.path().join(name);
+        let e = fails(
+            tessera()
+                .arg("compile")
+                .arg(&file)
+                .args(["--target", "mcm-2x2", "--passes", "cse", "--split", "off"])
+                .args(extra)
+                .arg("-o")
+                .arg(&out),
+        );
+        (e, out)
+    };
     // A collective of a collective's result (valid IR; apply never writes it) is refused:
     // a collective step makes the whole tensor, which the next would take for one block.
-    let chained = tmp.path().join("chained.tir");
-    fs::write(
-        &chained,
+    let (e, out) = refused(
+        "chained",
         "mesh @grid = [2] devices(\"chip0\", \"chip1\")\n\n\
          graph @g(%x: f32[4, 4]) {\n\
          \x20 %p = relu %x : f32[4, 4] device(\"@grid\")\n\
@@ -533,48 +549,30 @@ fn resharding_collectives_run_under_the_jit_and_mpirun() {
          \x20 %a = all-to-all %r {axes = [0]} : f32[4, 4] sharded[[], [0]] device(\"@grid\")\n\
          \x20 %g = all-gather %a {axes = [0]} : f32[4, 4] device(\"@grid\")\n\
          \x20 return %g\n}\n",
-    )
-    .expect("write");
-    let e = fails(
-        tessera()
-            .arg("compile")
-            .arg(&chained)
-            .args([
-                "--target", "mcm-2x2", "--passes", "cse", "--split", "off", "-o",
-            ])
-            .arg(tmp.path().join("chained")),
+        &[],
     );
     assert!(
         e.contains("(all-to-all) reads the result of op")
             && e.contains("(reduce-scatter): a collective of a collective's result does not lower"),
         "{e}"
     );
-    assert!(!tmp.path().join("chained/manifest.json").exists());
+    assert!(!out.join("manifest.json").exists());
     // MLIR 22's MPI lowering has no datatype for f16 (nor bf16, bool): refused at compile
     // time, not a null datatype at run time.
-    let half = tmp.path().join("half.tir");
-    fs::write(
-        &half,
+    let (e, out) = refused(
+        "half",
         "mesh @grid = [2] devices(\"chip0\", \"chip1\")\n\n\
          graph @g(%x: f16[4, 4]) {\n\
          \x20 %p = relu %x : f16[4, 4] device(\"@grid\")\n\
          \x20 %s = all-reduce %p {axes = [0]} : f16[4, 4] device(\"@grid\")\n\
          \x20 return %s\n}\n",
-    )
-    .expect("write");
-    let e = fails(
-        tessera()
-            .arg("compile")
-            .arg(&half)
-            .args(["--target", "mcm-2x2", "--passes", "cse", "--split", "off"])
-            .args(["--emit", "mpi", "-o"])
-            .arg(tmp.path().join("half")),
+        &["--emit", "mpi"],
     );
     assert!(
         e.contains("all-reduce of f16 tensors does not lower to MPI"),
         "{e}"
     );
-    assert!(!tmp.path().join("half").exists());
+    assert!(!out.exists());
 }
 
 /// Two meshes, one per pipeline stage: data parallel on the first, tensor parallel on the

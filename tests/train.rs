@@ -920,15 +920,7 @@ fn close_to(a: &Path, b: &Path, rel: f64) {
 #[test]
 fn long_mpi_training_runs_match_tessera_train() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let target = tmp.path().join("cpu-pair.toml");
-    std::fs::write(
-        &target,
-        "name = \"cpu-pair\"\nhost = \"cpu0\"\n\n[[device]]\nname = \"cpu\"\ncount = 2\n\
-         kind = \"cpu\"\nmemory = 64_000_000_000\nmemory_bandwidth = 100e9\n\
-         compute = { f32 = 1.0e12, f64 = 0.5e12 }\nlowering = \"cpu\"\n\n\
-         [interconnect]\ntopology = \"ring\"\ndevices = \"cpu\"\nbandwidth = 10e9\nlatency = 1e-6\n",
-    )
-    .expect("target");
+    let target = repo().join("testdata/targets/cpu-pair.toml");
     let dir = tmp.path().join("step");
     let mut args = vec!["--target", target.to_str().expect("utf-8"), "--emit", "mpi"];
     args.extend(BATCH_SPLIT);

@@ -6,9 +6,9 @@ README's Benchmarks section.
     cargo build --release
     /tmp/torch/bin/python benches/train/ddp.py [--steps 20 420] [--repeats 5]
 
-tessera: `tessera compile MODEL --train ... --target cpu-pair.toml --split force
---split-axes batch --emit mpi`, on a target of two CPUs, the host one of them, written by
-this script (the planner splits every op it can along the batch over the pair: each CPU
+tessera: `tessera compile MODEL --train ... --target testdata/targets/cpu-pair.toml --split
+force --split-axes batch --emit mpi`, on a target of two CPUs, the host one of them (the
+planner splits every op it can along the batch over the pair: each CPU
 runs its rows of the forward and backward, the gradients are all-reduced in DDP's buckets),
 then `mpirun -np 2 DIR/program --steps S`: one rank per CPU core of this machine. PyTorch:
 two processes, each a `DistributedDataParallel` replica on its rows of every batch (one
@@ -87,33 +87,13 @@ def torch_run(model, cls, inp, steps, replicas, port):
 
 # Two CPUs on one link, the host one of them: a rank per core of a 2-core machine (a third
 # rank, a host of its own, made every blocking receive wait for the scheduler: 0.5 s steps).
-CPU_PAIR = """name = "cpu-pair"
-host = "cpu0"
-
-[[device]]
-name = "cpu"
-count = 2
-kind = "cpu"
-memory = 64_000_000_000
-memory_bandwidth = 100e9
-compute = { f32 = 1.0e12, f64 = 0.5e12 }
-lowering = "cpu"
-
-[interconnect]
-topology = "ring"
-devices = "cpu"
-bandwidth = 10e9
-latency = 1e-6
-"""
+CPU_PAIR = os.path.join(ROOT, "testdata", "targets", "cpu-pair.toml")
 
 
 def tessera_build(model, inp, shape, out):
     d = os.path.join(ROOT, "testdata", "training", model)
-    target = out + ".toml"
-    with open(target, "w") as f:
-        f.write(CPU_PAIR)
     cmd = [TESSERA, "compile", os.path.join(d, "model.onnx"), "--train", "--labels", "labels",
-           "--optimizer", OPT, "--input-shape", shape, "--target", target, "--split",
+           "--optimizer", OPT, "--input-shape", shape, "--target", CPU_PAIR, "--split",
            "force", "--split-axes", "batch", "--emit", "mpi", "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

@@ -12,7 +12,8 @@
 //! their own and stay on their device.
 //!
 //! **Meshes (SPMD).** An op placed on one of the graph's meshes (`device("@grid")`,
-//! [`on_mesh`] of the mesh's index in a placement) runs on every device of that mesh: one task per device, each for
+//! [`on_mesh`] of the mesh's index in a placement) runs on every device of that mesh: one
+//! task per device, each for
 //! [`CostModel::op_time_sharded`] with `parts` the shard factor of the op, the largest number
 //! of pieces any of its operands or results is cut into by its sharding (a column-parallel
 //! matmul whose weight and result are split 4 ways does a quarter of the work on each
@@ -167,13 +168,14 @@ pub fn placement_from_graph(
     let index = spec.device_map();
     for &op in graph.ops() {
         let data = graph.op(op);
-        let mesh = data.device.as_deref().and_then(|d| {
-            let m = graph.mesh_of_device(d)?;
-            graph.meshes.iter().position(|x| std::ptr::eq(x, m))
-        });
-        placement[op.index()] = match &data.device {
-            Some(_) if mesh.is_some() => on_mesh(mesh.unwrap_or(0)),
-            Some(name) => {
+        let mesh = data
+            .device
+            .as_deref()
+            .and_then(|d| d.strip_prefix('@'))
+            .and_then(|name| graph.meshes.iter().position(|m| m.name == name));
+        placement[op.index()] = match (&data.device, mesh) {
+            (_, Some(k)) => on_mesh(k),
+            (Some(name), None) => {
                 index
                     .get(name.as_str())
                     .copied()
@@ -183,8 +185,8 @@ pub fn placement_from_graph(
                         target: spec.name.clone(),
                     })?
             }
-            None if matches!(data.op, Op::Const(_)) => default.unwrap_or(0),
-            None => default.ok_or_else(|| SimError::Unplaced {
+            (None, None) if matches!(data.op, Op::Const(_)) => default.unwrap_or(0),
+            (None, None) => default.ok_or_else(|| SimError::Unplaced {
                 op: describe_op(graph, op),
             })?,
         };
