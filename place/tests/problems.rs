@@ -702,3 +702,47 @@ fn the_latency_bound_does_not_serialize_a_link() {
     assert!(period >= 2.0 && lb.value >= 2.0 - 1e-6, "{period} {lb:?}");
     assert!(lb.value <= period * (1.0 + 1e-9));
 }
+
+/// The branched relaxation past its solve limit: op `x` takes 0.5 s on the host, which also
+/// runs a pinned op of 1 s, and 4 s on any of eight GPUs. The relaxation spreads `x` over the
+/// GPUs (an eighth each, the period 1 s), so it branches on `x`: its main option is a GPU
+/// (4 s alone), the others the host (0.5 s) and seven more GPUs, more than it solves. The
+/// optimum, `x` on the host, is 1.5 s; the branched bound must reach it and not pass it.
+#[test]
+fn the_branched_relaxation_tries_every_option_below_its_best() {
+    let device = |name: &str, kind: &str| Device {
+        name: name.into(),
+        kind: kind.into(),
+        memory: 1 << 30,
+        unsupported_ops: Vec::new(),
+        overlap: true,
+    };
+    let op = |name: &str, host: f64, pin: Option<&str>| OpSpec {
+        name: name.into(),
+        kind: "k".into(),
+        time: [("host".to_string(), host), ("gpu".to_string(), 4.0)].into(),
+        memory: 0,
+        colocate: None,
+        pin: pin.map(Into::into),
+        spmd: Vec::new(),
+        splits: Vec::new(),
+    };
+    let p = Problem {
+        version: 1,
+        name: "spread".into(),
+        devices: std::iter::once(device("h", "host"))
+            .chain((0..8).map(|i| device(&format!("g{i}"), "gpu")))
+            .collect(),
+        routers: Vec::new(),
+        links: Vec::new(),
+        ops: vec![op("a", 1.0, Some("h")), op("x", 0.5, None)],
+        edges: Vec::new(),
+        groups: Vec::new(),
+    };
+    let inst = Instance::new(p).expect("valid");
+    let optimum = brute_force(&inst, Objective::Throughput).expect("a plan");
+    assert!((optimum - 1.5).abs() < 1e-9, "{optimum}");
+    let lb = lower_bound(&inst, Objective::Throughput).expect("bound");
+    assert!((lb.components["lp"] - 1.0).abs() < 1e-6, "{lb:?}");
+    assert!((lb.value - 1.5).abs() < 1e-6, "{lb:?}");
+}

@@ -838,3 +838,48 @@ fn the_tracker_agrees_with_a_fresh_evaluation_after_every_move() {
     }
     assert!(checked > 1000);
 }
+
+/// The LP relaxation may put a fraction of a large op in memory left over on fast devices;
+/// no plan can, which the relaxation branched once on its most spread op knows. A host `h`
+/// (slow, large) and two chips of 1000 bytes, both a group. Op `big` runs on the host in
+/// 10 s, or split over the pair in 0.1 s with 700 bytes on each chip; two fillers (600 bytes,
+/// 6 s on the host, 0.1 s on a chip) fit one chip each. Whatever `big` does, something slow
+/// runs on the host: `big` whole there (10 s, the optimum), or the fillers, which no longer
+/// fit beside its shares (12 s). The relaxation puts 4/7 of `big` on the chips and the
+/// fillers beside it: 30/7 s on the host. Branched on `big`: on the host, 10 s; split, the
+/// fillers half on the host: 6 s. The bound is 6 s, below the optimum of 10 s.
+#[test]
+fn the_branched_relaxation_is_tighter_and_below_the_optimum() {
+    let chip = [("chip", 0.1)];
+    let p = Problem {
+        version: VERSION,
+        name: "fractions".into(),
+        devices: vec![
+            device("h", "cpu", 1 << 30),
+            device("c0", "chip", 1000),
+            device("c1", "chip", 1000),
+        ],
+        routers: Vec::new(),
+        links: Vec::new(),
+        ops: vec![
+            OpSpec {
+                splits: vec![split("pair", "columns", &chip, 700, &[], &[])],
+                ..op("big", &[("cpu", 10.0), ("chip", 0.2)], 1400)
+            },
+            op("f1", &[("cpu", 6.0), ("chip", 0.1)], 600),
+            op("f2", &[("cpu", 6.0), ("chip", 0.1)], 600),
+        ],
+        edges: Vec::new(),
+        groups: vec![DeviceGroup {
+            name: "pair".into(),
+            devices: vec!["c0".into(), "c1".into()],
+        }],
+    };
+    let inst = Instance::new(p).expect("valid");
+    let optimum = brute_force(&inst, Objective::Throughput).expect("a plan");
+    assert!(close(optimum, 10.0), "{optimum}");
+    let lb = lower_bound(&inst, Objective::Throughput).expect("bound");
+    assert!(close(lb.components["lp"], 30.0 / 7.0), "{lb:?}");
+    assert!(close(lb.components["lp-branch"], 6.0), "{lb:?}");
+    assert!(close(lb.value, 6.0) && lb.value <= optimum, "{lb:?}");
+}
