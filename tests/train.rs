@@ -761,6 +761,40 @@ fn stages_target(dir: &Path, memory: u64) -> PathBuf {
     file
 }
 
+/// The two stages of a step compiled by the pipeline-stage tests in `dir`: meshes `@split0`
+/// (chip0, chip1) and `@split1` (chip2, chip3), ops on both, and every device within its
+/// capacity in the plan (placement's model) and in the simulation (its peak).
+fn check_meshes(dir: &Path) {
+    let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+    for mesh in [
+        "mesh @split0 = [2] devices(\"chip0\", \"chip1\")",
+        "mesh @split1 = [2] devices(\"chip2\", \"chip3\")",
+    ] {
+        assert!(placed.contains(mesh), "{mesh}");
+    }
+    for on in ["device(\"@split0\")", "device(\"@split1\")"] {
+        assert!(placed.contains(on), "no op on {on}");
+    }
+    // Every device within its capacity: in the plan (placement's model) and in the
+    // simulation of the placed step (its peak).
+    let json = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(f)).expect(f)).expect("json")
+    };
+    let (plan, report) = (json("plan.json"), json("report.json"));
+    let rows = [
+        (&plan["devices"], "memory"),
+        (&report["simulation"]["devices"], "peak_memory"),
+    ];
+    for (devices, field) in rows {
+        let devices = devices.as_array().expect("devices");
+        assert_eq!(devices.len(), 5);
+        for d in devices {
+            let (used, cap) = (d[field].as_u64(), d["capacity"].as_u64());
+            assert!(used.is_some() && used <= cap, "{field}: {d}");
+        }
+    }
+}
+
 /// Pipeline stages that are each data parallel (Alpa's submeshes): on chips whose memory
 /// holds about half a step, `--split force --split-axes batch` plans two stages, each split
 /// along the batch over its own pair of chips (two meshes, `@split0` and `@split1`), the
@@ -768,43 +802,12 @@ fn stages_target(dir: &Path, memory: u64) -> PathBuf {
 /// microbatches under `mpirun` (GPipe and 1F1B: the same numbers, byte for byte) gives
 /// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
 /// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
-/// output features over its stage's pair); the CNN and GPT-2 tiny (one microbatch: its batch
-/// of 2 is split over each pair) give torch's through the JIT. Every device stays within its
-/// capacity; on chips too small for any plan the error names the device, its stage and the
-/// overflow.
+/// output features over its stage's pair); so do the CNN and GPT-2 tiny (one microbatch: the
+/// batch is split over each pair) under `mpirun`. Every device stays within its capacity; on
+/// chips too small for any plan the error names the device, its stage and the overflow.
 #[test]
 fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let check_meshes = |dir: &Path| {
-        let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
-        for mesh in [
-            "mesh @split0 = [2] devices(\"chip0\", \"chip1\")",
-            "mesh @split1 = [2] devices(\"chip2\", \"chip3\")",
-        ] {
-            assert!(placed.contains(mesh), "{mesh}");
-        }
-        for on in ["device(\"@split0\")", "device(\"@split1\")"] {
-            assert!(placed.contains(on), "no op on {on}");
-        }
-        // Every device within its capacity: in the plan (placement's model) and in the
-        // simulation of the placed step (its peak).
-        let json = |f: &str| -> serde_json::Value {
-            serde_json::from_slice(&std::fs::read(dir.join(f)).expect(f)).expect("json")
-        };
-        let (plan, report) = (json("plan.json"), json("report.json"));
-        let rows = [
-            (&plan["devices"], "memory"),
-            (&report["simulation"]["devices"], "peak_memory"),
-        ];
-        for (devices, field) in rows {
-            let devices = devices.as_array().expect("devices");
-            assert_eq!(devices.len(), 5);
-            for d in devices {
-                let (used, cap) = (d[field].as_u64(), d["capacity"].as_u64());
-                assert!(used.is_some() && used <= cap, "{field}: {d}");
-            }
-        }
-    };
     let mlp_target = stages_target(tmp.path(), 32_000);
     let mlp_target = mlp_target.to_str().expect("utf-8");
     let single = train_model(&MLP, &ADAMW, &[]);
@@ -877,13 +880,65 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     assert!(!tmp.path().join("tiny").exists());
     for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
         let target = stages_target(tmp.path(), memory);
-        let dir = tmp.path().join(m.dir.replace('/', "_"));
         let mut args = vec!["--target", target.to_str().expect("utf-8")];
         args.extend(BATCH_SPLIT);
-        compile_step(m, c, &args, &dir);
+        let (build, out) = train_under_mpi_with(m, c, &args);
+        check_meshes(&build.path().join("step"));
+        check_against_torch(m, c, &out);
+        close_to(&out, train_model(m, c, &[]).path(), 1e-5);
+    }
+}
+
+/// The tensor-parallel variant of the pipeline-stage test for the CNN and GPT-2 tiny: two
+/// stages on two pairs of chips, each stage's ops split along model axes only (no `batch`),
+/// under `mpirun`: torch's numbers, and the single-device `tessera train`'s to 1e-5. On
+/// chips of 40 000 bytes the CNN's classifier (its `gemm`, forward and backward) and the
+/// elementwise ops around it split by features on the second pair (its convolutions, with 4
+/// and 8 channels, run on the host); on chips of 1 MB GPT-2 tiny's products split by columns
+/// and rows, attention by heads, on both pairs.
+#[test]
+fn pipeline_stages_of_tensor_parallel_pairs_match_pytorch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (m, c, memory, axes, products) in [
+        (&CNN, &SGD, 40_000, "channels,columns,rows,hidden", 2),
+        (
+            &GPT2_TINY,
+            &ADAMW,
+            1_000_000,
+            "columns,rows,hidden,heads",
+            8,
+        ),
+    ] {
+        let target = stages_target(tmp.path(), memory);
+        let args = [
+            "--target",
+            target.to_str().expect("utf-8"),
+            "--split",
+            "force",
+            "--split-axes",
+            axes,
+        ];
+        let (build, out) = train_under_mpi_with(m, c, &args);
+        let dir = build.path().join("step");
         check_meshes(&dir);
-        let out = train_compiled(m, &dir);
-        check_against_torch(m, c, out.path());
+        let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+        let split = placed
+            .lines()
+            .filter(|l| {
+                [" = conv ", " = gemm ", " = matmul "]
+                    .iter()
+                    .any(|p| l.contains(p))
+                    && l.contains("sharded")
+                    && l.contains("device(\"@split")
+            })
+            .count();
+        assert!(
+            split >= products,
+            "{}: {split} products split\n{placed}",
+            m.dir
+        );
+        check_against_torch(m, c, &out);
+        close_to(&out, train_model(m, c, &[]).path(), 1e-5);
     }
 }
 
