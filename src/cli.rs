@@ -365,6 +365,28 @@ struct CompileArgs {
     flags: crate::instrument::PassFlags,
 }
 
+/// `--microbatches`: a count, or `auto` (the planner's choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Microbatches {
+    /// The counts `compile` tries ([`AUTO_MICROBATCHES`]), the fastest step kept.
+    Auto,
+    /// This many.
+    Count(u64),
+}
+
+/// The microbatch counts `--microbatches auto` tries.
+pub const AUTO_MICROBATCHES: [u64; 4] = [1, 2, 4, 8];
+
+fn parse_microbatches(s: &str) -> Result<Microbatches, String> {
+    if s == "auto" {
+        return Ok(Microbatches::Auto);
+    }
+    match s.parse::<u64>() {
+        Ok(m) if (1..=65_536).contains(&m) => Ok(Microbatches::Count(m)),
+        _ => Err(format!("`{s}`: expected `auto` or a count from 1 to 65536")),
+    }
+}
+
 /// The training options of `tessera compile --train` and `tessera train MODEL`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -428,10 +450,12 @@ pub struct TrainArgs {
     #[arg(long, value_name = "M", default_value_t = 0.1, requires = "train")]
     pub bn_momentum: f64,
     /// Run each batch as this many microbatches (equal slices of its rows), their gradients
-    /// summed before the one optimizer update.
-    #[arg(long, value_name = "M", default_value_t = 1, requires = "train",
-          value_parser = clap::value_parser!(u64).range(1..=65_536))]
-    pub microbatches: u64,
+    /// summed before the one optimizer update; or, for `compile`, `auto`: the planner
+    /// simulates the step with 1, 2, 4 and 8 microbatches (those the batch divides into) and
+    /// keeps the shortest step within every device's capacity (ties: fewer microbatches).
+    #[arg(long, value_name = "M|auto", default_value = "1", requires = "train",
+          value_parser = parse_microbatches)]
+    pub microbatches: Microbatches,
     /// With microbatches, the pipeline schedule each device runs them in: `gpipe` (all
     /// forwards, then all backwards), `1f1b` (PipeDream-Flush: after a warm-up, one forward
     /// then one backward), `none` (each device's ops by upward rank), or `auto`, the

@@ -942,6 +942,100 @@ fn pipeline_stages_of_tensor_parallel_pairs_match_pytorch() {
     }
 }
 
+/// `--microbatches auto`: compile places and simulates the step with 1, 2, 4 and 8
+/// microbatches and keeps the shortest step; the summary says what each count gave. The MLP's
+/// two data-parallel stages: the count kept has the least step of those listed, and the
+/// result is byte for byte what `--microbatches <that count>` compiles. GPT-2 tiny's batch of
+/// 2 rows cannot be cut in 4 or 8: those counts are listed with the reason. `tessera train
+/// MODEL`, which places nothing, refuses `auto`.
+#[test]
+fn microbatches_auto_keeps_the_fastest_step() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let target = stages_target(tmp.path(), 32_000);
+    let mut args = vec!["--target", target.to_str().expect("utf-8")];
+    args.extend(BATCH_SPLIT);
+    let auto = tmp.path().join("auto");
+    let mut with_auto = args.clone();
+    with_auto.extend(["--microbatches", "auto"]);
+    let summary = compile_step(&MLP, &ADAMW, &with_auto, &auto);
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("microbatches auto chose "))
+        .unwrap_or_else(|| panic!("{summary}"));
+    // "microbatches auto chose M: simulated step T (tried 1: T1; 2: T2; ...)"
+    let (head, tried) = line.split_once(" (tried ").expect("tried");
+    let chosen: &str = head["microbatches auto chose ".len()..]
+        .split(':')
+        .next()
+        .expect("count");
+    let micros = |t: &str| -> f64 {
+        let (v, unit) = t.trim().split_once(' ').expect("time");
+        let scale = match unit {
+            "ns" => 1e-3,
+            "us" => 1.0,
+            "ms" => 1e3,
+            "s" => 1e6,
+            u => panic!("unit {u}"),
+        };
+        v.parse::<f64>().expect("number") * scale
+    };
+    let times: Vec<(&str, f64)> = tried
+        .trim_end_matches(')')
+        .split("; ")
+        .map(|t| {
+            let (m, rest) = t.split_once(": ").expect("count: time");
+            (m, micros(rest))
+        })
+        .collect();
+    assert_eq!(
+        times.iter().map(|t| t.0).collect::<Vec<_>>(),
+        ["1", "2", "4", "8"]
+    );
+    let least = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    let kept = times
+        .iter()
+        .find(|t| t.0 == chosen)
+        .expect("chosen is tried")
+        .1;
+    assert_eq!(kept, least, "{line}");
+    let explicit = tmp.path().join("explicit");
+    let mut with_count = args.clone();
+    with_count.extend(["--microbatches", chosen]);
+    let plain = compile_step(&MLP, &ADAMW, &with_count, &explicit);
+    assert_eq!(summary.replace(&format!("{line}\n"), ""), plain);
+    for f in ["placed.tir", "plan.json", "manifest.json"] {
+        let a = std::fs::read(auto.join(f)).expect(f);
+        let b = std::fs::read(explicit.join(f)).expect(f);
+        assert!(a == b, "{f} differs from --microbatches {chosen}");
+    }
+    let summary = compile_step(
+        &GPT2_TINY,
+        &ADAMW,
+        &["--microbatches", "auto"],
+        &tmp.path().join("gpt2"),
+    );
+    for count in [4, 8] {
+        let why = format!(
+            "{count}: microbatches={count}: batch input `input_ids` has 2 rows, which {count} \
+             microbatches do not divide"
+        );
+        assert!(summary.contains(&why), "{summary}");
+    }
+    let e = fails(
+        tessera()
+            .arg("train")
+            .arg(path(&MLP, "model.onnx"))
+            .args(train_flags(&MLP, &ADAMW))
+            .args(input_args(&MLP))
+            .args(["--microbatches", "auto", "--steps", "1", "--output-dir"])
+            .arg(tmp.path().join("train")),
+    );
+    assert!(
+        e.contains("--microbatches auto: the count is chosen by `tessera compile --train`"),
+        "{e}"
+    );
+}
+
 /// The losses and trained weights in `a` and `b` (two training output folders) agree to
 /// `rel` relative to each tensor's largest magnitude.
 fn close_to(a: &Path, b: &Path, rel: f64) {

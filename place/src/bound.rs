@@ -21,7 +21,9 @@
 //!   round-off never lifts it above the optimum.
 //! - `lp-branch`: the `lp` relaxation branched once ([`branch_bound`]): the unit it spreads
 //!   most over its options is held to each option in turn, and the least of those relaxations
-//!   is a bound, since every plan puts that unit on exactly one option. It removes the
+//!   is a bound, since every plan puts that unit on exactly one option (at most
+//!   [`BRANCH_MAX_SOLVES`] relaxations solved, the other options bounded by their time
+//!   alone; no branching on a unit of over [`BRANCH_MAX_OPTIONS`] options). It removes the
 //!   relaxation's fraction of a large op in memory left over on fast devices (GPT-2 small's
 //!   language-model head on `mcm-4x4`: 1.293 ms by `lp`, 1.489 ms branched).
 //! - `io`: transfers no plan avoids. An edge whose ends have no device in common moves its
@@ -343,7 +345,7 @@ struct LpSolved {
 pub const BRANCH_MAX_OPTIONS: usize = 32;
 
 /// Most relaxations [`branch_bound`] solves (a deterministic work limit: on GPT-2 small's
-/// problems one takes about 0.1 s here, on DenseNet-121's about 0.3 s).
+/// `mcm-4x4` problem one takes about 0.1 s here for the period, 0.7 s for the latency).
 pub const BRANCH_MAX_SOLVES: usize = 4;
 
 /// The LP relaxation branched once (the first level of branch and bound, Land and Doig
@@ -353,8 +355,10 @@ pub const BRANCH_MAX_SOLVES: usize = 4;
 /// large op on devices whose memory is left over, or spread one op over several devices to
 /// halve its time. The unit's `main` option (its largest share in the relaxation) goes
 /// first: when holding it there costs nothing, the least is `base` and no other option need
-/// be tried. The others are taken in the order of the least time they alone put on a
-/// device; once that time reaches the best value found, no later option can lower it. An
+/// be tried. The others are taken in the order of their time alone (the unit's time on the
+/// device, or on the busiest device of the group, that the option puts it on: a floor of
+/// both objectives for every plan that takes it); once that reaches the best value found,
+/// no later option can lower it. An
 /// option whose relaxation the solver does not solve counts as `base` (it may be infeasible,
 /// in which case no plan takes it, or round-off: `base` is right either way). After
 /// [`BRANCH_MAX_SOLVES`] relaxations, each remaining option counts as the larger of `base`
@@ -369,7 +373,7 @@ fn branch_bound(
     base: f64,
 ) -> Result<f64, ProblemError> {
     let u = &us[unit];
-    // Each option and the least time it alone puts on one device.
+    // Each option and its time alone: the unit's time on the option's busiest device.
     let mut options: Vec<(f64, Choice)> = (0..inst.d)
         .filter(|&k| inst.allowed(u[0], k))
         .map(|k| (u.iter().map(|&o| inst.t(o, k)).sum(), Choice::Device(k)))
@@ -417,13 +421,21 @@ fn branch_bound(
         .take_while(|&(alone, _)| alone < best)
         .collect();
     let solved: Vec<f64> = std::thread::scope(|scope| {
+        // A thread the system cannot start solves in this one instead.
         let handles: Vec<_> = rest
             .into_iter()
-            .map(|option| scope.spawn(move || solve(option)))
+            .map(|option| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, move || solve(option))
+                    .map_err(|_| option)
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(base))
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or(base),
+                Err(option) => solve(option),
+            })
             .collect()
     });
     best = solved.into_iter().fold(best, f64::min);

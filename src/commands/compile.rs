@@ -29,6 +29,7 @@ use tessera_targets::{
     Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
 };
 
+use crate::cli::{AUTO_MICROBATCHES, Microbatches};
 use crate::instrument::PassFlags;
 
 /// The pipeline `tessera compile` runs when `--passes` is not given.
@@ -129,36 +130,20 @@ fn compile_loaded(
     mut stages: Vec<crate::report::StageTiming>,
 ) -> Result<()> {
     tessera_targets::set_default_target(Some(target.clone()));
-    let mut pipeline =
-        Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
-    if req.train.train {
-        // The training step is built first; the pipeline then optimizes it like any graph.
-        pipeline
-            .passes
-            .insert(0, super::train::train_pass(req.train, req.model, &graph)?);
-    }
+    // `--microbatches auto`: the step placed and simulated with each count, the best kept.
+    let (microbatches, auto_line) = match req.train.microbatches {
+        Microbatches::Count(m) => (m, None),
+        Microbatches::Auto if req.train.train => {
+            let (m, line) = choose_microbatches(req, &*target, calibration.as_ref(), &graph)?;
+            (m, Some(line))
+        }
+        Microbatches::Auto => (1, None),
+    };
     let clock = Instant::now();
-    let (graph, passes) = super::opt::run_pipeline(graph, &pipeline, req.flags, req.model)?;
+    let (graph, passes, n_passes) = step_graph(req, microbatches, graph, req.flags)?;
     stages.push(stage("pass pipeline", clock));
     let clock = Instant::now();
-    let settings = PlaceSettings {
-        strategy: req.strategy,
-        objective: req.objective,
-        emit_problem: req.emit_problem,
-        split_alternatives: req.split_alternatives,
-        split: req.split,
-        split_axes: req.split_axes,
-        ir_dump: req
-            .flags
-            .ir_dump_dir
-            .as_deref()
-            .map(|d| (d, pipeline.passes.len() + 1)),
-        step: StepSettings {
-            pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
-            // At most 2^20 MiB (the flag's range): the product fits u64.
-            bucket_bytes: (req.train.bucket_mb * 1_048_576.0) as u64,
-        },
-    };
+    let settings = place_settings(req, Some(n_passes));
     let compiled = compile(
         graph,
         &*target,
@@ -175,6 +160,11 @@ fn compile_loaded(
         );
     }
     let mut summary = summary(req.model, &*target, &compiled);
+    if let Some(line) = auto_line {
+        // After the first line (what was compiled for which target).
+        let at = summary.find('\n').map_or(summary.len(), |i| i + 1);
+        summary.insert_str(at, &line);
+    }
     if req.flags.explain {
         // Why each op was split, as `tessera explain plan.json --op NAME` says it.
         let mut s = String::new();
@@ -280,6 +270,124 @@ fn compile_loaded(
         out.commit()?;
     }
     super::print_stdout(&summary)
+}
+
+/// The pass pipeline (`--passes`, after the training step's pass with `microbatches` when
+/// training) run on `graph`: the result, the passes' records and the number of passes.
+fn step_graph(
+    req: &CompileRequest<'_>,
+    microbatches: u64,
+    graph: Graph,
+    flags: &crate::instrument::PassFlags,
+) -> Result<(Graph, tessera_passes::Report, usize)> {
+    let mut pipeline =
+        Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
+    if req.train.train {
+        // The training step is built first; the pipeline then optimizes it like any graph.
+        pipeline.passes.insert(
+            0,
+            super::train::train_pass(req.train, microbatches, req.model, &graph)?,
+        );
+    }
+    let (graph, passes) = super::opt::run_pipeline(graph, &pipeline, flags, req.model)?;
+    Ok((graph, passes, pipeline.passes.len()))
+}
+
+/// Placement's settings from the request; with `n_passes`, the request's problem file and
+/// IR dumps too (numbered on from the pass pipeline's), which trial compiles leave out.
+fn place_settings<'a>(req: &'a CompileRequest<'a>, n_passes: Option<usize>) -> PlaceSettings<'a> {
+    PlaceSettings {
+        strategy: req.strategy,
+        objective: req.objective,
+        emit_problem: n_passes.and(req.emit_problem),
+        split_alternatives: req.split_alternatives,
+        split: req.split,
+        split_axes: req.split_axes,
+        ir_dump: n_passes.and_then(|n| req.flags.ir_dump_dir.as_deref().map(|d| (d, n + 1))),
+        step: StepSettings {
+            pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
+            // At most 2^20 MiB (the flag's range): the product fits u64.
+            bucket_bytes: (req.train.bucket_mb * 1_048_576.0) as u64,
+        },
+    }
+}
+
+/// `--microbatches auto`: the training step built, placed and simulated with each count of
+/// [`AUTO_MICROBATCHES`] (quietly: no IR printed or dumped, no problem written), and the
+/// count kept whose step fits every device's capacity and is shortest (the simulated period,
+/// the step `--pipeline` also compares; ties within 1e-9 relative: fewer microbatches, less
+/// per-microbatch overhead). A count the batch does not divide into, or that no plan fits, is
+/// left out with its reason; the summary line gives every count's outcome. GPipe's
+/// microbatches fill the pipeline (its bubble is `(P-1)/(M+P-1)` of the step, Huang et al.
+/// 2019), while each microbatch pays every op's fixed costs again: neither more nor fewer is
+/// always better, so the simulator decides.
+fn choose_microbatches(
+    req: &CompileRequest<'_>,
+    target: &dyn Target,
+    calibration: Option<&Calibration>,
+    graph: &Graph,
+) -> Result<(u64, String)> {
+    let quiet = crate::instrument::PassFlags::default();
+    let mut outcomes: Vec<(u64, Result<(f64, bool)>)> = Vec::new();
+    for m in AUTO_MICROBATCHES {
+        let tried = step_graph(req, m, graph.clone(), &quiet).and_then(|(g, _, _)| {
+            let c = compile(
+                g,
+                target,
+                calibration,
+                req.samples,
+                &place_settings(req, None),
+            )?;
+            let fits = c.report.devices.iter().all(|d| d.peak_memory <= d.capacity);
+            Ok((c.report.period, fits))
+        });
+        outcomes.push((m, tried));
+    }
+    let mut best: Option<(u64, f64, bool)> = None;
+    for (m, o) in &outcomes {
+        if let Ok((t, fits)) = *o {
+            let better = best.is_none_or(|(_, bt, bfits)| {
+                if fits != bfits {
+                    return fits;
+                }
+                t < bt && (bt - t) > 1e-9 * bt.abs()
+            });
+            if better {
+                best = Some((*m, t, fits));
+            }
+        }
+    }
+    let described: Vec<String> = outcomes
+        .iter()
+        .map(|(m, o)| match o {
+            Ok((t, true)) => format!("{m}: {}", tessera_targets::sim::seconds(*t)),
+            Ok((t, false)) => format!("{m}: {}, over capacity", tessera_targets::sim::seconds(*t)),
+            Err(e) => {
+                // The reason, without the pass's whole option list that a pass error leads
+                // with.
+                let why = e.root_cause().to_string();
+                let why = why
+                    .rsplit_once(" failed: ")
+                    .map_or(why.as_str(), |(_, w)| w);
+                format!("{m}: {why}")
+            }
+        })
+        .collect();
+    let Some((m, t, _)) = best else {
+        bail!(
+            "{}: --microbatches auto: no count gives a step ({})",
+            req.model.display(),
+            described.join("; ")
+        );
+    };
+    Ok((
+        m,
+        format!(
+            "microbatches auto chose {m}: simulated step {} (tried {})\n",
+            tessera_targets::sim::seconds(t),
+            described.join("; ")
+        ),
+    ))
 }
 
 /// A compile stage that started at `clock`.

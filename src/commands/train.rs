@@ -18,7 +18,7 @@ use tessera_passes::{OptionValue, PassSpec, Pipeline};
 
 use super::InputShape;
 use super::run::Binding;
-use crate::cli::TrainArgs;
+use crate::cli::{Microbatches, TrainArgs};
 use crate::npy;
 use tessera_mlir::{Buffer, OutBuf};
 
@@ -58,7 +58,12 @@ pub struct TrainRequest<'a> {
 /// The `train` pass of the training options, for `model` (loaded as `graph`): for an ONNX
 /// model, the parameters are its floating-point initializers (constants that the model's
 /// `Constant` nodes made do not train).
-pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassSpec> {
+pub fn train_pass(
+    args: &TrainArgs,
+    microbatches: u64,
+    model: &Path,
+    graph: &Graph,
+) -> Result<PassSpec> {
     let mut spec = PassSpec::new("train").map_err(|e| anyhow!("{}", e.message))?;
     let mut set = |k: &str, v: OptionValue| {
         spec.options.replace(k, v);
@@ -83,7 +88,7 @@ pub fn train_pass(args: &TrainArgs, model: &Path, graph: &Graph) -> Result<PassS
         OptionValue::Str(args.ignore_index.to_string()),
     );
     set("bn-momentum", OptionValue::Float(args.bn_momentum));
-    set("microbatches", OptionValue::UInt(args.microbatches));
+    set("microbatches", OptionValue::UInt(microbatches));
     if let Some(f) = &args.freeze {
         set("freeze", OptionValue::Str(f.clone()));
     }
@@ -183,12 +188,20 @@ fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
     }
     let target = super::targets::resolve(req.target, req.target_path).context("--target")?;
     tessera_targets::set_default_target(Some(target.clone()));
+    let microbatches = match req.train.microbatches {
+        Microbatches::Count(m) => m,
+        Microbatches::Auto => bail!(
+            "{}: --microbatches auto: the count is chosen by `tessera compile --train` (it \
+             places and simulates the step for each); give `tessera train MODEL` a number",
+            path.display()
+        ),
+    };
     let graph = super::load_model_for(path, req.shapes, true)?;
     let mut pipeline =
         Pipeline::parse(req.passes).with_context(|| format!("--passes `{}`", req.passes))?;
     pipeline
         .passes
-        .insert(0, train_pass(req.train, path, &graph)?);
+        .insert(0, train_pass(req.train, microbatches, path, &graph)?);
     let flags = crate::instrument::PassFlags::default();
     let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
     let source = tessera_onnx::is_onnx_path(path).then(|| path.to_path_buf());
