@@ -235,6 +235,21 @@ fn train_file(m: &Model, file: &str, c: &Config, extra: &[&str]) -> tempfile::Te
     out
 }
 
+/// One step of `tessera train` on `m` with `extra`, which must fail (exit 1): its error.
+fn train_fails(m: &Model, c: &Config, extra: &[&str]) -> String {
+    let out = tempfile::tempdir().expect("tempdir");
+    fails(
+        tessera()
+            .arg("train")
+            .arg(path(m, "model.onnx"))
+            .args(train_flags(m, c))
+            .args(input_args(m))
+            .args(extra)
+            .args(["--steps", "1", "--output-dir"])
+            .arg(out.path()),
+    )
+}
+
 #[test]
 fn mlp_matches_pytorch_in_the_interpreter() {
     for c in [SGD, ADAMW, ADAM_CLIP_COSINE] {
@@ -432,16 +447,7 @@ fn cnn_with_batch_norm_over_microbatches_matches_pytorch() {
 /// Microbatches that do not divide the batch are an error naming the input.
 #[test]
 fn microbatches_that_cannot_split_are_errors() {
-    let out = tempfile::tempdir().expect("tempdir");
-    let err = fails(
-        tessera()
-            .arg("train")
-            .arg(path(&MLP, "model.onnx"))
-            .args(train_flags(&MLP, &SGD))
-            .args(input_args(&MLP))
-            .args(["--steps", "1", "--microbatches", "3", "--output-dir"])
-            .arg(out.path()),
-    );
+    let err = train_fails(&MLP, &SGD, &["--microbatches", "3"]);
     assert!(
         err.contains(
             "microbatches=3: batch input `x` has 8 rows, which 3 microbatches do not divide"
@@ -1021,15 +1027,7 @@ fn microbatches_auto_keeps_the_fastest_step() {
         );
         assert!(summary.contains(&why), "{summary}");
     }
-    let e = fails(
-        tessera()
-            .arg("train")
-            .arg(path(&MLP, "model.onnx"))
-            .args(train_flags(&MLP, &ADAMW))
-            .args(input_args(&MLP))
-            .args(["--microbatches", "auto", "--steps", "1", "--output-dir"])
-            .arg(tmp.path().join("train")),
-    );
+    let e = train_fails(&MLP, &ADAMW, &["--microbatches", "auto"]);
     assert!(
         e.contains("--microbatches auto: the count is chosen by `tessera compile --train`"),
         "{e}"

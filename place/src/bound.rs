@@ -145,11 +145,11 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
             };
             let whole = (0..inst.d)
                 .filter(|&k| inst.allowed(head, k))
-                .map(|k| members.iter().map(|&o| inst.t(o, k)).sum::<f64>())
+                .map(|k| unit_time(inst, members, k))
                 .fold(f64::INFINITY, f64::min);
             let split = (0..inst.problem.groups.len())
                 .filter_map(|g| group_shares(inst, members, g))
-                .map(|shares| shares.iter().map(|s| s.0).fold(0.0, f64::max))
+                .map(|shares| busiest(&shares))
                 .fold(f64::INFINITY, f64::min);
             let split = match members {
                 [o] => split.max(least_split_duration(inst, *o)),
@@ -163,7 +163,7 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         let us = units(inst);
         if let Some(lp) = lp_bound(inst, &us, objective, None)? {
             components.insert("lp".to_string(), lp.value);
-            if let Some((unit, _, main)) = lp.branch {
+            if let Some((unit, main)) = lp.branch {
                 let branched = branch_bound(inst, &us, objective, unit, main, lp.value)?;
                 components.insert("lp-branch".to_string(), branched);
             }
@@ -324,6 +324,16 @@ fn group_shares(inst: &Instance, unit: &[usize], g: usize) -> Option<Vec<(f64, u
     Some(out)
 }
 
+/// Unit `u`'s seconds whole on device `k`.
+fn unit_time(inst: &Instance, u: &[usize], k: usize) -> f64 {
+    u.iter().map(|&o| inst.t(o, k)).sum()
+}
+
+/// The seconds of the busiest device among a unit's shares on a group ([`group_shares`]).
+fn busiest(shares: &[(f64, u64)]) -> f64 {
+    shares.iter().map(|s| s.0).fold(0.0, f64::max)
+}
+
 /// One option of a unit: whole on a device, or split over a device group.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Choice {
@@ -335,10 +345,10 @@ enum Choice {
 struct LpSolved {
     /// Its optimum, shrunk for round-off.
     value: f64,
-    /// The unit to branch on, when one is spread over its options: the unit, its weight (the
-    /// share of it not on its main option times its longest per-device time there), and its
-    /// main option (the one with the largest share).
-    branch: Option<(usize, f64, Choice)>,
+    /// Without a fix, the unit to branch on when one is spread over its options (the one
+    /// whose share off its main option, times its longest per-device time there, is
+    /// largest), and its main option (the one with the largest share).
+    branch: Option<(usize, Choice)>,
 }
 
 /// Most options a unit may have for [`branch_bound`] to branch on it.
@@ -376,11 +386,11 @@ fn branch_bound(
     // Each option and its time alone: the unit's time on the option's busiest device.
     let mut options: Vec<(f64, Choice)> = (0..inst.d)
         .filter(|&k| inst.allowed(u[0], k))
-        .map(|k| (u.iter().map(|&o| inst.t(o, k)).sum(), Choice::Device(k)))
-        .chain((0..inst.problem.groups.len()).filter_map(|g| {
-            group_shares(inst, u, g)
-                .map(|s| (s.iter().map(|x| x.0).fold(0.0, f64::max), Choice::Group(g)))
-        }))
+        .map(|k| (unit_time(inst, u, k), Choice::Device(k)))
+        .chain(
+            (0..inst.problem.groups.len())
+                .filter_map(|g| group_shares(inst, u, g).map(|s| (busiest(&s), Choice::Group(g)))),
+        )
         .collect();
     if options.len() > BRANCH_MAX_OPTIONS {
         return Ok(base);
@@ -584,7 +594,7 @@ fn lp_bound(
     for ((u, row), groups) in us.iter().zip(&x).zip(&xg) {
         let mut sum = Expression::from(0.0);
         for &(k, v) in row {
-            let time: f64 = u.iter().map(|&o| inst.t(o, k)).sum::<f64>() * 1e6;
+            let time = unit_time(inst, u, k) * 1e6;
             let bytes: f64 = u.iter().map(|&o| inst.memory[o] as f64).sum::<f64>() / 1e6;
             load[k] += time * v;
             mem[k] += bytes * v;
@@ -628,9 +638,12 @@ fn lp_bound(
             if !(v.is_finite() && v >= 0.0) {
                 return Ok(None);
             }
-            // The unit most spread over its options, weighted by the time at stake.
-            let mut branch: Option<(usize, f64, Choice)> = None;
-            for (i, (row, groups)) in x.iter().zip(&xg).enumerate() {
+            // The unit most spread over its options, weighted by the time at stake (only
+            // the unfixed relaxation branches).
+            let mut branch: Option<(usize, Choice)> = None;
+            let mut heaviest = 0.0f64;
+            let rows = if fix.is_none() { &x[..] } else { &[] };
+            for (i, (row, groups)) in rows.iter().zip(&xg).enumerate() {
                 let (mut most, mut longest) = (0.0f64, 0.0f64);
                 let mut main = None;
                 for &(k, var) in row {
@@ -639,7 +652,7 @@ fn lp_bound(
                         (most, main) = (share, Some(Choice::Device(k)));
                     }
                     if share > 1e-9 {
-                        longest = longest.max(us[i].iter().map(|&o| inst.t(o, k)).sum());
+                        longest = longest.max(unit_time(inst, &us[i], k));
                     }
                 }
                 for (g, shares, var) in groups {
@@ -648,15 +661,15 @@ fn lp_bound(
                         (most, main) = (share, Some(Choice::Group(*g)));
                     }
                     if share > 1e-9 {
-                        longest = longest.max(shares.iter().map(|x| x.0).fold(0.0, f64::max));
+                        longest = longest.max(busiest(shares));
                     }
                 }
                 let weight = (1.0 - most).max(0.0) * longest;
                 if let Some(main) = main
                     && weight > v * 1e-6
-                    && branch.is_none_or(|(_, w, _)| weight > w)
+                    && (branch.is_none() || weight > heaviest)
                 {
-                    branch = Some((i, weight, main));
+                    (branch, heaviest) = (Some((i, main)), weight);
                 }
             }
             Ok(Some(LpSolved { value: v, branch }))

@@ -328,7 +328,7 @@ fn choose_microbatches(
     graph: &Graph,
 ) -> Result<(u64, String)> {
     let quiet = crate::instrument::PassFlags::default();
-    let mut outcomes: Vec<(u64, Result<(f64, bool)>)> = Vec::new();
+    let mut outcomes: Vec<(u64, Result<(bool, f64)>)> = Vec::new();
     for m in AUTO_MICROBATCHES {
         let tried = step_graph(req, m, graph.clone(), &quiet).and_then(|(g, _, _)| {
             let c = compile(
@@ -338,42 +338,35 @@ fn choose_microbatches(
                 req.samples,
                 &place_settings(req, None),
             )?;
-            let fits = c.report.devices.iter().all(|d| d.peak_memory <= d.capacity);
-            Ok((c.report.period, fits))
+            Ok(step_of(&c.report))
         });
         outcomes.push((m, tried));
     }
-    let mut best: Option<(u64, f64, bool)> = None;
+    let mut best: Option<(u64, (bool, f64))> = None;
     for (m, o) in &outcomes {
-        if let Ok((t, fits)) = *o {
-            let better = best.is_none_or(|(_, bt, bfits)| {
-                if fits != bfits {
-                    return fits;
-                }
-                t < bt && (bt - t) > 1e-9 * bt.abs()
-            });
-            if better {
-                best = Some((*m, t, fits));
+        if let Ok(st) = *o {
+            // A tie keeps the fewer microbatches (tried first).
+            if best.is_none_or(|(_, b)| step_beats(st, b) == Some(true)) {
+                best = Some((*m, st));
             }
         }
     }
     let described: Vec<String> = outcomes
         .iter()
         .map(|(m, o)| match o {
-            Ok((t, true)) => format!("{m}: {}", tessera_targets::sim::seconds(*t)),
-            Ok((t, false)) => format!("{m}: {}, over capacity", tessera_targets::sim::seconds(*t)),
+            Ok((true, t)) => format!("{m}: {}", tessera_targets::sim::seconds(*t)),
+            Ok((false, t)) => format!("{m}: {}, over capacity", tessera_targets::sim::seconds(*t)),
             Err(e) => {
-                // The reason, without the pass's whole option list that a pass error leads
-                // with.
-                let why = e.root_cause().to_string();
-                let why = why
-                    .rsplit_once(" failed: ")
-                    .map_or(why.as_str(), |(_, w)| w);
+                // A pass's failure without the pass's whole option list.
+                let why = e
+                    .chain()
+                    .find_map(|c| c.downcast_ref::<tessera_passes::PipelineError>())
+                    .map_or_else(|| e.root_cause().to_string(), |p| p.failure.to_string());
                 format!("{m}: {why}")
             }
         })
         .collect();
-    let Some((m, t, _)) = best else {
+    let Some((m, (_, t))) = best else {
         bail!(
             "{}: --microbatches auto: no count gives a step ({})",
             req.model.display(),
@@ -920,13 +913,8 @@ pub fn realize(
         let peak = |r: &SimReport| r.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
         tried.push((schedule, report.period, peak(&report)));
         // Within every device's capacity first, then the shortest step, then the least peak.
-        let fits = |r: &SimReport| r.devices.iter().all(|d| d.peak_memory <= d.capacity);
         let better = best.as_ref().is_none_or(|(_, b, _, _)| {
-            let tie = (report.period - b.period).abs() <= 1e-9 * b.period.abs();
-            if fits(&report) != fits(b) {
-                return fits(&report);
-            }
-            (!tie && report.period < b.period) || (tie && peak(&report) < peak(b))
+            step_beats(step_of(&report), step_of(b)).unwrap_or_else(|| peak(&report) < peak(b))
         });
         if better {
             best = Some((g, report, transfers, schedule));
@@ -939,6 +927,27 @@ pub fn realize(
         tried,
     });
     Ok((g, report, transfers, choice))
+}
+
+/// A simulated step as [`step_beats`] compares it: whether every device is within its
+/// capacity, and the step's seconds (the period).
+fn step_of(r: &SimReport) -> (bool, f64) {
+    (
+        r.devices.iter().all(|d| d.peak_memory <= d.capacity),
+        r.period,
+    )
+}
+
+/// Whether step `a` beats step `b` (each: within capacity, seconds): within capacity first,
+/// then shorter by more than round-off (1e-9 relative); `None` when they tie.
+fn step_beats(a: (bool, f64), b: (bool, f64)) -> Option<bool> {
+    if a.0 != b.0 {
+        return Some(a.0);
+    }
+    if (a.1 - b.1).abs() <= 1e-9 * b.1.abs() {
+        return None;
+    }
+    Some(a.1 < b.1)
 }
 
 /// A training step's gradient all-reduces in buckets of at most `max_bytes` (the

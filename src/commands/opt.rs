@@ -115,8 +115,9 @@ pub fn run_pipeline(
             }
             let repro = &flags.crash_reproducer;
             if repro.as_os_str().is_empty() {
-                // No reproducer asked for (commands without the instrumentation flags).
-                return Err(anyhow::anyhow!("{}: {e}", origin.display()));
+                // No reproducer asked for (commands without the instrumentation flags). The
+                // pass's error stays in the chain, for callers that read its failure.
+                return Err(anyhow::Error::new(e).context(origin.display().to_string()));
             }
             match instrument::write_reproducer(repro, &e.pass, &e.input) {
                 Ok(()) => Err(anyhow::anyhow!(
