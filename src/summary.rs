@@ -117,6 +117,9 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
         spec.links.len()
     );
     let _ = writeln!(s, "placement    {}", c.placement);
+    if let Some(line) = stages_line(&c.plan) {
+        let _ = writeln!(s, "stages       {line}");
+    }
     if let Some(p) = &c.pipeline {
         use crate::commands::compile::schedule_name;
         let tried: Vec<String> = p
@@ -144,6 +147,34 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
     }
     simulation(&mut s, &c.report, &c.notes);
     s
+}
+
+/// For a plan of the `stages` strategy, the configuration it is (each stage's devices and the
+/// work the cut gave it) and how many were weighed: why this stage boundary and this degree.
+fn stages_line(plan: &Plan) -> Option<String> {
+    if plan.chosen != "stages" {
+        return None;
+    }
+    let configs: Vec<&tessera_place::plan::AttemptRecord> = plan
+        .attempts
+        .iter()
+        .filter(|a| a.strategy.starts_with("stages "))
+        .collect();
+    let close = |v: f64| (v - plan.value).abs() <= 1e-9 * plan.value.abs().max(1e-30);
+    let this = configs.iter().find(|a| a.value.is_some_and(close))?;
+    let why = if this.strategy.contains(", uniform cut") {
+        "as many layers on each stage"
+    } else {
+        "the cut that balances each stage's work on its own devices"
+    };
+    Some(format!(
+        "{}: {why}; kept of {} configurations weighed (plan.json's attempts give each with \
+         the model's value)",
+        this.strategy
+            .strip_prefix("stages ")
+            .unwrap_or(&this.strategy),
+        configs.len()
+    ))
 }
 
 /// The device meshes of a plan that splits ops (one per group it splits over), and how many

@@ -808,8 +808,10 @@ fn check_meshes(dir: &Path) {
 /// microbatches under `mpirun` (GPipe and 1F1B: the same numbers, byte for byte) gives
 /// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
 /// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
-/// output features over its stage's pair); so do the CNN and GPT-2 tiny (one microbatch: the
-/// batch is split over each pair) under `mpirun`. Every device stays within its capacity; on
+/// output features over its stage's pair); so do the CNN over two microbatches (GPipe and
+/// 1F1B again byte for byte; torch trained the microbatches in turn) and GPT-2 tiny (one
+/// microbatch: its two rows split over each pair) under `mpirun`. Every device stays within
+/// its capacity; on
 /// chips too small for any plan the error names the device, its stage and the overflow.
 #[test]
 fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
@@ -840,11 +842,7 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         close_to(&out, single.path(), 1e-5);
         runs.push((build, out));
     }
-    for f in ["loss.csv", "weights.safetensors", "state.safetensors"] {
-        let a = std::fs::read(runs[0].1.join(f)).expect(f);
-        let b = std::fs::read(runs[1].1.join(f)).expect(f);
-        assert!(a == b, "{f}: GPipe and 1F1B differ");
-    }
+    same_outputs(&runs, MLP.dir);
     // The tensor-parallel variant: each stage's layer split by its output features over its
     // pair (the weight gradients with them).
     let tp = [
@@ -884,20 +882,34 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         "{e}"
     );
     assert!(!tmp.path().join("tiny").exists());
-    for (m, c, memory) in [(&CNN, &SGD, 100_000), (&GPT2_TINY, &ADAMW, 1_000_000)] {
+    // The CNN over two microbatches (torch trained them in turn, batch norm with each one's
+    // statistics), GPipe and 1F1B; GPT-2 tiny's batch of two rows in one.
+    for (m, c, memory, schedules) in [
+        (&CNN, &SGD_MB2, 60_000, &["gpipe", "1f1b"][..]),
+        (&GPT2_TINY, &ADAMW, 1_000_000, &["none"][..]),
+    ] {
         let target = stages_target(tmp.path(), memory);
-        let mut args = vec!["--target", target.to_str().expect("utf-8")];
-        args.extend(BATCH_SPLIT);
-        let (build, out) = train_under_mpi_with(m, c, &args);
-        check_meshes(&build.path().join("step"));
-        check_against_torch(m, c, &out);
-        close_to(&out, train_model(m, c, &[]).path(), 1e-5);
+        let single = train_model(m, c, &[]);
+        let mut runs = Vec::new();
+        for &schedule in schedules {
+            let mut args = vec!["--target", target.to_str().expect("utf-8")];
+            args.extend(BATCH_SPLIT);
+            args.extend(["--pipeline", schedule]);
+            let (build, out) = train_under_mpi_with(m, c, &args);
+            check_meshes(&build.path().join("step"));
+            check_against_torch(m, c, &out);
+            close_to(&out, single.path(), 1e-5);
+            runs.push((build, out));
+        }
+        same_outputs(&runs, m.dir);
     }
 }
 
 /// The tensor-parallel variant of the pipeline-stage test for the CNN and GPT-2 tiny: two
 /// stages on two pairs of chips, each stage's ops split along model axes only (no `batch`),
-/// under `mpirun`: torch's numbers, and the single-device `tessera train`'s to 1e-5. On
+/// two microbatches pipelined by GPipe and by 1F1B under `mpirun`: the two schedules give
+/// the same numbers byte for byte, torch's (GPT-2 tiny; the CNN's batch norm normalizes each
+/// microbatch apart) and the single-device `tessera train --microbatches 2`'s to 1e-5. On
 /// chips of 40 000 bytes the CNN's classifier (its `gemm`, forward and backward) and the
 /// elementwise ops around it split by features on the second pair (its convolutions, with 4
 /// and 8 channels, run on the host); on chips of 1 MB GPT-2 tiny's products split by columns
@@ -916,35 +928,66 @@ fn pipeline_stages_of_tensor_parallel_pairs_match_pytorch() {
         ),
     ] {
         let target = stages_target(tmp.path(), memory);
-        let args = [
-            "--target",
-            target.to_str().expect("utf-8"),
-            "--split",
-            "force",
-            "--split-axes",
-            axes,
-        ];
-        let (build, out) = train_under_mpi_with(m, c, &args);
-        let dir = build.path().join("step");
-        check_meshes(&dir);
-        let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
-        let split = placed
-            .lines()
-            .filter(|l| {
-                [" = conv ", " = gemm ", " = matmul "]
-                    .iter()
-                    .any(|p| l.contains(p))
-                    && l.contains("sharded")
-                    && l.contains("device(\"@split")
-            })
-            .count();
-        assert!(
-            split >= products,
-            "{}: {split} products split\n{placed}",
-            m.dir
-        );
-        check_against_torch(m, c, &out);
-        close_to(&out, train_model(m, c, &[]).path(), 1e-5);
+        let target = target.to_str().expect("utf-8");
+        // GPT-2 tiny over two microbatches, pipelined GPipe's way and 1F1B's: the same
+        // numbers, byte for byte. (With two microbatches the CNN's plan is one mesh of all
+        // four chips, not two stages: it runs whole batches here, and two microbatches in
+        // the data-parallel test.)
+        let (micro, schedules): (&[&str], &[&str]) = if m.dir == GPT2_TINY.dir {
+            (&["--microbatches", "2"], &["gpipe", "1f1b"])
+        } else {
+            (&[], &["none"])
+        };
+        let single = train_model(m, c, micro);
+        let mut runs = Vec::new();
+        for &schedule in schedules {
+            let mut args = vec![
+                "--target",
+                target,
+                "--split",
+                "force",
+                "--split-axes",
+                axes,
+                "--pipeline",
+                schedule,
+            ];
+            args.extend(micro);
+            let (build, out) = train_under_mpi_with(m, c, &args);
+            let dir = build.path().join("step");
+            check_meshes(&dir);
+            let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+            let split = placed
+                .lines()
+                .filter(|l| {
+                    [" = conv ", " = gemm ", " = matmul "]
+                        .iter()
+                        .any(|p| l.contains(p))
+                        && l.contains("sharded")
+                        && l.contains("device(\"@split")
+                })
+                .count();
+            assert!(
+                split >= products,
+                "{}: {split} products split\n{placed}",
+                m.dir
+            );
+            check_against_torch(m, c, &out);
+            close_to(&out, single.path(), 1e-5);
+            runs.push((build, out));
+        }
+        same_outputs(&runs, m.dir);
+    }
+}
+
+/// The outputs of runs (each its build and output directory) that must agree byte for
+/// byte (the same step under GPipe and 1F1B).
+fn same_outputs(runs: &[(tempfile::TempDir, PathBuf)], what: &str) {
+    for pair in runs.windows(2) {
+        for f in ["loss.csv", "weights.safetensors", "state.safetensors"] {
+            let a = std::fs::read(pair[0].1.join(f)).expect(f);
+            let b = std::fs::read(pair[1].1.join(f)).expect(f);
+            assert!(a == b, "{what}: {f}: GPipe and 1F1B differ");
+        }
     }
 }
 

@@ -807,20 +807,7 @@ pub fn split_problems(
     }
     if tilings {
         for (size, groups) in &alike {
-            // Disjoint groups, in group order.
-            let mut used = std::collections::BTreeSet::new();
-            let tiles: Vec<usize> = groups
-                .iter()
-                .copied()
-                .filter(|&g| {
-                    let members = &inst.place_devices[inst.d + g];
-                    let free = members.iter().all(|k| !used.contains(k));
-                    if free {
-                        used.extend(members.iter().copied());
-                    }
-                    free
-                })
-                .collect();
+            let tiles = disjoint_groups(inst, groups);
             if tiles.len() >= 2 {
                 out.extend(restricted(inst, &tiles, mode, axes).map(|mut p| {
                     p.name = format!("{} on {} groups of {size}", problem.name, tiles.len());
@@ -830,6 +817,24 @@ pub fn split_problems(
         }
     }
     out
+}
+
+/// Of the device groups `groups` (indices, in order), those that share no device with an
+/// earlier one kept (first fit): a tiling of their devices.
+pub fn disjoint_groups(inst: &Instance, groups: &[usize]) -> Vec<usize> {
+    let mut used = std::collections::BTreeSet::new();
+    groups
+        .iter()
+        .copied()
+        .filter(|&g| {
+            let members = &inst.place_devices[inst.d + g];
+            let free = members.iter().all(|k| !used.contains(k));
+            if free {
+                used.extend(members.iter().copied());
+            }
+            free
+        })
+        .collect()
 }
 
 /// `inst`'s problem with only the groups `keep` and the alternatives over them (see

@@ -221,14 +221,14 @@ pub fn ring_pairs<'a>(inst: &'a Instance, r: &Ring) -> impl Iterator<Item = (usi
 }
 
 /// A reshard's time: its rings at their slowest neighbour pair, then its transfers at the
-/// busiest sender or receiver.
+/// busiest sender or receiver. An all-reduce ring (`2(k-1)` steps) over a group that spans
+/// two levels of the topology takes the hierarchical algorithm where it is faster, as the
+/// simulator's cost model does (`tessera_targets::CostModel::all_reduce_plan`, the nodes by
+/// [`tessera_targets::two_levels`]).
 pub fn comm_time(inst: &Instance, c: &Comm) -> f64 {
     let mut t = 0.0;
     for r in &c.rings {
-        let step = ring_pairs(inst, r)
-            .map(|(a, b)| inst.transfer(a, b, r.piece))
-            .fold(0.0, f64::max);
-        t += f64::from(r.steps) * step;
+        t += ring_time(inst, r);
     }
     if !c.flows.is_empty() {
         let mut busy: std::collections::BTreeMap<(bool, usize), f64> = Default::default();
@@ -240,6 +240,41 @@ pub fn comm_time(inst: &Instance, c: &Comm) -> f64 {
         t += busy.values().copied().fold(0.0, f64::max);
     }
     t
+}
+
+/// A ring collective's time (see [`comm_time`]).
+fn ring_time(inst: &Instance, r: &Ring) -> f64 {
+    let step = |ring: &[usize], piece: u64| -> f64 {
+        let p = ring.len();
+        (0..p)
+            .map(|i| inst.transfer(ring[i], ring[(i + 1) % p], piece))
+            .fold(0.0, f64::max)
+    };
+    let ds = &inst.place_devices[r.place];
+    let k = ds.len();
+    let flat = f64::from(r.steps) * step(ds, r.piece);
+    if k < 4 || r.steps as usize != 2 * (k - 1) {
+        return flat;
+    }
+    let width = |i: usize, j: usize| 1.0 / inst.inv_bandwidth[ds[i] * inst.d + ds[j]];
+    let Some(nodes) = tessera_targets::two_levels(k, width) else {
+        return flat;
+    };
+    let (n, m) = (nodes.len(), nodes[0].len());
+    let bytes = r.piece.saturating_mul(k as u64);
+    let members = |node: &Vec<usize>| node.iter().map(|&i| ds[i]).collect::<Vec<_>>();
+    let intra = nodes
+        .iter()
+        .map(|node| step(&members(node), blocks(bytes, m)))
+        .fold(0.0, f64::max);
+    let inter = (0..m)
+        .map(|i| {
+            let rail: Vec<usize> = nodes.iter().map(|node| ds[node[i]]).collect();
+            step(&rail, blocks(bytes, m * n))
+        })
+        .fold(0.0, f64::max);
+    let hier = 2.0 * (m - 1) as f64 * intra + 2.0 * (n - 1) as f64 * inter;
+    flat.min(hier)
 }
 
 /// One tensor's journey: producer `u`'s result `tensor` to place `pv` in layout `lv`.

@@ -217,7 +217,7 @@ fn an_op_too_large_for_every_device_is_split() {
     assert_eq!(
         err.to_string(),
         "infeasible: `mm1` fits no device whole and must be split; `dp` places ops whole (the \
-         strategies that split: exhaustive, split, intra-op)"
+         strategies that split: exhaustive, split, stages, intra-op)"
     );
     let plan = solve(&inst, "auto", Objective::Throughput, true).expect("auto splits");
     let mm1 = &plan.assignment[1];
@@ -882,4 +882,187 @@ fn the_branched_relaxation_is_tighter_and_below_the_optimum() {
     assert!(close(lb.components["lp"], 30.0 / 7.0), "{lb:?}");
     assert!(close(lb.components["lp-branch"], 6.0), "{lb:?}");
     assert!(close(lb.value, 6.0) && lb.value <= optimum, "{lb:?}");
+}
+
+/// Six layers (a forward op and its backward op, colocated) over two pairs of devices, a fast
+/// pair `A` (a layer's forward and backward 1 s each, split by batch) and a slow pair `B`
+/// (2 s each), host `h` before them on a line of 1 GB/s links; 1-byte activations.
+fn two_speed_pairs() -> Problem {
+    let layers = 6;
+    let mut ops = vec![OpSpec {
+        pin: Some("h".into()),
+        ..op("input:x", &[("cpu", 0.0)], 0)
+    }];
+    let layer_op = |name: String, layer: usize| {
+        let mut o = op(&name, &[("fast", 10.0), ("slow", 20.0)], 0);
+        o.colocate = Some(format!("layer{layer}"));
+        o.splits = vec![
+            split("A", "batch", &[("fast", 1.0)], 0, &["S0"], &["S0"]),
+            split("B", "batch", &[("slow", 2.0)], 0, &["S0"], &["S0"]),
+        ];
+        o
+    };
+    ops.extend((0..layers).map(|l| layer_op(format!("f{l}"), l)));
+    ops.extend((0..layers).rev().map(|l| layer_op(format!("g{l}"), l)));
+    ops.push(OpSpec {
+        pin: Some("h".into()),
+        ..op("output:y", &[("cpu", 0.0)], 0)
+    });
+    let n = ops.len();
+    Problem {
+        version: VERSION,
+        name: "two speeds".into(),
+        devices: vec![
+            device("h", "cpu", 1000),
+            device("a0", "fast", 1000),
+            device("a1", "fast", 1000),
+            device("b0", "slow", 1000),
+            device("b1", "slow", 1000),
+        ],
+        routers: Vec::new(),
+        links: vec![
+            link("h", "a0"),
+            link("a0", "a1"),
+            link("a1", "b0"),
+            link("b0", "b1"),
+        ],
+        ops,
+        edges: (1..n).map(|o| edge(o - 1, o, 1)).collect(),
+        groups: vec![
+            DeviceGroup {
+                name: "A".into(),
+                devices: vec!["a0".into(), "a1".into()],
+            },
+            DeviceGroup {
+                name: "B".into(),
+                devices: vec!["b0".into(), "b1".into()],
+            },
+        ],
+    }
+}
+
+#[test]
+fn stages_give_the_slower_group_fewer_layers() {
+    use tessera_place::strategy::stages::{Cut, chains, staged};
+    let inst = Instance::new(two_speed_pairs()).expect("valid");
+    // The two pairs; the devices but the host (stages of one device: the first two, all
+    // four); the two devices of each kind.
+    let (a, b) = (inst.d, inst.d + 1);
+    assert_eq!(
+        chains(&inst),
+        vec![
+            vec![a, b],
+            vec![b, a],
+            vec![1, 2],
+            vec![2, 1],
+            vec![1, 2, 3, 4],
+            vec![4, 3, 2, 1],
+            vec![3, 4],
+            vec![4, 3]
+        ]
+    );
+    // Per layer 2 s on A, 4 s on B: four layers on A and two on B make both stages 8 s; the
+    // uniform cut (three each) makes B's 12 s.
+    let balanced = staged(&inst, &[a, b], Cut::Balanced).expect("a cut");
+    assert_eq!(balanced.cuts, vec![0, 4]);
+    let uniform = staged(&inst, &[a, b], Cut::Uniform).expect("a cut");
+    assert_eq!(uniform.cuts, vec![0, 3]);
+    // As if B ran at A's speed (a planner for identical devices): three layers each.
+    let homogeneous = staged(&inst, &[a, b], Cut::Homogeneous).expect("a cut");
+    assert_eq!(homogeneous.cuts, vec![0, 3]);
+    let group_of = |s: &tessera_place::strategy::Solution, name: &str| {
+        let o = (0..inst.n).find(|&o| inst.op_name(o) == name).expect(name);
+        inst.place_of(o, s.assign[o]) - inst.d
+    };
+    for l in 0..6 {
+        let want = if l < 4 { 0 } else { 1 };
+        assert_eq!(group_of(&balanced.solution, &format!("f{l}")), want, "f{l}");
+        assert_eq!(group_of(&balanced.solution, &format!("g{l}")), want, "g{l}");
+    }
+    let busiest =
+        |s: &tessera_place::strategy::Solution| evaluate(&inst, &s.assign, &s.order).period;
+    // The slowest stage's work, plus nanoseconds of 1-byte transfers.
+    assert!((busiest(&balanced.solution) - 8.0).abs() < 1e-6);
+    assert!((busiest(&uniform.solution) - 12.0).abs() < 1e-6);
+    // Stages of one device each (a0 then b0), every op whole: 20 s and 40 s per layer.
+    let devices = staged(&inst, &[1, 3], Cut::Balanced).expect("a cut");
+    assert_eq!(devices.cuts, vec![0, 4]);
+    assert!((busiest(&devices.solution) - 80.0).abs() < 1e-6);
+    // The strategy keeps the best configuration: either order of the pairs gives 8 s.
+    let opts = SolveOptions {
+        objective: Objective::Throughput,
+    };
+    let best = strategy::run("stages", &inst, &opts).expect("a plan").0;
+    assert!(violation(&inst, &best.assign).is_none());
+    assert!((best.value(&inst, Objective::Throughput) - 8.0).abs() < 1e-6);
+    // No group and one device besides the host: no chain of stages.
+    let mut lone = two_speed_pairs();
+    lone.groups.clear();
+    lone.devices
+        .retain(|d| ["h", "a0"].contains(&d.name.as_str()));
+    lone.links = vec![link("h", "a0")];
+    for o in &mut lone.ops {
+        o.splits.clear();
+    }
+    let lone = Instance::new(lone).expect("valid");
+    let err = strategy::run("stages", &lone, &opts).expect_err("no chain");
+    assert!(
+        err.to_string().contains("no two devices besides the host"),
+        "{err}"
+    );
+}
+
+/// The placement model's all-reduce of a partial sum over a group that spans two nodes (two
+/// devices each, 10 MB/s inside a node, 1 MB/s between the nodes, no latency): the flat ring
+/// of 6 steps of 1000 B is paced by the slow routes (1 ms each: 6 ms); the hierarchical one
+/// is 2 steps of 2000 B within the nodes (0.2 ms each) and 2 steps of 1000 B over the rails
+/// (1 ms each): 2.4 ms, the time taken. (The model times a step by its slowest transfer; the
+/// simulator also shares the links the rails' routes have in common.)
+#[test]
+fn a_partial_sum_over_two_nodes_is_reduced_hierarchically() {
+    let wire = |a: &str, b: &str, bandwidth: f64| Link {
+        a: a.into(),
+        b: b.into(),
+        bandwidth,
+        latency: 0.0,
+    };
+    let p = Problem {
+        version: VERSION,
+        name: "two nodes".into(),
+        devices: ["n0a", "n0b", "n1a", "n1b"]
+            .iter()
+            .map(|n| device(n, "gpu", 1_000_000))
+            .collect(),
+        routers: Vec::new(),
+        links: vec![
+            wire("n0a", "n0b", 1e7),
+            wire("n1a", "n1b", 1e7),
+            wire("n0b", "n1a", 1e6),
+            wire("n0a", "n1b", 1e6),
+        ],
+        ops: vec![op("x", &[("gpu", 1.0)], 0)],
+        edges: Vec::new(),
+        groups: vec![DeviceGroup {
+            name: "all".into(),
+            devices: ["n0a", "n0b", "n1a", "n1b"].map(String::from).to_vec(),
+        }],
+    };
+    // The time to all-reduce 4000 B of partial sums over the group.
+    let all_reduce = |inst: &Instance| {
+        use tessera_place::split::Layout;
+        let g = inst.d;
+        comm_time(
+            inst,
+            &reshard(inst, g, Layout::Partial, g, Layout::Replicated, 4000),
+        )
+    };
+    let inst = Instance::new(p).expect("valid");
+    assert!(close(all_reduce(&inst), 2.4e-3), "{}", all_reduce(&inst));
+    // Every link as fast: one level, the flat ring (6 steps of 1000 B at 1 MB/s).
+    let mut one = inst.problem.clone();
+    for l in &mut one.links {
+        l.bandwidth = 1e6;
+    }
+    let one = Instance::new(one).expect("valid");
+    assert!(close(all_reduce(&one), 6e-3), "{}", all_reduce(&one));
 }

@@ -293,6 +293,14 @@ fn step_graph(
     Ok((graph, passes, pipeline.passes.len()))
 }
 
+/// The graph `compile` places for `req` with `microbatches` microbatches: the pass pipeline
+/// (the training step's pass first, when training) run quietly on `graph`. For benchmarks
+/// that place a step their own way beside `compile`.
+pub fn training_step(req: &CompileRequest<'_>, microbatches: u64, graph: Graph) -> Result<Graph> {
+    let quiet = crate::instrument::PassFlags::default();
+    step_graph(req, microbatches, graph, &quiet).map(|(g, _, _)| g)
+}
+
 /// Placement's settings from the request; with `n_passes`, the request's problem file and
 /// IR dumps too (numbered on from the pass pipeline's), which trial compiles leave out.
 fn place_settings<'a>(req: &'a CompileRequest<'a>, n_passes: Option<usize>) -> PlaceSettings<'a> {
@@ -327,10 +335,9 @@ fn choose_microbatches(
     calibration: Option<&Calibration>,
     graph: &Graph,
 ) -> Result<(u64, String)> {
-    let quiet = crate::instrument::PassFlags::default();
     let mut outcomes: Vec<(u64, Result<(bool, f64)>)> = Vec::new();
     for m in AUTO_MICROBATCHES {
-        let tried = step_graph(req, m, graph.clone(), &quiet).and_then(|(g, _, _)| {
+        let tried = training_step(req, m, graph.clone()).and_then(|g| {
             let c = compile(
                 g,
                 target,
@@ -393,6 +400,11 @@ fn stage(name: &str, clock: Instant) -> crate::report::StageTiming {
 
 /// How many of `auto`'s best plans (by the placement model) `compile` simulates to choose.
 pub const SIMULATED_CANDIDATES: usize = 4;
+
+/// How many of the `stages` strategy's configurations (the best by the model's latency of the
+/// step, `stages::ranked`) `compile` simulates per problem, beside the problem's best plan:
+/// the model's step leaves out link contention and the stream, which can reorder close ones.
+pub const STAGES_SIMULATED: usize = 4;
 
 /// How `compile` places.
 pub struct PlaceSettings<'a> {
@@ -515,7 +527,7 @@ pub fn compile(
     // The strategies that choose splits; the others place ops whole.
     let splitting = matches!(
         settings.strategy,
-        "auto" | "split" | "exhaustive" | "intra-op"
+        "auto" | "split" | "stages" | "exhaustive" | "intra-op"
     );
     if settings.split == SplitMode::Force && !splitting {
         bail!(
@@ -728,8 +740,16 @@ pub fn compile(
         if picked.is_empty() {
             picked.extend(order.iter().take(SIMULATED_CANDIDATES));
         }
+        let tiled = all.iter().any(|a| a.1.0 == "stages");
+        // Per problem, its best plan and the model's best `stages` configurations.
         for v in 0..variants.len() {
             picked.extend(order.iter().find(|&&i| all[i].0 == v));
+            // (At most `STAGES_SIMULATED` per problem, the best by the model's step.)
+            picked.extend(
+                order
+                    .iter()
+                    .filter(|&&i| all[i].0 == v && all[i].1.0 == "stages"),
+            );
         }
         let picks: Vec<usize> = order
             .iter()
@@ -775,7 +795,10 @@ pub fn compile(
         plan.selected_by = Some(format!(
             "simulation ({stream}) of the {candidates} best plans by the model{}; the \
              model's rank of this one: {}",
-            if variants.len() > 1 {
+            if variants.len() > 1 && tiled {
+                " (its best without splits, its best over each device group and its best \
+                 configurations of stages)"
+            } else if variants.len() > 1 {
                 " (its best without splits and its best over each device group)"
             } else {
                 ""
@@ -969,7 +992,9 @@ type VariantPlans = Vec<(usize, Ranked)>;
 
 /// Solves each problem of `variants` (the one without splits and one per device group) with
 /// `strategy`: the problem without splits as asked (`auto`: every plan auto ranks), each split
-/// problem with `split` (the strategy that chooses splits; `exhaustive` when asked). Returns
+/// problem with `split` (the strategy that chooses splits; `exhaustive`, `intra-op` or
+/// `stages` when asked), and with `auto` a problem with two or more disjoint groups also
+/// with `stages` (both plans kept). Returns
 /// the plans with their problem's index, and every attempt; an error only when no problem has
 /// a plan.
 fn search_variants(
@@ -982,9 +1007,65 @@ fn search_variants(
     let mut errors = Vec::new();
     let solve = |built: &Built, inst: &Instance| {
         let split = !built.problem.groups.is_empty();
-        if split || strategy != "auto" {
+        if split && strategy == "auto" {
+            // `split`'s search, and on problems with several disjoint groups the `stages`
+            // configurations beside it: both go to the simulator.
+            let mut ranked = Vec::new();
+            let mut attempts = Vec::new();
+            let mut first_error = None;
+            use tessera_place::strategy::{Attempt, stages};
+            let stages = stages::applies(inst);
+            match tessera_place::strategy::run("split", inst, opts) {
+                Ok((sol, chosen, _)) => {
+                    let score = sol.score(inst, opts.objective);
+                    attempts.push(Attempt {
+                        strategy: chosen.clone(),
+                        outcome: Ok(score.0),
+                    });
+                    ranked.push((chosen, sol, score));
+                }
+                Err(e) => {
+                    attempts.push(Attempt {
+                        strategy: "split".to_string(),
+                        outcome: Err(e.to_string()),
+                    });
+                    first_error.get_or_insert(e);
+                }
+            }
+            if stages {
+                // Every configuration is an attempt of its own: the plan says which chains
+                // and cuts were weighed, and what each would take.
+                let configs = stages::configurations(inst, opts);
+                for c in &configs {
+                    attempts.push(Attempt {
+                        strategy: stages::describe(inst, c),
+                        outcome: c.outcome.as_ref().map(|s| s.0).map_err(Clone::clone),
+                    });
+                }
+                match stages::ranked(configs) {
+                    // The model's best configurations go on to the simulator.
+                    Ok(found) => ranked.extend(
+                        found
+                            .into_iter()
+                            .take(STAGES_SIMULATED)
+                            .map(|(score, sol)| ("stages".to_string(), sol, score)),
+                    ),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if !stages {
+                // `split` alone, as any strategy asked by name: no attempts listed.
+                attempts.clear();
+            }
+            match first_error {
+                Some(e) if ranked.is_empty() => Err(e),
+                _ => Ok((ranked, attempts)),
+            }
+        } else if split || strategy != "auto" {
             let name = match (split, strategy) {
-                (true, "exhaustive" | "intra-op") | (false, _) => strategy,
+                (true, "exhaustive" | "intra-op" | "stages") | (false, _) => strategy,
                 (true, _) => "split",
             };
             tessera_place::strategy::run(name, inst, opts).map(|(sol, chosen, att)| {
@@ -992,7 +1073,28 @@ fn search_variants(
                 (vec![(chosen, sol, score)], att)
             })
         } else {
-            auto_ranked(inst, opts)
+            auto_ranked(inst, opts).map(|(mut ranked, mut attempts)| {
+                // `auto`'s `stages` plan is its best configuration: the next best go on to
+                // the simulator too, as on the split problems, and each is an attempt.
+                use tessera_place::strategy::{Attempt, stages};
+                if stages::applies(inst) {
+                    let configs = stages::configurations(inst, opts);
+                    for c in &configs {
+                        attempts.push(Attempt {
+                            strategy: stages::describe(inst, c),
+                            outcome: c.outcome.as_ref().map(|s| s.0).map_err(Clone::clone),
+                        });
+                    }
+                    if let Ok(found) = stages::ranked(configs) {
+                        for (score, sol) in found.into_iter().take(STAGES_SIMULATED) {
+                            if ranked.iter().all(|r| r.1.assign != sol.assign) {
+                                ranked.push(("stages".to_string(), sol, score));
+                            }
+                        }
+                    }
+                }
+                (ranked, attempts)
+            })
         }
     };
     // The problems are independent and their strategies deterministic (no clocks, fixed

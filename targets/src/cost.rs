@@ -22,7 +22,12 @@
 //!   tensor) is `p-1` such steps. A step lasts as long as its slowest transfer, where transfers
 //!   whose routes share a link direction share its bandwidth: `max route latency + max over
 //!   link directions (bytes crossing it / its bandwidth)`. The reduction arithmetic itself is
-//!   not counted.
+//!   not counted. An all-reduce over devices that span two levels of the topology (nodes
+//!   whose devices share faster links than those between nodes, [`two_levels`]) takes the
+//!   faster of the flat ring and the hierarchical algorithm (within each node a
+//!   reduce-scatter, across the nodes one all-reduce per rail, within each node an
+//!   all-gather: [`CostModel::all_reduce_plan`]); the simulator charges the links what the
+//!   algorithm taken sends ([`CostModel::collective_loads`]).
 //! - **Sharded ops** ([`CostModel::op_time_sharded`]): an op split into `parts` equal pieces
 //!   does `1/parts` of the work on each device: the roofline with FLOPs and bytes divided
 //!   (the per-op overhead is paid in full), or a measured or target-given time divided.
@@ -255,8 +260,42 @@ impl<'a> CostModel<'a> {
         devices: &[usize],
         bytes: f64,
     ) -> Result<f64, TargetError> {
+        Ok(self.collective_plan(op, mesh, devices, bytes)?.0)
+    }
+
+    /// The bytes a collective (as [`CostModel::collective_time`]) moves over each directed
+    /// channel, sorted by channel: for its rings, every hop's route carries what the
+    /// algorithm sends over that hop in all its steps.
+    pub fn collective_loads(
+        &self,
+        op: &Op,
+        mesh: &Mesh,
+        devices: &[usize],
+        bytes: f64,
+    ) -> Result<Vec<(usize, f64)>, TargetError> {
+        let (_, hops) = self.collective_plan(op, mesh, devices, bytes)?;
+        let mut out: BTreeMap<usize, f64> = BTreeMap::new();
+        for (from, to, sent) in hops {
+            for &c in self.channels(from, to)? {
+                *out.entry(c).or_insert(0.0) += sent;
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// A collective's seconds and its hops `(from, to, bytes sent over the hop in all
+    /// steps)`: one ring per group of devices along the op's axes, all at once, or for an
+    /// all-reduce over one group that spans two levels of the topology the hierarchical
+    /// algorithm when it is faster ([`CostModel::all_reduce_plan`]).
+    fn collective_plan(
+        &self,
+        op: &Op,
+        mesh: &Mesh,
+        devices: &[usize],
+        bytes: f64,
+    ) -> Result<(f64, Vec<Hop>), TargetError> {
         let Some(axes) = op.collective_axes() else {
-            return Ok(0.0);
+            return Ok((0.0, Vec::new()));
         };
         let rings: Vec<Vec<usize>> = mesh
             .groups(axes)
@@ -269,10 +308,19 @@ impl<'a> CostModel<'a> {
             .collect();
         let p = rings.iter().map(Vec::len).max().unwrap_or(0);
         if p < 2 {
-            return Ok(0.0);
+            return Ok((0.0, Vec::new()));
         }
+        if let (Op::AllReduce { .. }, [ring]) = (op, rings.as_slice()) {
+            // `bytes` is what one device holds: the whole tensor the all-reduce sums.
+            return self.all_reduce_plan(ring, bytes);
+        }
+        let steps = ring_steps(op, p) as f64;
         let step = self.rings_step(&rings, bytes / p as f64)?;
-        Ok(ring_steps(op, p) as f64 * step)
+        let hops = rings
+            .iter()
+            .flat_map(|r| ring_hops(r, steps * bytes / p as f64))
+            .collect();
+        Ok((steps * step, hops))
     }
 
     /// The directed channels the rings of a collective over `axes` use, sorted, each with
@@ -391,15 +439,90 @@ impl<'a> CostModel<'a> {
         Ok(latency + serial)
     }
 
-    /// Seconds for a ring all-reduce of a `bytes`-byte tensor over `ring` (device indices, in
-    /// ring order). Zero for fewer than two devices.
+    /// Seconds for an all-reduce of a `bytes`-byte tensor over `ring` (device indices, in
+    /// ring order): the flat ring, or the hierarchical algorithm where the ring spans two
+    /// levels and that is faster ([`CostModel::all_reduce_plan`]). Zero for fewer than two
+    /// devices.
     pub fn all_reduce_time(&self, ring: &[usize], bytes: f64) -> Result<f64, TargetError> {
+        Ok(self.all_reduce_plan(ring, bytes)?.0)
+    }
+
+    /// An all-reduce's seconds and hops (as `collective_plan`). The flat ring: `2(p-1)` steps
+    /// of `B/p`. Where [`two_levels`] groups the ring into `n` nodes of `k` devices (the links
+    /// within a node faster than those between nodes: NVLink inside a server, InfiniBand
+    /// across), also the hierarchical algorithm of Horovod and NCCL (Sergeev and Del Balso,
+    /// 2018; Jia et al., 2018): a reduce-scatter within every node (`k-1` steps of `B/k`, the
+    /// nodes' rings at once), an all-reduce of each `B/k` shard across the nodes over `k`
+    /// rails at once (the `i`-th device of every node; `2(n-1)` steps of `B/(kn)`), and an
+    /// all-gather within every node (`k-1` steps of `B/k`). The faster of the two is taken,
+    /// as NCCL chooses its algorithm by size and topology. A target whose own transfer times
+    /// override the links' ([`Target::transfer_time`]) is timed on the flat ring only.
+    pub fn all_reduce_plan(
+        &self,
+        ring: &[usize],
+        bytes: f64,
+    ) -> Result<(f64, Vec<Hop>), TargetError> {
         let p = ring.len();
         if p < 2 {
-            return Ok(0.0);
+            return Ok((0.0, Vec::new()));
         }
-        let step = self.ring_step(ring, bytes / p as f64)?;
-        Ok(2.0 * (p - 1) as f64 * step)
+        let steps = 2.0 * (p - 1) as f64;
+        let flat = steps * self.ring_step(ring, bytes / p as f64)?;
+        let flat_hops = || ring_hops(ring, steps * bytes / p as f64).collect();
+        let overridden = ring.iter().any(|&a| {
+            ring.iter()
+                .any(|&b| a != b && self.target.transfer_time(a, b, 1.0).is_some())
+        });
+        if overridden {
+            return Ok((flat, flat_hops()));
+        }
+        let mut widths = vec![0.0; p * p];
+        for i in 0..p {
+            for j in 0..p {
+                if i != j {
+                    widths[i * p + j] = self.width(ring[i], ring[j])?;
+                }
+            }
+        }
+        let Some(nodes) = two_levels(p, |i, j| widths[i * p + j]) else {
+            return Ok((flat, flat_hops()));
+        };
+        let nodes: Vec<Vec<usize>> = nodes
+            .into_iter()
+            .map(|n| n.into_iter().map(|i| ring[i]).collect())
+            .collect();
+        let (n, k) = (nodes.len(), nodes[0].len());
+        let rails: Vec<Vec<usize>> = (0..k)
+            .map(|i| nodes.iter().map(|node| node[i]).collect())
+            .collect();
+        let (kf, nf) = (k as f64, n as f64);
+        let intra_steps = 2.0 * (kf - 1.0);
+        let inter_steps = 2.0 * (nf - 1.0);
+        let hier = intra_steps * self.rings_step(&nodes, bytes / kf)?
+            + inter_steps * self.rings_step(&rails, bytes / (kf * nf))?;
+        if hier >= flat {
+            return Ok((flat, flat_hops()));
+        }
+        let hops = nodes
+            .iter()
+            .flat_map(|r| ring_hops(r, intra_steps * bytes / kf))
+            .chain(
+                rails
+                    .iter()
+                    .flat_map(|r| ring_hops(r, inter_steps * bytes / (kf * nf))),
+            )
+            .collect();
+        Ok((hier, hops))
+    }
+
+    /// The bandwidth of the route from `from` to `to`: its narrowest link's.
+    fn width(&self, from: usize, to: usize) -> Result<f64, TargetError> {
+        let links = &self.spec().links;
+        Ok(self
+            .channels(from, to)?
+            .iter()
+            .map(|&c| links[c / 2].bandwidth)
+            .fold(f64::INFINITY, f64::min))
     }
 
     /// Seconds for a ring all-gather producing a `bytes`-byte tensor on every device of
@@ -412,6 +535,62 @@ impl<'a> CostModel<'a> {
         let step = self.ring_step(ring, bytes / p as f64)?;
         Ok((p - 1) as f64 * step)
     }
+}
+
+/// One hop of a collective's rings: from, to, and the bytes sent over it in all the steps.
+pub type Hop = (usize, usize, f64);
+
+/// The hops of a ring over `ring` (each device to the next, the last to the first), each
+/// carrying `sent` bytes; none for fewer than two devices.
+fn ring_hops(ring: &[usize], sent: f64) -> impl Iterator<Item = Hop> + '_ {
+    let p = ring.len();
+    (0..if p < 2 { 0 } else { p }).map(move |i| (ring[i], ring[(i + 1) % p], sent))
+}
+
+/// The nodes of a two-level topology among `p` devices, as positions `0..p` in order, given
+/// the bandwidth `width(i, j)` of the route between each pair: the groups that routes wider
+/// than the narrowest of all connect (servers, whose GPUs share NVLink, joined by a slower
+/// network). `None` unless there are two or more such nodes, all of one size of at least two
+/// (one level, or an uneven split: the flat ring serves).
+pub fn two_levels(p: usize, width: impl Fn(usize, usize) -> f64) -> Option<Vec<Vec<usize>>> {
+    if p < 4 {
+        return None;
+    }
+    let mut narrowest = f64::INFINITY;
+    for i in 0..p {
+        for j in 0..p {
+            if i != j {
+                narrowest = narrowest.min(width(i, j));
+            }
+        }
+    }
+    // Union-find over the wider routes.
+    let mut parent: Vec<usize> = (0..p).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for i in 0..p {
+        for j in 0..p {
+            if i != j && width(i, j) > narrowest {
+                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                if a != b {
+                    parent[a.max(b)] = a.min(b);
+                }
+            }
+        }
+    }
+    let mut nodes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..p {
+        let r = root(&mut parent, i);
+        nodes.entry(r).or_default().push(i);
+    }
+    let nodes: Vec<Vec<usize>> = nodes.into_values().collect();
+    let k = nodes[0].len();
+    (nodes.len() >= 2 && k >= 2 && nodes.iter().all(|n| n.len() == k)).then_some(nodes)
 }
 
 /// The roofline time of an op with `flops` and `bytes` of work in element type `elem` on `d`.

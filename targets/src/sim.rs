@@ -663,6 +663,9 @@ struct Builder {
     also: Vec<Option<u32>>,
     /// Every value transfer: (its task, the task that made the copy it moves, from, to).
     moves: Vec<(u32, Option<u32>, usize, usize)>,
+    /// A collective's copy on each device that overlaps it with compute: (the event task
+    /// that marks it ready there, the device). Such a device runs no op task for it.
+    events: Vec<(u32, usize)>,
 }
 
 impl Builder {
@@ -825,24 +828,13 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
         let mesh = mesh_slot(d, n_meshes).and_then(|k| meshes[k].as_ref());
         let on_a_mesh = mesh.is_some();
         if let Some((m, devs)) = mesh {
-            if let Some(axes) = data.op.collective_axes() {
+            if data.op.collective_axes().is_some() {
                 let bytes = collective_piece_bytes(graph, op)?;
                 let seconds = cost.collective_time(&data.op, m, devs, bytes)?;
                 runs.extend(devs.iter().map(|&dev| (dev, seconds)));
-                // Each ring step sends a 1/p chunk over every hop.
-                let p = m
-                    .groups(axes)
-                    .iter()
-                    .map(Vec::len)
-                    .max()
-                    .unwrap_or(1)
-                    .max(1);
-                let per_hop = crate::cost::ring_steps(&data.op, p) as f64 * bytes / p as f64;
-                let chans: Vec<(usize, f64)> = cost
-                    .collective_channels(m, devs, axes)?
-                    .into_iter()
-                    .map(|(c, hops)| (c, hops as f64 * per_hop))
-                    .collect();
+                // The bytes its rings send over each channel (a hierarchical all-reduce's
+                // rings within the nodes and across them).
+                let chans = cost.collective_loads(&data.op, m, devs, bytes)?;
                 link_task = Some((chans, seconds));
             } else {
                 let parts = shard_factor(graph, op);
@@ -911,6 +903,7 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
                     };
                     let t = b.task(kind, 0.0, Origin::Op(op));
                     b.preds[t as usize].push(l);
+                    b.events.push((t, dev));
                     t
                 }
                 _ => {
@@ -1105,7 +1098,8 @@ fn build(graph: &Graph, cost: &CostModel<'_>, placement: &[usize]) -> Result<Pla
 /// `s` on its device; a reader on a device where no writer runs waits for a refresh, a
 /// transfer of the new value from the (first) writer's device after it, made here once per
 /// state and device (a replica's copy of a parameter updated elsewhere). Returns the
-/// (writer or refresh, reader) task pairs.
+/// (writer or refresh, reader) task pairs. A writer or reader that is a collective on devices
+/// that overlap it with compute counts as the event marking its copy ready on each device.
 fn carry_state(
     graph: &Graph,
     cost: &CostModel<'_>,
@@ -1125,6 +1119,16 @@ fn carry_state(
                 .or_default()
                 .push((t as u32, device as usize));
         }
+    }
+    // A collective (an all-gather of a state's next value off a mesh, say) is on its devices
+    // as the events that mark its copies ready.
+    for &(t, device) in &b.events {
+        if let Origin::Op(op) = b.origins[t as usize] {
+            op_tasks.entry(op).or_default().push((t, device));
+        }
+    }
+    for tasks in op_tasks.values_mut() {
+        tasks.sort_unstable();
     }
     let mut readers: BTreeMap<ValueId, Vec<(u32, usize)>> = BTreeMap::new();
     for &op in graph.ops() {

@@ -1707,3 +1707,160 @@ fn an_explicit_transfer_op_costs_what_the_implicit_transfer_costs() {
         assert_eq!(da.peak_memory, db.peak_memory, "{}", da.name);
     }
 }
+
+/// A state updated split on a mesh and gathered whole again (the optimizer run ZeRO-style,
+/// its next value made by an all-gather): on chips that overlap the gather with compute, its
+/// copy on each chip is an event, not an op, and the next step's readers still wait for it.
+/// One step: x's halves reach the chips (2 ms), the product and the update (500 flops each
+/// per chip: 0.5 ms each), the gather (one ring step of 2000 B each way: 2 ms): 5 ms. In a
+/// stream the next step's x moves during this one, so the period is the rest after the
+/// state is read: 3 ms (it was 2 ms, x's link, when the gather's events did not count as the
+/// state's writers).
+#[test]
+fn a_state_gathered_off_a_mesh_chains_the_steps() {
+    let spec = target(TRIANGLE);
+    let values = vec!["0.5"; 1000].join(", ");
+    let g = graph(&format!(
+        r#"const @w : f32[4, 250] = [{values}]
+mesh @m = [2] devices("c0", "c1")
+
+graph @g(%x: f32[4, 250] sharded[[0], []], %w: f32[4, 250] state(init = @w, next = "w")) {{
+  %s = all-slice %w {{axes = [0]}} : f32[4, 250] sharded[[0], []] device("@m")
+  %y = mul %x, %s : f32[4, 250] sharded[[0], []] device("@m")
+  %u = sub %s, %y : f32[4, 250] sharded[[0], []] device("@m")
+  %a = all-gather %u {{axes = [0]}} : f32[4, 250] device("@m")
+  return %a as "w"
+}}"#
+    ));
+    tessera_ir::verify::verify(&g).expect("verifies");
+    let r = sim(&spec, &g, 16).expect("sim");
+    assert_close(r.latency, 5e-3);
+    assert_close(r.period, 3e-3);
+}
+
+/// Two nodes of two devices (`n0a n0b`, `n1a n1b`, 10 MB/s inside a node), joined by one
+/// 1 MB/s link `n0b - n1a`; no latencies.
+const TWO_NODES: &str = r#"
+name = "two-nodes"
+host = "h"
+[[device]]
+name = "h"
+kind = "cpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "n0a"
+kind = "gpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "n0b"
+kind = "gpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "n1a"
+kind = "gpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[device]]
+name = "n1b"
+kind = "gpu"
+memory = 1_000_000
+memory_bandwidth = 1e12
+compute = { f32 = 1e6 }
+lowering = "cpu"
+[[interconnect.link]]
+a = "h"
+b = "n0a"
+bandwidth = 1e6
+latency = 0
+[[interconnect.link]]
+a = "n0a"
+b = "n0b"
+bandwidth = 1e7
+latency = 0
+[[interconnect.link]]
+a = "n1a"
+b = "n1b"
+bandwidth = 1e7
+latency = 0
+[[interconnect.link]]
+a = "n0b"
+b = "n1a"
+bandwidth = 1e6
+latency = 0
+"#;
+
+/// An all-reduce of 4000 B over the four devices of two nodes. The flat ring (n0a n0b n1a
+/// n1b) is 6 steps of 1000 B, each paced by the one 1 MB/s link between the nodes: 6 ms.
+/// The hierarchical one: within each node a reduce-scatter and an all-gather, 2 steps of
+/// 2000 B at 10 MB/s (0.4 ms), and across the nodes the two rails' all-reduces of their
+/// 2000 B shards, 2 steps of 1000 B each, both rails' hops over the one link (2000 B per
+/// step: 4 ms): 4.4 ms, the time taken. With a link per rail (a second 1 MB/s link `n0a - n1b`) the
+/// rails no longer share: 0.4 + 2 ms.
+#[test]
+fn an_all_reduce_over_two_nodes_is_hierarchical_where_that_is_faster() {
+    let spec = target(TWO_NODES);
+    let cost = CostModel::new(&spec, None);
+    let ring = [1, 2, 3, 4];
+    assert_close(cost.all_reduce_time(&ring, 4000.0).expect("ring"), 4.4e-3);
+    // The loads the simulator charges: channel 2 * link + direction (link 1: n0a - n0b,
+    // 2: n1a - n1b, 3: n0b - n1a).
+    let mesh = tessera_ir::Mesh {
+        name: "m".into(),
+        shape: vec![4],
+        devices: vec!["n0a".into(), "n0b".into(), "n1a".into(), "n1b".into()],
+    };
+    let op = tessera_ir::Op::AllReduce { axes: vec![0] };
+    assert_close(
+        cost.collective_time(&op, &mesh, &ring, 4000.0)
+            .expect("mesh"),
+        4.4e-3,
+    );
+    let loads = cost
+        .collective_loads(&op, &mesh, &ring, 4000.0)
+        .expect("mesh");
+    assert_eq!(
+        loads.iter().map(|&(c, _)| c).collect::<Vec<_>>(),
+        vec![2, 3, 4, 5, 6, 7]
+    );
+    // Within a node 4000 B each way, and 2000 B of the rail whose route runs through it
+    // (n0a's rail reaches n1a through n0b); 4000 B each way between the nodes.
+    for (c, bytes) in loads {
+        assert_close(bytes, if c >= 6 { 4000.0 } else { 6000.0 });
+    }
+    // In the simulator: the mesh's relu, then the all-reduce; x (4000 B) also crosses to
+    // n1a and n1b whole, 8000 B more on n0b -> n1a.
+    let g = graph(
+        r#"mesh @m = [4] devices("n0a", "n0b", "n1a", "n1b")
+
+graph @g(%x: f32[1000]) {
+  %y = relu %x : f32[1000] device("@m")
+  %s = all-reduce %y {axes = [0]} : f32[1000] device("@m")
+  return %s
+}"#,
+    );
+    let r = sim(&spec, &g, 1).expect("sim");
+    assert_close(r.links[3].bytes[0], 8000.0 + 4000.0);
+    assert_close(r.links[3].bytes[1], 4000.0);
+    // One level (every pair as wide): the flat ring.
+    let flat = target(&TWO_NODES.replace("bandwidth = 1e7", "bandwidth = 1e6"));
+    let cost = CostModel::new(&flat, None);
+    assert_close(cost.all_reduce_time(&ring, 4000.0).expect("ring"), 6e-3);
+    // A rail each.
+    let rails = format!(
+        "{TWO_NODES}[[interconnect.link]]\na = \"n0a\"\nb = \"n1b\"\nbandwidth = 1e6\nlatency = 0\n"
+    );
+    let spec = target(&rails);
+    let cost = CostModel::new(&spec, None);
+    assert_close(cost.all_reduce_time(&ring, 4000.0).expect("ring"), 2.4e-3);
+}

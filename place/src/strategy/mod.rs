@@ -13,10 +13,12 @@
 //!   on the best few plans of the other strategies.
 //! - `split`: placement and op splitting together, local search over every op's options
 //!   (a device, or a split alternative over a device group; [`split`]).
+//! - `stages`: pipeline stages over disjoint device groups, each data or tensor parallel
+//!   over its group, the stage boundaries balanced on each group's times ([`stages`]).
 //! - `intra-op`: Alpa's intra-operator integer program: every op on one device group, each
 //!   op's alternative chosen to minimize compute plus reshard time ([`intra_op`]).
 //!
-//! Only `split`, `intra-op` and `exhaustive` take split alternatives; the others place ops
+//! Only `split`, `stages`, `intra-op` and `exhaustive` take split alternatives; the others place ops
 //! whole, so they refuse a problem with an op that fits no device whole.
 
 use crate::eval::{Objective, evaluate, problem_order, violation};
@@ -32,6 +34,7 @@ pub mod intra_op;
 pub mod local;
 pub mod multilevel;
 pub mod split;
+pub mod stages;
 
 /// Every strategy name with a one-line description, in the order `auto` tries them.
 pub const STRATEGIES: &[(&str, &str)] = &[
@@ -75,6 +78,10 @@ pub const STRATEGIES: &[(&str, &str)] = &[
     (
         "split",
         "placement and op splitting together: local search over devices and split alternatives, with chained moves (problems with splits)",
+    ),
+    (
+        "stages",
+        "pipeline stages over disjoint device groups, each data or tensor parallel: every chain of groups cut where the slowest stage's work is least (problems with two or more groups)",
     ),
     (
         "intra-op",
@@ -160,7 +167,7 @@ pub fn run(
 }
 
 /// The strategies that choose split alternatives; the others place every op whole.
-pub const SPLITTING: &[&str] = &["exhaustive", "split", "intra-op"];
+pub const SPLITTING: &[&str] = &["exhaustive", "split", "stages", "intra-op"];
 
 fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution, ProblemError> {
     if !SPLITTING.contains(&name)
@@ -185,6 +192,7 @@ fn run_one(name: &str, inst: &Instance, opts: &SolveOptions) -> Result<Solution,
         "ilp" => ilp::solve(inst, opts),
         "multilevel" => multilevel::solve(inst, opts),
         "split" => split::solve(inst, opts),
+        "stages" => stages::solve(inst, opts),
         "intra-op" => intra_op::solve(inst, opts),
         _ => Err(ProblemError::Invalid {
             at: "--strategy".into(),
@@ -212,6 +220,9 @@ pub fn auto_candidates(inst: &Instance) -> Vec<&'static str> {
     }
     if inst.has_splits() {
         v.push("split");
+    }
+    if stages::applies(inst) {
+        v.push("stages");
     }
     v.extend([
         "dp",

@@ -127,12 +127,19 @@ pub const ON_GROUP_STARTS: usize = 2;
 
 /// Every unit, in order, to its best option on device group `g`: the one whose duration plus
 /// the time to reshard its operands from where its producers are is least; a unit with no
-/// alternative there goes to its fastest allowed device. Tensor parallelism chosen op by op
+/// option there goes to its fastest option elsewhere. Tensor parallelism chosen op by op
 /// (Megatron-LM's column-then-row pairs come out of it where they are cheapest).
 fn on_group(inst: &Instance, g: usize) -> Solution {
+    on_places(inst, |_| inst.d + g)
+}
+
+/// [`on_group`] with a place per unit: unit `i` (of [`units`], in order) to its best option on
+/// place `place_of(i)` (a device group's place `d + g`, or a device), or, with no option there,
+/// to its fastest option (its first member's time). The `stages` strategy's stages, each on its own group.
+pub(crate) fn on_places(inst: &Instance, place_of: impl Fn(usize) -> usize) -> Solution {
     let mut assign = vec![usize::MAX; inst.n];
-    let place = inst.d + g;
-    for unit in units(inst) {
+    for (i, unit) in units(inst).into_iter().enumerate() {
+        let place = place_of(i);
         let options = unit_options(inst, &unit);
         let here: Vec<&Vec<usize>> = options
             .iter()
