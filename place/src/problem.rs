@@ -354,6 +354,9 @@ pub struct Instance {
     /// The devices of each place: places `0..d` are the devices themselves, place `d + g`
     /// is device group `g`'s devices in ring order.
     pub place_devices: Vec<Vec<usize>>,
+    /// Per place, its devices' nodes (positions in `place_devices`) when the place spans two
+    /// levels of the topology ([`tessera_targets::two_levels`]); `None` for the rest.
+    pub nodes: Vec<Option<Vec<Vec<usize>>>>,
     /// Each op's split alternatives, in the problem's order: option `d + a` of op `o` is
     /// `alts[o][a]` (options below `d` are the devices, the op whole).
     pub alts: Vec<Vec<Alt>>,
@@ -906,6 +909,15 @@ impl Instance {
         let capacity = problem.devices.iter().map(|x| x.memory).collect();
         let overlap = problem.devices.iter().map(|x| x.overlap).collect();
         let num_channels = 2 * problem.links.len();
+        // Each group's nodes, when it spans two levels of the topology (positions in the
+        // group), by its routes' widths: what its all-reduces take (`split::comm_time`).
+        let nodes = place_devices
+            .iter()
+            .map(|ds| {
+                let width = |i: usize, j: usize| 1.0 / inv_bandwidth[ds[i] * d + ds[j]];
+                tessera_targets::two_levels(ds.len(), width)
+            })
+            .collect();
         Ok(Instance {
             problem,
             n,
@@ -931,6 +943,7 @@ impl Instance {
             base_memory,
             spmd,
             place_devices,
+            nodes,
             alts,
         })
     }

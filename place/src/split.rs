@@ -223,8 +223,8 @@ pub fn ring_pairs<'a>(inst: &'a Instance, r: &Ring) -> impl Iterator<Item = (usi
 /// A reshard's time: its rings at their slowest neighbour pair, then its transfers at the
 /// busiest sender or receiver. An all-reduce ring (`2(k-1)` steps) over a group that spans
 /// two levels of the topology takes the hierarchical algorithm where it is faster, as the
-/// simulator's cost model does (`tessera_targets::CostModel::all_reduce_plan`, the nodes by
-/// [`tessera_targets::two_levels`]).
+/// simulator's cost model does (`tessera_targets::CostModel::all_reduce_plan`; the nodes,
+/// [`Instance::nodes`], found once per problem).
 pub fn comm_time(inst: &Instance, c: &Comm) -> f64 {
     let mut t = 0.0;
     for r in &c.rings {
@@ -256,8 +256,7 @@ fn ring_time(inst: &Instance, r: &Ring) -> f64 {
     if k < 4 || r.steps as usize != 2 * (k - 1) {
         return flat;
     }
-    let width = |i: usize, j: usize| 1.0 / inst.inv_bandwidth[ds[i] * inst.d + ds[j]];
-    let Some(nodes) = tessera_targets::two_levels(k, width) else {
+    let Some(nodes) = &inst.nodes[r.place] else {
         return flat;
     };
     let (n, m) = (nodes.len(), nodes[0].len());

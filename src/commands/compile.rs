@@ -1033,23 +1033,8 @@ fn search_variants(
                 }
             }
             if stages {
-                // Every configuration is an attempt of its own: the plan says which chains
-                // and cuts were weighed, and what each would take.
-                let configs = stages::configurations(inst, opts);
-                for c in &configs {
-                    attempts.push(Attempt {
-                        strategy: stages::describe(inst, c),
-                        outcome: c.outcome.as_ref().map(|s| s.0).map_err(Clone::clone),
-                    });
-                }
-                match stages::ranked(configs) {
-                    // The model's best configurations go on to the simulator.
-                    Ok(found) => ranked.extend(
-                        found
-                            .into_iter()
-                            .take(STAGES_SIMULATED)
-                            .map(|(score, sol)| ("stages".to_string(), sol, score)),
-                    ),
+                match stage_plans(inst, opts, &mut attempts) {
+                    Ok(found) => ranked.extend(found),
                     Err(e) => {
                         first_error.get_or_insert(e);
                     }
@@ -1076,20 +1061,12 @@ fn search_variants(
             auto_ranked(inst, opts).map(|(mut ranked, mut attempts)| {
                 // `auto`'s `stages` plan is its best configuration: the next best go on to
                 // the simulator too, as on the split problems, and each is an attempt.
-                use tessera_place::strategy::{Attempt, stages};
-                if stages::applies(inst) {
-                    let configs = stages::configurations(inst, opts);
-                    for c in &configs {
-                        attempts.push(Attempt {
-                            strategy: stages::describe(inst, c),
-                            outcome: c.outcome.as_ref().map(|s| s.0).map_err(Clone::clone),
-                        });
-                    }
-                    if let Ok(found) = stages::ranked(configs) {
-                        for (score, sol) in found.into_iter().take(STAGES_SIMULATED) {
-                            if ranked.iter().all(|r| r.1.assign != sol.assign) {
-                                ranked.push(("stages".to_string(), sol, score));
-                            }
+                if tessera_place::strategy::stages::applies(inst)
+                    && let Ok(found) = stage_plans(inst, opts, &mut attempts)
+                {
+                    for r in found {
+                        if ranked.iter().all(|q| q.1.assign != r.1.assign) {
+                            ranked.push(r);
                         }
                     }
                 }
@@ -1131,6 +1108,30 @@ fn search_variants(
         });
     }
     Ok((all, attempts))
+}
+
+/// The `stages` strategy's configurations of `inst`, each added to `attempts` (the plan says
+/// which chains and cuts were weighed, and what each would take), and the best
+/// [`STAGES_SIMULATED`] of them by the model's step, for the simulator; or why none has a
+/// plan.
+fn stage_plans(
+    inst: &Instance,
+    opts: &SolveOptions,
+    attempts: &mut Vec<tessera_place::strategy::Attempt>,
+) -> std::result::Result<Vec<Ranked>, tessera_place::ProblemError> {
+    use tessera_place::strategy::{Attempt, stages};
+    let configs = stages::configurations(inst, opts);
+    for c in &configs {
+        attempts.push(Attempt {
+            strategy: stages::describe(inst, c),
+            outcome: c.outcome.as_ref().map(|s| s.0).map_err(Clone::clone),
+        });
+    }
+    Ok(stages::ranked(configs)?
+        .into_iter()
+        .take(STAGES_SIMULATED)
+        .map(|(score, sol)| ("stages".to_string(), sol, score))
+        .collect())
 }
 
 /// The text `tessera compile` prints and writes to `summary.txt`
