@@ -470,6 +470,14 @@ pub struct TrainArgs {
     #[arg(long, value_name = "MB", default_value_t = 25.0, requires = "train",
           value_parser = bucket_mb)]
     pub bucket_mb: f64,
+    /// Activation recomputation in a microbatched step's pipeline stages: each stage runs a
+    /// microbatch's forward again just before its backward, keeping only what enters the
+    /// stage (GPipe's re-materialization). `auto`: only on the stages whose devices the
+    /// simulated step puts over their capacity, kept when that brings the step within it;
+    /// `on`: on every stage; `off`: never.
+    #[arg(long, value_name = "auto|on|off", default_value = "auto", requires = "train",
+          value_parser = ["auto", "on", "off"])]
+    pub recompute: String,
 }
 
 /// `--bucket-mb`: a finite number of MiB from 0 to 1048576 (1 TiB).

@@ -125,18 +125,27 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
         let tried: Vec<String> = p
             .tried
             .iter()
-            .map(|&(sc, period, peak)| {
+            .map(|t| {
+                let recomputing = match &t.recomputed {
+                    (0, _) => String::new(),
+                    (n, on) => format!(" recomputing {n} ops on {}", on.join(", ")),
+                };
                 format!(
-                    "{} {}, peak {}",
-                    schedule_name(sc),
-                    seconds(period),
-                    bytes(peak)
+                    "{}{recomputing} {}, peak {}",
+                    schedule_name(t.schedule),
+                    seconds(t.step),
+                    bytes(t.peak)
                 )
             })
             .collect();
+        let recomputing = match p.recomputed {
+            0 => String::new(),
+            n => format!(", recomputing {n} ops"),
+        };
         let _ = writeln!(
             s,
-            "pipeline     {} over {} microbatches; simulated step and largest device peak: {}",
+            "pipeline     {} over {} microbatches{recomputing}; simulated step and largest \
+             device peak: {}",
             schedule_name(p.chosen),
             p.microbatches,
             tried.join("; ")

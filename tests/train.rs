@@ -1386,3 +1386,57 @@ fn training_is_deterministic() {
         );
     }
 }
+
+/// `--recompute on`: every stage of a microbatched step runs each microbatch's forward again
+/// before its backward (the placed step gains the copies, counted in the summary),
+/// and the step trains to the same numbers, byte for byte, as without: the MLP over two
+/// microbatches on the default target, and the CNN (batch norm, whose statistics are
+/// recomputed too) as two data-parallel stages of chips. `auto` keeps the step as it is when
+/// every device holds it.
+#[test]
+fn recomputation_trains_to_the_same_numbers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let target = stages_target(tmp.path(), 60_000);
+    let target = target.to_str().expect("utf-8");
+    let mut cnn_args = vec!["--target", target, "--pipeline", "gpipe"];
+    cnn_args.extend(BATCH_SPLIT);
+    let mlp_args = ["--microbatches", "2", "--pipeline", "gpipe"];
+    for (m, c, args) in [(&MLP, &SGD, &mlp_args[..]), (&CNN, &SGD_MB2, &cnn_args[..])] {
+        let mut runs = Vec::new();
+        let mut ops = Vec::new();
+        for mode in ["off", "on", "auto"] {
+            let dir = tmp
+                .path()
+                .join(format!("{}-{mode}", m.dir.replace('/', "-")));
+            let mut with = args.to_vec();
+            with.extend(["--recompute", mode]);
+            let summary = compile_step(m, c, &with, &dir);
+            let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
+            ops.push(placed.lines().filter(|l| l.contains(" device(")).count());
+            let line = summary
+                .lines()
+                .find(|l| l.starts_with("pipeline "))
+                .expect("a pipeline line");
+            if mode == "on" {
+                // The copies are the ops the step gains.
+                let copies = ops[1] - ops[0];
+                assert!(copies > 0, "{}: nothing recomputed", m.dir);
+                assert!(
+                    line.contains(&format!("over 2 microbatches, recomputing {copies} ops;")),
+                    "{line}"
+                );
+            } else {
+                assert_eq!(ops.last(), ops.first(), "{}: {mode}", m.dir);
+                assert!(!line.contains("recomputing"), "{line}");
+            }
+            let out = train_compiled(m, &dir);
+            check_against_torch(m, c, out.path());
+            runs.push(out);
+        }
+        for f in ["loss.csv", "weights.safetensors"] {
+            let read = |d: &tempfile::TempDir| std::fs::read(d.path().join(f)).expect(f);
+            assert!(read(&runs[0]) == read(&runs[1]), "{}: {f} differs", m.dir);
+            assert!(read(&runs[0]) == read(&runs[2]), "{}: {f} differs", m.dir);
+        }
+    }
+}

@@ -21,6 +21,7 @@ pub mod pass;
 pub mod pipeline;
 pub mod plan;
 pub mod problem;
+pub mod recompute;
 pub mod split;
 pub mod strategy;
 

@@ -347,3 +347,151 @@ fn bucketed_all_reduces_overlap_the_backward_exactly() {
     let plain = tessera_ir::interp::run(&data_parallel_backward(), &inputs).expect("runs");
     assert_eq!(tessera_ir::interp::run(&g, &inputs).expect("runs"), plain);
 }
+
+/// Stage 0 of [`step`] three ops deep: per microbatch `f = relu x`, `h = relu f`,
+/// `k = relu h` on `a`, whose backward reads `f` and `h` (both kept until then) and sums to
+/// a scalar; `b` reads `k`.
+fn deep_step() -> Graph {
+    let mut body = String::from(
+        "  %wt = relu %w : f32[1, 1] device(\"b\")\n  %s = neg %wt : f32[1, 1] device(\"b\") grad-of(%wt)\n",
+    );
+    let mut outs = Vec::new();
+    let t = "f32[1, 1000]";
+    for i in 0..M {
+        body += &format!(
+            "  %x{i} = slice %x {{axes = [0], ends = [{}], starts = [{i}], steps = [1]}} : {t} device(\"a\")\n",
+            i + 1
+        );
+        body += &format!("  %f{i} = relu %x{i} : {t} device(\"a\")\n");
+        body += &format!("  %h{i} = relu %f{i} : {t} device(\"a\")\n");
+        body += &format!("  %k{i} = relu %h{i} : {t} device(\"a\")\n");
+        body += &format!("  %g{i} = relu %k{i} : {t} device(\"b\")\n");
+        body += &format!("  %db{i} = mul %g{i}, %s : {t} device(\"b\") grad-of(%g{i})\n");
+        body += &format!("  %dk{i} = mul %db{i}, %h{i} : {t} device(\"a\") grad-of(%k{i})\n");
+        body += &format!("  %dh{i} = mul %dk{i}, %f{i} : {t} device(\"a\") grad-of(%h{i})\n");
+        body += &format!(
+            "  %dx{i} = reduce-sum %dh{i} {{axes = [], keep-dims = false}} : f32[] device(\"a\") grad-of(%f{i})\n"
+        );
+        outs.push(format!("%dx{i}"));
+    }
+    let src = format!(
+        "const @w : f32[1, 1] = [0.5]\ngraph @step(%x: f32[{M}, 1000], %w: f32[1, 1] state(init = @w, next = \"w\")) {{\n{body}  return {}, %wt as \"w\"\n}}",
+        outs.join(", ")
+    );
+    text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Recomputation on the GPipe step of [`deep_step`]: each stage runs a microbatch's forward
+/// again just before that microbatch's backward, which then reads the copies; the values
+/// from the other stage (`h` on `b`) and the batch (`x`) are the boundary it keeps.
+#[test]
+fn recomputation_runs_each_forward_again_before_its_backward() {
+    let spec = parse_target(TWO, "two.toml").unwrap_or_else(|e| panic!("{e}"));
+    let cost = CostModel::new(&spec, None);
+    let run = |places: Option<&[&str]>| {
+        let mut g = deep_step();
+        schedule_graph(
+            &mut g,
+            &cost,
+            Some(Schedule::GPipe),
+            &mut Statistics::default(),
+        )
+        .expect("scheduled");
+        let copies = places.map_or(0, |p| {
+            let set: std::collections::BTreeSet<String> = p.iter().map(|s| s.to_string()).collect();
+            tessera_place::recompute::recompute(&mut g, Some(&set))
+        });
+        tessera_place::pass::insert_transfers(&mut g, "a");
+        tessera_ir::verify::verify(&g).expect("verifies");
+        let placement = placement_from_graph(&g, &spec, None).expect("placed");
+        let r = simulate(&g, &cost, &placement, &SimOptions { samples: Some(1) }).expect("sim");
+        (g, r, copies)
+    };
+    let peak = |r: &SimReport, d: &str| {
+        r.devices
+            .iter()
+            .find(|x| x.name == d)
+            .expect("device")
+            .peak_memory
+    };
+    let (_, plain, _) = run(None);
+    let (g, r, copies) = run(Some(&["a"]));
+    // On `a`, each microbatch's slice, `f` and `h` (what its backward reads, and their
+    // cone back to the batch): 12 copies, none of `k`, which only `b` reads.
+    assert_eq!(copies, 12);
+    assert_eq!(
+        device_order(&g, "a"),
+        [
+            "f0",
+            "h0",
+            "k0",
+            "f1",
+            "h1",
+            "k1",
+            "f2",
+            "h2",
+            "k2",
+            "f3",
+            "h3",
+            "k3",
+            "f0.recomputed",
+            "h0.recomputed",
+            "db0.to.a",
+            "dk0",
+            "dh0",
+            "dx0",
+            "f1.recomputed",
+            "h1.recomputed",
+            "db1.to.a",
+            "dk1",
+            "dh1",
+            "dx1",
+            "f2.recomputed",
+            "h2.recomputed",
+            "db2.to.a",
+            "dk2",
+            "dh2",
+            "dx2",
+            "f3.recomputed",
+            "h3.recomputed",
+            "db3.to.a",
+            "dk3",
+            "dh3",
+            "dx3"
+        ]
+    );
+    let text = tessera_ir::text::print(&g);
+    for line in [
+        "%x0.recomputed = slice %x {axes = [0], ends = [1], starts = [0], steps = [1]}",
+        "%f0.recomputed = relu %x0.recomputed",
+        "%h0.recomputed = relu %f0.recomputed",
+        "%dk0 = mul %db0.to.a, %h0.recomputed",
+        "%dh0 = mul %dk0, %f0.recomputed",
+        // The forward keeps its own reads.
+        "%k0 = relu %h0",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    // GPipe keeps the four microbatches' `f` and `h` on `a` (32 000 bytes) from the forward
+    // to the backward: a peak of 48 000 bytes. Recomputed, `a` holds one microbatch's
+    // (8 000 bytes) at a time, but keeps the batch `x` (16 000 bytes: the copies' boundary)
+    // to the end where GPipe frees it after the forward: 40 004 bytes.
+    assert_eq!(peak(&plain, "a"), 48_000);
+    assert_eq!(peak(&r, "a"), 40_004);
+    // The price: each microbatch's `f` and `h` again on `a` (2 ms), partly hidden while `a`
+    // waits for `b`'s backward: the step goes from 26 ms to 32 ms.
+    assert!(close(plain.latency, 26e-3), "{}", plain.latency);
+    assert!(close(r.latency, 32e-3), "{}", r.latency);
+    // On `b` the stage's input from `a` (`k`) is as large as what it recomputes (`g`): there
+    // it saves nothing and lengthens the step.
+    let (_, both, copies) = run(Some(&["a", "b"]));
+    assert_eq!(copies, 16);
+    assert_eq!(peak(&both, "b"), peak(&plain, "b"));
+    assert!(both.latency > r.latency);
+    // Not a microbatched step (no state: not a training step): nothing is recomputed.
+    let mut flat = deep_step();
+    flat.state.clear();
+    let before = tessera_ir::text::print(&flat);
+    assert_eq!(tessera_place::recompute::recompute(&mut flat, None), 0);
+    assert_eq!(tessera_ir::text::print(&flat), before);
+}

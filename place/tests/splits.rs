@@ -970,6 +970,16 @@ fn stages_give_the_slower_group_fewer_layers() {
     // As if B ran at A's speed (a planner for identical devices): three layers each.
     let homogeneous = staged(&inst, &[a, b], Cut::Homogeneous).expect("a cut");
     assert_eq!(homogeneous.cuts, vec![0, 3]);
+    // The configurations offer it only where it cuts unlike the balanced and the uniform
+    // cuts: on these chains never (the pairs: the uniform cut; one kind: the balanced one).
+    let configs = tessera_place::strategy::stages::configurations(
+        &inst,
+        &SolveOptions {
+            objective: Objective::Throughput,
+        },
+    );
+    assert_eq!(configs.len(), 2 * chains(&inst).len());
+    assert!(configs.iter().all(|c| c.cut != Cut::Homogeneous));
     let group_of = |s: &tessera_place::strategy::Solution, name: &str| {
         let o = (0..inst.n).find(|&o| inst.op_name(o) == name).expect(name);
         inst.place_of(o, s.assign[o]) - inst.d

@@ -11,7 +11,7 @@
 //! when it has fused projections (a fused QKV), on the graph after `unfuse-split`, whose
 //! pieces split by columns and feed attention split by heads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -316,6 +316,7 @@ fn place_settings<'a>(req: &'a CompileRequest<'a>, n_passes: Option<usize>) -> P
             pipeline: PipelineMode::parse(&req.train.pipeline).unwrap_or(PipelineMode::Auto),
             // At most 2^20 MiB (the flag's range): the product fits u64.
             bucket_bytes: (req.train.bucket_mb * 1_048_576.0) as u64,
+            recompute: Recompute::parse(&req.train.recompute).unwrap_or(Recompute::Auto),
         },
     }
 }
@@ -436,6 +437,33 @@ pub struct StepSettings {
     pub pipeline: PipelineMode,
     /// The most bytes of gradients one all-reduce sums (`--bucket-mb`; 0: one per gradient).
     pub bucket_bytes: u64,
+    /// Activation recomputation in a microbatched step's stages (`--recompute`).
+    pub recompute: Recompute,
+}
+
+/// `--recompute`: where a microbatched step's stages recompute their forward at the backward
+/// ([`tessera_place::recompute`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompute {
+    /// On the places (devices or meshes) with a device over its capacity in the simulated
+    /// step, kept when the step then beats the one without (within capacity first).
+    Auto,
+    /// On every place.
+    On,
+    /// Never.
+    Off,
+}
+
+impl Recompute {
+    /// `auto`, `on` or `off`.
+    pub fn parse(s: &str) -> Option<Recompute> {
+        match s {
+            "auto" => Some(Recompute::Auto),
+            "on" => Some(Recompute::On),
+            "off" => Some(Recompute::Off),
+            _ => None,
+        }
+    }
 }
 
 impl Default for StepSettings {
@@ -443,6 +471,7 @@ impl Default for StepSettings {
         StepSettings {
             pipeline: PipelineMode::Fixed(None),
             bucket_bytes: tessera_passes::DEFAULT_BUCKET_BYTES,
+            recompute: Recompute::Auto,
         }
     }
 }
@@ -475,8 +504,23 @@ pub struct PipelineChoice {
     pub microbatches: usize,
     /// The schedule kept (`None`: upward rank).
     pub chosen: Option<tessera_place::pipeline::Schedule>,
-    /// Each schedule simulated: its step (the period) and its largest peak memory on a device.
-    pub tried: Vec<(Option<tessera_place::pipeline::Schedule>, f64, u64)>,
+    /// The ops the kept step recomputes (0: none).
+    pub recomputed: usize,
+    /// Each step simulated.
+    pub tried: Vec<Tried>,
+}
+
+/// One microbatched step [`realize`] simulated.
+#[derive(Clone, Debug)]
+pub struct Tried {
+    /// Its schedule (`None`: upward rank).
+    pub schedule: Option<tessera_place::pipeline::Schedule>,
+    /// The ops it recomputes (0: none) and the places they run on.
+    pub recomputed: (usize, Vec<String>),
+    /// Its step (the period).
+    pub step: f64,
+    /// Its largest peak memory on a device.
+    pub peak: u64,
 }
 
 /// A schedule's name in reports.
@@ -922,34 +966,101 @@ pub fn realize(
         }
         PipelineMode::Auto => vec![None],
     };
-    let mut best: Option<(Graph, SimReport, usize, Option<Schedule>)> = None;
+    let mut best: Option<(Graph, SimReport, usize, Option<Schedule>, usize)> = None;
     let mut tried = Vec::new();
+    let peak = |r: &SimReport| r.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
     for schedule in candidates {
-        let mut g = graph.clone();
+        let mut placed = graph.clone();
         let order = body_order(graph, built, inst, assign, schedule);
-        apply_order(&mut g, built, &order);
-        apply_plan(&mut g, built, inst, assign)?;
-        bucket_gradients(&mut g, step.bucket_bytes)?;
-        let transfers = insert_transfers(&mut g, &spec.host);
-        let devices = placement_from_graph(&g, spec, None)?;
-        let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
-        let peak = |r: &SimReport| r.devices.iter().map(|d| d.peak_memory).max().unwrap_or(0);
-        tried.push((schedule, report.period, peak(&report)));
-        // Within every device's capacity first, then the shortest step, then the least peak.
-        let better = best.as_ref().is_none_or(|(_, b, _, _)| {
-            step_beats(step_of(&report), step_of(b)).unwrap_or_else(|| peak(&report) < peak(b))
-        });
-        if better {
-            best = Some((g, report, transfers, schedule));
+        apply_order(&mut placed, built, &order);
+        apply_plan(&mut placed, built, inst, assign)?;
+        bucket_gradients(&mut placed, step.bucket_bytes)?;
+        // The step as placed and, where `--recompute` asks, recomputing its stages' forward
+        // (every place, or those with a device over capacity once simulated without).
+        // `None`: as placed; `Some(None)`: recomputing on every place; `Some(Some(set))`: on
+        // those places.
+        let mut variants: Vec<Option<Option<BTreeSet<String>>>> = match step.recompute {
+            Recompute::On if microbatches > 1 => vec![Some(None)],
+            _ => vec![None],
+        };
+        let mut next = 0;
+        while let Some(recomputing) = variants.get(next).cloned() {
+            next += 1;
+            let mut g = placed.clone();
+            let recomputed = match &recomputing {
+                Some(on) => {
+                    let n = tessera_place::recompute::recompute(&mut g, on.as_ref());
+                    let names = on.as_ref().map_or_else(
+                        || vec!["every stage".to_string()],
+                        |p| p.iter().cloned().collect(),
+                    );
+                    (n, names)
+                }
+                None => (0, Vec::new()),
+            };
+            if recomputing.is_some() && recomputed.0 == 0 && step.recompute == Recompute::Auto {
+                // Nothing those places' backward reads back: the same step again.
+                continue;
+            }
+            let transfers = insert_transfers(&mut g, &spec.host);
+            let devices = placement_from_graph(&g, spec, None)?;
+            let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
+            if step.recompute == Recompute::Auto
+                && recomputing.is_none()
+                && microbatches > 1
+                && let Some(over) = over_capacity(&g, &report)
+            {
+                variants.push(Some(Some(over)));
+            }
+            tried.push(Tried {
+                schedule,
+                recomputed: recomputed.clone(),
+                step: report.period,
+                peak: peak(&report),
+            });
+            // Within every device's capacity first, then the shortest step, then the least
+            // peak.
+            let better = best.as_ref().is_none_or(|(_, b, _, _, _)| {
+                step_beats(step_of(&report), step_of(b)).unwrap_or_else(|| peak(&report) < peak(b))
+            });
+            if better {
+                best = Some((g, report, transfers, schedule, recomputed.0));
+            }
         }
     }
-    let (g, report, transfers, chosen) = best.expect("one schedule at least");
+    let (g, report, transfers, chosen, recomputed) = best.expect("one schedule at least");
     let choice = (microbatches > 1).then_some(PipelineChoice {
         microbatches,
         chosen,
+        recomputed,
         tried,
     });
     Ok((g, report, transfers, choice))
+}
+
+/// The places (a device, or `@mesh`) of `g`'s ops that run on a device the simulation `r`
+/// puts over its capacity; `None` when every device is within it.
+fn over_capacity(g: &Graph, r: &SimReport) -> Option<BTreeSet<String>> {
+    let over: BTreeSet<&str> = r
+        .devices
+        .iter()
+        .filter(|d| d.peak_memory > d.capacity)
+        .map(|d| d.name.as_str())
+        .collect();
+    if over.is_empty() {
+        return None;
+    }
+    let places: BTreeSet<String> = g
+        .ops()
+        .iter()
+        .filter_map(|&o| g.op(o).device.as_deref())
+        .filter(|place| match g.mesh_of_device(place) {
+            Some(mesh) => mesh.devices.iter().any(|d| over.contains(d.as_str())),
+            None => over.contains(place),
+        })
+        .map(str::to_string)
+        .collect();
+    (!places.is_empty()).then_some(places)
 }
 
 /// A simulated step as [`step_beats`] compares it: whether every device is within its

@@ -22,7 +22,9 @@
 //! uniform cut (an equal number of anchors, for a transformer equal layers, per stage) is
 //! [`Cut::Uniform`], and a cut balanced as if every stage ran at the first stage's speed
 //! (PipeDream's planner assumes identical devices) [`Cut::Homogeneous`]: the baselines of
-//! `benches/parallel.rs`.
+//! `benches/parallel.rs`, and configurations beside the balanced cut too (the homogeneous
+//! one where it cuts differently), since the simulator, not the cut's model, has the last
+//! word.
 //!
 //! **The plan.** Each unit then goes to its stage's group with the option there that costs
 //! least with the reshards from its producers (the `split` strategy's everything-on-one-group
@@ -80,14 +82,31 @@ pub struct Config {
     pub step: (f64, f64),
 }
 
-/// Every configuration of [`chains`] with the balanced cut and with the uniform one, each
+/// Every configuration of [`chains`] with the balanced cut, the uniform one, and the
+/// homogeneous one where that cuts differently from both (on a chain of unlike places it can
+/// simulate faster than the balanced cut, whose stage times are only the model's), each
 /// scored by `opts`' objective.
 pub fn configurations(inst: &Instance, opts: &SolveOptions) -> Vec<Config> {
     chains(inst)
         .into_iter()
-        .flat_map(|chain| [(chain.clone(), Cut::Balanced), (chain, Cut::Uniform)])
-        .map(|(chain, cut)| {
-            let staged = staged(inst, &chain, cut);
+        .flat_map(|chain| {
+            let balanced = staged(inst, &chain, Cut::Balanced);
+            let uniform = staged(inst, &chain, Cut::Uniform);
+            let homogeneous = staged(inst, &chain, Cut::Homogeneous).filter(|h| {
+                [&balanced, &uniform]
+                    .iter()
+                    .all(|other| other.as_ref().is_none_or(|o| o.cuts != h.cuts))
+            });
+            let mut out = vec![
+                (chain.clone(), Cut::Balanced, balanced),
+                (chain.clone(), Cut::Uniform, uniform),
+            ];
+            if homogeneous.is_some() {
+                out.push((chain, Cut::Homogeneous, homogeneous));
+            }
+            out
+        })
+        .map(|(chain, cut, staged)| {
             let mut step = (f64::INFINITY, f64::INFINITY);
             let outcome = match &staged {
                 None => Err("the stages cannot hold every layer within memory".to_string()),
