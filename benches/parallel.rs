@@ -265,7 +265,7 @@ fn row(model: &Model, spec: &TargetSpec, train: &tessera::cli::TrainArgs) -> Str
                 if let Some(t) = step(&c.report)
                     && ours.is_none_or(|(b, _, _)| t < b * (1.0 - 1e-9))
                 {
-                    ours = Some((t, m, c.plan.lower_bound.value));
+                    ours = Some((t, m, c.plan.lower_bound.step()));
                 }
             }
             Err(e) => {

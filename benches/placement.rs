@@ -332,6 +332,7 @@ pub fn synthetic(n: usize, target: &TargetSpec) -> Problem {
         ops,
         edges,
         groups: Vec::new(),
+        carried: Vec::new(),
     }
 }
 

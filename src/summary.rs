@@ -154,6 +154,9 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
     if let Some(line) = mesh_line(c) {
         let _ = writeln!(s, "mesh         {line}");
     }
+    if let Some(line) = step_bound_line(c) {
+        let _ = writeln!(s, "step bound   {line}");
+    }
     simulation(&mut s, &c.report, &c.notes);
     s
 }
@@ -343,6 +346,27 @@ fn short(v: f64) -> String {
     }
     let rounded: f64 = format!("{v:.5e}").parse().unwrap_or(v);
     format_f64(rounded)
+}
+
+/// For a training step (state carried from step to step), the lower bound on the simulated
+/// step and its gap: `22.108 ms (recurrence: ...); gap 18.6% = (...) / ... of the
+/// simulated step`. The placement model's bound (the `placement` line) is on its busiest
+/// resource, which lets steps overlap; the simulator's steps wait for each other's state.
+fn step_bound_line(c: &Compiled) -> Option<String> {
+    let b = &c.plan.lower_bound;
+    let recurrence = b.recurrence?;
+    let why = if recurrence >= b.value {
+        "recurrence: the longest chain from a state's readers to the writer of its next value, \
+         each op at its fastest, which the next step waits for"
+            .to_string()
+    } else {
+        format!("{}: the placement model's bound", b.binding())
+    };
+    Some(format!(
+        "{} ({why}); gap {} of the simulated step",
+        seconds(b.step()),
+        gap_text(c.report.period, b.step())
+    ))
 }
 
 #[cfg(test)]

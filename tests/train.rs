@@ -1392,7 +1392,7 @@ fn training_is_deterministic() {
 /// and the step trains to the same numbers, byte for byte, as without: the MLP over two
 /// microbatches on the default target, and the CNN (batch norm, whose statistics are
 /// recomputed too) as two data-parallel stages of chips. `auto` keeps the step as it is when
-/// every device holds it.
+/// every device holds it. Each step's recurrence bound stays below its simulated period.
 #[test]
 fn recomputation_trains_to_the_same_numbers() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1429,6 +1429,22 @@ fn recomputation_trains_to_the_same_numbers() {
                 assert_eq!(ops.last(), ops.first(), "{}: {mode}", m.dir);
                 assert!(!line.contains("recomputing"), "{line}");
             }
+            // The step's recurrence bound is below the simulated step (its soundness on a
+            // real step; the summary reports it with its gap).
+            let json = |f: &str| -> serde_json::Value {
+                serde_json::from_slice(&std::fs::read(dir.join(f)).expect(f)).expect("json")
+            };
+            let recurrence = json("plan.json")["lower_bound"]["recurrence"]
+                .as_f64()
+                .expect("a recurrence");
+            let period = json("report.json")["simulation"]["period"]
+                .as_f64()
+                .expect("a period");
+            assert!(
+                recurrence > 0.0 && recurrence <= period,
+                "{recurrence} {period}"
+            );
+            assert!(summary.contains("\nstep bound   "), "{summary}");
             let out = train_compiled(m, &dir);
             check_against_torch(m, c, out.path());
             runs.push(out);

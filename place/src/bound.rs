@@ -34,6 +34,19 @@
 //!   transfers share a link, only the longest single unavoidable transfer counts.
 //! - `critical-path` (latency only): the longest chain of ops at their fastest times, with
 //!   each edge's unavoidable transfer time.
+//! - `recurrence` (kept apart, [`LowerBound::recurrence`]: a bound on the period of a
+//!   stream whose runs wait for each other's state, which the simulator's period obeys and
+//!   the placement model's busiest resource does not; a problem with carried state, a
+//!   training step's): a stream
+//!   of runs is a cyclic graph, each state's next readers waiting for its writer, so the
+//!   period is at least the longest chain from a reader of a state to the writer of its
+//!   next value (ops at their fastest, transfers unavoidable), whatever the devices: the
+//!   iteration bound of a cyclic dataflow graph (Reiter, "Scheduling Parallel
+//!   Computations", JACM 1968), modulo scheduling's recurrence-constrained minimum
+//!   interval (Rau, "Iterative Modulo Scheduling", MICRO 1994). For a training step the
+//!   chain from the first layer's weights through the forward, the loss and the backward to
+//!   that layer's update is nearly the whole step: data parallelism shortens each op on it,
+//!   but steps do not overlap.
 //!
 //! Memory: when the ops' own memory exceeds the capacity of all the devices together, no plan
 //! exists; that is reported as an error, not as a bound.
@@ -66,9 +79,20 @@ pub struct LowerBound {
     pub value: f64,
     /// Each component's value, by name.
     pub components: BTreeMap<String, f64>,
+    /// For a problem with carried state (a training step), the `recurrence` bound on the
+    /// period of a stream of runs, which the simulator's period obeys and the placement
+    /// model's (the busiest resource, each run on its own) does not: see [`LowerBound::step`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recurrence: Option<f64>,
 }
 
 impl LowerBound {
+    /// The bound on a step of a stream of runs whose state carries over (the simulator's
+    /// period): the larger of the bound and the recurrence.
+    pub fn step(&self) -> f64 {
+        self.value.max(self.recurrence.unwrap_or(0.0))
+    }
+
     /// The component that gives the bound.
     pub fn binding(&self) -> &str {
         self.components
@@ -201,8 +225,58 @@ pub fn lower_bound(inst: &Instance, objective: Objective) -> Result<LowerBound, 
         }
         components.insert("critical-path".to_string(), longest);
     }
+    let recurrence = (!inst.problem.carried.is_empty()).then(|| recurrence(inst, &unavoidable));
     let value = components.values().copied().fold(0.0, f64::max);
-    Ok(LowerBound { value, components })
+    Ok(LowerBound {
+        value,
+        components,
+        recurrence,
+    })
+}
+
+/// The most (op, state) pairs [`recurrence`] visits: past it, the states not yet visited
+/// are left out (the bound stays valid, only less tight).
+const RECURRENCE_MAX_VISITS: usize = 200_000_000;
+
+/// The longest chain, over the carried states, from a reader of a state to the writer of
+/// its next value: each op at its least duration, each edge at its unavoidable transfer.
+fn recurrence(inst: &Instance, unavoidable: &[f64]) -> f64 {
+    let n = inst.n;
+    let duration: Vec<f64> = (0..n).map(|o| least_duration(inst, o)).collect();
+    // The latest end of a chain from a reader to each op (`-inf`: no chain reaches it).
+    let mut end = vec![f64::NEG_INFINITY; n];
+    let mut reader = vec![false; n];
+    let mut longest: f64 = 0.0;
+    let mut visits = 0usize;
+    for c in &inst.problem.carried {
+        let Some(start) = c.readers.iter().copied().filter(|&r| r <= c.writer).min() else {
+            continue;
+        };
+        visits = visits.saturating_add(c.writer - start + 1);
+        if visits > RECURRENCE_MAX_VISITS {
+            break;
+        }
+        for &r in &c.readers {
+            reader[r] = true;
+        }
+        for o in start..=c.writer {
+            let mut from = if reader[o] { 0.0 } else { f64::NEG_INFINITY };
+            for &e in &inst.in_edges[o] {
+                let p = inst.problem.edges[e].from;
+                if p >= start {
+                    from = from.max(end[p] + unavoidable[e]);
+                }
+            }
+            end[o] = from + duration[o];
+        }
+        if end[c.writer].is_finite() {
+            longest = longest.max(end[c.writer]);
+        }
+        for &r in &c.readers {
+            reader[r] = false;
+        }
+    }
+    longest
 }
 
 /// The number of links at device `k` (each gives it one incoming and one outgoing direction).

@@ -25,7 +25,7 @@ use tessera_ir::{Graph, Op, OpId, ValueDef, ValueId};
 use tessera_targets::sim::{collective_piece_bytes, describe_op, shard_factor};
 use tessera_targets::{CostModel, OpTime};
 
-use crate::problem::{self, Edge, OpSpec, Problem, VERSION};
+use crate::problem::{self, Carried, Edge, OpSpec, Problem, VERSION};
 
 /// A problem built from a graph, with the graph op behind each problem op.
 #[derive(Clone, Debug)]
@@ -777,6 +777,33 @@ pub fn build_with(
         });
         graph_ops.push(None);
     }
+    // Each state's readers (the ops that count it among their weights) and the writer of its
+    // next value.
+    let output_names = tessera_ir::text::output_names(graph);
+    let mut carried = Vec::new();
+    for slot in &graph.state {
+        let (Some(&input), Some(k)) = (
+            graph.inputs().get(slot.input),
+            output_names.iter().position(|n| *n == slot.next),
+        ) else {
+            continue;
+        };
+        let Some((writer, _)) = producer.get(graph.outputs()[k].index()).copied().flatten() else {
+            continue;
+        };
+        let readers: Vec<usize> = weights_of
+            .iter()
+            .filter(|(_, ws)| ws.iter().any(|&(v, _)| v == input))
+            .map(|(&o, _)| o)
+            .collect();
+        if !readers.is_empty() {
+            carried.push(Carried {
+                name: slot.next.clone(),
+                readers,
+                writer,
+            });
+        }
+    }
     let problem = Problem {
         version: VERSION,
         name: format!("{} on {}", graph.name, spec.name),
@@ -786,6 +813,7 @@ pub fn build_with(
         ops,
         edges,
         groups,
+        carried,
     };
     Ok(Built {
         problem,

@@ -128,6 +128,7 @@ pub fn place_graph(
             ops: Vec::new(),
             edges: Vec::new(),
             groups: Vec::new(),
+            carried: Vec::new(),
         },
     ))?;
     let (plan, sol) = solve_with_solution(&inst, strategy, objective, explain)?;

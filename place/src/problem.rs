@@ -22,6 +22,8 @@
 //! - *Edges* carry `bytes` from producer to consumer; `tensor` says which of the producer's
 //!   results it is, so that two consumers of one tensor on one device receive it once.
 //!   Received tensors also take memory on the receiving device.
+//! - *Carried* state (a training step's): each names the ops that read a state and the op
+//!   that writes its next value; a stream of runs waits for it from run to run.
 //!
 //! **Ranges** (those of [`tessera_targets::limits`], so that no sum a solver forms can
 //! overflow): times and latencies are seconds in `[0, 1e6]`; bandwidths are bytes per second
@@ -78,6 +80,26 @@ pub struct Problem {
     /// Groups of devices an op may run split over ([`OpSpec::splits`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<DeviceGroup>,
+    /// State carried from one run to the next (a training step's parameters and optimizer
+    /// state): the next run's readers wait for this run's writer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<Carried>,
+}
+
+/// A state carried between runs of the problem's graph: the ops that read it, and the op
+/// that writes its next value. A stream of runs is then a cycle: run `k + 1`'s readers
+/// start after run `k`'s writer ends, so the period is at least the longest path from a
+/// reader to the writer ([`crate::bound`]'s `recurrence`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Carried {
+    /// The state's name, for reports.
+    #[serde(default)]
+    pub name: String,
+    /// The ops that read it (indices into [`Problem::ops`]).
+    pub readers: Vec<usize>,
+    /// The op that writes its next value (an index into [`Problem::ops`]).
+    pub writer: usize,
 }
 
 /// Devices an op may run split over, in ring order: the collectives a split implies run as
@@ -762,6 +784,14 @@ impl Instance {
                     members.len(),
                     summarize(reasons)
                 )));
+            }
+        }
+        for (i, c) in problem.carried.iter().enumerate() {
+            if let Some(&o) = c.readers.iter().chain([&c.writer]).find(|&&o| o >= n) {
+                return Err(invalid(
+                    format!("carried[{i}]"),
+                    format!("op index {o} out of range (there are {n} ops)"),
+                ));
             }
         }
         let mut out_edges = vec![Vec::new(); n];

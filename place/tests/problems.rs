@@ -262,6 +262,7 @@ fn small_problem() -> impl Strategy<Value = Problem> {
             ops,
             edges,
             groups: Vec::new(),
+            carried: Vec::new(),
         };
         if next() % 3 == 0 {
             let o = (next() % n as u64) as usize;
@@ -574,6 +575,7 @@ fn infeasibility_says_what_it_is() {
             operand: 0,
         }],
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     let opts = SolveOptions {
@@ -695,6 +697,7 @@ fn the_latency_bound_does_not_serialize_a_link() {
             edge(2, 3, 1_000_000, 1),
         ],
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     let latency = brute_force(&inst, Objective::Latency).expect("a plan");
@@ -743,6 +746,7 @@ fn the_branched_relaxation_tries_every_option_below_its_best() {
         ops: vec![op("a", 1.0, Some("h")), op("x", 0.5, None)],
         edges: Vec::new(),
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     let optimum = brute_force(&inst, Objective::Throughput).expect("a plan");
@@ -750,4 +754,73 @@ fn the_branched_relaxation_tries_every_option_below_its_best() {
     let lb = lower_bound(&inst, Objective::Throughput).expect("bound");
     assert!((lb.components["lp"] - 1.0).abs() < 1e-6, "{lb:?}");
     assert!((lb.value - 1.5).abs() < 1e-6, "{lb:?}");
+}
+
+/// A training step's recurrence: run `k + 1` reads the state `w` only after run `k` wrote
+/// its next value, so the period of a stream is at least the chain from `w`'s reader to its
+/// writer (1 + 2 + 3 s, and the 1 s transfer from the host, which no plan avoids), however
+/// many devices share the work. The placement model's bound (its busiest device: the four
+/// ops' 10 s over two devices) leaves that out; [`tessera_place::LowerBound::step`] takes
+/// both. A state whose writer does not follow its reader adds nothing.
+#[test]
+fn the_recurrence_bounds_a_stream_of_steps() {
+    let text = r#"{
+      "version": 1,
+      "devices": [
+        { "name": "host", "kind": "cpu", "memory": 1000000 },
+        { "name": "a", "kind": "x", "memory": 1000000 },
+        { "name": "b", "kind": "x", "memory": 1000000 }
+      ],
+      "links": [
+        { "a": "host", "b": "a", "bandwidth": 1000, "latency": 0 },
+        { "a": "host", "b": "b", "bandwidth": 1000, "latency": 0 },
+        { "a": "a", "b": "b", "bandwidth": 1e9, "latency": 0 }
+      ],
+      "ops": [
+        { "name": "input:x", "kind": "input", "time": { "cpu": 0, "x": 0 }, "pin": "host" },
+        { "name": "read", "kind": "matmul", "time": { "x": 1 } },
+        { "name": "middle", "kind": "relu", "time": { "x": 2 } },
+        { "name": "write", "kind": "sub", "time": { "x": 3 } },
+        { "name": "side", "kind": "relu", "time": { "x": 4 } }
+      ],
+      "edges": [
+        { "from": 0, "to": 1, "bytes": 1000 },
+        { "from": 1, "to": 2, "bytes": 8 },
+        { "from": 2, "to": 3, "bytes": 8 }
+      ],
+      "carried": [
+        { "name": "w", "readers": [1], "writer": 3 },
+        { "name": "backwards", "readers": [3], "writer": 1 }
+      ]
+    }"#;
+    let p = Problem::parse(text, "step.json").expect("parses");
+    // The carried state round-trips through the schema.
+    let again = Problem::parse(&p.to_json(), "again.json").expect("parses");
+    assert_eq!(again, p);
+    let inst = Instance::new(p.clone()).expect("valid");
+    let b = lower_bound(&inst, Objective::Throughput).expect("bound");
+    assert!((b.value - 5.0).abs() < 1e-6, "{b:?}");
+    assert_eq!(b.binding(), "lp");
+    assert_eq!(b.recurrence, Some(6.0));
+    assert_eq!(b.step(), 6.0);
+    // The chain starts at the reader: the input's transfer before it is not in it. With the
+    // state read by `read` and by `middle`, the longest chain is still 6 s.
+    let mut two = p.clone();
+    two.carried[0].readers = vec![2, 1];
+    let b = lower_bound(&Instance::new(two).expect("valid"), Objective::Throughput).expect("bound");
+    assert_eq!(b.recurrence, Some(6.0));
+    // Without carried state: no recurrence.
+    let mut none = p.clone();
+    none.carried.clear();
+    let b =
+        lower_bound(&Instance::new(none).expect("valid"), Objective::Throughput).expect("bound");
+    assert_eq!(b.recurrence, None);
+    assert_eq!(b.step(), b.value);
+    // An index out of range is a schema error naming the entry.
+    let mut bad = p;
+    bad.carried[1].writer = 9;
+    assert_eq!(
+        err(bad),
+        "carried[1]: op index 9 out of range (there are 5 ops)"
+    );
 }

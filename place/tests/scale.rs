@@ -59,6 +59,7 @@ fn chain_problem(n: usize) -> Problem {
             })
             .collect(),
         groups: Vec::new(),
+        carried: Vec::new(),
     }
 }
 
@@ -184,6 +185,7 @@ fn a_400_device_ring_is_placed_with_the_targets_routes() {
             })
             .collect(),
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     // The instance's routes are the target's, channel for channel (both ways round the ring).

@@ -117,6 +117,7 @@ fn ring_problem(chip_memory: u64, host_memory: u64, mut ops: Vec<OpSpec>, bytes:
             name: "all".into(),
             devices: (0..4).map(|i| format!("c{i}")).collect(),
         }],
+        carried: Vec::new(),
     }
 }
 
@@ -388,6 +389,7 @@ fn random_problem(seed: u64) -> Problem {
         ops,
         edges,
         groups,
+        carried: Vec::new(),
     }
 }
 
@@ -874,6 +876,7 @@ fn the_branched_relaxation_is_tighter_and_below_the_optimum() {
             name: "pair".into(),
             devices: vec!["c0".into(), "c1".into()],
         }],
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid");
     let optimum = brute_force(&inst, Objective::Throughput).expect("a plan");
@@ -938,6 +941,7 @@ fn two_speed_pairs() -> Problem {
                 devices: vec!["b0".into(), "b1".into()],
             },
         ],
+        carried: Vec::new(),
     }
 }
 
@@ -1056,6 +1060,7 @@ fn a_partial_sum_over_two_nodes_is_reduced_hierarchically() {
             name: "all".into(),
             devices: ["n0a", "n0b", "n1a", "n1b"].map(String::from).to_vec(),
         }],
+        carried: Vec::new(),
     };
     // The time to all-reduce 4000 B of partial sums over the group.
     let all_reduce = |inst: &Instance| {

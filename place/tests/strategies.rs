@@ -134,6 +134,7 @@ fn random_problem(seed: u64) -> Problem {
         ops,
         edges,
         groups: Vec::new(),
+        carried: Vec::new(),
     }
 }
 
@@ -551,6 +552,7 @@ fn dp_splits_a_training_step_whose_backward_ops_follow_their_forward_ops() {
         ops,
         edges,
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid problem");
     let opts = SolveOptions {
@@ -627,6 +629,7 @@ fn dp_on_chain(seed: u64) {
         ops,
         edges,
         groups: Vec::new(),
+        carried: Vec::new(),
     };
     let inst = Instance::new(p).expect("valid chain");
     for objective in [Objective::Throughput, Objective::Latency] {

@@ -756,13 +756,19 @@ pub fn compile(
     if bounded.is_empty() {
         bounded.push(&variants[0].1);
     }
+    // The step's recurrence: the least over the problems too (each plan is one's).
+    let mut recurrence: Option<f64> = None;
     for inst in bounded {
         let b = lower_bound(inst, settings.objective)?;
+        if let Some(r) = b.recurrence {
+            recurrence = Some(recurrence.map_or(r, |x: f64| x.min(r)));
+        }
         if bound.as_ref().is_none_or(|x| b.value < x.value) {
             bound = Some(b);
         }
     }
-    let bound = bound.expect("a problem to bound");
+    let mut bound = bound.expect("a problem to bound");
+    bound.recurrence = recurrence;
     let (plan, (graph, report, _transfers, pipeline)) = if settings.strategy == "auto" {
         // The model's best few plans, each simulated; the simulator's best wins (it has link
         // contention and the stream's start, which the model leaves out).

@@ -102,5 +102,6 @@ pub fn layered_mesh(n: usize, rows: usize, cols: usize, seed: u64) -> Problem {
         ops,
         edges,
         groups: Vec::new(),
+        carried: Vec::new(),
     }
 }
