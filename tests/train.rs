@@ -1456,3 +1456,97 @@ fn recomputation_trains_to_the_same_numbers() {
         }
     }
 }
+
+/// `--recompute auto` in `realize`: a microbatched step (four microbatches of `f = relu x`,
+/// `h = relu f`, `k = relu h`, whose backward reads `f` and `h`) placed whole on one device.
+/// GPipe keeps every microbatch's `f` and `h` until the backward; recomputed, one
+/// microbatch's at a time. On a device whose memory lies between the two peaks, `off` leaves
+/// the step over capacity, and `auto` simulates it, finds the device over, recomputes there
+/// and keeps that step, which fits.
+#[test]
+fn recompute_auto_recomputes_where_the_step_overflows() {
+    use tessera::commands::compile::{PipelineMode, Recompute, StepSettings, realize};
+    use tessera_place::pipeline::Schedule;
+    use tessera_targets::{CostModel, parse_target};
+    const M: usize = 4;
+    let mut body =
+        String::from("  %wt = relu %w : f32[1, 1]\n  %s = neg %wt : f32[1, 1] grad-of(%wt)\n");
+    let mut outs = Vec::new();
+    let t = "f32[1, 1000]";
+    for i in 0..M {
+        body += &format!(
+            "  %x{i} = slice %x {{axes = [0], ends = [{}], starts = [{i}], steps = [1]}} : {t}\n",
+            i + 1
+        );
+        body += &format!("  %f{i} = relu %x{i} : {t}\n  %h{i} = relu %f{i} : {t}\n");
+        body += &format!("  %k{i} = relu %h{i} : {t}\n  %g{i} = relu %k{i} : {t}\n");
+        body += &format!("  %db{i} = mul %g{i}, %s : {t} grad-of(%g{i})\n");
+        body += &format!("  %dk{i} = mul %db{i}, %h{i} : {t} grad-of(%k{i})\n");
+        body += &format!("  %dh{i} = mul %dk{i}, %f{i} : {t} grad-of(%h{i})\n");
+        body += &format!(
+            "  %dx{i} = reduce-sum %dh{i} {{axes = [], keep-dims = false}} : f32[] grad-of(%f{i})\n"
+        );
+        outs.push(format!("%dx{i}"));
+    }
+    let graph = tessera_ir::text::parse(
+        &format!(
+            "const @w : f32[1, 1] = [0.5]\ngraph @step(%x: f32[{M}, 1000], %w: f32[1, 1] \
+             state(init = @w, next = \"w\")) {{\n{body}  return {}, %wt as \"w\"\n}}",
+            outs.join(", ")
+        ),
+        None,
+    )
+    .expect("parses");
+    let target = |memory: u64| {
+        parse_target(
+            &format!(
+                "name = \"one\"\nhost = \"a\"\n[[device]]\nname = \"a\"\nkind = \"cpu\"\n\
+                 memory = {memory}\nmemory_bandwidth = 1e15\ncompute = {{ f32 = 1e6 }}\n\
+                 lowering = \"cpu\"\n"
+            ),
+            "one.toml",
+        )
+        .expect("target")
+    };
+    let run = |memory: u64, recompute: Recompute| {
+        let spec = target(memory);
+        let cost = CostModel::new(&spec, None);
+        let built = tessera_place::build::build(&graph, &cost).expect("problem");
+        let inst = tessera_place::Instance::new(built.problem.clone()).expect("instance");
+        let assign = vec![0; inst.n];
+        let step = StepSettings {
+            pipeline: PipelineMode::Fixed(Some(Schedule::GPipe)),
+            recompute,
+            ..StepSettings::default()
+        };
+        let (_, report, _, choice) =
+            realize(&graph, &built, &inst, &assign, &cost, Some(1), step).expect("realized");
+        (report.devices[0].peak_memory, choice.expect("microbatched"))
+    };
+    let (plain, off) = run(1_000_000, Recompute::Off);
+    let (recomputed, on) = run(1_000_000, Recompute::On);
+    assert_eq!(off.recomputed, 0);
+    assert!(
+        on.recomputed > 0 && recomputed < plain,
+        "{recomputed} {plain}"
+    );
+    // Plenty of memory: `auto` keeps the step as placed, and simulates only that.
+    let (_, roomy) = run(1_000_000, Recompute::Auto);
+    assert_eq!((roomy.recomputed, roomy.tried.len()), (0, 1));
+    // Memory between the two peaks.
+    let cap = (plain + recomputed) / 2;
+    let (peak, auto) = run(cap, Recompute::Auto);
+    assert_eq!(auto.recomputed, on.recomputed);
+    assert_eq!(peak, recomputed);
+    assert!(peak <= cap);
+    assert_eq!(auto.tried.len(), 2);
+    assert_eq!(auto.tried[0].recomputed.0, 0);
+    assert!(auto.tried[0].peak > cap);
+    assert_eq!(
+        auto.tried[1].recomputed,
+        (on.recomputed, vec!["a".to_string()])
+    );
+    // `off` keeps it over capacity.
+    let (peak, _) = run(cap, Recompute::Off);
+    assert!(peak > cap);
+}
