@@ -809,7 +809,8 @@ fn check_meshes(dir: &Path) {
 /// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
 /// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
 /// output features over its stage's pair); so do the CNN over two microbatches (GPipe and
-/// 1F1B again byte for byte; torch trained the microbatches in turn) and GPT-2 tiny (one
+/// 1F1B again byte for byte, and GPipe recomputing its stages' forward; torch trained the
+/// microbatches in turn) and GPT-2 tiny (one
 /// microbatch: its two rows split over each pair) under `mpirun`. Every device stays within
 /// its capacity; on
 /// chips too small for any plan the error names the device, its stage and the overflow.
@@ -883,20 +884,33 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
     );
     assert!(!tmp.path().join("tiny").exists());
     // The CNN over two microbatches (torch trained them in turn, batch norm with each one's
-    // statistics), GPipe and 1F1B; GPT-2 tiny's batch of two rows in one.
+    // statistics), GPipe and 1F1B; GPT-2 tiny's batch of two rows in one. The CNN once more with GPipe recomputing every stage's forward at its backward: the
+    // copies run on both meshes under `mpirun`, and the numbers stay the same, byte for byte.
     for (m, c, memory, schedules) in [
-        (&CNN, &SGD_MB2, 60_000, &["gpipe", "1f1b"][..]),
-        (&GPT2_TINY, &ADAMW, 1_000_000, &["none"][..]),
+        (
+            &CNN,
+            &SGD_MB2,
+            60_000,
+            &[("gpipe", "off"), ("1f1b", "off"), ("gpipe", "on")][..],
+        ),
+        (&GPT2_TINY, &ADAMW, 1_000_000, &[("none", "off")][..]),
     ] {
         let target = stages_target(tmp.path(), memory);
         let single = train_model(m, c, &[]);
         let mut runs = Vec::new();
-        for &schedule in schedules {
+        for &(schedule, recompute) in schedules {
             let mut args = vec!["--target", target.to_str().expect("utf-8")];
             args.extend(BATCH_SPLIT);
-            args.extend(["--pipeline", schedule]);
+            args.extend(["--pipeline", schedule, "--recompute", recompute]);
             let (build, out) = train_under_mpi_with(m, c, &args);
             check_meshes(&build.path().join("step"));
+            let summary = std::fs::read_to_string(build.path().join("step/summary.txt"))
+                .expect("summary.txt");
+            assert_eq!(
+                summary.contains(", recomputing "),
+                recompute == "on",
+                "{summary}"
+            );
             check_against_torch(m, c, &out);
             close_to(&out, single.path(), 1e-5);
             runs.push((build, out));
