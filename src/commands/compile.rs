@@ -23,7 +23,7 @@ use tessera_place::apply::{SplitMode, apply_plan, split_problems};
 use tessera_place::build::Built;
 use tessera_place::pass::{apply_order, insert_transfers, rank_order};
 use tessera_place::plan::{plan_of, records};
-use tessera_place::strategy::{Ranked, SolveOptions, auto_ranked};
+use tessera_place::strategy::{Ranked, SolveOptions};
 use tessera_place::{Instance, Objective, Plan, lower_bound};
 use tessera_targets::{
     Calibration, CostModel, SimOptions, SimReport, Target, placement_from_graph, simulate,
@@ -1175,11 +1175,15 @@ fn search_variants(
                 (vec![(chosen, sol, score)], att)
             })
         } else {
-            auto_ranked(inst, opts).map(|(mut ranked, mut attempts)| {
-                // `auto`'s `stages` plan is its best configuration: the next best go on to
-                // the simulator too, as on the split problems, and each is an attempt.
-                if tessera_place::strategy::stages::applies(inst)
-                    && let Ok(found) = stage_plans(inst, opts, &mut attempts)
+            // `auto`'s `stages` plan is its best configuration: the next best go on to the
+            // simulator too, as on the split problems, and each is an attempt. The
+            // configurations are computed once for both.
+            use tessera_place::strategy::stages;
+            let configs = stages::applies(inst).then(|| stages::configurations(inst, opts));
+            let ranked = tessera_place::strategy::auto_ranked_with(inst, opts, configs.as_deref());
+            ranked.map(|(mut ranked, mut attempts)| {
+                if let Some(configs) = configs
+                    && let Ok(found) = stage_plans_of(inst, configs, &mut attempts)
                 {
                     for r in found {
                         if ranked.iter().all(|q| q.1.assign != r.1.assign) {
@@ -1236,8 +1240,20 @@ fn stage_plans(
     opts: &SolveOptions,
     attempts: &mut Vec<tessera_place::strategy::Attempt>,
 ) -> std::result::Result<Vec<Ranked>, tessera_place::ProblemError> {
+    stage_plans_of(
+        inst,
+        tessera_place::strategy::stages::configurations(inst, opts),
+        attempts,
+    )
+}
+
+/// [`stage_plans`] of configurations already computed.
+fn stage_plans_of(
+    inst: &Instance,
+    configs: Vec<tessera_place::strategy::stages::Config>,
+    attempts: &mut Vec<tessera_place::strategy::Attempt>,
+) -> std::result::Result<Vec<Ranked>, tessera_place::ProblemError> {
     use tessera_place::strategy::{Attempt, stages};
-    let configs = stages::configurations(inst, opts);
     for c in &configs {
         attempts.push(Attempt {
             strategy: stages::describe(inst, c),

@@ -305,6 +305,17 @@ pub fn auto_ranked(
     inst: &Instance,
     opts: &SolveOptions,
 ) -> Result<(Vec<Ranked>, Vec<Attempt>), ProblemError> {
+    auto_ranked_with(inst, opts, None)
+}
+
+/// [`auto_ranked`], with the `stages` strategy's configurations when the caller has them
+/// already ([`stages::configurations`] of `inst` and `opts`): its plan is their best, not
+/// computed again.
+pub fn auto_ranked_with(
+    inst: &Instance,
+    opts: &SolveOptions,
+    stage_configs: Option<&[stages::Config]>,
+) -> Result<(Vec<Ranked>, Vec<Attempt>), ProblemError> {
     let mut attempts = Vec::new();
     // The plans found: (score, plan, strategy).
     let mut found: Vec<((f64, f64), Solution, String)> = Vec::new();
@@ -321,11 +332,14 @@ pub fn auto_ranked(
             // It models throughput only.
             continue;
         }
-        let outcome =
-            run_one(name, inst, opts).and_then(|sol| match violation(inst, &sol.assign) {
-                Some(why) => Err(ProblemError::Infeasible(why)),
-                None => Ok(sol),
-            });
+        let solved = match (name, stage_configs) {
+            ("stages", Some(configs)) => stages::best(configs.to_vec()),
+            _ => run_one(name, inst, opts),
+        };
+        let outcome = solved.and_then(|sol| match violation(inst, &sol.assign) {
+            Some(why) => Err(ProblemError::Infeasible(why)),
+            None => Ok(sol),
+        });
         match outcome {
             Ok(sol) => {
                 let s = sol.score(inst, opts.objective);
