@@ -1482,35 +1482,13 @@ fn recompute_auto_recomputes_where_the_step_overflows() {
     use tessera::commands::compile::{PipelineMode, Recompute, StepSettings, realize};
     use tessera_place::pipeline::Schedule;
     use tessera_targets::{CostModel, parse_target};
-    const M: usize = 4;
-    let mut body =
-        String::from("  %wt = relu %w : f32[1, 1]\n  %s = neg %wt : f32[1, 1] grad-of(%wt)\n");
-    let mut outs = Vec::new();
-    let t = "f32[1, 1000]";
-    for i in 0..M {
-        body += &format!(
-            "  %x{i} = slice %x {{axes = [0], ends = [{}], starts = [{i}], steps = [1]}} : {t}\n",
-            i + 1
-        );
-        body += &format!("  %f{i} = relu %x{i} : {t}\n  %h{i} = relu %f{i} : {t}\n");
-        body += &format!("  %k{i} = relu %h{i} : {t}\n  %g{i} = relu %k{i} : {t}\n");
-        body += &format!("  %db{i} = mul %g{i}, %s : {t} grad-of(%g{i})\n");
-        body += &format!("  %dk{i} = mul %db{i}, %h{i} : {t} grad-of(%k{i})\n");
-        body += &format!("  %dh{i} = mul %dk{i}, %f{i} : {t} grad-of(%h{i})\n");
-        body += &format!(
-            "  %dx{i} = reduce-sum %dh{i} {{axes = [], keep-dims = false}} : f32[] grad-of(%f{i})\n"
-        );
-        outs.push(format!("%dx{i}"));
+    // place/tests/pipeline.rs's step, its devices dropped: placed here on one device.
+    let src = std::fs::read_to_string(repo().join("testdata/placement/deep-step.tir"))
+        .expect("deep-step.tir");
+    let mut graph = tessera_ir::text::parse(&src, None).expect("parses");
+    for op in graph.ops().to_vec() {
+        graph.op_mut(op).device = None;
     }
-    let graph = tessera_ir::text::parse(
-        &format!(
-            "const @w : f32[1, 1] = [0.5]\ngraph @step(%x: f32[{M}, 1000], %w: f32[1, 1] \
-             state(init = @w, next = \"w\")) {{\n{body}  return {}, %wt as \"w\"\n}}",
-            outs.join(", ")
-        ),
-        None,
-    )
-    .expect("parses");
     let target = |memory: u64| {
         parse_target(
             &format!(

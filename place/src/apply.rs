@@ -768,12 +768,7 @@ pub fn split_problems(
     tilings: bool,
 ) -> Vec<Problem> {
     let problem = &inst.problem;
-    let host = problem
-        .ops
-        .iter()
-        .find(|o| o.name.starts_with("input:"))
-        .and_then(|o| o.pin.as_deref())
-        .and_then(|h| (0..inst.d).find(|&k| inst.device_name(k) == h));
+    let host = inst.input_devices().next();
     let hops = |k: usize| -> u64 {
         match host {
             Some(h) if h != k => match inst.route_channels(h, k).count() {

@@ -1082,6 +1082,17 @@ impl Instance {
         &self.problem.devices[k].name
     }
 
+    /// The devices the graph's inputs (the `input:` ops) are pinned to, in op order: the
+    /// host, for a problem `compile` built.
+    pub fn input_devices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.problem
+            .ops
+            .iter()
+            .filter(|o| o.name.starts_with("input:"))
+            .filter_map(|o| o.pin.as_deref())
+            .filter_map(|h| (0..self.d).find(|&k| self.device_name(k) == h))
+    }
+
     /// The op names.
     pub fn op_name(&self, o: usize) -> &str {
         &self.problem.ops[o].name

@@ -85,21 +85,24 @@ pub fn recompute(graph: &mut Graph, places: Option<&BTreeSet<String>>) -> usize 
     if copied.is_empty() {
         return 0;
     }
-    // The copies, in body order (operands before their readers).
+    // An operand of an op of `at` (place, microbatch): the copy made there, else itself.
+    let read = |graph: &Graph, copy_of: &BTreeMap<ValueId, ValueId>, at, v| match (
+        producer(graph, v),
+        copy_of.get(&v),
+    ) {
+        (Some(p), Some(&c)) if forward.get(&p) == Some(at) => c,
+        _ => v,
+    };
+    // The copies, in body order (operands before their readers), each with its original.
     let mut copy_of: BTreeMap<ValueId, ValueId> = BTreeMap::new();
-    let mut copy_op: BTreeMap<OpId, OpId> = BTreeMap::new();
     let mut original: BTreeMap<OpId, OpId> = BTreeMap::new();
     for &op in body.iter().filter(|o| copied.contains(o)) {
         let data = graph.op(op).clone();
-        // A copy made on this place for this microbatch, else the original.
         let at = &forward[&op];
         let operands = data
             .operands
             .iter()
-            .map(|&v| match (producer(graph, v), copy_of.get(&v)) {
-                (Some(p), Some(&c)) if forward.get(&p) == Some(at) => c,
-                _ => v,
-            })
+            .map(|&v| read(graph, &copy_of, at, v))
             .collect();
         let types = data.results.iter().map(|&r| graph.ty(r).clone()).collect();
         let c = graph.create_detached_op(data.op.clone(), operands, types);
@@ -116,7 +119,6 @@ pub fn recompute(graph: &mut Graph, places: Option<&BTreeSet<String>>) -> usize 
             }
             copy_of.insert(r, n);
         }
-        copy_op.insert(op, c);
         original.insert(c, op);
     }
     // The backward ops of the same place and microbatch read the copies.
@@ -124,20 +126,18 @@ pub fn recompute(graph: &mut Graph, places: Option<&BTreeSet<String>>) -> usize 
         let Some(at) = backward.get(&op) else {
             continue;
         };
-        let operands = graph.op(op).operands.clone();
-        let redirected: Vec<ValueId> = operands
+        let redirected: Vec<ValueId> = graph
+            .op(op)
+            .operands
             .iter()
-            .map(|&v| match (producer(graph, v), copy_of.get(&v)) {
-                (Some(p), Some(&c)) if forward.get(&p) == Some(at) => c,
-                _ => v,
-            })
+            .map(|&v| read(graph, &copy_of, at, v))
             .collect();
         graph.op_mut(op).operands = redirected;
     }
     // The body: each copy just before the first op that reads it, its copied operands first
     // (in their originals' body order).
     let mut placed: BTreeSet<OpId> = BTreeSet::new();
-    let mut order = Vec::with_capacity(body.len() + copy_op.len());
+    let mut order = Vec::with_capacity(body.len() + original.len());
     let copy_producer = |graph: &Graph, v: ValueId| {
         producer(graph, v)
             .filter(|p| original.contains_key(p))
@@ -170,7 +170,7 @@ pub fn recompute(graph: &mut Graph, places: Option<&BTreeSet<String>>) -> usize 
         order.push(op);
     }
     graph.set_ops(order);
-    copy_op.len()
+    original.len()
 }
 
 /// The op that makes `v`, if an op does.

@@ -36,6 +36,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use tessera_targets::hierarchical_phases;
+
 use crate::eval::Evaluation;
 use crate::problem::Instance;
 
@@ -259,20 +261,20 @@ fn ring_time(inst: &Instance, r: &Ring) -> f64 {
     let Some(nodes) = &inst.nodes[r.place] else {
         return flat;
     };
-    let (n, m) = (nodes.len(), nodes[0].len());
     let bytes = r.piece.saturating_mul(k as u64);
-    let members = |node: &Vec<usize>| node.iter().map(|&i| ds[i]).collect::<Vec<_>>();
-    let intra = nodes
+    let nodes: Vec<Vec<usize>> = nodes
         .iter()
-        .map(|node| step(&members(node), blocks(bytes, m)))
-        .fold(0.0, f64::max);
-    let inter = (0..m)
-        .map(|i| {
-            let rail: Vec<usize> = nodes.iter().map(|node| ds[node[i]]).collect();
-            step(&rail, blocks(bytes, m * n))
-        })
-        .fold(0.0, f64::max);
-    let hier = 2.0 * (m - 1) as f64 * intra + 2.0 * (n - 1) as f64 * inter;
+        .map(|node| node.iter().map(|&i| ds[i]).collect())
+        .collect();
+    let [(nodes, intra_steps, k), (rails, inter_steps, kn)] = hierarchical_phases(nodes);
+    // A step of several rings at once: the slowest ring's (the model does not share links).
+    let rings_step = |rings: &[Vec<usize>], parts: usize| {
+        rings
+            .iter()
+            .map(|ring| step(ring, blocks(bytes, parts)))
+            .fold(0.0, f64::max)
+    };
+    let hier = intra_steps * rings_step(&nodes, k) + inter_steps * rings_step(&rails, kn);
     flat.min(hier)
 }
 

@@ -348,36 +348,15 @@ fn bucketed_all_reduces_overlap_the_backward_exactly() {
     assert_eq!(tessera_ir::interp::run(&g, &inputs).expect("runs"), plain);
 }
 
-/// Stage 0 of [`step`] three ops deep: per microbatch `f = relu x`, `h = relu f`,
-/// `k = relu h` on `a`, whose backward reads `f` and `h` (both kept until then) and sums to
-/// a scalar; `b` reads `k`.
+/// Stage 0 of [`step`] three ops deep (`testdata/placement/deep-step.tir`): per microbatch
+/// `f = relu x`, `h = relu f`, `k = relu h` on `a`, whose backward reads `f` and `h` (both
+/// kept until then) and sums to a scalar; `b` reads `k`.
 fn deep_step() -> Graph {
-    let mut body = String::from(
-        "  %wt = relu %w : f32[1, 1] device(\"b\")\n  %s = neg %wt : f32[1, 1] device(\"b\") grad-of(%wt)\n",
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/placement/deep-step.tir"
     );
-    let mut outs = Vec::new();
-    let t = "f32[1, 1000]";
-    for i in 0..M {
-        body += &format!(
-            "  %x{i} = slice %x {{axes = [0], ends = [{}], starts = [{i}], steps = [1]}} : {t} device(\"a\")\n",
-            i + 1
-        );
-        body += &format!("  %f{i} = relu %x{i} : {t} device(\"a\")\n");
-        body += &format!("  %h{i} = relu %f{i} : {t} device(\"a\")\n");
-        body += &format!("  %k{i} = relu %h{i} : {t} device(\"a\")\n");
-        body += &format!("  %g{i} = relu %k{i} : {t} device(\"b\")\n");
-        body += &format!("  %db{i} = mul %g{i}, %s : {t} device(\"b\") grad-of(%g{i})\n");
-        body += &format!("  %dk{i} = mul %db{i}, %h{i} : {t} device(\"a\") grad-of(%k{i})\n");
-        body += &format!("  %dh{i} = mul %dk{i}, %f{i} : {t} device(\"a\") grad-of(%h{i})\n");
-        body += &format!(
-            "  %dx{i} = reduce-sum %dh{i} {{axes = [], keep-dims = false}} : f32[] device(\"a\") grad-of(%f{i})\n"
-        );
-        outs.push(format!("%dx{i}"));
-    }
-    let src = format!(
-        "const @w : f32[1, 1] = [0.5]\ngraph @step(%x: f32[{M}, 1000], %w: f32[1, 1] state(init = @w, next = \"w\")) {{\n{body}  return {}, %wt as \"w\"\n}}",
-        outs.join(", ")
-    );
+    let src = std::fs::read_to_string(path).expect("deep-step.tir");
     text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -981,46 +981,49 @@ pub fn realize(
         apply_order(&mut placed, built, &order);
         apply_plan(&mut placed, built, inst, assign)?;
         bucket_gradients(&mut placed, step.bucket_bytes)?;
-        // The step as placed and, where `--recompute` asks, recomputing its stages' forward
-        // (every place, or those with a device over capacity once simulated without).
-        // `None`: as placed; `Some(None)`: recomputing on every place; `Some(Some(set))`: on
-        // those places.
-        let mut variants: Vec<Option<Option<BTreeSet<String>>>> = match step.recompute {
-            Recompute::On if microbatches > 1 => vec![Some(None)],
-            _ => vec![None],
-        };
-        let mut next = 0;
-        while let Some(recomputing) = variants.get(next).cloned() {
-            next += 1;
-            let mut g = placed.clone();
+        // The step as placed or, with `--recompute on`, recomputing every stage's forward;
+        // with `auto`, once simulated, also recomputing the places with a device over
+        // capacity.
+        let mut pending = Some(if step.recompute == Recompute::On && microbatches > 1 {
+            Recomputing::Everywhere
+        } else {
+            Recomputing::Nowhere
+        });
+        // A second variant only follows the step as placed under `auto`: only then is the
+        // placed step kept for it.
+        let may_follow = step.recompute == Recompute::Auto && microbatches > 1;
+        let mut placed = Some(placed);
+        while let Some(recomputing) = pending.take() {
+            let mut g = match recomputing {
+                Recomputing::Nowhere if may_follow => placed.clone(),
+                _ => placed.take(),
+            }
+            .expect("the placed step, taken once");
             let recomputed = match &recomputing {
-                Some(on) => {
-                    let n = tessera_place::recompute::recompute(&mut g, on.as_ref());
-                    let names = on.as_ref().map_or_else(
-                        || vec!["every stage".to_string()],
-                        |p| p.iter().cloned().collect(),
-                    );
-                    (n, names)
-                }
-                None => (0, Vec::new()),
+                Recomputing::Nowhere => (0, Vec::new()),
+                Recomputing::Everywhere => (
+                    tessera_place::recompute::recompute(&mut g, None),
+                    vec!["every stage".to_string()],
+                ),
+                Recomputing::On(places) => (
+                    tessera_place::recompute::recompute(&mut g, Some(places)),
+                    places.iter().cloned().collect(),
+                ),
             };
-            if recomputing.is_some() && recomputed.0 == 0 && step.recompute == Recompute::Auto {
+            if matches!(recomputing, Recomputing::On(_)) && recomputed.0 == 0 {
                 // Nothing those places' backward reads back: the same step again.
                 continue;
             }
             let transfers = insert_transfers(&mut g, &spec.host);
             let devices = placement_from_graph(&g, spec, None)?;
             let report = simulate(&g, cost, &devices, &SimOptions { samples })?;
-            if step.recompute == Recompute::Auto
-                && recomputing.is_none()
-                && microbatches > 1
-                && let Some(over) = over_capacity(&g, &report)
-            {
-                variants.push(Some(Some(over)));
+            if may_follow && matches!(recomputing, Recomputing::Nowhere) {
+                pending = over_capacity(&g, &report).map(Recomputing::On);
             }
+            let copies = recomputed.0;
             tried.push(Tried {
                 schedule,
-                recomputed: recomputed.clone(),
+                recomputed,
                 step: report.period,
                 peak: peak(&report),
             });
@@ -1030,7 +1033,7 @@ pub fn realize(
                 step_beats(step_of(&report), step_of(b)).unwrap_or_else(|| peak(&report) < peak(b))
             });
             if better {
-                best = Some((g, report, transfers, schedule, recomputed.0));
+                best = Some((g, report, transfers, schedule, copies));
             }
         }
     }
@@ -1042,6 +1045,16 @@ pub fn realize(
         tried,
     });
     Ok((g, report, transfers, choice))
+}
+
+/// Where [`realize`] recomputes a microbatched step's stages ([`tessera_place::recompute`]).
+enum Recomputing {
+    /// Nowhere: the step as placed.
+    Nowhere,
+    /// On every place (`--recompute on`).
+    Everywhere,
+    /// On these places (`auto`: those with a device over capacity).
+    On(BTreeSet<String>),
 }
 
 /// The places (a device, or `@mesh`) of `g`'s ops that run on a device the simulation `r`
@@ -1156,8 +1169,7 @@ fn search_variants(
                         first_error.get_or_insert(e);
                     }
                 }
-            }
-            if !stages {
+            } else {
                 // `split` alone, as any strategy asked by name: no attempts listed.
                 attempts.clear();
             }

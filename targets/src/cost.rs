@@ -491,25 +491,20 @@ impl<'a> CostModel<'a> {
             .into_iter()
             .map(|n| n.into_iter().map(|i| ring[i]).collect())
             .collect();
-        let (n, k) = (nodes.len(), nodes[0].len());
-        let rails: Vec<Vec<usize>> = (0..k)
-            .map(|i| nodes.iter().map(|node| node[i]).collect())
-            .collect();
-        let (kf, nf) = (k as f64, n as f64);
-        let intra_steps = 2.0 * (kf - 1.0);
-        let inter_steps = 2.0 * (nf - 1.0);
-        let hier = intra_steps * self.rings_step(&nodes, bytes / kf)?
-            + inter_steps * self.rings_step(&rails, bytes / (kf * nf))?;
+        let [(nodes, intra_steps, k), (rails, inter_steps, kn)] = hierarchical_phases(nodes);
+        let (k, kn) = (k as f64, kn as f64);
+        let hier = intra_steps * self.rings_step(&nodes, bytes / k)?
+            + inter_steps * self.rings_step(&rails, bytes / kn)?;
         if hier >= flat {
             return Ok((flat, flat_hops()));
         }
         let hops = nodes
             .iter()
-            .flat_map(|r| ring_hops(r, intra_steps * bytes / kf))
+            .flat_map(|r| ring_hops(r, intra_steps * bytes / k))
             .chain(
                 rails
                     .iter()
-                    .flat_map(|r| ring_hops(r, inter_steps * bytes / (kf * nf))),
+                    .flat_map(|r| ring_hops(r, inter_steps * bytes / kn)),
             )
             .collect();
         Ok((hier, hops))
@@ -545,6 +540,24 @@ pub type Hop = (usize, usize, f64);
 fn ring_hops(ring: &[usize], sent: f64) -> impl Iterator<Item = Hop> + '_ {
     let p = ring.len();
     (0..if p < 2 { 0 } else { p }).map(move |i| (ring[i], ring[(i + 1) % p], sent))
+}
+
+/// The two phases of the hierarchical all-reduce over `nodes` (as [`two_levels`] finds them,
+/// `n` nodes of `k` devices each), each as (its rings, run at once; its steps; `parts`: each
+/// step sends `1/parts` of the tensor): the nodes' rings (a reduce-scatter, then an
+/// all-gather: `2(k-1)` steps of `1/k`), and the rails' (the `i`-th device of every node: an
+/// all-reduce of each shard, `2(n-1)` steps of `1/(kn)`). The time is the sum over the
+/// phases of steps times a step of the rings at once, however a caller times a step
+/// ([`CostModel::all_reduce_plan`], and the placement model's reshards).
+pub fn hierarchical_phases(nodes: Vec<Vec<usize>>) -> [(Vec<Vec<usize>>, f64, usize); 2] {
+    let (n, k) = (nodes.len(), nodes.first().map_or(0, Vec::len));
+    let rails: Vec<Vec<usize>> = (0..k)
+        .map(|i| nodes.iter().map(|node| node[i]).collect())
+        .collect();
+    [
+        (nodes, 2.0 * (k as f64 - 1.0), k),
+        (rails, 2.0 * (n as f64 - 1.0), k * n),
+    ]
 }
 
 /// The nodes of a two-level topology among `p` devices, as positions `0..p` in order, given

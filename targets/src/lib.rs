@@ -30,7 +30,7 @@ mod target;
 mod work;
 
 pub use calibration::Calibration;
-pub use cost::{CostModel, OpTime, TimeSource, two_levels};
+pub use cost::{CostModel, OpTime, TimeSource, hierarchical_phases, two_levels};
 pub use error::TargetError;
 pub use file::{BUILTIN_LOWERINGS, MAX_LINKS, NVPTX_ARCHS, load_file, parse_target};
 pub use model::{Device, Layout, LayoutKind, Link, RouteTree, Router, TargetSpec};

@@ -157,23 +157,14 @@ pub fn describe(inst: &Instance, c: &Config) -> String {
         stages.join(" | ")
     );
     if let Some(s) = &c.staged {
-        let work: Vec<String> = s.work.iter().map(|&t| seconds(t)).collect();
+        let work: Vec<String> = s
+            .work
+            .iter()
+            .map(|&t| tessera_targets::sim::seconds(t))
+            .collect();
         out.push_str(&format!(": work {}", work.join(" | ")));
     }
     out
-}
-
-/// Seconds as a short text (`11.6 ms`, `820 us`).
-fn seconds(t: f64) -> String {
-    if t >= 1.0 {
-        format!("{t:.3} s")
-    } else if t >= 1e-3 {
-        format!("{:.3} ms", t * 1e3)
-    } else if t >= 1e-6 {
-        format!("{:.3} us", t * 1e6)
-    } else {
-        format!("{:.3} ns", t * 1e9)
-    }
 }
 
 /// Whether `auto` runs the strategy on `inst`: a chain to cut, and layers to cut it between
@@ -265,14 +256,7 @@ pub fn chains(inst: &Instance) -> Vec<Vec<usize>> {
     }
     // The devices but the host (where the graph's inputs are pinned), of whatever kinds:
     // HetPipe's stages on GPUs of different generations; and the devices of each kind.
-    let host: Vec<usize> = inst
-        .problem
-        .ops
-        .iter()
-        .filter(|o| o.name.starts_with("input:"))
-        .filter_map(|o| o.pin.as_deref())
-        .filter_map(|h| (0..inst.d).find(|&k| inst.device_name(k) == h))
-        .collect();
+    let host: Vec<usize> = inst.input_devices().collect();
     lines.push((0..inst.d).filter(|k| !host.contains(k)).collect());
     let mut by_kind: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
     for k in 0..inst.d {
