@@ -478,6 +478,14 @@ pub struct TrainArgs {
     #[arg(long, value_name = "auto|on|off", default_value = "auto", requires = "train",
           value_parser = ["auto", "on", "off"])]
     pub recompute: String,
+    /// ZeRO's stage for a data-parallel step whose optimizer runs split over a mesh (the
+    /// gradients reduce-scattered, each device updating its rows): `1` keeps the optimizer
+    /// state that only the update reads (Adam's moments, SGD's momentum) split between
+    /// steps, each device holding its rows (ZeRO-1); `0` gathers it whole after every
+    /// update, so that every device holds all of it. Parameters are gathered in both.
+    #[arg(long, value_name = "0|1", default_value = "1", requires = "train",
+          value_parser = ["0", "1"])]
+    pub zero_stage: String,
 }
 
 /// `--bucket-mb`: a finite number of MiB from 0 to 1048576 (1 TiB).

@@ -154,6 +154,9 @@ pub fn compile_summary(model: &Path, spec: &TargetSpec, c: &Compiled) -> String 
     if let Some(line) = mesh_line(c) {
         let _ = writeln!(s, "mesh         {line}");
     }
+    if let Some(line) = split_state_line(&c.graph) {
+        let _ = writeln!(s, "zero-1       {line}");
+    }
     if let Some(line) = step_bound_line(c) {
         let _ = writeln!(s, "step bound   {line}");
     }
@@ -227,6 +230,46 @@ fn mesh_line(c: &Compiled) -> Option<String> {
         } else {
             String::new()
         }
+    ))
+}
+
+/// The state a training step keeps split between steps (`--zero-stage 1`), per mesh: how
+/// many slots and their bytes, whole and on each device.
+fn split_state_line(g: &tessera_ir::Graph) -> Option<String> {
+    // Per mesh: slots, whole bytes, bytes on each device.
+    let mut per_mesh: std::collections::BTreeMap<&str, (usize, u64, u64)> = Default::default();
+    for slot in &g.state {
+        let (Some(name), Some(&v)) = (&slot.mesh, g.inputs().get(slot.input)) else {
+            continue;
+        };
+        let (Some(mesh), Some(sh)) = (g.mesh_named(name), &g.value(v).sharding) else {
+            continue;
+        };
+        let whole = g.ty(v).size_bytes().unwrap_or(0);
+        let e = per_mesh.entry(name.as_str()).or_default();
+        e.0 += 1;
+        e.1 += whole;
+        e.2 += whole / mesh.shard_count(sh).max(1);
+    }
+    if per_mesh.is_empty() {
+        return None;
+    }
+    let meshes: Vec<String> = per_mesh
+        .iter()
+        .map(|(m, (n, whole, piece))| {
+            format!(
+                "{n} on @{m} ({} whole, {} on each device)",
+                bytes(*whole),
+                bytes(*piece)
+            )
+        })
+        .collect();
+    Some(format!(
+        "optimizer state held split between steps, each device updating and keeping its \
+         rows: {} of {} state slots, {}",
+        per_mesh.values().map(|e| e.0).sum::<usize>(),
+        g.state.len(),
+        meshes.join("; ")
     ))
 }
 

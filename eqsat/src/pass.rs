@@ -599,6 +599,7 @@ pub fn run_eqsat(
                     crate::ir::StateInit::Zeros => crate::ir::StateInit::Zeros,
                 },
                 next: s.next.clone(),
+                mesh: s.mesh.clone(),
             })
             .collect();
         *graph = out;

@@ -209,6 +209,11 @@ pub struct Constant {
 /// initial value and an output that computes its next value; the two share one buffer (the
 /// input is donated to that output), so memory counts them once and a runtime updates it in
 /// place. Printed after the input's type: `state(init = @fc1.weight, next = "fc1.weight")`.
+///
+/// A state may stay split between runs (ZeRO's sharded optimizer state): with `mesh`, the
+/// state is held on that mesh's devices, each keeping its block of the input's sharding, and
+/// its next value has the same sharding there. Printed `state(init = zeros, next = "m",
+/// mesh = @dp)`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateSlot {
     /// The index of the input in [`Graph::inputs`].
@@ -217,6 +222,8 @@ pub struct StateSlot {
     pub init: StateInit,
     /// The name of the output (see [`Graph::output_names`]) that holds the next value.
     pub next: String,
+    /// The mesh (its name) that holds the state split by the input's sharding between runs.
+    pub mesh: Option<String>,
 }
 
 /// The initial value of a [`StateSlot`].
@@ -273,13 +280,18 @@ impl Graph {
         self.mesh_of_device(self.op(o).device.as_deref()?)
     }
 
-    /// The mesh value `v`'s sharding refers to: its producer's mesh; for any other value (a
-    /// graph input, a constant, the result of an op on one device or not yet placed), the
-    /// graph's mesh when it has exactly one.
+    /// The mesh value `v`'s sharding refers to: its producer's mesh, or a state input's
+    /// ([`StateSlot::mesh`]); for any other value (a graph input, a constant, the result of
+    /// an op on one device or not yet placed), the graph's mesh when it has exactly one.
     pub fn value_mesh(&self, v: ValueId) -> Option<&Mesh> {
         let own = match self.value(v).def {
             ValueDef::Result(o, _) => self.op_mesh(o),
-            ValueDef::Input(_) => None,
+            ValueDef::Input(i) => self
+                .state
+                .iter()
+                .find(|s| s.input == i)
+                .and_then(|s| s.mesh.as_deref())
+                .and_then(|m| self.meshes.iter().find(|x| x.name == m)),
         };
         own.or(match self.meshes.as_slice() {
             [m] => Some(m),

@@ -60,7 +60,9 @@
 //!     with the region's name and the nested message.
 //! 13. **State**: each [`crate::StateSlot`] names an existing input, at most one slot per
 //!     input; its `next` names an output (at most one slot per output) of the input's type;
-//!     a constant initial value exists and has the input's type. Regions have no state.
+//!     a constant initial value exists and has the input's type. A state held on a mesh
+//!     between runs names a declared mesh, and its next value is made on that mesh with the
+//!     input's sharding. Regions have no state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -270,6 +272,11 @@ impl Verifier<'_> {
                 ),
                 Some(k) => {
                     let out = g.outputs()[k];
+                    if let Some(m) = &slot.mesh
+                        && g.is_valid_value(out)
+                    {
+                        self.check_split_state(v, out, m, &slot.next);
+                    }
                     if g.is_valid_value(out) && g.ty(out) != g.ty(v) {
                         self.error(
                             e,
@@ -301,6 +308,35 @@ impl Verifier<'_> {
                     );
                 }
             }
+        }
+    }
+
+    /// A state held split on mesh `m` between runs: the mesh exists, and the next value
+    /// `out` is made there with the input `v`'s sharding.
+    fn check_split_state(&mut self, v: ValueId, out: ValueId, m: &str, next: &str) {
+        let g = self.graph;
+        let desc = self.value_desc(v);
+        if !g.meshes.iter().any(|x| x.name == m) {
+            self.error(
+                Entity::Value(v),
+                format!("{desc} is held on mesh @{m}, which the graph does not declare"),
+            );
+            return;
+        }
+        let axes = |x: ValueId| -> Vec<Vec<u32>> {
+            match &g.value(x).sharding {
+                Some(s) => s.axes.clone(),
+                None => vec![Vec::new(); g.ty(x).rank()],
+            }
+        };
+        let made_on = g.value_mesh(out).map(|x| x.name.as_str());
+        if made_on != Some(m) || axes(out) != axes(v) {
+            self.error(
+                Entity::Value(v),
+                format!(
+                    "{desc} is held split on mesh @{m}, but its next value \"{next}\" is not made there with its sharding"
+                ),
+            );
         }
     }
 

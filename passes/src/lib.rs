@@ -13,7 +13,8 @@
 //!
 //! Passes: `bucket-all-reduce` (a data-parallel step's gradients summed in DDP's buckets,
 //! [`bucket_all_reduces`]), `canonicalize`, `cse`, `dce`, `grad` (reverse-mode autodiff, [`grad`]),
-//! `shape-infer`, `train` (a model's training step, [`train`]), `unfuse-split` (a fused
+//! `shape-infer`, `shard-state` (a data-parallel step's optimizer state kept split between
+//! steps, ZeRO-1, [`shard_state`]), `train` (a model's training step, [`train`]), `unfuse-split` (a fused
 //! projection's split into one projection per piece, [`unfuse_split`]).
 
 mod bucket;
@@ -26,6 +27,7 @@ mod pass;
 mod pipeline;
 mod registry;
 mod shape_infer;
+mod shard_state;
 pub mod train;
 mod unfuse_split;
 mod util;
@@ -41,6 +43,7 @@ pub use pass::{
 pub use pipeline::{PassSpec, Pipeline, PipelineParseError};
 pub use registry::{RegisterError, closest, lookup, register, registry};
 pub use shape_infer::bind_shapes;
+pub use shard_state::shard_state;
 pub use unfuse_split::unfuse_split;
 
 pub use tessera_ir as ir;

@@ -16,6 +16,7 @@ const BUILTIN: &[PassInfo] = &[
     crate::dce::INFO,
     crate::grad::INFO,
     crate::shape_infer::INFO,
+    crate::shard_state::INFO,
     crate::train::INFO,
     crate::unfuse_split::INFO,
 ];

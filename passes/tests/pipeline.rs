@@ -55,7 +55,7 @@ fn pipeline_errors_name_the_closest_valid_names() {
         ),
         (
             "frobnicate",
-            "pipeline column 1: unknown pass `frobnicate`; passes: bucket-all-reduce, canonicalize, cse, dce, grad, shape-infer, train",
+            "pipeline column 1: unknown pass `frobnicate`; passes: bucket-all-reduce, canonicalize, cse, dce, grad, shape-infer, shard-state, train",
         ),
         (
             "canonicalize{max-iteration=2}",

@@ -317,6 +317,7 @@ fn place_settings<'a>(req: &'a CompileRequest<'a>, n_passes: Option<usize>) -> P
             // At most 2^20 MiB (the flag's range): the product fits u64.
             bucket_bytes: (req.train.bucket_mb * 1_048_576.0) as u64,
             recompute: Recompute::parse(&req.train.recompute).unwrap_or(Recompute::Auto),
+            shard_state: req.train.zero_stage != "0",
         },
     }
 }
@@ -439,6 +440,9 @@ pub struct StepSettings {
     pub bucket_bytes: u64,
     /// Activation recomputation in a microbatched step's stages (`--recompute`).
     pub recompute: Recompute,
+    /// Optimizer state updated split over a mesh stays split between steps (`--zero-stage
+    /// 1`, the `shard-state` pass).
+    pub shard_state: bool,
 }
 
 /// `--recompute`: where a microbatched step's stages recompute their forward at the backward
@@ -472,6 +476,7 @@ impl Default for StepSettings {
             pipeline: PipelineMode::Fixed(None),
             bucket_bytes: tessera_passes::DEFAULT_BUCKET_BYTES,
             recompute: Recompute::Auto,
+            shard_state: true,
         }
     }
 }
@@ -891,7 +896,7 @@ pub fn compile(
         let order = body_order(&g, built, inst, &chosen, schedule);
         apply_order(&mut g, built, &order);
         apply_plan(&mut g, built, inst, &chosen)?;
-        bucket_gradients(&mut g, settings.step.bucket_bytes)?;
+        sync_gradients(&mut g, &settings.step)?;
         crate::instrument::dump_after(dir, first + 1, "schedule", &g)?;
         insert_transfers(&mut g, host);
         crate::instrument::dump_after(dir, first + 2, "transfers", &g)?;
@@ -980,7 +985,7 @@ pub fn realize(
         let order = body_order(graph, built, inst, assign, schedule);
         apply_order(&mut placed, built, &order);
         apply_plan(&mut placed, built, inst, assign)?;
-        bucket_gradients(&mut placed, step.bucket_bytes)?;
+        sync_gradients(&mut placed, &step)?;
         // The step as placed or, with `--recompute on`, recomputing every stage's forward;
         // with `auto`, once simulated, also recomputing the places with a device over
         // capacity.
@@ -1103,11 +1108,16 @@ fn step_beats(a: (bool, f64), b: (bool, f64)) -> Option<bool> {
     Some(a.1 < b.1)
 }
 
-/// A training step's gradient all-reduces in buckets of at most `max_bytes` (the
-/// `bucket-all-reduce` pass); other graphs are left alone.
-fn bucket_gradients(g: &mut Graph, max_bytes: u64) -> Result<()> {
+/// A placed training step's gradient all-reduces in buckets of `step.bucket_bytes` at most
+/// (the `bucket-all-reduce` pass) and, with `step.shard_state`, its optimizer state kept
+/// split where the update runs split (the `shard-state` pass, ZeRO-1); other graphs are left
+/// alone.
+fn sync_gradients(g: &mut Graph, step: &StepSettings) -> Result<()> {
     if !g.state.is_empty() && !g.meshes.is_empty() {
-        tessera_passes::bucket_all_reduces(g, max_bytes)?;
+        tessera_passes::bucket_all_reduces(g, step.bucket_bytes)?;
+        if step.shard_state {
+            tessera_passes::shard_state(g);
+        }
     }
     Ok(())
 }

@@ -185,7 +185,7 @@ impl Parser {
         Ok(())
     }
 
-    /// `(init = @c | zeros, next = "output")` after `state`.
+    /// `(init = @c | zeros, next = "output"[, mesh = @m])` after `state`.
     fn state_slot(&mut self, input: usize) -> PResult<StateSlot> {
         self.expect_punct('(')?;
         self.state_key("init")?;
@@ -202,8 +202,19 @@ impl Parser {
         self.expect_punct(',')?;
         self.state_key("next")?;
         let next = self.string()?;
+        let mesh = if self.eat_punct(',') {
+            self.state_key("mesh")?;
+            Some(self.global()?.0)
+        } else {
+            None
+        };
         self.expect_punct(')')?;
-        Ok(StateSlot { input, init, next })
+        Ok(StateSlot {
+            input,
+            init,
+            next,
+            mesh,
+        })
     }
 
     fn state_key(&mut self, key: &str) -> PResult<()> {

@@ -251,7 +251,11 @@ fn print_graph(
                         None => format!("@{}", quote(&format!("<invalid {c}>"))),
                     },
                 };
-                let _ = write!(s, " state(init = {init}, next = {})", quote(&slot.next));
+                let _ = write!(s, " state(init = {init}, next = {}", quote(&slot.next));
+                if let Some(m) = &slot.mesh {
+                    let _ = write!(s, ", mesh = @{}", name_text(m));
+                }
+                s.push(')');
             }
             s
         })

@@ -366,6 +366,85 @@ fn weight_name(g: &Graph, st: &Step, v: ValueId, c: ConstId) -> (String, bool) {
 
 /// Lowers a placed graph (static shapes) to one MLIR module per device.
 pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
+    match whole_state(g) {
+        Some(whole) => lower_graph(&whole, opts),
+        None => lower_graph(g, opts),
+    }
+}
+
+/// The program holds a training step's state whole between steps (the host's buffers, see
+/// [`crate::mpi`]), so state the graph keeps split on a mesh (`shard-state`, ZeRO-1) is
+/// sliced there where the step reads it and gathered whole where it writes its next value:
+/// the step as it was before that pass, computing the same numbers. `None` when no state is
+/// split.
+fn whole_state(g: &Graph) -> Option<Graph> {
+    if g.state.iter().all(|s| s.mesh.is_none()) {
+        return None;
+    }
+    let mut g = g.clone();
+    let names = tessera_ir::text::output_names(&g);
+    let named: Vec<Option<String>> = g.output_names().to_vec();
+    let mut outputs = g.outputs().to_vec();
+    // Ops to put before the first reader of a value (slices), or after its maker (gathers).
+    let mut before: BTreeMap<ValueId, OpId> = BTreeMap::new();
+    let mut after: BTreeMap<OpId, Vec<OpId>> = BTreeMap::new();
+    for k in 0..g.state.len() {
+        let Some(mesh) = g.state[k].mesh.take() else {
+            continue;
+        };
+        let input = g.inputs()[g.state[k].input];
+        let Some(sharding) = g.value_mut(input).sharding.take() else {
+            continue;
+        };
+        let mut axes: Vec<u32> = sharding.mesh_axes().collect();
+        axes.sort_unstable();
+        let ty = g.ty(input).clone();
+        let device = format!("@{mesh}");
+        let slice = g.create_detached_op(
+            Op::AllSlice { axes: axes.clone() },
+            vec![input],
+            vec![ty.clone()],
+        );
+        let sliced = g.op(slice).results[0];
+        g.value_mut(sliced).sharding = Some(sharding);
+        g.op_mut(slice).device = Some(device.clone());
+        g.replace_all_uses(input, sliced);
+        g.op_mut(slice).operands = vec![input];
+        before.insert(sliced, slice);
+        let Some(out) = names.iter().position(|n| *n == g.state[k].next) else {
+            continue;
+        };
+        let next = outputs[out];
+        let ValueDef::Result(maker, _) = g.value(next).def else {
+            // An unchanged state: the output is the input, whole.
+            continue;
+        };
+        let gather = g.create_detached_op(Op::AllGather { axes }, vec![next], vec![ty]);
+        g.op_mut(gather).device = Some(device);
+        outputs[out] = g.op(gather).results[0];
+        after.entry(maker).or_default().push(gather);
+    }
+    let mut order: Vec<OpId> = Vec::new();
+    let mut placed: BTreeSet<OpId> = BTreeSet::new();
+    for &o in g.ops() {
+        for v in &g.op(o).operands {
+            if let Some(&s) = before.get(v)
+                && placed.insert(s)
+            {
+                order.push(s);
+            }
+        }
+        order.push(o);
+        if let Some(gathers) = after.get(&o) {
+            order.extend(gathers);
+        }
+    }
+    g.set_ops(order);
+    g.set_named_outputs(outputs.into_iter().zip(named).collect());
+    Some(g)
+}
+
+fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
     let target = opts.target;
     check_static(g)?;
     let default = target.host.clone();

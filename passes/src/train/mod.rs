@@ -404,6 +404,7 @@ pub fn build_step(graph: &mut Graph, spec: &TrainSpec) -> Result<StepInfo, Strin
                 input: i,
                 init,
                 next,
+                mesh: None,
             }
         })
         .collect();
