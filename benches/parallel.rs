@@ -11,13 +11,15 @@
 //! the simulator finds best (`--pipeline auto`). Columns:
 //! - `DDP`: PyTorch DDP, every op on the largest group of alike accelerators, split by
 //!   batch where it can be (else replicated), gradients all-reduced in 25 MB buckets; one
-//!   microbatch;
+//!   microbatch; the optimizer state whole on every replica (`--zero-stage 0`);
 //! - `Megatron PP`: Megatron-LM's uniform pipeline, an equal number of layers (anchors: a
 //!   forward op with its backward ops) per stage over every accelerator, a stage one device
 //!   or one group of a tiling (each op there by its cheapest option: data or tensor
 //!   parallel), best over stage sizes and microbatch counts 1, 2, 4, 8;
 //! - `PipeDream`: PipeDream's planner, stages balanced by work as if every stage ran at the
-//!   first stage's speed (it assumes identical devices), the same stage sizes and counts;
+//!   first stage's speed (it assumes identical devices), the same stage sizes and counts
+//!   (both with the optimizer state split where the update is, ZeRO-1, as tessera's plans:
+//!   Megatron-LM's distributed optimizer);
 //! - `tessera`: `compile --train --microbatches auto` (each count compiled with `--split auto`
 //!   and the simulator's choice kept), the microbatch count it chose, its lower bound (of the
 //!   chosen count's problem: the least any plan of it can reach), the gap and the planner's
@@ -110,18 +112,15 @@ fn simulate(
     inst: &Instance,
     assign: &[usize],
     cost: &CostModel<'_>,
+    zero: bool,
 ) -> Option<f64> {
     violation(inst, assign).is_none().then_some(())?;
-    let (_, report, _, _) = realize(
-        step_graph,
-        built,
-        inst,
-        assign,
-        cost,
-        None,
-        settings("auto").step,
-    )
-    .ok()?;
+    let step_settings = StepSettings {
+        shard_state: zero,
+        ..settings("auto").step
+    };
+    let (_, report, _, _) =
+        realize(step_graph, built, inst, assign, cost, None, step_settings).ok()?;
     step(&report)
 }
 
@@ -161,7 +160,7 @@ fn baselines(step_graph: &Graph, cost: &CostModel<'_>, ddp: bool) -> [Option<f64
         if let Some((b, inst)) = largest
             && let Some(s) = staged(&inst, &[inst.d], Cut::Uniform)
         {
-            out[0] = simulate(step_graph, &b, &inst, &s.solution.assign, cost);
+            out[0] = simulate(step_graph, &b, &inst, &s.solution.assign, cost, false);
         }
     }
     // Stages of one device each: the accelerators of the most numerous kind, in order.
@@ -193,7 +192,7 @@ fn baselines(step_graph: &Graph, cost: &CostModel<'_>, ddp: bool) -> [Option<f64
             if let Some(s) = staged(inst, chain, cut) {
                 out[slot] = min(
                     out[slot],
-                    simulate(step_graph, b, inst, &s.solution.assign, cost),
+                    simulate(step_graph, b, inst, &s.solution.assign, cost, true),
                 );
             }
         }

@@ -672,7 +672,8 @@ fn data_parallel_steps_match_pytorch() {
 /// by rows over the pair of chips (its gradients reduce-scattered). With stage 1 the moments
 /// only the update reads stay split between steps (the state slot held on `@split`, no
 /// all-slice before the update and no all-gather after it); with stage 0 every chip holds
-/// them whole. Both train to torch's numbers, byte for byte the same.
+/// them whole. Both train to torch's numbers, byte for byte the same, under `mpirun` (where
+/// each chip's rank then keeps only its rows of those moments) as in `tessera train DIR`.
 #[test]
 fn zero_stage_one_keeps_the_optimizer_state_split() {
     let build = tempfile::tempdir().expect("tempdir");
@@ -688,6 +689,8 @@ fn zero_stage_one_keeps_the_optimizer_state_split() {
             "batch",
             "--zero-stage",
             stage,
+            "--emit",
+            "mpi",
         ];
         let summary = compile_step(&MLP, &ADAMW, &args, &dir);
         let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
@@ -703,7 +706,37 @@ fn zero_stage_one_keeps_the_optimizer_state_split() {
             .collect();
         let out = train_compiled(&MLP, &dir);
         check_against_torch(&MLP, &ADAMW, out.path());
+        // Under mpirun (the host and the two chips): the same bytes.
+        let mpi_out = build.path().join(format!("mpi{stage}"));
+        mpirun_steps(&dir, 3, &MLP, 10, &mpi_out);
+        for f in ["loss.csv", "weights.safetensors", "state.safetensors"] {
+            let a = std::fs::read(mpi_out.join(f)).expect(f);
+            let b = std::fs::read(out.path().join(f)).expect(f);
+            assert!(a == b, "{f}: mpirun differs from tessera train");
+        }
+        // The program holds those moments split: the manifest's inputs and outputs say how,
+        // and the chips' steps read them as their blocks.
         let held = placed.matches(", mesh = @split)").count();
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+                .expect("json");
+        let marked = |k: &str| {
+            manifest[k]
+                .as_array()
+                .expect(k)
+                .iter()
+                .filter(|x| x["held"]["mesh"] == "@split")
+                .count()
+        };
+        assert_eq!((marked("inputs"), marked("outputs")), (held, held));
+        let blocks = manifest["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .flat_map(|st| st["args"].as_array().expect("args"))
+            .filter(|a| a["input"].is_string() && a["per_device"] == true)
+            .count();
+        assert_eq!(blocks > 0, held > 0);
         runs.push((
             summary,
             held,
@@ -794,7 +827,7 @@ fn mpirun_steps(dir: &Path, ranks: usize, m: &Model, steps: usize, out: &Path) {
 }
 
 /// `compile --train --emit mpi` and `mpirun ... --steps N --output-dir OUT`: every rank runs
-/// its device's part of each step, the host carries the state from step to step, and OUT
+/// its device's part of each step, each rank keeps the state its steps read, and OUT
 /// gets what `tessera train` writes. Layers dealt over the chips (round-robin: activations
 /// and gradients cross ranks point to point) give torch's numbers, and the same bytes as
 /// `tessera train` on the same directory (weights, state, the trained model); data
@@ -804,6 +837,23 @@ fn mpirun_steps(dir: &Path, ranks: usize, m: &Model, steps: usize, out: &Path) {
 fn training_under_mpirun_matches_pytorch_and_tessera_train() {
     let (build, out) = train_under_mpi(&MLP, &ADAMW, &["--strategy", "round-robin"]);
     check_against_torch(&MLP, &ADAMW, &out);
+    // The chips keep the state their layers read: their rank functions take it and return
+    // its next value, and they send it to the host only after the last step.
+    let dir = build.path().join("step");
+    let program = std::fs::read_to_string(dir.join("program.mlir")).expect("program.mlir");
+    let driver = std::fs::read_to_string(dir.join("program.c")).expect("program.c");
+    assert!(
+        program.contains("func.func @rank1(%in0: "),
+        "rank1 takes no state"
+    );
+    let (sent, received) = (
+        driver.matches("    send_bytes(st").count(),
+        driver.matches("    recv_bytes(st").count(),
+    );
+    assert!(
+        sent > 0 && sent == received,
+        "{sent} sent, {received} received"
+    );
     let here = train_compiled(&MLP, &build.path().join("step"));
     for f in [
         "loss.csv",

@@ -71,6 +71,21 @@ pub struct Input {
     /// Its type in tessera's text form (`f32[1, 16]`).
     #[serde(rename = "type")]
     pub ty: String,
+    /// For a training step's state held split between runs (ZeRO-1): how.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub held: Option<Held>,
+}
+
+/// A training step's state held split on a mesh between runs
+/// ([`tessera_ir::StateSlot::mesh`]): each mesh device keeps its block. On its input, the
+/// steps on the mesh read each device's block ([`Arg::Input`] `per_device`); on the output
+/// that is its next value, the source is each device's block of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    /// The mesh (`@<name>`).
+    pub mesh: String,
+    /// Mesh axes per tensor axis.
+    pub sharding: Vec<Vec<u32>>,
 }
 
 /// A graph output.
@@ -82,6 +97,9 @@ pub struct Output {
     pub name: String,
     /// Where its value comes from.
     pub source: Arg,
+    /// The next value of a state held split (see [`Held`]): the source's blocks.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub held: Option<Held>,
 }
 
 /// A device that runs steps.
@@ -157,9 +175,12 @@ pub enum Arg {
     Input {
         /// The input's name.
         input: String,
-        /// Its type.
+        /// Its type (with `per_device`: a block's).
         #[serde(rename = "type")]
         ty: String,
+        /// Each mesh device reads its own block (a state held split, see [`Held`]).
+        #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+        per_device: bool,
     },
     /// A tensor of the weights file.
     Weight {
@@ -191,6 +212,16 @@ pub enum Arg {
         #[serde(skip_serializing_if = "Option::is_none", default)]
         transfer: Option<Transfer>,
     },
+}
+
+impl Arg {
+    /// The type of the tensor it names, in tessera's text form (`i64[]` for the mesh index).
+    pub fn ty(&self) -> &str {
+        match self {
+            Arg::Input { ty, .. } | Arg::Weight { ty, .. } | Arg::Step { ty, .. } => ty,
+            Arg::MeshIndex { .. } => "i64[]",
+        }
+    }
 }
 
 /// A tensor moving between devices.

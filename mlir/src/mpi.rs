@@ -19,9 +19,13 @@
 //!
 //! A training step ([`Training`]) runs as `mpirun -np K DIR/program --input NAME=FILE.npy...
 //! --steps N --output-dir OUT`: every rank runs its part of N steps; the host reads the
-//! batches (or stacks of them), keeps the state between steps (each step's next values copied
-//! into the state's buffers), and writes `loss.csv`, `weights.safetensors`,
-//! `state.safetensors` and `model.onnx` from templates the compile wrote next to the program.
+//! batches (or stacks of them). Each state slot stays from one step to the next on the ranks
+//! whose steps read it (the host when none does): each reads its initial value, takes it as
+//! an argument of its rank function and returns its next value (sent to it in the global
+//! order by the rank that makes it, when that is another one), copied into the slot's buffer
+//! after the step. After the last step the host receives the state it does not hold and
+//! writes `loss.csv`, `weights.safetensors`, `state.safetensors` and `model.onnx` from
+//! templates the compile wrote next to the program.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -73,13 +77,6 @@ fn key(a: &Arg, dev: &str) -> Option<Key> {
         Arg::Step { step, result, .. } => Key::Step(*step, *result),
         Arg::MeshIndex { .. } => return None,
     })
-}
-
-fn arg_type(a: &Arg) -> &str {
-    match a {
-        Arg::Input { ty, .. } | Arg::Weight { ty, .. } | Arg::Step { ty, .. } => ty,
-        Arg::MeshIndex { .. } => "i64[]",
-    }
 }
 
 /// The devices that run a step: the mesh's for a step on a mesh, else its device.
@@ -138,18 +135,26 @@ fn all_dims(d: &[u64]) -> String {
 
 struct RankFn {
     text: String,
-    /// Weight names, then (host only) input names, as the function's arguments.
+    /// Weight names, then input names (the host's, and a training step's state on the ranks
+    /// that hold it), as the function's arguments.
     weights: Vec<(String, TensorType)>,
     inputs: Vec<(String, TensorType)>,
-    /// Output types (host only).
+    /// Output types: the host's outputs, and on a rank that holds state its next values.
     outputs: Vec<TensorType>,
+    /// Which of the manifest's outputs each of `outputs` is.
+    returns: Vec<usize>,
 }
 
 /// The `@rank<r>` functions.
-fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Error> {
+fn rank_functions(
+    program: &Program,
+    ranks: &[String],
+    training: Option<&Training>,
+) -> Result<Vec<RankFn>, Error> {
     let m = &program.manifest;
     let host = &m.host;
     let rank_of = |d: &str| ranks.iter().position(|x| x == d);
+    let host_rank = rank_of(host).ok_or_else(|| err("the host has no rank"))?;
     // What each device needs: args of its steps, and (host) the outputs. A collective's
     // argument is each mesh device's own partial, never moved.
     let mut needs: BTreeMap<&str, BTreeSet<Key>> = BTreeMap::new();
@@ -158,21 +163,33 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         for d in runners(st) {
             for a in &st.args {
                 let Some(k) = key(a, d) else { continue };
-                types.entry(k.clone()).or_insert(parse_type(arg_type(a))?);
+                types.entry(k.clone()).or_insert(parse_type(a.ty())?);
                 if st.collective.is_none() {
                     needs.entry(d).or_default().insert(k);
                 }
             }
         }
     }
-    for o in &m.outputs {
+    // A training step's state stays on the ranks that read it, from one step to the next
+    // (on the host when no rank does): each takes it as an argument and returns its next
+    // value, sent to it by the rank that makes it when that is another one.
+    let holders = state_holders(m, ranks, training, &needs, host_rank);
+    let owners = |oi: usize| -> Vec<usize> {
+        training
+            .and_then(|tr| tr.slots.iter().position(|s| s.output == oi))
+            .map_or_else(|| vec![host_rank], |j| holders[j].clone())
+    };
+    for (oi, o) in m.outputs.iter().enumerate() {
         let Some(k) = key(&o.source, host) else {
             continue;
         };
-        types
-            .entry(k.clone())
-            .or_insert(parse_type(arg_type(&o.source))?);
-        needs.entry(host.as_str()).or_default().insert(k);
+        types.entry(k.clone()).or_insert(parse_type(o.source.ty())?);
+        for r in owners(oi) {
+            needs
+                .entry(ranks[r].as_str())
+                .or_default()
+                .insert(k.clone());
+        }
     }
     for st in &m.steps {
         for (k, r) in st.results.iter().enumerate() {
@@ -196,6 +213,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             weights: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            returns: Vec::new(),
         })
         .collect();
     // Arguments: the weights each rank needs; the host's inputs.
@@ -209,12 +227,19 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             }
         }
     }
-    let host_rank = rank_of(host).ok_or_else(|| err("the host has no rank"))?;
-    for i in &m.inputs {
-        let ty = parse_type(&i.ty)?;
-        let name = format!("%in{}", fns[host_rank].inputs.len());
-        envs[host_rank].insert(Key::Input(i.name.clone()), name);
-        fns[host_rank].inputs.push((i.name.clone(), ty));
+    for (ii, i) in m.inputs.iter().enumerate() {
+        // A state held split: each holder's block (the type its steps read).
+        let ty = match (&i.held, types.get(&Key::Input(i.name.clone()))) {
+            (Some(_), Some(t)) => t.clone(),
+            _ => parse_type(&i.ty)?,
+        };
+        let at = training.and_then(|tr| tr.slots.iter().position(|s| s.input == ii));
+        let owners = at.map_or_else(|| vec![host_rank], |j| holders[j].clone());
+        for r in owners {
+            let name = format!("%in{}", fns[r].inputs.len());
+            envs[r].insert(Key::Input(i.name.clone()), name);
+            fns[r].inputs.push((i.name.clone(), ty.clone()));
+        }
     }
     // Moves a value from rank `src` to rank `dst` (both emit their half).
     let mut transfer = |bodies: &mut Vec<String>,
@@ -297,7 +322,7 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
     for i in &m.inputs {
         let k = Key::Input(i.name.clone());
         for (r, d) in ranks.iter().enumerate() {
-            if r != host_rank && needs.get(d.as_str()).is_some_and(|n| n.contains(&k)) {
+            if !envs[r].contains_key(&k) && needs.get(d.as_str()).is_some_and(|n| n.contains(&k)) {
                 transfer(&mut bodies, &mut envs, &mut fresh, &k, host_rank, r)?;
             }
         }
@@ -485,19 +510,22 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
             }
         }
     }
-    // The host's results.
-    let mut rets = Vec::new();
-    let mut ret_tys = Vec::new();
-    for o in &m.outputs {
+    // Each rank's results: the host's outputs, the next values of the state it holds.
+    let mut rets: Vec<Vec<String>> = vec![Vec::new(); ranks.len()];
+    let mut ret_tys: Vec<Vec<String>> = vec![Vec::new(); ranks.len()];
+    for (oi, o) in m.outputs.iter().enumerate() {
         let k = key(&o.source, host).ok_or_else(|| err(format!("output {}", o.name)))?;
-        let v = envs[host_rank]
-            .get(&k)
-            .cloned()
-            .ok_or_else(|| err(format!("output {} is not on the host", o.name)))?;
-        rets.push(v);
-        let ty = types[&k].clone();
-        ret_tys.push(tensor_ty(&ty).map_err(|e| err(e.0))?);
-        fns[host_rank].outputs.push(ty);
+        for r in owners(oi) {
+            let v = envs[r]
+                .get(&k)
+                .cloned()
+                .ok_or_else(|| err(format!("output {} is not on {}", o.name, ranks[r])))?;
+            rets[r].push(v);
+            let ty = types[&k].clone();
+            ret_tys[r].push(tensor_ty(&ty).map_err(|e| err(e.0))?);
+            fns[r].outputs.push(ty);
+            fns[r].returns.push(oi);
+        }
     }
     for (r, f) in fns.iter_mut().enumerate() {
         let mut params = Vec::new();
@@ -513,18 +541,19 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
                 tensor_ty(t).map_err(|e| err(e.0))?
             ));
         }
-        let results = if r == host_rank {
-            ret_tys.join(", ")
-        } else {
-            String::new()
-        };
+        let results = ret_tys[r].join(", ");
         let mut s = format!(
             "  func.func @rank{r}({}) -> ({results}) attributes {{llvm.emit_c_interface}} {{\n    %comm = mpi.comm_world : !mpi.comm\n",
             params.join(", ")
         );
         s.push_str(&bodies[r]);
-        if r == host_rank && !rets.is_empty() {
-            let _ = writeln!(s, "    return {} : {}", rets.join(", "), ret_tys.join(", "));
+        if !rets[r].is_empty() {
+            let _ = writeln!(
+                s,
+                "    return {} : {}",
+                rets[r].join(", "),
+                ret_tys[r].join(", ")
+            );
         } else {
             s.push_str("    return\n");
         }
@@ -532,6 +561,39 @@ fn rank_functions(program: &Program, ranks: &[String]) -> Result<Vec<RankFn>, Er
         f.text = s;
     }
     Ok(fns)
+}
+
+/// The ranks that hold each state slot of a training program (none without one): those
+/// whose steps read it, or the host when none does.
+fn state_holders(
+    m: &crate::manifest::Manifest,
+    ranks: &[String],
+    training: Option<&Training>,
+    needs: &BTreeMap<&str, BTreeSet<Key>>,
+    host_rank: usize,
+) -> Vec<Vec<usize>> {
+    let Some(tr) = training else {
+        return Vec::new();
+    };
+    tr.slots
+        .iter()
+        .map(|s| {
+            let k = m.inputs.get(s.input).map(|i| Key::Input(i.name.clone()));
+            let mut hs: Vec<usize> = ranks
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| {
+                    k.as_ref()
+                        .is_some_and(|k| needs.get(d.as_str()).is_some_and(|n| n.contains(k)))
+                })
+                .map(|(r, _)| r)
+                .collect();
+            if hs.is_empty() {
+                hs.push(host_rank);
+            }
+            hs
+        })
+        .collect()
 }
 
 /// The MLIR module of the whole MPI program (every device's steps and the rank functions).
@@ -675,6 +737,33 @@ fn main_c(
         }
     };
     let _ = writeln!(c, "  const char *weights = weights_path(argv[0]);");
+    let host_rank = ranks
+        .iter()
+        .position(|d| *d == program.manifest.host)
+        .ok_or_else(|| err("the host has no rank"))?;
+    let layouts = training
+        .map(|tr| held_layouts(program, ranks, tr))
+        .transpose()?
+        .unwrap_or_default();
+    // Per state slot, the ranks that send it to the host after the last step: the first
+    // that holds it, when the host does not; every holder of a block of a state held split.
+    let senders: Vec<Vec<usize>> = training
+        .map(|tr| {
+            tr.slots
+                .iter()
+                .enumerate()
+                .map(|(j, s)| {
+                    let name = program.manifest.inputs.get(s.input).map(|i| &i.name);
+                    let holds = |f: &RankFn| f.inputs.iter().any(|(n, _)| Some(n) == name);
+                    match &layouts[j] {
+                        Some(l) => l.blocks.iter().map(|b| b.0).collect(),
+                        None if holds(&fns[host_rank]) => Vec::new(),
+                        None => fns.iter().position(holds).into_iter().collect(),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let _ = writeln!(c, "  switch (rank) {{");
     let input_index = |name: &str| program.manifest.inputs.iter().position(|i| i.name == name);
     // The driver's descriptors index at most 16 dimensions.
@@ -706,7 +795,7 @@ fn main_c(
         }
         // Each state slot's buffer (the step reads it; its next value is copied in after
         // each step) and a staging buffer (next values may alias the state they replace).
-        let mut slot_bufs: Vec<(usize, &TrainSlot)> = Vec::new();
+        let mut slot_bufs: Vec<(usize, &TrainSlot, u64)> = Vec::new();
         // Batch inputs read as stacks: (input, bytes of one batch).
         let mut stacks: Vec<(usize, u64)> = Vec::new();
         for (i, (name, t)) in f.inputs.iter().enumerate() {
@@ -721,12 +810,35 @@ fn main_c(
             let clean = c_text(name, false);
             let source = match (training, slot) {
                 (_, Some((j, s))) => {
-                    slot_bufs.push((j, s));
-                    let _ = writeln!(
-                        c,
-                        "    unsigned char *st{j} = read_weight(state_path, {}, {});\n    unsigned char *nx{j} = xmalloc({});",
-                        s.state.0, s.state.1, s.state.1
-                    );
+                    let here = t.size_bytes().unwrap_or(0);
+                    slot_bufs.push((j, s, here));
+                    let block = layouts[j]
+                        .as_ref()
+                        .and_then(|l| l.blocks.iter().find(|b| b.0 == r).map(|b| (l, b)));
+                    match block {
+                        // This rank's block of a state held split, cut from the whole.
+                        Some((l, (_, offs))) => {
+                            let _ = writeln!(
+                                c,
+                                "    unsigned char *st{j} = xmalloc({here});\n    {{\n      unsigned char *whole = read_weight(state_path, {}, {});\n      static const int64_t wd[] = {{{}}}, bo[] = {{{}}}, bd[] = {{{}}};\n      block_copy(whole, st{j}, {}, wd, bo, bd, {}, 1);\n      free(whole);\n    }}",
+                                s.state.0,
+                                s.state.1,
+                                dims_list(&l.whole),
+                                dims_list(offs),
+                                dims_list(&d),
+                                d.len(),
+                                l.esize
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(
+                                c,
+                                "    unsigned char *st{j} = read_weight(state_path, {}, {});",
+                                s.state.0, s.state.1
+                            );
+                        }
+                    }
+                    let _ = writeln!(c, "    unsigned char *nx{j} = xmalloc({here});");
                     format!("st{j}")
                 }
                 (Some(_), None) if name == "seed" && t.elem == ElemType::I64 && d.is_empty() => {
@@ -783,6 +895,13 @@ fn main_c(
             at.push(next);
             next += 3 + 2 * t.rank();
         }
+        // By the manifest's output index: its descriptor's start and its type.
+        let returned: BTreeMap<usize, (usize, &TensorType)> = f
+            .returns
+            .iter()
+            .zip(at.iter().zip(&f.outputs))
+            .map(|(&oi, (&a, t))| (oi, (a, t)))
+            .collect();
         let Some(tr) = training else {
             let _ = writeln!(c, "    {call}");
             let stems = tessera_ir::names::file_stems(
@@ -803,9 +922,18 @@ fn main_c(
             let _ = writeln!(c, "    break;\n  }}");
             continue;
         };
-        if f.outputs.is_empty() {
-            // A rank without the host's outputs runs its part of every step.
-            let _ = writeln!(c, "    for (long s = 0; s < steps; s++) {call}");
+        if r != host_rank {
+            // A rank that is not the host runs its part of every step, keeps the state it
+            // holds (each step's next value copied into its buffer) and, after the last
+            // step, sends the host the state the host does not hold.
+            let _ = writeln!(c, "    for (long s = 0; s < steps; s++) {{\n      {call}");
+            copy_next_state(&mut c, &returned, &slot_bufs)?;
+            let _ = writeln!(c, "    }}");
+            for &(j, _, here) in &slot_bufs {
+                if senders[j].contains(&r) {
+                    let _ = writeln!(c, "    send_bytes(st{j}, {here}, {host_rank});");
+                }
+            }
             let _ = writeln!(c, "    break;\n  }}");
             continue;
         }
@@ -815,7 +943,14 @@ fn main_c(
                 "in{i}[0] = in{i}[1] = (int64_t)(intptr_t)(bt{i} + (size_t)(s % bn{i}) * {bytes});\n      {call}"
             );
         }
-        train_host_loop(&mut c, tr, &f.outputs, &at, &slot_bufs, &call)?;
+        train_host_loop(
+            &mut c,
+            tr,
+            &returned,
+            &slot_bufs,
+            (&senders, &layouts, host_rank),
+            &call,
+        )?;
         let _ = writeln!(c, "    break;\n  }}");
     }
     let _ = writeln!(c, "  }}\n  MPI_Finalize();\n  return 0;\n}}");
@@ -863,19 +998,110 @@ fn batch_inputs<'a>(
         .map(|(_, i)| i)
 }
 
+/// Copies the next values of the state slots `held` from the step's results into their
+/// buffers (through the staging buffers: a next value may alias the state it replaces).
+fn copy_next_state(
+    c: &mut String,
+    returned: &BTreeMap<usize, (usize, &TensorType)>,
+    held: &[(usize, &TrainSlot, u64)],
+) -> Result<(), Error> {
+    for &(j, s, _) in held {
+        let &(at, t) = returned
+            .get(&s.output)
+            .ok_or_else(|| err("a state's next value is not among its rank's outputs"))?;
+        let _ = writeln!(
+            c,
+            "      copy_out(res + {at}, {}, {}, nx{j});",
+            t.rank(),
+            crate::jit::elem_bytes(t.elem)
+        );
+    }
+    for &(j, _, here) in held {
+        let _ = writeln!(c, "      memcpy(st{j}, nx{j}, {here});");
+    }
+    Ok(())
+}
+
+/// A state slot held split (ZeRO-1): the whole tensor's extents, a block's, the rank and
+/// offsets of each mesh device's block, in the mesh's order.
+struct HeldLayout {
+    whole: Vec<u64>,
+    block: Vec<u64>,
+    block_bytes: u64,
+    esize: usize,
+    blocks: Vec<(usize, Vec<u64>)>,
+}
+
+/// The layout of each state slot of `tr` that the program holds split (`None` for one held
+/// whole).
+fn held_layouts(
+    program: &Program,
+    ranks: &[String],
+    tr: &Training,
+) -> Result<Vec<Option<HeldLayout>>, Error> {
+    let m = &program.manifest;
+    tr.slots
+        .iter()
+        .map(|s| {
+            let Some(input) = m.inputs.get(s.input) else {
+                return Ok(None);
+            };
+            let Some(h) = &input.held else {
+                return Ok(None);
+            };
+            let mm = m
+                .mesh_of(&h.mesh)
+                .ok_or_else(|| err(format!("state {} is held on an unknown mesh", input.name)))?;
+            let mesh = tessera_ir::Mesh {
+                name: mm.name.clone(),
+                shape: mm.shape.clone(),
+                devices: mm.devices.clone(),
+            };
+            let sharding = tessera_ir::Sharding {
+                axes: h.sharding.clone(),
+            };
+            let ty = parse_type(&input.ty)?;
+            let local =
+                crate::lower::spmd::local_type(&mesh, &sharding, &ty).map_err(|e| err(e.0))?;
+            let blocks = mesh
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let r = ranks
+                        .iter()
+                        .position(|x| x == d)
+                        .ok_or_else(|| err(format!("{d} has no rank")))?;
+                    let offs = crate::lower::spmd::block_offsets(&mesh, &sharding, &ty, i)
+                        .map_err(|e| err(e.0))?;
+                    Ok((r, offs))
+                })
+                .collect::<Result<_, Error>>()?;
+            Ok(Some(HeldLayout {
+                whole: shape_c(&ty),
+                block: shape_c(&local),
+                block_bytes: local.size_bytes().unwrap_or(0),
+                esize: crate::jit::elem_bytes(ty.elem),
+                blocks,
+            }))
+        })
+        .collect()
+}
+
 /// The host's steps of a training program: run the step, print and keep its loss, copy the
-/// next state into the state's buffers; then write `loss.csv`, `weights.safetensors`,
+/// next values of the state it holds into their buffers; after the last step, receive the
+/// state the other ranks hold; then write `loss.csv`, `weights.safetensors`,
 /// `state.safetensors` and (from a model) `model.onnx` into the output directory.
 fn train_host_loop(
     c: &mut String,
     tr: &Training,
-    outputs: &[TensorType],
-    at: &[usize],
-    slots: &[(usize, &TrainSlot)],
+    returned: &BTreeMap<usize, (usize, &TensorType)>,
+    held: &[(usize, &TrainSlot, u64)],
+    (senders, layouts, host_rank): (&[Vec<usize>], &[Option<HeldLayout>], usize),
     call: &str,
 ) -> Result<(), Error> {
-    let loss_ty = outputs
-        .get(tr.loss)
+    let &(loss_at, loss_ty) = returned
+        .get(&tr.loss)
         .ok_or_else(|| err("the loss is not among the host's outputs"))?;
     let ctype = match loss_ty.elem {
         ElemType::F32 => "float",
@@ -886,32 +1112,75 @@ fn train_host_loop(
             )));
         }
     };
-    if slots.len() != tr.slots.len() {
-        return Err(err("a state input is not the host's"));
-    }
     let _ = writeln!(
         c,
         "    size_t csv_size = 32 + (size_t)steps * 48, csv_len = 0;\n    char *csv = xmalloc(csv_size);\n    csv_len += snprintf(csv, csv_size, \"step,loss\\n\");\n    for (long s = 0; s < steps; s++) {{\n      {call}\n      const int64_t *ld = res + {};\n      float loss = (float)((const {ctype} *)(intptr_t)ld[1])[ld[2]];\n      char num[48];\n      loss_text(num, sizeof num, loss);\n      csv_len += snprintf(csv + csv_len, csv_size - csv_len, \"%ld,%s\\n\", s + 1, num);\n      fprintf(stderr, \"step %ld: loss %s\\n\", s + 1, num);",
-        at[tr.loss]
+        loss_at
     );
-    for &(j, s) in slots {
-        let t = outputs
-            .get(s.output)
-            .ok_or_else(|| err("a state's next value is not among the host's outputs"))?;
-        let _ = writeln!(
-            c,
-            "      copy_out(res + {}, {}, {}, nx{j});",
-            at[s.output],
-            t.rank(),
-            crate::jit::elem_bytes(t.elem)
-        );
+    copy_next_state(c, returned, held)?;
+    let _ = writeln!(c, "    }}");
+    // The state the other ranks hold, after the last step: whole from the first that holds
+    // it, or a state held split as every holder's block (the host's own among them).
+    for (j, s) in tr.slots.iter().enumerate() {
+        let from = senders.get(j).map(Vec::as_slice).unwrap_or_default();
+        match layouts.get(j).and_then(Option::as_ref) {
+            Some(l) => {
+                let mine = held.iter().any(|h| h.0 == j);
+                let whole = if mine {
+                    format!("wh{j}")
+                } else {
+                    format!("st{j}")
+                };
+                let _ = writeln!(c, "    unsigned char *{whole} = xmalloc({});", s.state.1);
+                let _ = writeln!(
+                    c,
+                    "    {{\n      static const int64_t wd[] = {{{}}}, bd[] = {{{}}};",
+                    dims_list(&l.whole),
+                    dims_list(&l.block)
+                );
+                for (rr, offs) in &l.blocks {
+                    let _ = writeln!(
+                        c,
+                        "      {{\n        static const int64_t bo[] = {{{}}};",
+                        dims_list(offs)
+                    );
+                    if *rr == host_rank {
+                        let _ = writeln!(
+                            c,
+                            "        block_copy({whole}, st{j}, {}, wd, bo, bd, {}, 0);\n      }}",
+                            l.whole.len(),
+                            l.esize
+                        );
+                    } else {
+                        let _ = writeln!(
+                            c,
+                            "        unsigned char *b = xmalloc({0});\n        recv_bytes(b, {0}, {rr});\n        block_copy({whole}, b, {1}, wd, bo, bd, {2}, 0);\n        free(b);\n      }}",
+                            l.block_bytes,
+                            l.whole.len(),
+                            l.esize
+                        );
+                    }
+                }
+                let _ = writeln!(c, "    }}");
+                if mine {
+                    let _ = writeln!(c, "    st{j} = wh{j};");
+                }
+            }
+            None => {
+                if let [from] = from {
+                    let _ = writeln!(
+                        c,
+                        "    unsigned char *st{j} = xmalloc({});\n    recv_bytes(st{j}, {}, {from});",
+                        s.state.1, s.state.1
+                    );
+                }
+            }
+        }
     }
-    for &(j, s) in slots {
-        let _ = writeln!(c, "      memcpy(st{j}, nx{j}, {});", s.state.1);
-    }
+    let slots: Vec<(usize, &TrainSlot)> = tr.slots.iter().enumerate().collect();
     let _ = writeln!(
         c,
-        "    }}\n    snprintf(path, sizeof path, \"%s/loss.csv\", outdir);\n    if (write_file(path, (const unsigned char *)csv, csv_len)) MPI_Abort(MPI_COMM_WORLD, 1);"
+        "    snprintf(path, sizeof path, \"%s/loss.csv\", outdir);\n    if (write_file(path, (const unsigned char *)csv, csv_len)) MPI_Abort(MPI_COMM_WORLD, 1);"
     );
     // (file, its template, which slots, where) for each output file.
     type Part = (usize, (usize, usize));
@@ -1002,7 +1271,7 @@ pub fn build(
         )));
     }
     let ranks = ranks(program);
-    let fns = rank_functions(program, &ranks)?;
+    let fns = rank_functions(program, &ranks, training)?;
     let text = module(program, &fns);
     let what = "mpi program";
     let dir = out.parent().unwrap_or(Path::new("."));

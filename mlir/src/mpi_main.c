@@ -168,6 +168,47 @@ static void copy_out(const int64_t *desc, int rank, size_t esize, unsigned char 
   }
 }
 
+/* The tag of the messages that bring the state to the host after the last step (the rank
+   functions' own messages use tags from 0 up; MPI guarantees tags up to 32767). */
+#define STATE_TAG 32767
+
+/* Sends (or receives) `len` bytes in pieces MPI's int counts can hold. */
+static void send_bytes(const unsigned char *p, size_t len, int to) {
+  for (size_t at = 0; at < len; at += (size_t)1 << 30) {
+    size_t n = len - at < ((size_t)1 << 30) ? len - at : (size_t)1 << 30;
+    MPI_Send(p + at, (int)n, MPI_BYTE, to, STATE_TAG, MPI_COMM_WORLD);
+  }
+}
+
+static void recv_bytes(unsigned char *p, size_t len, int from) {
+  for (size_t at = 0; at < len; at += (size_t)1 << 30) {
+    size_t n = len - at < ((size_t)1 << 30) ? len - at : (size_t)1 << 30;
+    MPI_Recv(p + at, (int)n, MPI_BYTE, from, STATE_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+}
+
+/* Copies the block at offsets `offs` with extents `bd` of a row-major tensor of extents
+   `wd` (rank `rank`, elements of `esize` bytes) from `whole` into `block` (`out` nonzero) or
+   from `block` back into `whole`. */
+static void block_copy(unsigned char *whole, unsigned char *block, int rank, const int64_t *wd,
+                       const int64_t *offs, const int64_t *bd, size_t esize, int out) {
+  int64_t count = 1;
+  for (int i = 0; i < rank; i++) count *= bd[i];
+  int64_t idx[16] = {0};
+  for (int64_t k = 0; k < count; k++) {
+    int64_t e = 0;
+    for (int i = 0; i < rank; i++) e = e * wd[i] + offs[i] + idx[i];
+    if (out)
+      memcpy(block + k * (int64_t)esize, whole + e * (int64_t)esize, esize);
+    else
+      memcpy(whole + e * (int64_t)esize, block + k * (int64_t)esize, esize);
+    for (int i = rank - 1; i >= 0; i--) {
+      if (++idx[i] < bd[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
 /* Writes an output from a result descriptor to OUTDIR/<stem>.npy (the stem is the output's
    name made file-safe). */
 static int write_npy(const char *dir, const char *stem, const char *descr, int rank,

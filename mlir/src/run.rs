@@ -206,6 +206,26 @@ impl Runner {
             message: format!("the manifest refers to a missing value: {a:?}"),
         };
         let (weights, mesh_index) = (&self.weights, &self.mesh_index);
+        // State held split (ZeRO-1): this runner keeps it whole between runs and hands each
+        // mesh device its block.
+        let mut blocks: BTreeMap<(usize, usize), Buffer> = BTreeMap::new();
+        for (k, i) in m.inputs.iter().enumerate() {
+            let Some(h) = &i.held else { continue };
+            let (mesh, sharding) = held_layout(m, h)?;
+            let bytes = inputs[k].to_tensor()?.to_le_bytes();
+            for d in 0..mesh.devices.len() {
+                let (ty, block) =
+                    crate::lower::spmd::slice_bytes(&mesh, &sharding, &inputs[k].ty, &bytes, d)
+                        .map_err(|e| Error::Run {
+                            message: format!("input {}: {}", i.name, e.0),
+                        })?;
+                let t = Tensor::from_typed_le_bytes(&ty, &block).map_err(|e| Error::Run {
+                    message: format!("input {}: {e}", i.name),
+                })?;
+                blocks.insert((k, d), Buffer::from_tensor(&t));
+            }
+        }
+        let blocks = &blocks;
         for (st, tys) in m.steps.iter().zip(&self.result_types) {
             if let Some(kind) = &st.collective {
                 let Some(Arg::Step { step, result, .. }) = st.args.first() else {
@@ -258,8 +278,10 @@ impl Runner {
                             Some(k) => args
                                 .push(ArgRef::Write(writes[k].take().ok_or_else(|| missing(a))?)),
                             None => args.push(ArgRef::Read(
-                                lookup(a, dev, &by_name, inputs, weights, mesh_index, &results)
-                                    .ok_or_else(|| missing(a))?,
+                                lookup(
+                                    a, dev, &by_name, inputs, blocks, weights, mesh_index, &results,
+                                )
+                                .ok_or_else(|| missing(a))?,
                             )),
                         }
                     }
@@ -293,6 +315,32 @@ impl Runner {
         let mut moved: BTreeMap<(usize, usize), usize> = BTreeMap::new();
         for o in &m.outputs {
             let out = match &o.source {
+                // The next value of a state held split: its blocks made whole.
+                Arg::Step { step, result, .. } if o.held.is_some() => {
+                    let parts = results
+                        .get(*step)
+                        .and_then(|r| r.get(*result))
+                        .ok_or_else(|| missing(&o.source))?;
+                    let h = o.held.as_ref().ok_or_else(|| missing(&o.source))?;
+                    let (mesh, sharding) = held_layout(m, h)?;
+                    // The whole type: each block's extents times the mesh axes they split.
+                    let block = parse_type(o.source.ty())?;
+                    let dims: Vec<u64> = block
+                        .static_dims()
+                        .unwrap_or_default()
+                        .iter()
+                        .enumerate()
+                        .map(|(a, &d)| {
+                            let axes = sharding.axes.get(a).map(Vec::as_slice).unwrap_or_default();
+                            d * mesh.size_of(axes.iter().copied())
+                        })
+                        .collect();
+                    let ty = TensorType::fixed(block.elem, &dims);
+                    let whole = assemble(&mesh, &sharding, &ty, parts).map_err(|e| Error::Run {
+                        message: format!("output {}: {}", o.name, e.0),
+                    })?;
+                    OutBuf::Buffer(Buffer::from_tensor(&whole))
+                }
                 Arg::Input { input, .. } => OutBuf::Input(
                     *by_name
                         .get(input.as_str())
@@ -315,9 +363,11 @@ impl Runner {
                     }
                 },
                 a => OutBuf::Buffer(
-                    lookup(a, None, &by_name, inputs, weights, mesh_index, &results)
-                        .ok_or_else(|| missing(a))?
-                        .clone(),
+                    lookup(
+                        a, None, &by_name, inputs, blocks, weights, mesh_index, &results,
+                    )
+                    .ok_or_else(|| missing(a))?
+                    .clone(),
                 ),
             };
             outs.push(out);
@@ -400,17 +450,66 @@ fn collective(
     })
 }
 
+/// The mesh and sharding a state is held split by.
+fn held_layout(
+    m: &Manifest,
+    h: &crate::manifest::Held,
+) -> Result<(tessera_ir::Mesh, tessera_ir::Sharding), Error> {
+    let mm = m.mesh_of(&h.mesh).ok_or_else(|| Error::Run {
+        message: format!("state held on {}, a mesh the manifest lacks", h.mesh),
+    })?;
+    Ok((
+        tessera_ir::Mesh {
+            name: mm.name.clone(),
+            shape: mm.shape.clone(),
+            devices: mm.devices.clone(),
+        },
+        tessera_ir::Sharding {
+            axes: h.sharding.clone(),
+        },
+    ))
+}
+
+/// The whole tensor of type `ty` from every mesh device's block of it (`parts`, in the
+/// mesh's order).
+fn assemble(
+    mesh: &tessera_ir::Mesh,
+    sharding: &tessera_ir::Sharding,
+    ty: &TensorType,
+    parts: &[Buffer],
+) -> Result<Tensor, crate::lower::LowerError> {
+    let n = ty.static_dims().unwrap_or_default().iter().product::<u64>() as usize;
+    let mut bytes = vec![0u8; n * crate::jit::elem_bytes(ty.elem)];
+    for (i, p) in parts.iter().enumerate() {
+        let block = p
+            .to_tensor()
+            .map_err(|e| crate::lower::LowerError(e.to_string()))?
+            .to_le_bytes();
+        crate::lower::spmd::insert_block(mesh, sharding, ty, &mut bytes, &block, i)?;
+    }
+    Tensor::from_typed_le_bytes(ty, &bytes).map_err(|e| crate::lower::LowerError(e.to_string()))
+}
+
 /// The buffer argument `a` names, for mesh device `dev` (index and name) if any.
+#[allow(clippy::too_many_arguments)]
 fn lookup<'a>(
     a: &Arg,
     dev: Option<(usize, &str)>,
     by_name: &BTreeMap<&str, usize>,
     inputs: &'a [Buffer],
+    blocks: &'a BTreeMap<(usize, usize), Buffer>,
     weights: &'a BTreeMap<String, Buffer>,
     mesh_index: &'a [Buffer],
     results: &'a [Vec<Vec<Buffer>>],
 ) -> Option<&'a Buffer> {
     match a {
+        Arg::Input {
+            input,
+            per_device: true,
+            ..
+        } => by_name
+            .get(input.as_str())
+            .and_then(|&i| blocks.get(&(i, dev?.0))),
         Arg::Input { input, .. } => by_name.get(input.as_str()).and_then(|&i| inputs.get(i)),
         Arg::Weight {
             weight, per_device, ..

@@ -41,8 +41,10 @@
 //! const     := "const" @name ":" type "=" ( "external" | "[" elements "]" )
 //! mesh      := "mesh" @name "=" "[" [ integer { "," integer } ] "]"
 //!                  "devices(" [ string { "," string } ] ")"
-//! graph     := "graph" @name "(" [ %name ":" vtype { "," %name ":" vtype } ] ")" "{"
+//! graph     := "graph" @name "(" [ input { "," input } ] ")" "{"
 //!                  op* "return" [ output { "," output } ] "}"
+//! input     := %name ":" vtype [ "state(" "init" "=" ( @name | "zeros" ) "," "next" "=" string
+//!                  [ "," "mesh" "=" @name ] ")" ]
 //! output    := %name [ "as" string ]
 //! op        := [ %name { "," %name } "=" ] op-name [ "const" @name ]
 //!                  [ %name { "," %name } ] [ "{" attr { "," attr } "}" ]
@@ -79,6 +81,11 @@
 //!   name that mesh's axes.
 //!   Collectives name mesh axes: `all-reduce %p {axes = [0, 1]}`; a transfer names its
 //!   devices: `transfer %x {from = "chip0", to = "chip1"}`.
+//! - **State.** A graph input that is state carried between runs
+//!   ([`StateSlot`](crate::StateSlot)) says so after its type: its initial value (a
+//!   constant, or zeros), the output that holds its next value and, for a state held split
+//!   between runs, the mesh that holds it (its blocks by the input's sharding):
+//!   `%m: f32[4] sharded[[0]] state(init = zeros, next = "m", mesh = @dp)`.
 //! - **Outputs.** `return` lists the outputs in order. Each output has a name of its own, the
 //!   model's interface (`run` writes its file under it), kept by every pass whatever value
 //!   computes it. It is printed as `as "name"` after the value when it differs from the

@@ -364,87 +364,26 @@ fn weight_name(g: &Graph, st: &Step, v: ValueId, c: ConstId) -> (String, bool) {
     (name, split)
 }
 
+/// A state input held split on a mesh between runs ([`tessera_ir::StateSlot::mesh`]): that
+/// mesh.
+fn held_mesh(g: &Graph, v: ValueId) -> Option<&Mesh> {
+    let ValueDef::Input(i) = g.value(v).def else {
+        return None;
+    };
+    let slot = g.state.iter().find(|s| s.input == i)?;
+    g.mesh_named(slot.mesh.as_deref()?)
+}
+
+/// How state input `v` is held split, for the manifest.
+fn held(g: &Graph, v: ValueId) -> Option<crate::manifest::Held> {
+    held_mesh(g, v).map(|m| crate::manifest::Held {
+        mesh: format!("@{}", m.name),
+        sharding: spmd::sharding_of(g, v).axes,
+    })
+}
+
 /// Lowers a placed graph (static shapes) to one MLIR module per device.
 pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
-    match whole_state(g) {
-        Some(whole) => lower_graph(&whole, opts),
-        None => lower_graph(g, opts),
-    }
-}
-
-/// The program holds a training step's state whole between steps (the host's buffers, see
-/// [`crate::mpi`]), so state the graph keeps split on a mesh (`shard-state`, ZeRO-1) is
-/// sliced there where the step reads it and gathered whole where it writes its next value:
-/// the step as it was before that pass, computing the same numbers. `None` when no state is
-/// split.
-fn whole_state(g: &Graph) -> Option<Graph> {
-    if g.state.iter().all(|s| s.mesh.is_none()) {
-        return None;
-    }
-    let mut g = g.clone();
-    let names = tessera_ir::text::output_names(&g);
-    let named: Vec<Option<String>> = g.output_names().to_vec();
-    let mut outputs = g.outputs().to_vec();
-    // Ops to put before the first reader of a value (slices), or after its maker (gathers).
-    let mut before: BTreeMap<ValueId, OpId> = BTreeMap::new();
-    let mut after: BTreeMap<OpId, Vec<OpId>> = BTreeMap::new();
-    for k in 0..g.state.len() {
-        let Some(mesh) = g.state[k].mesh.take() else {
-            continue;
-        };
-        let input = g.inputs()[g.state[k].input];
-        let Some(sharding) = g.value_mut(input).sharding.take() else {
-            continue;
-        };
-        let mut axes: Vec<u32> = sharding.mesh_axes().collect();
-        axes.sort_unstable();
-        let ty = g.ty(input).clone();
-        let device = format!("@{mesh}");
-        let slice = g.create_detached_op(
-            Op::AllSlice { axes: axes.clone() },
-            vec![input],
-            vec![ty.clone()],
-        );
-        let sliced = g.op(slice).results[0];
-        g.value_mut(sliced).sharding = Some(sharding);
-        g.op_mut(slice).device = Some(device.clone());
-        g.replace_all_uses(input, sliced);
-        g.op_mut(slice).operands = vec![input];
-        before.insert(sliced, slice);
-        let Some(out) = names.iter().position(|n| *n == g.state[k].next) else {
-            continue;
-        };
-        let next = outputs[out];
-        let ValueDef::Result(maker, _) = g.value(next).def else {
-            // An unchanged state: the output is the input, whole.
-            continue;
-        };
-        let gather = g.create_detached_op(Op::AllGather { axes }, vec![next], vec![ty]);
-        g.op_mut(gather).device = Some(device);
-        outputs[out] = g.op(gather).results[0];
-        after.entry(maker).or_default().push(gather);
-    }
-    let mut order: Vec<OpId> = Vec::new();
-    let mut placed: BTreeSet<OpId> = BTreeSet::new();
-    for &o in g.ops() {
-        for v in &g.op(o).operands {
-            if let Some(&s) = before.get(v)
-                && placed.insert(s)
-            {
-                order.push(s);
-            }
-        }
-        order.push(o);
-        if let Some(gathers) = after.get(&o) {
-            order.extend(gathers);
-        }
-    }
-    g.set_ops(order);
-    g.set_named_outputs(outputs.into_iter().zip(named).collect());
-    Some(g)
-}
-
-fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> {
     let target = opts.target;
     check_static(g)?;
     let default = target.host.clone();
@@ -474,9 +413,27 @@ fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError
         }
         for &v in &st.inputs {
             let arg = match g.value(v).def {
-                ValueDef::Input(i) => Arg::Input {
-                    input: input_name(g, i),
-                    ty: g.ty(v).to_string(),
+                // A state held split: each device of its mesh reads its own block.
+                ValueDef::Input(i) => match held_mesh(g, v) {
+                    Some(m) if st.collective || mesh.is_none_or(|x| x.name != m.name) => {
+                        return Err(LowerError(format!(
+                            "step {}: state {} is held split on mesh @{}, but the step runs                              on {}",
+                            st.id,
+                            input_name(g, i),
+                            m.name,
+                            st.device
+                        )));
+                    }
+                    Some(_) => Arg::Input {
+                        input: input_name(g, i),
+                        ty: arrival_type(g, v, true).map_err(at)?.to_string(),
+                        per_device: true,
+                    },
+                    None => Arg::Input {
+                        input: input_name(g, i),
+                        ty: g.ty(v).to_string(),
+                        per_device: false,
+                    },
                 },
                 _ => {
                     let (s, k) = step_of[&v];
@@ -628,12 +585,22 @@ fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError
         .collect();
     let mut outputs = Vec::new();
     let output_names = tessera_ir::text::output_names(g);
+    // The outputs that are the next values of state held split, and how it is held.
+    let held_next: BTreeMap<usize, crate::manifest::Held> = g
+        .state
+        .iter()
+        .filter_map(|slot| {
+            let h = held(g, *g.inputs().get(slot.input)?)?;
+            Some((output_names.iter().position(|n| *n == slot.next)?, h))
+        })
+        .collect();
     for (i, (&v, name)) in g.outputs().iter().zip(output_names).enumerate() {
         let ty = g.ty(v).to_string();
         let source = match (g.value(v).def, donated_to.get(&v)) {
             (ValueDef::Input(k), _) | (_, Some(&k)) => Arg::Input {
                 input: input_name(g, k),
                 ty: ty.clone(),
+                per_device: false,
             },
             _ => match is_const(g, v) {
                 Some(c) => {
@@ -643,6 +610,16 @@ fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError
                         weight: k.name.clone(),
                         ty: ty.clone(),
                         per_device: false,
+                    }
+                }
+                None if held_next.contains_key(&i) => {
+                    // The next value of a state held split: each mesh device's block.
+                    let (s, k) = step_of[&v];
+                    Arg::Step {
+                        step: s,
+                        result: k,
+                        ty: arrival_type(g, v, on_mesh(s))?.to_string(),
+                        transfer: None,
                     }
                 }
                 None => {
@@ -677,6 +654,7 @@ fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError
             index: i,
             name,
             source,
+            held: held_next.get(&i).cloned(),
         });
     }
     let mut modules = Vec::new();
@@ -718,6 +696,7 @@ fn lower_graph(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError
             .map(|(i, &v)| crate::manifest::Input {
                 name: input_name(g, i),
                 ty: g.ty(v).to_string(),
+                held: held(g, v),
             })
             .collect(),
         outputs,
@@ -853,7 +832,8 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
                     && g.op(op).device.as_deref() == Some(st.device.as_str())
                     && g.op(op).op.collective_axes().is_none()
             }
-            ValueDef::Input(_) => false,
+            // A state held split on the mesh: each device's block.
+            ValueDef::Input(_) => held_mesh(g, v).is_some(),
         };
         let ty = arrival_type(g, v, from_mesh)?;
         let tt = tensor_ty(&ty)?;
