@@ -879,6 +879,26 @@ fn main_c(
             );
             args.push(format!("in{i}"));
         }
+        // After each step: its returned buffers freed, once their values are copied out.
+        let free = if f.outputs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{{\n        static const int rr[] = {{{}}};\n        int64_t *const aa[] = {{{}}};\n        free_results(res, {}, rr, aa, {});\n      }}",
+                f.outputs
+                    .iter()
+                    .map(|t| t.rank().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if args.is_empty() {
+                    "NULL".to_string()
+                } else {
+                    args.join(", ")
+                },
+                f.outputs.len(),
+                args.len()
+            )
+        };
         let call = if f.outputs.is_empty() {
             format!("_mlir_ciface_rank{r}({});", args.join(", "))
         } else {
@@ -928,7 +948,7 @@ fn main_c(
             // step, sends the host the state the host does not hold.
             let _ = writeln!(c, "    for (long s = 0; s < steps; s++) {{\n      {call}");
             copy_next_state(&mut c, &returned, &slot_bufs)?;
-            let _ = writeln!(c, "    }}");
+            let _ = writeln!(c, "      {free}\n    }}");
             for &(j, _, here) in &slot_bufs {
                 if senders[j].contains(&r) {
                     let _ = writeln!(c, "    send_bytes(st{j}, {here}, {host_rank});");
@@ -950,6 +970,7 @@ fn main_c(
             &slot_bufs,
             (&senders, &layouts, host_rank),
             &call,
+            &free,
         )?;
         let _ = writeln!(c, "    break;\n  }}");
     }
@@ -1099,6 +1120,7 @@ fn train_host_loop(
     held: &[(usize, &TrainSlot, u64)],
     (senders, layouts, host_rank): (&[Vec<usize>], &[Option<HeldLayout>], usize),
     call: &str,
+    free: &str,
 ) -> Result<(), Error> {
     let &(loss_at, loss_ty) = returned
         .get(&tr.loss)
@@ -1118,7 +1140,7 @@ fn train_host_loop(
         loss_at
     );
     copy_next_state(c, returned, held)?;
-    let _ = writeln!(c, "    }}");
+    let _ = writeln!(c, "      {free}\n    }}");
     // The state the other ranks hold, after the last step: whole from the first that holds
     // it, or a state held split as every holder's block (the host's own among them).
     for (j, s) in tr.slots.iter().enumerate() {

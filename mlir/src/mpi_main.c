@@ -209,6 +209,26 @@ static void block_copy(unsigned char *whole, unsigned char *block, int rank, con
   }
 }
 
+/* Frees the buffers a rank function returned (`n` descriptors in `res`, of ranks `ranks`)
+   once its results are copied out: each allocation once, and none that is one of its
+   arguments' (`args`, `nargs` descriptors: a result may be an argument or a view of one) or
+   a constant's (MLIR marks a global's allocation 0xdeadbeef). */
+static void free_results(int64_t *res, int n, const int *ranks, int64_t *const *args, int nargs) {
+  int64_t *d = res;
+  for (int i = 0; i < n; i++) {
+    int64_t p = d[0];
+    int keep = p == 0 || p == (int64_t)0xdeadbeef;
+    for (int a = 0; a < nargs && !keep; a++) keep = args[a][0] == p;
+    int64_t *e = res;
+    for (int j = 0; j < i && !keep; j++) {
+      keep = e[0] == p;
+      e += 3 + 2 * ranks[j];
+    }
+    if (!keep) free((void *)(intptr_t)p);
+    d += 3 + 2 * ranks[i];
+  }
+}
+
 /* Writes an output from a result descriptor to OUTDIR/<stem>.npy (the stem is the output's
    name made file-safe). */
 static int write_npy(const char *dir, const char *stem, const char *descr, int rank,
