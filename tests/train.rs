@@ -635,15 +635,9 @@ fn data_parallel_steps_match_pytorch() {
     for (m, c) in [(&MLP, &ADAMW), (&CNN, &SGD), (&GPT2_TINY, &ADAMW)] {
         let build = tempfile::tempdir().expect("tempdir");
         let dir = build.path().join("step");
-        let split = [
-            "--target",
-            "mcm-ring4",
-            "--split",
-            "force",
-            "--split-axes",
-            "batch",
-        ];
-        let summary = compile_step(m, c, &split, &dir);
+        let mut args = vec!["--target", "mcm-ring4"];
+        args.extend(BATCH_SPLIT);
+        let summary = compile_step(m, c, &args, &dir);
         let mesh = summary
             .lines()
             .find(|l| l.starts_with("mesh"))
@@ -680,18 +674,9 @@ fn zero_stage_one_keeps_the_optimizer_state_split() {
     let mut runs = Vec::new();
     for stage in ["0", "1"] {
         let dir = build.path().join(format!("zero{stage}"));
-        let args = [
-            "--target",
-            "mcm-ring4",
-            "--split",
-            "force",
-            "--split-axes",
-            "batch",
-            "--zero-stage",
-            stage,
-            "--emit",
-            "mpi",
-        ];
+        let mut args = vec!["--target", "mcm-ring4"];
+        args.extend(BATCH_SPLIT);
+        args.extend(["--zero-stage", stage, "--emit", "mpi"]);
         let summary = compile_step(&MLP, &ADAMW, &args, &dir);
         let placed = std::fs::read_to_string(dir.join("placed.tir")).expect("placed.tir");
         let report: serde_json::Value =
@@ -866,8 +851,7 @@ fn training_under_mpirun_matches_pytorch_and_tessera_train() {
         assert!(a == b, "{f} differs from tessera train's");
     }
     for (m, c) in [(&MLP, &SGD), (&CNN, &SGD)] {
-        let split = ["--split", "force", "--split-axes", "batch"];
-        let (_build, out) = train_under_mpi(m, c, &split);
+        let (_build, out) = train_under_mpi(m, c, &BATCH_SPLIT);
         check_against_torch(m, c, &out);
     }
 }

@@ -50,6 +50,27 @@ impl Manifest {
         let name = device.strip_prefix('@')?;
         self.meshes.iter().find(|m| m.name == name)
     }
+
+    /// The mesh and the sharding a state is held split by; `None` when the manifest lacks
+    /// its mesh.
+    pub fn held_layout(&self, h: &Held) -> Option<(tessera_ir::Mesh, tessera_ir::Sharding)> {
+        let mesh = self.mesh_of(&h.mesh)?.to_ir();
+        let sharding = tessera_ir::Sharding {
+            axes: h.sharding.clone(),
+        };
+        Some((mesh, sharding))
+    }
+}
+
+impl ManifestMesh {
+    /// The IR's mesh.
+    pub fn to_ir(&self) -> tessera_ir::Mesh {
+        tessera_ir::Mesh {
+            name: self.name.clone(),
+            shape: self.shape.clone(),
+            devices: self.devices.clone(),
+        }
+    }
 }
 
 /// A device mesh.

@@ -174,10 +174,10 @@ fn rank_functions(
     // (on the host when no rank does): each takes it as an argument and returns its next
     // value, sent to it by the rank that makes it when that is another one.
     let holders = state_holders(m, ranks, training, &needs, host_rank);
+    // The ranks that hold slot `j`'s value, the host alone for what is no state.
+    let holding = |j: Option<usize>| j.map_or_else(|| vec![host_rank], |j| holders[j].clone());
     let owners = |oi: usize| -> Vec<usize> {
-        training
-            .and_then(|tr| tr.slots.iter().position(|s| s.output == oi))
-            .map_or_else(|| vec![host_rank], |j| holders[j].clone())
+        holding(training.and_then(|tr| tr.slots.iter().position(|s| s.output == oi)))
     };
     for (oi, o) in m.outputs.iter().enumerate() {
         let Some(k) = key(&o.source, host) else {
@@ -233,9 +233,7 @@ fn rank_functions(
             (Some(_), Some(t)) => t.clone(),
             _ => parse_type(&i.ty)?,
         };
-        let at = training.and_then(|tr| tr.slots.iter().position(|s| s.input == ii));
-        let owners = at.map_or_else(|| vec![host_rank], |j| holders[j].clone());
-        for r in owners {
+        for r in holding(training.and_then(|tr| tr.slots.iter().position(|s| s.input == ii))) {
             let name = format!("%in{}", fns[r].inputs.len());
             envs[r].insert(Key::Input(i.name.clone()), name);
             fns[r].inputs.push((i.name.clone(), ty.clone()));
@@ -363,11 +361,7 @@ fn rank_functions(
                     st.id, st.device
                 ))
             })?;
-            let mesh = tessera_ir::Mesh {
-                name: mm.name.clone(),
-                shape: mm.shape.clone(),
-                devices: mm.devices.clone(),
-            };
+            let mesh = mm.to_ir();
             let zero = crate::lower::zero_literal(ty.elem);
             for r in 0..ranks.len() {
                 let mine = match (envs[r].get(&k_in).cloned(), kind.as_str()) {
@@ -1070,17 +1064,9 @@ fn held_layouts(
             let Some(h) = &input.held else {
                 return Ok(None);
             };
-            let mm = m
-                .mesh_of(&h.mesh)
+            let (mesh, sharding) = m
+                .held_layout(h)
                 .ok_or_else(|| err(format!("state {} is held on an unknown mesh", input.name)))?;
-            let mesh = tessera_ir::Mesh {
-                name: mm.name.clone(),
-                shape: mm.shape.clone(),
-                devices: mm.devices.clone(),
-            };
-            let sharding = tessera_ir::Sharding {
-                axes: h.sharding.clone(),
-            };
             let ty = parse_type(&input.ty)?;
             let local =
                 crate::lower::spmd::local_type(&mesh, &sharding, &ty).map_err(|e| err(e.0))?;

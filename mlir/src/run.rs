@@ -211,7 +211,7 @@ impl Runner {
         let mut blocks: BTreeMap<(usize, usize), Buffer> = BTreeMap::new();
         for (k, i) in m.inputs.iter().enumerate() {
             let Some(h) = &i.held else { continue };
-            let (mesh, sharding) = held_layout(m, h)?;
+            let (mesh, sharding) = m.held_layout(h).ok_or_else(|| unknown_mesh(h))?;
             let bytes = inputs[k].to_tensor()?.to_le_bytes();
             for d in 0..mesh.devices.len() {
                 let (ty, block) =
@@ -322,7 +322,7 @@ impl Runner {
                         .and_then(|r| r.get(*result))
                         .ok_or_else(|| missing(&o.source))?;
                     let h = o.held.as_ref().ok_or_else(|| missing(&o.source))?;
-                    let (mesh, sharding) = held_layout(m, h)?;
+                    let (mesh, sharding) = m.held_layout(h).ok_or_else(|| unknown_mesh(h))?;
                     // The whole type: each block's extents times the mesh axes they split.
                     let block = parse_type(o.source.ty())?;
                     let dims: Vec<u64> = block
@@ -416,11 +416,7 @@ fn collective(
             let mm = m.mesh_of(&st.device).ok_or_else(|| Error::Run {
                 message: format!("step {} gathers over a mesh the manifest lacks", st.id),
             })?;
-            let mesh = tessera_ir::Mesh {
-                name: mm.name.clone(),
-                shape: mm.shape.clone(),
-                devices: mm.devices.clone(),
-            };
+            let mesh = mm.to_ir();
             let sharding = tessera_ir::Sharding {
                 axes: st.sharding.clone().unwrap_or_default(),
             };
@@ -450,24 +446,11 @@ fn collective(
     })
 }
 
-/// The mesh and sharding a state is held split by.
-fn held_layout(
-    m: &Manifest,
-    h: &crate::manifest::Held,
-) -> Result<(tessera_ir::Mesh, tessera_ir::Sharding), Error> {
-    let mm = m.mesh_of(&h.mesh).ok_or_else(|| Error::Run {
+/// The error for a state held on a mesh the manifest lacks.
+fn unknown_mesh(h: &crate::manifest::Held) -> Error {
+    Error::Run {
         message: format!("state held on {}, a mesh the manifest lacks", h.mesh),
-    })?;
-    Ok((
-        tessera_ir::Mesh {
-            name: mm.name.clone(),
-            shape: mm.shape.clone(),
-            devices: mm.devices.clone(),
-        },
-        tessera_ir::Sharding {
-            axes: h.sharding.clone(),
-        },
-    ))
+    }
 }
 
 /// The whole tensor of type `ty` from every mesh device's block of it (`parts`, in the
