@@ -243,6 +243,63 @@ impl Mlir {
         module.as_operation().to_string()
     }
 
+    /// Gives each function `module` declares the body of the function of the same name in
+    /// `definitions` (a module's text, `what` naming both in errors). A pipeline whose
+    /// passes cannot take some ops runs while those ops sit in declared functions, and gets
+    /// them after. A declaration no definition names stays one; a definition of a symbol
+    /// `module` does not declare is an error.
+    pub fn define_functions(
+        &self,
+        module: &mut Module<'_>,
+        definitions: &str,
+        what: &str,
+    ) -> Result<(), Error> {
+        use melior::ir::BlockLike;
+        use melior::ir::RegionLike;
+        let defs = self.parse(definitions, &format!("{what} (function definitions)"))?;
+        let fail = |message: String| Error::Mlir {
+            what: what.to_string(),
+            stage: "define functions".into(),
+            message,
+        };
+        let mut declared = std::collections::BTreeMap::new();
+        let body = module.body();
+        let mut op = body.first_operation();
+        while let Some(o) = op {
+            if let Some(name) = func_name(&o)
+                && o.region(0).is_ok_and(|r| r.first_block().is_none())
+            {
+                declared.insert(name, o);
+            }
+            op = o.next_in_block();
+        }
+        let dbody = defs.body();
+        let mut op = dbody.first_operation();
+        while let Some(o) = op {
+            let name = func_name(&o).ok_or_else(|| {
+                fail(format!(
+                    "`{}` is not a func.func",
+                    o.name().as_string_ref().as_str().unwrap_or("?")
+                ))
+            })?;
+            let target = declared
+                .get(&name)
+                .ok_or_else(|| fail(format!("@{name} is defined but not declared")))?;
+            let (to, from) = (target.region(0), o.region(0));
+            let (Ok(to), Ok(from)) = (to, from) else {
+                return Err(fail(format!("@{name} has no body region")));
+            };
+            // SAFETY: both regions belong to live operations of this context; the call moves
+            // `from`'s blocks into `to`, which is empty, and leaves `from` empty.
+            #[allow(unsafe_code)]
+            unsafe {
+                mlir_sys::mlirRegionTakeBody(to.to_raw(), from.to_raw());
+            }
+            op = o.next_in_block();
+        }
+        self.verify(module, what)
+    }
+
     /// Translates a module in the LLVM dialect to LLVM IR text.
     pub fn to_llvm_ir(&self, module: &Module<'_>, what: &str) -> Result<String, Error> {
         self.diagnostics.borrow_mut().clear();
@@ -371,4 +428,16 @@ fn parse_pipeline(pm: &PassManager<'_>, pipeline: &str, what: &str) -> Result<()
         stage: "pipeline".into(),
         message: format!("bad pipeline `{pipeline}`: {e}"),
     })
+}
+
+/// The symbol name of a `func.func`, `None` for any other op.
+fn func_name(op: &melior::ir::OperationRef<'_, '_>) -> Option<String> {
+    let name = op.name();
+    if name.as_string_ref().as_str() != Ok("func.func") {
+        return None;
+    }
+    let sym = op.attribute("sym_name").ok()?;
+    melior::ir::attribute::StringAttribute::try_from(sym)
+        .ok()
+        .map(|s| s.value().to_string())
 }

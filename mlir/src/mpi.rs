@@ -7,10 +7,18 @@
 //! on the cut edges. All ranks walk the same global order (inputs first, then step by step:
 //! the producer sends each result to every rank that needs it, in rank order, right after
 //! the step; the receivers receive it at that same position), so every send meets its
-//! receive and the program cannot deadlock. The module goes through the CPU pipeline (with
-//! the MPI dialect lowered for MPICH, named by the `dlti.map` module attribute) to LLVM IR
-//! in-process; clang-22 compiles it with a generated C `main` (MPI init, reading the inputs'
-//! `.npy` files and the weights file, writing the outputs as `.npy`) and links MPICH.
+//! receive and the program cannot deadlock. Each MPI operation is a call of a private
+//! function per operation and message type (`MpiCalls`): the module is bufferized and its
+//! buffers freed where no longer used ([`pipelines::CPU_MPI_BUFFERS`]) while those
+//! functions are only declared, since buffer deallocation cannot take MPI's ops; then they
+//! get their bodies ([`Mlir::define_functions`]) and the module goes on to LLVM IR
+//! ([`pipelines::CPU_MPI_LOWER`], the MPI dialect lowered for MPICH, named by the
+//! `dlti.map` module attribute), in-process. `program.mlir` is the module with those
+//! functions defined. clang-22 compiles it with a generated C `main` (MPI init, reading the
+//! inputs' `.npy` files and the weights file, writing the outputs as `.npy`) and links
+//! MPICH. The C main allocates the program's buffers (MLIR's generic allocation functions)
+//! and counts them: each rank reports on stderr the most bytes its buffers held at once,
+//! what they hold at exit (nothing, unless a buffer leaks) and how many it allocated.
 //!
 //! Usage: `mpirun -np K DIR/program INPUT.npy... OUTDIR` (inputs in the manifest's order; the
 //! weights are read from `weights.safetensors` next to the program). The host rank writes
@@ -133,6 +141,87 @@ fn all_dims(d: &[u64]) -> String {
     format!("[[{}]]", axes.join(", "))
 }
 
+/// An MPI operation of the rank functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum MpiOp {
+    /// `(buffer, tag, destination)`.
+    Send,
+    /// `(buffer, tag, source)`.
+    Recv,
+    /// `(send buffer, receive buffer)`, summed over the world's communicator.
+    AllReduceSum,
+}
+
+/// The MPI operations the rank functions call, one private function per operation and
+/// message type (messages are flat: `memref<Nx...>`). The functions are declared while the
+/// module is bufferized and deallocated ([`pipelines::CPU_MPI_BUFFERS`]: MPI's ops declare
+/// no memory effects, which buffer deallocation cannot take), and defined, with the MPI
+/// dialect's op on the world's communicator, before it lowers to LLVM.
+#[derive(Default)]
+struct MpiCalls(BTreeMap<String, (MpiOp, String)>);
+
+impl MpiCalls {
+    /// Appends to `b` a call of `op` on `args` (`mt` the message's memref type).
+    fn call(&mut self, b: &mut String, op: MpiOp, args: &[&str], mt: &str) {
+        let kind = match op {
+            MpiOp::Send => "send",
+            MpiOp::Recv => "recv",
+            MpiOp::AllReduceSum => "allreduce_sum",
+        };
+        let shape: String = mt
+            .trim_start_matches("memref<")
+            .trim_end_matches('>')
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let name = format!("tessera_mpi_{kind}_{shape}");
+        let tys = match op {
+            MpiOp::AllReduceSum => format!("{mt}, {mt}"),
+            MpiOp::Send | MpiOp::Recv => format!("{mt}, i32, i32"),
+        };
+        let _ = writeln!(
+            b,
+            "    func.call @{name}({}) : ({tys}) -> ()",
+            args.join(", ")
+        );
+        self.0.insert(name, (op, mt.to_string()));
+    }
+
+    /// The functions' declarations (`defined`: their definitions), module-level text.
+    fn functions(&self, defined: bool) -> String {
+        let mut s = String::new();
+        for (name, (op, mt)) in &self.0 {
+            let (params, body) = match op {
+                MpiOp::Send => (
+                    format!("%buf: {mt}, %tag: i32, %peer: i32"),
+                    format!("mpi.send(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
+                ),
+                MpiOp::Recv => (
+                    format!("%buf: {mt}, %tag: i32, %peer: i32"),
+                    format!("mpi.recv(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
+                ),
+                MpiOp::AllReduceSum => (
+                    format!("%in: {mt}, %out: {mt}"),
+                    format!("mpi.allreduce(%in, %out, MPI_SUM, %comm) : {mt}, {mt}"),
+                ),
+            };
+            if defined {
+                let _ = writeln!(
+                    s,
+                    "  func.func private @{name}({params}) {{\n    %comm = mpi.comm_world : !mpi.comm\n    {body}\n    return\n  }}"
+                );
+            } else {
+                let tys: Vec<&str> = params
+                    .split(", ")
+                    .map(|p| p.split_once(": ").map_or(p, |(_, t)| t))
+                    .collect();
+                let _ = writeln!(s, "  func.func private @{name}({})", tys.join(", "));
+            }
+        }
+        s
+    }
+}
+
 struct RankFn {
     text: String,
     /// Weight names, then input names (the host's, and a training step's state on the ranks
@@ -150,7 +239,7 @@ fn rank_functions(
     program: &Program,
     ranks: &[String],
     training: Option<&Training>,
-) -> Result<Vec<RankFn>, Error> {
+) -> Result<(Vec<RankFn>, MpiCalls), Error> {
     let m = &program.manifest;
     let host = &m.host;
     let rank_of = |d: &str| ranks.iter().position(|x| x == d);
@@ -240,8 +329,10 @@ fn rank_functions(
         }
     }
     // Moves a value from rank `src` to rank `dst` (both emit their half).
+    let mut calls = MpiCalls::default();
     let mut transfer = |bodies: &mut Vec<String>,
                         envs: &mut Vec<BTreeMap<Key, String>>,
+                        calls: &mut MpiCalls,
                         fresh: &mut dyn FnMut(usize) -> String,
                         k: &Key,
                         src: usize,
@@ -285,7 +376,7 @@ fn rank_functions(
         );
         let _ = writeln!(b, "    {tg} = arith.constant {t} : i32");
         let _ = writeln!(b, "    {ds} = arith.constant {dst} : i32");
-        let _ = writeln!(b, "    mpi.send({mb}, {tg}, {ds}, %comm) : {mt}, i32, i32");
+        calls.call(b, MpiOp::Send, &[&mb, &tg, &ds], &mt);
         // Receiver: receive, reshape, convert back.
         let b = &mut bodies[dst];
         let buf = fresh(dst);
@@ -295,7 +386,7 @@ fn rank_functions(
         let _ = writeln!(b, "    {buf} = memref.alloc() : {mt}");
         let _ = writeln!(b, "    {tg} = arith.constant {t} : i32");
         let _ = writeln!(b, "    {sr} = arith.constant {src} : i32");
-        let _ = writeln!(b, "    mpi.recv({buf}, {tg}, {sr}, %comm) : {mt}, i32, i32");
+        calls.call(b, MpiOp::Recv, &[&buf, &tg, &sr], &mt);
         let _ = writeln!(
             b,
             "    {got} = bufferization.to_tensor {buf} restrict : {mt} to {ft}"
@@ -321,7 +412,15 @@ fn rank_functions(
         let k = Key::Input(i.name.clone());
         for (r, d) in ranks.iter().enumerate() {
             if !envs[r].contains_key(&k) && needs.get(d.as_str()).is_some_and(|n| n.contains(&k)) {
-                transfer(&mut bodies, &mut envs, &mut fresh, &k, host_rank, r)?;
+                transfer(
+                    &mut bodies,
+                    &mut envs,
+                    &mut calls,
+                    &mut fresh,
+                    &k,
+                    host_rank,
+                    r,
+                )?;
             }
         }
     }
@@ -418,10 +517,7 @@ fn rank_functions(
                     "    {mb} = bufferization.to_buffer {flat} read_only : {ft} to {mt}"
                 );
                 let _ = writeln!(bodies[r], "    {buf} = memref.alloc() : {mt}");
-                let _ = writeln!(
-                    bodies[r],
-                    "    mpi.allreduce({mb}, {buf}, MPI_SUM, %comm) : {mt}, {mt}"
-                );
+                calls.call(&mut bodies[r], MpiOp::AllReduceSum, &[&mb, &buf], &mt);
                 let _ = writeln!(
                     bodies[r],
                     "    {got} = bufferization.to_tensor {buf} restrict : {mt} to {ft}"
@@ -499,7 +595,15 @@ fn rank_functions(
                     continue;
                 }
                 if needs.get(d.as_str()).is_some_and(|n| n.contains(&key)) {
-                    transfer(&mut bodies, &mut envs, &mut fresh, &key, first_rank, dst)?;
+                    transfer(
+                        &mut bodies,
+                        &mut envs,
+                        &mut calls,
+                        &mut fresh,
+                        &key,
+                        first_rank,
+                        dst,
+                    )?;
                 }
             }
         }
@@ -537,7 +641,7 @@ fn rank_functions(
         }
         let results = ret_tys[r].join(", ");
         let mut s = format!(
-            "  func.func @rank{r}({}) -> ({results}) attributes {{llvm.emit_c_interface}} {{\n    %comm = mpi.comm_world : !mpi.comm\n",
+            "  func.func @rank{r}({}) -> ({results}) attributes {{llvm.emit_c_interface}} {{\n",
             params.join(", ")
         );
         s.push_str(&bodies[r]);
@@ -554,7 +658,7 @@ fn rank_functions(
         s.push_str("  }\n");
         f.text = s;
     }
-    Ok(fns)
+    Ok((fns, calls))
 }
 
 /// The ranks that hold each state slot of a training program (none without one): those
@@ -590,8 +694,9 @@ fn state_holders(
         .collect()
 }
 
-/// The MLIR module of the whole MPI program (every device's steps and the rank functions).
-fn module(program: &Program, fns: &[RankFn]) -> String {
+/// The MLIR module of the whole MPI program: every device's steps, the rank functions, and
+/// the MPI functions they call, declared or (`defined`) with their MPI ops.
+fn module(program: &Program, fns: &[RankFn], calls: &MpiCalls, defined: bool) -> String {
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
@@ -601,6 +706,7 @@ fn module(program: &Program, fns: &[RankFn]) -> String {
     for f in fns {
         s.push_str(&f.text);
     }
+    s.push_str(&calls.functions(defined));
     s.push_str("}\n");
     s
 }
@@ -933,7 +1039,7 @@ fn main_c(
                     crate::jit::elem_bytes(t.elem)
                 );
             }
-            let _ = writeln!(c, "    break;\n  }}");
+            let _ = writeln!(c, "    {free}\n    break;\n  }}");
             continue;
         };
         if r != host_rank {
@@ -968,7 +1074,15 @@ fn main_c(
         )?;
         let _ = writeln!(c, "    break;\n  }}");
     }
-    let _ = writeln!(c, "  }}\n  MPI_Finalize();\n  return 0;\n}}");
+    let names: Vec<String> = ranks
+        .iter()
+        .map(|d| format!("\"{}\"", c_text(d, false)))
+        .collect();
+    let _ = writeln!(
+        c,
+        "  }}\n  static const char *const rank_device[] = {{{}}};\n  report_buffers(rank, rank_device[rank]);\n  MPI_Finalize();\n  return 0;\n}}",
+        names.join(", ")
+    );
     Ok(c)
 }
 
@@ -1279,14 +1393,18 @@ pub fn build(
         )));
     }
     let ranks = ranks(program);
-    let fns = rank_functions(program, &ranks, training)?;
-    let text = module(program, &fns);
+    let (fns, calls) = rank_functions(program, &ranks, training)?;
+    // The whole program, its MPI functions defined, is the one to read.
+    let text = module(program, &fns, &calls, true);
     let what = "mpi program";
     let dir = out.parent().unwrap_or(Path::new("."));
     // The module first: it is the pipeline's input, worth reading when the build fails.
     write_atomically(&dir.join("program.mlir"), text.as_bytes())?;
-    let mut m = mlir.parse(&text, what)?;
-    mlir.run_pipeline(&mut m, pipelines::CPU_MPI, options, what)?;
+    let mut m = mlir.parse(&module(program, &fns, &calls, false), what)?;
+    mlir.run_pipeline(&mut m, pipelines::CPU_MPI_BUFFERS, options, what)?;
+    let defs = format!("module {{\n{}}}\n", calls.functions(true));
+    mlir.define_functions(&mut m, &defs, what)?;
+    mlir.run_pipeline(&mut m, pipelines::CPU_MPI_LOWER, options, what)?;
     let ll = mlir.to_llvm_ir(&m, what)?;
     let offsets = if weights_file.is_empty() {
         BTreeMap::new()

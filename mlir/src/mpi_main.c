@@ -21,6 +21,40 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
+/* The program's buffers: finalize-memref-to-llvm's generic allocation functions, which
+   every memref.alloc of the rank functions and every free of theirs call, and the frees of
+   the buffers they return (free_results). Each allocation leads with a header that holds its
+   size, so that each rank can report the most bytes its buffers held at once and what they
+   still hold at the end (nothing, unless a buffer leaks). */
+#define BUF_HEADER 16
+static size_t buf_held, buf_peak;
+static unsigned long long buf_allocs;
+
+void *_mlir_memref_to_llvm_alloc(size_t size) {
+  unsigned char *p = malloc(size + BUF_HEADER);
+  if (!p) die("memory", "out of memory");
+  memcpy(p, &size, sizeof size);
+  buf_held += size;
+  if (buf_held > buf_peak) buf_peak = buf_held;
+  buf_allocs++;
+  return p + BUF_HEADER;
+}
+
+void _mlir_memref_to_llvm_free(void *q) {
+  if (!q) return;
+  unsigned char *p = (unsigned char *)q - BUF_HEADER;
+  size_t size;
+  memcpy(&size, p, sizeof size);
+  buf_held -= size;
+  free(p);
+}
+
+/* One line on stderr: what this rank's buffers held (see _mlir_memref_to_llvm_alloc). */
+static void report_buffers(int rank, const char *device) {
+  fprintf(stderr, "rank %d (%s): buffers: peak %zu B, %zu B held at exit, %llu allocations\n", rank,
+          device, buf_peak, buf_held, buf_allocs);
+}
+
 /* weights.safetensors next to the executable. */
 static const char *weights_path(const char *argv0) {
   static char path[4096];
@@ -224,7 +258,7 @@ static void free_results(int64_t *res, int n, const int *ranks, int64_t *const *
       keep = e[0] == p;
       e += 3 + 2 * ranks[j];
     }
-    if (!keep) free((void *)(intptr_t)p);
+    if (!keep) _mlir_memref_to_llvm_free((void *)(intptr_t)p);
     d += 3 + 2 * ranks[i];
   }
 }

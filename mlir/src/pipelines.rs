@@ -18,11 +18,20 @@ use crate::{Error, Mlir, PipelineOptions};
 /// free what is no longer used, linalg to loops, everything to LLVM.
 pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
-/// The same for a program with MPI calls: `buffer-deallocation-pipeline` rejects them, so
-/// buffers live until the process ends; `convert-to-llvm` lowers the MPI dialect (for the
-/// implementation the module's `dlti.map` names); tensor-level `arith` casts of the
+/// The same for a program with MPI calls, in two parts. MPI's ops declare no memory
+/// effects, so `buffer-deallocation-pipeline` rejects them: the program calls a declared
+/// function for each ([`crate::mpi`]) while [`CPU_MPI_BUFFERS`] bufferizes it and frees
+/// what each function no longer uses, and those functions get their bodies, the MPI
+/// dialect's ops on the buffers ([`crate::Mlir::define_functions`]), before
+/// [`CPU_MPI_LOWER`] takes everything to LLVM. `convert-to-llvm` lowers the MPI dialect (for
+/// the implementation the module's `dlti.map` names); tensor-level `arith` casts of the
 /// messages become linalg first.
-pub const CPU_MPI: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
+pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},buffer-deallocation-pipeline)";
+
+/// The second part of the MPI program's pipeline (see [`CPU_MPI_BUFFERS`]). Buffers are
+/// allocated and freed by the generic functions (`_mlir_memref_to_llvm_alloc` and `_free`),
+/// which the program's C driver defines to count each rank's bytes.
+pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
 /// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
 /// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA

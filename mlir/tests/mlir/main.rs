@@ -4,6 +4,7 @@
 
 #[path = "../../../onnx/tests/common/mod.rs"]
 mod common;
+mod define;
 #[path = "../../../passes/tests/filecheck/mod.rs"]
 mod filecheck;
 mod goldens;
