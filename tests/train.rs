@@ -1293,7 +1293,7 @@ fn long_mpi_training_runs_match_tessera_train() {
 
 /// The MPI training program's usage errors: no `--steps`, an input the step does not have, an
 /// input given twice are usage errors (exit 2); a batch input not given is an error naming
-/// it (exit 1). And `--bucket-mb` outside 0..=1048576 is
+/// it (exit 1), and so is an output directory that cannot be made. And `--bucket-mb` outside 0..=1048576 is
 /// a usage error of `compile`.
 #[test]
 fn mpi_training_program_errors() {
@@ -1366,6 +1366,43 @@ fn mpi_training_program_errors() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("given twice"));
+    // OUT and its missing parents are made, as `tessera train` makes them; an OUT under a
+    // file is an error naming both.
+    let (y, nested) = (
+        format!("labels={}", path(&MLP, "labels.npy").display()),
+        build.path().join("new/out"),
+    );
+    let nested = nested.to_str().expect("utf-8");
+    let o = run(&[
+        "--input",
+        &x,
+        "--input",
+        &y,
+        "--steps",
+        "2",
+        "--output-dir",
+        nested,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(losses(Path::new(nested), 1).len(), 2);
+    std::fs::write(build.path().join("file"), b"").expect("file");
+    let under = build.path().join("file/out");
+    let o = run(&[
+        "--input",
+        &x,
+        "--input",
+        &y,
+        "--steps",
+        "2",
+        "--output-dir",
+        under.to_str().expect("utf-8"),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cannot create the output directory") && err.contains("file: File exists"),
+        "{err}"
+    );
 }
 
 /// Five steps, then five more from the state they wrote: torch's ten steps (Adam's moments

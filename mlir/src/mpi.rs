@@ -21,8 +21,8 @@
 //! what they hold at exit (nothing, unless a buffer leaks) and how many it allocated.
 //!
 //! Usage: `mpirun -np K DIR/program INPUT.npy... OUTDIR` (inputs in the manifest's order; the
-//! weights are read from `weights.safetensors` next to the program). The host rank writes
-//! `OUTDIR/<name>.npy` for every output, under the output's name made file-safe
+//! weights are read from `weights.safetensors` next to the program). The host rank makes
+//! OUTDIR (and its missing parents) first, and writes `OUTDIR/<name>.npy` for every output, under the output's name made file-safe
 //! ([`tessera_ir::names::file_stems`], as `tessera run --output-dir` names them).
 //!
 //! A training step ([`Training`]) runs as `mpirun -np K DIR/program --input NAME=FILE.npy...
@@ -841,6 +841,8 @@ fn main_c(
         .iter()
         .position(|d| *d == program.manifest.host)
         .ok_or_else(|| err("the host has no rank"))?;
+    // The host makes the output directory first, as `tessera train` and `tessera run` do.
+    let _ = writeln!(c, "  if (rank == {host_rank}) make_dirs({out_dir});");
     let layouts = training
         .map(|tr| held_layouts(program, ranks, tr))
         .transpose()?

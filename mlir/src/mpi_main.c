@@ -2,12 +2,14 @@
  * generated part (one `case` per rank) follows. Reads .npy inputs and the weights file,
  * builds MLIR memref descriptors ({allocated, aligned, offset, sizes[], strides[]}), calls
  * the rank's function, writes the host's outputs as .npy. Errors abort the whole job. */
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void die(const char *what, const char *why) {
   fprintf(stderr, "error: %s: %s\n", what, why);
@@ -53,6 +55,29 @@ void _mlir_memref_to_llvm_free(void *q) {
 static void report_buffers(int rank, const char *device) {
   fprintf(stderr, "rank %d (%s): buffers: peak %zu B, %zu B held at exit, %llu allocations\n", rank,
           device, buf_peak, buf_held, buf_allocs);
+}
+
+/* Creates the directory `dir` and its missing parents, as `tessera train --output-dir` does;
+   dies naming it when it cannot. */
+static void make_dirs(const char *dir) {
+  char p[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof p) die(dir, "cannot create the output directory (bad path)");
+  memcpy(p, dir, n + 1);
+  for (char *c = p + 1;; c++) {
+    if (*c != '/' && *c != 0) continue;
+    char end = *c;
+    *c = 0;
+    struct stat st;
+    int failed = mkdir(p, 0777) != 0 ? errno : 0;
+    if (failed && !(failed == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
+      fprintf(stderr, "error: %s: cannot create the output directory (%s: %s)\n", dir, p, strerror(failed));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      exit(1);
+    }
+    *c = end;
+    if (end == 0) break;
+  }
 }
 
 /* weights.safetensors next to the executable. */
