@@ -256,12 +256,16 @@ impl Mlir {
     ) -> Result<(), Error> {
         use melior::ir::BlockLike;
         use melior::ir::RegionLike;
-        let defs = self.parse(definitions, &format!("{what} (function definitions)"))?;
         let fail = |message: String| Error::Mlir {
             what: what.to_string(),
             stage: "define functions".into(),
             message,
         };
+        // Blocks move between the two modules: both must live in this context.
+        if module.context() != self.context {
+            return Err(fail("the module belongs to another MLIR context".into()));
+        }
+        let defs = self.parse(definitions, &format!("{what} (function definitions)"))?;
         let mut declared = std::collections::BTreeMap::new();
         let body = module.body();
         let mut op = body.first_operation();

@@ -1400,7 +1400,8 @@ pub fn build(
     let text = module(program, &fns, &calls, true);
     let what = "mpi program";
     let dir = out.parent().unwrap_or(Path::new("."));
-    // The module first: it is the pipeline's input, worth reading when the build fails.
+    // The module first, worth reading when the build fails. The pipeline's input is the
+    // same module with the MPI functions declared only (see `MpiCalls`).
     write_atomically(&dir.join("program.mlir"), text.as_bytes())?;
     let mut m = mlir.parse(&module(program, &fns, &calls, false), what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI_BUFFERS, options, what)?;

@@ -269,9 +269,10 @@ static void block_copy(unsigned char *whole, unsigned char *block, int rank, con
 }
 
 /* Frees the buffers a rank function returned (`n` descriptors in `res`, of ranks `ranks`)
-   once its results are copied out: each allocation once, and none that is one of its
-   arguments' (`args`, `nargs` descriptors: a result may be an argument or a view of one) or
-   a constant's (MLIR marks a global's allocation 0xdeadbeef). */
+   once its results are copied out: each allocation once (two results may share one). The
+   buffer deallocation gives the caller every returned buffer, cloning one that would be an
+   argument's or a constant's; the checks against its arguments (`args`, `nargs`
+   descriptors) and MLIR's marker for a global's allocation (0xdeadbeef) only guard that. */
 static void free_results(int64_t *res, int n, const int *ranks, int64_t *const *args, int nargs) {
   int64_t *d = res;
   for (int i = 0; i < n; i++) {
