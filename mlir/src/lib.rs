@@ -3,6 +3,7 @@
 
 pub mod canonical;
 pub mod context;
+pub mod dealloc;
 pub mod jit;
 
 pub use context::{Mlir, PipelineOptions};

@@ -9,7 +9,8 @@
 //! the step; the receivers receive it at that same position), so every send meets its
 //! receive and the program cannot deadlock. Each MPI operation is a call of a private
 //! function per operation and message type (`MpiCalls`): the module is bufferized and its
-//! buffers freed where no longer used ([`pipelines::CPU_MPI_BUFFERS`]) while those
+//! buffers freed ([`pipelines::CPU_MPI_BUFFERS`], then
+//! [`crate::dealloc::free_after_last_use`]: each right after its last use) while those
 //! functions are only declared, since buffer deallocation cannot take MPI's ops; then they
 //! get their bodies ([`Mlir::define_functions`]) and the module goes on to LLVM IR
 //! ([`pipelines::CPU_MPI_LOWER`], the MPI dialect lowered for MPICH, named by the
@@ -1405,6 +1406,8 @@ pub fn build(
     write_atomically(&dir.join("program.mlir"), text.as_bytes())?;
     let mut m = mlir.parse(&module(program, &fns, &calls, false), what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI_BUFFERS, options, what)?;
+    crate::dealloc::free_after_last_use(&m);
+    mlir.verify(&m, what)?;
     let defs = format!("module {{\n{}}}\n", calls.functions(true));
     mlir.define_functions(&mut m, &defs, what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI_LOWER, options, what)?;

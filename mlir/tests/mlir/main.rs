@@ -1,9 +1,10 @@
 //! tessera-mlir's tests, in one binary (MLIR links statically, so each test binary is large):
-//! the lowering goldens (`goldens`) and the ONNX backend node tests through the compiled
-//! path (`onnx_nodes`).
+//! the lowering goldens (`goldens`), the ONNX backend node tests through the compiled
+//! path (`onnx_nodes`), and two module rewrites the MPI program uses (`define`, `dealloc`).
 
 #[path = "../../../onnx/tests/common/mod.rs"]
 mod common;
+mod dealloc;
 mod define;
 #[path = "../../../passes/tests/filecheck/mod.rs"]
 mod filecheck;

@@ -1,0 +1,153 @@
+//! Buffers freed right after their last use.
+//!
+//! MLIR's ownership-based buffer deallocation frees a block's buffers at the end of the
+//! block (its deallocations sit before the terminator). A lowered step is one block of
+//! hundreds of ops, so every intermediate of a step would live until the step returns,
+//! several times what the simulator's liveness finds. [`free_after_last_use`] moves each
+//! such `memref.dealloc` up to just after the last op of its block that uses the buffer or
+//! a value that may alias it.
+//!
+//! The buffers that move are those the block makes: a `memref.alloc`'s, and the results of
+//! a call of a function of the module (after the deallocation, such a function returns new
+//! buffers, never its arguments). A value may alias a buffer when an op of the block reads
+//! the buffer, or a value that may alias it, and returns a memref (a view, a cast, a loop
+//! carrying it): that covers every view op without listing them. Uses inside an op's
+//! regions are uses by that op. Only unconditional deallocations of those buffers move;
+//! the others stay where the deallocation put them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use melior::ir::operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult};
+use melior::ir::r#type::MemRefType;
+use melior::ir::{BlockLike, Module, OperationRef, RegionLike, ValueLike};
+
+/// A value's identity within one module.
+fn key<'c>(v: &impl ValueLike<'c>) -> usize {
+    v.to_raw().ptr as usize
+}
+
+/// The values an op uses, its regions' ops included.
+fn uses(op: &OperationRef<'_, '_>) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    op.walk(WalkOrder::PreOrder, |o| {
+        for v in o.operands() {
+            out.insert(key(&v));
+        }
+        WalkResult::Advance
+    });
+    out
+}
+
+fn is_named(op: &OperationRef<'_, '_>, name: &str) -> bool {
+    op.name().as_string_ref().as_str() == Ok(name)
+}
+
+/// The symbol a `func.call` calls.
+fn callee(op: &OperationRef<'_, '_>) -> Option<String> {
+    let a = op.attribute("callee").ok()?;
+    let s = melior::ir::attribute::FlatSymbolRefAttribute::try_from(a).ok()?;
+    Some(s.value().to_string())
+}
+
+/// The names of the module's functions that have a body.
+fn defined_functions(module: &Module<'_>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let body = module.body();
+    let mut f = body.first_operation();
+    while let Some(func) = f {
+        f = func.next_in_block();
+        let has_body = func.region(0).is_ok_and(|r| r.first_block().is_some());
+        if is_named(&func, "func.func")
+            && has_body
+            && let Ok(a) = func.attribute("sym_name")
+            && let Ok(s) = melior::ir::attribute::StringAttribute::try_from(a)
+        {
+            out.insert(s.value().to_string());
+        }
+    }
+    out
+}
+
+/// Moves every movable `memref.dealloc` of the module's single-block functions to just after
+/// the last use of its buffer (see the module doc); returns how many moved. Run it after
+/// `buffer-deallocation-pipeline`: a call of a function of the module then returns no
+/// alias of its arguments (the deallocation clones any that would be one), so its results
+/// are new buffers; a call of a declared function may return aliases.
+pub fn free_after_last_use(module: &Module<'_>) -> usize {
+    let defined = defined_functions(module);
+    let mut moved = 0;
+    let body = module.body();
+    let mut f = body.first_operation();
+    while let Some(func) = f {
+        f = func.next_in_block();
+        if !is_named(&func, "func.func") {
+            continue;
+        }
+        let Ok(region) = func.region(0) else { continue };
+        let Some(block) = region.first_block() else {
+            continue;
+        };
+        if block.next_in_region().is_some() {
+            continue;
+        }
+        let mut ops = Vec::new();
+        let mut ops_mut = Vec::new();
+        let (mut o, mut m) = (block.first_operation(), block.first_operation_mut());
+        while let (Some(op), Some(op_mut)) = (o, m) {
+            ops.push(op);
+            ops_mut.push(op_mut);
+            o = op.next_in_block();
+            m = op_mut.next_in_block_mut();
+        }
+        // The buffers the block makes (by value: an alloc's result, or a result of a call of
+        // a function of the module), the buffers each value may alias, and per buffer the
+        // last op that uses it or an alias.
+        let mut made: BTreeSet<usize> = BTreeSet::new();
+        let mut roots: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+        let mut last_use: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut deallocs: Vec<(usize, usize)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            if is_named(op, "memref.dealloc")
+                && let Ok(v) = op.operand(0)
+                && made.contains(&key(&v))
+            {
+                deallocs.push((i, key(&v)));
+                continue;
+            }
+            let mut reached = BTreeSet::new();
+            for u in uses(op) {
+                if let Some(r) = roots.get(&u) {
+                    reached.extend(r.iter().copied());
+                }
+            }
+            for &b in &reached {
+                last_use.insert(b, i);
+            }
+            let fresh = is_named(op, "memref.alloc")
+                || (is_named(op, "func.call") && callee(op).is_some_and(|c| defined.contains(&c)));
+            for r in op.results() {
+                if MemRefType::try_from(r.r#type()).is_err() {
+                    continue;
+                }
+                if fresh {
+                    made.insert(key(&r));
+                    roots.insert(key(&r), BTreeSet::from([key(&r)]));
+                    last_use.insert(key(&r), i);
+                } else if !reached.is_empty() {
+                    roots
+                        .entry(key(&r))
+                        .or_default()
+                        .extend(reached.iter().copied());
+                }
+            }
+        }
+        for (d, buffer) in deallocs {
+            let after = last_use[&buffer];
+            if after + 1 < d {
+                ops_mut[d].move_after(ops[after]);
+                moved += 1;
+            }
+        }
+    }
+    moved
+}
