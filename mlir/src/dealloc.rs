@@ -8,8 +8,9 @@
 //! a value that may alias it.
 //!
 //! The buffers that move are those the block makes: a `memref.alloc`'s, and the results of
-//! a call of a function of the module (after the deallocation, such a function returns new
-//! buffers, never its arguments). A value may alias a buffer when an op of the block reads
+//! a call of a function of the module, taken together as one buffer (after the deallocation
+//! with its default `private-function-dynamic-ownership=false`, such a function returns new
+//! buffers, never its arguments or a global, though its results may share one). A value may alias a buffer when an op of the block reads
 //! the buffer, or a value that may alias it, and returns a memref (a view, a cast, a loop
 //! carrying it): that covers every view op without listing them. Uses inside an op's
 //! regions are uses by that op. Only unconditional deallocations of those buffers move;
@@ -18,8 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use melior::ir::operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult};
-use melior::ir::r#type::MemRefType;
-use melior::ir::{BlockLike, Module, OperationRef, RegionLike, ValueLike};
+use melior::ir::{BlockLike, Module, OperationRef, RegionLike, TypeLike, ValueLike};
 
 /// A value's identity within one module.
 fn key<'c>(v: &impl ValueLike<'c>) -> usize {
@@ -70,9 +70,9 @@ fn defined_functions(module: &Module<'_>) -> BTreeSet<String> {
 
 /// Moves every movable `memref.dealloc` of the module's single-block functions to just after
 /// the last use of its buffer (see the module doc); returns how many moved. Run it after
-/// `buffer-deallocation-pipeline`: a call of a function of the module then returns no
-/// alias of its arguments (the deallocation clones any that would be one), so its results
-/// are new buffers; a call of a declared function may return aliases.
+/// `buffer-deallocation-pipeline` (default options): a call of a function of the module
+/// then returns no alias of its arguments (the deallocation clones any that would be one),
+/// so its results are a new buffer; a call of a declared function may return aliases.
 pub fn free_after_last_use(module: &Module<'_>) -> usize {
     let defined = defined_functions(module);
     let mut moved = 0;
@@ -99,19 +99,19 @@ pub fn free_after_last_use(module: &Module<'_>) -> usize {
             o = op.next_in_block();
             m = op_mut.next_in_block_mut();
         }
-        // The buffers the block makes (by value: an alloc's result, or a result of a call of
-        // a function of the module), the buffers each value may alias, and per buffer the
-        // last op that uses it or an alias.
-        let mut made: BTreeSet<usize> = BTreeSet::new();
+        // The buffers the block makes (each value of one to the buffer it is: the results of
+        // one call are one buffer, since they may alias each other), the buffers each value
+        // may alias, and per buffer the last op that uses it or an alias.
+        let mut made: BTreeMap<usize, usize> = BTreeMap::new();
         let mut roots: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
         let mut last_use: BTreeMap<usize, usize> = BTreeMap::new();
         let mut deallocs: Vec<(usize, usize)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             if is_named(op, "memref.dealloc")
                 && let Ok(v) = op.operand(0)
-                && made.contains(&key(&v))
+                && let Some(&buffer) = made.get(&key(&v))
             {
-                deallocs.push((i, key(&v)));
+                deallocs.push((i, buffer));
                 continue;
             }
             let mut reached = BTreeSet::new();
@@ -125,14 +125,17 @@ pub fn free_after_last_use(module: &Module<'_>) -> usize {
             }
             let fresh = is_named(op, "memref.alloc")
                 || (is_named(op, "func.call") && callee(op).is_some_and(|c| defined.contains(&c)));
+            let mut buffer = None;
             for r in op.results() {
-                if MemRefType::try_from(r.r#type()).is_err() {
+                let t = r.r#type();
+                if !t.is_mem_ref() && !t.is_unranked_mem_ref() {
                     continue;
                 }
                 if fresh {
-                    made.insert(key(&r));
-                    roots.insert(key(&r), BTreeSet::from([key(&r)]));
-                    last_use.insert(key(&r), i);
+                    let b = *buffer.get_or_insert(key(&r));
+                    made.insert(key(&r), b);
+                    roots.insert(key(&r), BTreeSet::from([b]));
+                    last_use.insert(b, i);
                 } else if !reached.is_empty() {
                     roots
                         .entry(key(&r))
