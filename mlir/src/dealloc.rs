@@ -14,7 +14,10 @@
 //! the buffer, or a value that may alias it, and returns a memref (a view, a cast, a loop
 //! carrying it): that covers every view op without listing them. Uses inside an op's
 //! regions are uses by that op. Only unconditional deallocations of those buffers move;
-//! the others stay where the deallocation put them.
+//! the others stay where the deallocation put them. How many are unconditional depends on
+//! `buffer-deallocation-simplification`, which the MPI program leaves out for its cost
+//! ([`crate::pipelines::CPU_MPI_BUFFERS`]): with it, GPT-2 tiny's data-parallel ranks
+//! peaked at 1.63 MB of buffers instead of 1.93 MB; without it, at 1.93 MB.
 
 use std::collections::{BTreeMap, BTreeSet};
 
