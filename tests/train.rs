@@ -1368,35 +1368,18 @@ fn mpi_training_program_errors() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("given twice"));
     // OUT and its missing parents are made, as `tessera train` makes them; an OUT under a
     // file is an error naming both.
-    let (y, nested) = (
-        format!("labels={}", path(&MLP, "labels.npy").display()),
-        build.path().join("new/out"),
-    );
-    let nested = nested.to_str().expect("utf-8");
-    let o = run(&[
-        "--input",
-        &x,
-        "--input",
-        &y,
-        "--steps",
-        "2",
-        "--output-dir",
-        nested,
-    ]);
+    let train_into = |out: &Path| {
+        let mut args = input_args(&MLP);
+        args.extend(["--steps", "2", "--output-dir"].map(String::from));
+        args.push(out.to_str().expect("utf-8").to_string());
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let nested = build.path().join("new/out");
+    let o = train_into(&nested);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(losses(Path::new(nested), 1).len(), 2);
+    assert_eq!(losses(&nested, 1).len(), 2);
     std::fs::write(build.path().join("file"), b"").expect("file");
-    let under = build.path().join("file/out");
-    let o = run(&[
-        "--input",
-        &x,
-        "--input",
-        &y,
-        "--steps",
-        "2",
-        "--output-dir",
-        under.to_str().expect("utf-8"),
-    ]);
+    let o = train_into(&build.path().join("file/out"));
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -435,7 +435,7 @@ fn parse_pipeline(pm: &PassManager<'_>, pipeline: &str, what: &str) -> Result<()
 }
 
 /// The symbol name of a `func.func`, `None` for any other op.
-fn func_name(op: &melior::ir::OperationRef<'_, '_>) -> Option<String> {
+pub(crate) fn func_name(op: &melior::ir::OperationRef<'_, '_>) -> Option<String> {
     let name = op.name();
     if name.as_string_ref().as_str() != Ok("func.func") {
         return None;

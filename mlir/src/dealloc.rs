@@ -59,13 +59,10 @@ fn defined_functions(module: &Module<'_>) -> BTreeSet<String> {
     let mut f = body.first_operation();
     while let Some(func) = f {
         f = func.next_in_block();
-        let has_body = func.region(0).is_ok_and(|r| r.first_block().is_some());
-        if is_named(&func, "func.func")
-            && has_body
-            && let Ok(a) = func.attribute("sym_name")
-            && let Ok(s) = melior::ir::attribute::StringAttribute::try_from(a)
+        if func.region(0).is_ok_and(|r| r.first_block().is_some())
+            && let Some(name) = crate::context::func_name(&func)
         {
-            out.insert(s.value().to_string());
+            out.insert(name);
         }
     }
     out

@@ -161,14 +161,35 @@ enum MpiOp {
 #[derive(Default)]
 struct MpiCalls(BTreeMap<String, (MpiOp, String)>);
 
+impl MpiOp {
+    /// The function's name stem, its parameters (names and types, `mt` the message's
+    /// memref type) and its MPI op.
+    fn signature(self, mt: &str) -> (&'static str, Vec<(&'static str, String)>, String) {
+        let i32 = || "i32".to_string();
+        match self {
+            MpiOp::Send => (
+                "send",
+                vec![("%buf", mt.to_string()), ("%tag", i32()), ("%peer", i32())],
+                format!("mpi.send(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
+            ),
+            MpiOp::Recv => (
+                "recv",
+                vec![("%buf", mt.to_string()), ("%tag", i32()), ("%peer", i32())],
+                format!("mpi.recv(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
+            ),
+            MpiOp::AllReduceSum => (
+                "allreduce_sum",
+                vec![("%in", mt.to_string()), ("%out", mt.to_string())],
+                format!("mpi.allreduce(%in, %out, MPI_SUM, %comm) : {mt}, {mt}"),
+            ),
+        }
+    }
+}
+
 impl MpiCalls {
     /// Appends to `b` a call of `op` on `args` (`mt` the message's memref type).
     fn call(&mut self, b: &mut String, op: MpiOp, args: &[&str], mt: &str) {
-        let kind = match op {
-            MpiOp::Send => "send",
-            MpiOp::Recv => "recv",
-            MpiOp::AllReduceSum => "allreduce_sum",
-        };
+        let (kind, params, _) = op.signature(mt);
         let shape: String = mt
             .trim_start_matches("memref<")
             .trim_end_matches('>')
@@ -176,14 +197,12 @@ impl MpiCalls {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
         let name = format!("tessera_mpi_{kind}_{shape}");
-        let tys = match op {
-            MpiOp::AllReduceSum => format!("{mt}, {mt}"),
-            MpiOp::Send | MpiOp::Recv => format!("{mt}, i32, i32"),
-        };
+        let tys: Vec<&str> = params.iter().map(|(_, t)| t.as_str()).collect();
         let _ = writeln!(
             b,
-            "    func.call @{name}({}) : ({tys}) -> ()",
-            args.join(", ")
+            "    func.call @{name}({}) : ({}) -> ()",
+            args.join(", "),
+            tys.join(", ")
         );
         self.0.insert(name, (op, mt.to_string()));
     }
@@ -192,30 +211,16 @@ impl MpiCalls {
     fn functions(&self, defined: bool) -> String {
         let mut s = String::new();
         for (name, (op, mt)) in &self.0 {
-            let (params, body) = match op {
-                MpiOp::Send => (
-                    format!("%buf: {mt}, %tag: i32, %peer: i32"),
-                    format!("mpi.send(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
-                ),
-                MpiOp::Recv => (
-                    format!("%buf: {mt}, %tag: i32, %peer: i32"),
-                    format!("mpi.recv(%buf, %tag, %peer, %comm) : {mt}, i32, i32"),
-                ),
-                MpiOp::AllReduceSum => (
-                    format!("%in: {mt}, %out: {mt}"),
-                    format!("mpi.allreduce(%in, %out, MPI_SUM, %comm) : {mt}, {mt}"),
-                ),
-            };
+            let (_, params, body) = op.signature(mt);
             if defined {
+                let params: Vec<String> = params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
                 let _ = writeln!(
                     s,
-                    "  func.func private @{name}({params}) {{\n    %comm = mpi.comm_world : !mpi.comm\n    {body}\n    return\n  }}"
+                    "  func.func private @{name}({}) {{\n    %comm = mpi.comm_world : !mpi.comm\n    {body}\n    return\n  }}",
+                    params.join(", ")
                 );
             } else {
-                let tys: Vec<&str> = params
-                    .split(", ")
-                    .map(|p| p.split_once(": ").map_or(p, |(_, t)| t))
-                    .collect();
+                let tys: Vec<&str> = params.iter().map(|(_, t)| t.as_str()).collect();
                 let _ = writeln!(s, "  func.func private @{name}({})", tys.join(", "));
             }
         }
@@ -1406,8 +1411,8 @@ pub fn build(
     write_atomically(&dir.join("program.mlir"), text.as_bytes())?;
     let mut m = mlir.parse(&module(program, &fns, &calls, false), what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI_BUFFERS, options, what)?;
+    // `define_functions` verifies the module these two steps leave.
     crate::dealloc::free_after_last_use(&m);
-    mlir.verify(&m, what)?;
     let defs = format!("module {{\n{}}}\n", calls.functions(true));
     mlir.define_functions(&mut m, &defs, what)?;
     mlir.run_pipeline(&mut m, pipelines::CPU_MPI_LOWER, options, what)?;
