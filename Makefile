@@ -85,9 +85,9 @@ demo: deps
 	@mkdir -p target/demo
 	@echo "== tessera compile $(DEMO_ONNX)/model.onnx --input-shape x=4x32 -o target/demo/mlp-cpu   (default target: cpu)"
 	@$(TESSERA) compile $(DEMO_ONNX)/model.onnx --input-shape x=4x32 -o target/demo/mlp-cpu
-	@echo "== ls target/demo/mlp-cpu   (per-device MLIR, manifest, weights, plan)"
+	@echo "== ls target/demo/mlp-cpu   (per-device MLIR, the CPU's shared library, manifest, weights, plan)"
 	@ls target/demo/mlp-cpu
-	@echo "== tessera run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy   (the compiled MLIR, JIT-compiled)"
+	@echo "== tessera run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy   (the shared library compile built, loaded)"
 	@$(TESSERA) run target/demo/mlp-cpu --input x=$(DEMO_ONNX)/input_0_x.npy
 	@echo "== tessera compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2 -o target/demo/gpt2-mcm"
 	@$(TESSERA) compile testdata/models/onnx/gpt2_tiny/model.onnx --input-shape input_ids=1x16 --target mcm-2x2 -o target/demo/gpt2-mcm

@@ -67,8 +67,9 @@ enum Command {
     Fmt(FmtArgs),
     /// Run a model on .npy inputs: with the reference interpreter, or compiled.
     ///
-    /// A directory written by `tessera compile -o DIR` is run compiled: every device's MLIR
-    /// module is JIT-compiled for this CPU and the steps run in the manifest's order. With
+    /// A directory written by `tessera compile -o DIR` is run compiled: each CPU device's
+    /// shared library is loaded (any other module, or one edited since, is JIT-compiled for
+    /// this CPU) and the steps run in the manifest's order. With
     /// `--target T`, a model is compiled for T (as `tessera compile` does) and run the same
     /// way. Otherwise the model runs in the reference interpreter.
     ///
@@ -125,11 +126,12 @@ enum Command {
     ///
     /// With `-o DIR`, the placed graph is lowered to MLIR: DIR/<device>.mlir for every device
     /// with work (checked by MLIR's verifier), DIR/manifest.json (the dataflow between the
-    /// device programs) and DIR/weights.safetensors; the placed IR goes to DIR/placed.tir (with
-    /// its sidecar), the summary to DIR/summary.txt and the plan (with a lower bound, the gap
-    /// and per-op explanations) to DIR/plan.json. `--emit` adds MLIR after each device's
-    /// pipeline, LLVM IR, object files, PTX, or an MPI executable; `tessera run DIR` runs the
-    /// result. `--emit-placement-problem FILE` writes the placement problem, which `tessera
+    /// device programs) and DIR/weights.safetensors; each CPU device's code for this machine
+    /// to DIR/<device>.so (clang-22), which `tessera run DIR` loads without compiling; the
+    /// placed IR goes to DIR/placed.tir (with its sidecar), the summary to DIR/summary.txt and
+    /// the plan (with a lower bound, the gap and per-op explanations) to DIR/plan.json.
+    /// `--emit` adds MLIR after each device's pipeline, LLVM IR, object files, PTX, or an MPI
+    /// executable; `tessera run DIR` runs the result. `--emit-placement-problem FILE` writes the placement problem, which `tessera
     /// place` solves standalone.
     #[command(after_help = "Examples:\n  \
         tessera compile testdata/models/mlp.tir --target mcm-2x2 --input-shape x=8x16\n  \
@@ -318,8 +320,8 @@ struct CompileArgs {
     /// or `auto`, as many as the steady state needs (16 per sample in flight, 8 to 512).
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_samples)]
     samples: Samples,
-    /// Write the per-device MLIR, manifest.json, weights.safetensors, placed.tir, summary.txt
-    /// and plan.json to DIR (created if needed).
+    /// Write the per-device MLIR, each CPU device's shared library, manifest.json,
+    /// weights.safetensors, placed.tir, summary.txt and plan.json to DIR (created if needed).
     #[arg(short, long, value_name = "DIR")]
     output: Option<PathBuf>,
     /// The placement strategy (`tessera place --help` lists them).

@@ -42,14 +42,18 @@ fn compile_gpt2(out: &Path, target: &str, extra: &[&str]) -> String {
     ok(gpt2_compile(target, extra).arg("-o").arg(out))
 }
 
+/// `dir/manifest.json`, parsed.
+fn read_manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
+        .expect("json")
+}
+
 #[test]
 fn compile_writes_a_module_per_device_a_manifest_and_the_weights_and_run_matches_onnxruntime() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("build");
     compile_gpt2(&dir, "mcm-2x2", &[]);
-    let manifest: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.join("manifest.json")).expect("manifest"))
-            .expect("json");
+    let manifest = read_manifest(&dir);
     assert_eq!(manifest["format"], "tessera-manifest/2");
     assert_eq!(manifest["target"], "mcm-2x2");
     let devices = manifest["devices"].as_array().expect("devices");
@@ -416,6 +420,76 @@ fn bad_input_is_a_clear_error() {
     assert!(e.contains("drop --target"), "{e}");
 }
 
+/// `compile -o` builds each CPU device's code as a shared library, which `run DIR` loads
+/// instead of compiling; a module edited since, or a library built for another CPU, is
+/// JIT-compiled, with a note; a library that does not load is an error naming it.
+#[test]
+fn run_loads_the_library_compile_built_and_compiles_an_edited_module() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("build");
+    compile_gpt2(&dir, "cpu", &[]);
+    let manifest = read_manifest(&dir);
+    let module = fs::read_to_string(dir.join("cpu0.mlir")).expect("module");
+    let lib = &manifest["devices"][0]["library"];
+    assert_eq!(lib["file"], "cpu0.so", "{manifest}");
+    assert_eq!(
+        lib["source_sha256"].as_str(),
+        Some(tessera_mlir::native::library_digest(&module).as_str())
+    );
+    let run = |out: &str| {
+        let o = tessera()
+            .arg("run")
+            .arg(&dir)
+            .args([
+                "--input",
+                &format!("input_ids={GPT2}/input_0_input_ids.npy"),
+                "-o",
+            ])
+            .arg(tmp.path().join(out))
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.code(), err)
+    };
+    let (code, err) = run("lib");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("loaded 1 library in"), "{err}");
+    assert!(!err.contains("note:"), "{err}");
+    let got = tessera::npy::read(&tmp.path().join("lib/logits.npy")).expect("output");
+    let d = max_diff(&got, &reference_logits());
+    assert!(d < 1e-4, "max |diff| {d} against onnxruntime");
+    // An edited module is not run through the old library.
+    fs::write(dir.join("cpu0.mlir"), format!("// edited\n{module}")).expect("edit");
+    let (code, err) = run("jit");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(
+            "note: JIT-compiling instead of loading cpu0.so (not built from cpu0.mlir as it is now)"
+        ) && err.contains("JIT compile"),
+        "{err}"
+    );
+    let again = tessera::npy::read(&tmp.path().join("jit/logits.npy")).expect("output");
+    assert!(max_diff(&got, &again) < 1e-5);
+    // Nor is a library built for a CPU with other features.
+    fs::write(dir.join("cpu0.mlir"), &module).expect("restore");
+    let text = fs::read_to_string(dir.join("manifest.json")).expect("manifest");
+    let cpu = lib["host_cpu"].as_str().expect("host_cpu");
+    assert_eq!(cpu, tessera_mlir::native::host_cpu());
+    fs::write(dir.join("manifest.json"), text.replace(cpu, "another")).expect("edit");
+    let (code, err) = run("cpu");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("(built for a CPU with other features)"),
+        "{err}"
+    );
+    fs::write(dir.join("manifest.json"), text).expect("restore");
+    // A library that does not load is an error that names it.
+    fs::write(dir.join("cpu0.so"), b"not a library").expect("spoil");
+    let (code, err) = run("bad");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cpu0.so"), "{err}");
+}
+
 /// The MLP tests' input `x` (f32[4, 16]), written to `dir/x.npy`.
 fn mlp_input(dir: &Path) -> std::path::PathBuf {
     let x = dir.join("x.npy");
@@ -633,7 +707,8 @@ fn print_ir_after_names_mlir_passes_of_the_device_pipelines() {
             .expect("runs")
     };
     // By argument and by the class name --print-ir-after-all's headers show, beside a
-    // tessera pass: exactly those passes' dumps, one per function for a function pass.
+    // tessera pass: exactly those passes' dumps, one per function for a function pass (each
+    // kernel, the step, the deallocation's helper).
     let out = compile("convert-linalg-to-loops,ReconcileUnrealizedCastsPass,cse");
     assert!(
         out.status.success(),
@@ -646,7 +721,12 @@ fn print_ir_after_names_mlir_passes_of_the_device_pipelines() {
         headers,
         [
             "// -----// IR Dump After cse //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k0_gemm) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k1_relu) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k2_gemm) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k3_softmax) //----- //",
             "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @step0) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @dealloc_helper) //----- //",
             "// -----// IR Dump After ReconcileUnrealizedCastsPass (reconcile-unrealized-casts) ('builtin.module' operation: @cpu0) //----- //",
         ],
         "{err}"

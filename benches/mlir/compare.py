@@ -5,7 +5,8 @@ For every model folder (model.onnx + io.json + sample input / reference
 output .npy files) this measures:
 
   tessera      `tessera compile MODEL --input-shape NAME=DxD.. --target cpu
-               -o OUT --emit object` (wall clock) and
+               -o OUT` (MLIR and the shared library `run` loads) and the
+               same with `--emit object` (wall clock), and
                `tessera run OUT --input NAME=FILE.npy .. --repeat N`
                (wall clock of the whole process; a `run: median <x> ms` line
                is parsed if present).
@@ -373,6 +374,8 @@ def bench_ort(model, args):
 
 
 RUN_MEDIAN_RE = re.compile(r"run:\s*median\s+([0-9.eE+-]+)\s*ms")
+# How `tessera run DIR` got its code: `loaded 1 library in 2.0 ms` or `JIT compile 391.1 ms`.
+START_RE = re.compile(r"(loaded [^)]*? in|JIT compile) [0-9.]+ ms")
 
 
 def bench_tessera(model, args, work):
@@ -397,7 +400,8 @@ def bench_tessera(model, args, work):
         return f
 
     try:
-        # To verified per-device MLIR (what `-o` always writes), then also to an object file.
+        # What `-o` always writes (verified per-device MLIR, each CPU device's shared
+        # library), then also an object file.
         res["mlir_s"], _ = median_of(once(base), args.compile_repeats)
         res["compile_s"], _ = median_of(once(base + ["--emit", "object"]), args.compile_repeats)
     except StepError as e:
@@ -416,6 +420,9 @@ def bench_tessera(model, args, work):
         res["notes"].append(f"tessera run failed: {e}")
         return res
     m = RUN_MEDIAN_RE.search(stdout + "\n" + stderr)
+    start = START_RE.search(stdout + "\n" + stderr)
+    if start:
+        res["notes"].append(f"tessera start {start.group(0)}")
     if m:
         res["run_ms"] = float(m.group(1))
         res["notes"].append(f"tessera run process wall {wall*1e3:.0f} ms for --repeat {args.repeat}")
@@ -521,7 +528,7 @@ def main():
         else:
             shutil.rmtree(tmp_root, ignore_errors=True)
 
-    header = ["model", "tessera to MLIR s", "tessera to object s", "IREE import+compile s", "tessera run ms",
+    header = ["model", "tessera compile -o s", "tessera to object s", "IREE import+compile s", "tessera run ms",
               "IREE run ms", "onnxruntime run ms", "notes"]
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]

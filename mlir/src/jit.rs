@@ -5,7 +5,7 @@
 //! A rank-N memref descriptor is `{allocated ptr, aligned ptr, offset, sizes[N], strides[N]}`,
 //! all 8-byte fields. A function's results come back through one out-parameter: a struct of
 //! their descriptors in order. Result buffers are allocated by the compiled code with
-//! `malloc` and owned by the caller: the CPU pipeline's `buffer-deallocation-pipeline` gives
+//! `malloc` and owned by the caller: the CPU pipeline's ownership-based deallocation gives
 //! every returned buffer to the caller (a result that would alias an argument or a global
 //! constant is cloned). They are copied out and freed, each allocation once (two results
 //! may share one); an allocation that is one of the arguments, or MLIR's marker for a global
@@ -20,10 +20,23 @@ use tessera_ir::{ElemType, Tensor, TensorType};
 
 use crate::Error;
 
-/// A JIT-compiled module.
+/// A compiled module: JIT-compiled in this process, or a shared library `compile -o` built
+/// ([`crate::native::shared_library`]). Both are called the same way.
 pub struct Jit {
-    engine: ExecutionEngine,
+    engine: Engine,
 }
+
+enum Engine {
+    Jit(ExecutionEngine),
+    /// A library and the packed entries looked up so far.
+    Library(
+        libloading::os::unix::Library,
+        std::sync::Mutex<std::collections::BTreeMap<String, Packed>>,
+    ),
+}
+
+/// The packed entry of a function (`void f(void **args)`).
+type Packed = unsafe extern "C" fn(*mut *mut ());
 
 /// The byte size MLIR's LLVM lowering gives one element (`i1` is one byte).
 pub fn elem_bytes(e: ElemType) -> usize {
@@ -42,7 +55,59 @@ impl Jit {
         let utils = runner_utils().map(|p| format!("{p}\0"));
         let libs: Vec<&str> = utils.iter().map(String::as_str).collect();
         Jit {
-            engine: ExecutionEngine::new(module, opt_level, &libs, false, false),
+            engine: Engine::Jit(ExecutionEngine::new(module, opt_level, &libs, false, false)),
+        }
+    }
+
+    /// Loads a shared library of a module's steps ([`crate::native::shared_library`]).
+    pub fn library(path: &std::path::Path) -> Result<Jit, Error> {
+        // SAFETY: the library is tessera's own build of a module: loading it runs no
+        // initializers besides the C runtime's and the runner utilities'.
+        // Every symbol bound now, so a missing one is this error, not an abort at a call.
+        let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+        let lib =
+            unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| {
+                Error::Run {
+                    message: format!("{}: {e}", path.display()),
+                }
+            })?;
+        Ok(Jit {
+            engine: Engine::Library(lib, Default::default()),
+        })
+    }
+
+    /// Whether this is a loaded library.
+    pub fn is_library(&self) -> bool {
+        matches!(self.engine, Engine::Library(..))
+    }
+
+    /// Calls the packed entry of `name`.
+    ///
+    /// # Safety
+    /// `packed` must hold what the function's C interface takes (see [`Jit::call_buffers`]).
+    unsafe fn invoke_packed(&self, name: &str, packed: &mut [*mut ()]) -> Result<(), String> {
+        match &self.engine {
+            // SAFETY: the caller's.
+            Engine::Jit(e) => unsafe { e.invoke_packed(name, packed) }.map_err(|e| e.to_string()),
+            Engine::Library(lib, entries) => {
+                let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+                let f = match entries.get(name) {
+                    Some(f) => *f,
+                    None => {
+                        let symbol = crate::native::packed_symbol(name);
+                        // SAFETY: the library defines the symbol as a `Packed` function; the
+                        // pointer is used only while the library (held beside it) is loaded.
+                        let f = *unsafe { lib.get::<Packed>(symbol.as_bytes()) }
+                            .map_err(|e| format!("the library has no `{symbol}`: {e}"))?;
+                        entries.insert(name.to_string(), f);
+                        f
+                    }
+                };
+                drop(entries);
+                // SAFETY: the caller's.
+                unsafe { f(packed.as_mut_ptr()) };
+                Ok(())
+            }
         }
     }
 
@@ -60,8 +125,8 @@ impl Jit {
         let mut arg_ptrs: Vec<i64> = Vec::with_capacity(args.len());
         for a in args.iter_mut() {
             let ptr = match a {
-                ArgRef::Read(b) => b.words.as_ptr() as i64,
-                ArgRef::Write(b) => b.words.as_mut_ptr() as i64,
+                ArgRef::Read(b) => b.as_ptr() as i64,
+                ArgRef::Write(b) => b.as_mut_bytes().as_mut_ptr() as i64,
             };
             arg_ptrs.push(ptr);
             let a = a.buffer();
@@ -98,7 +163,7 @@ impl Jit {
         // the C interface's for the declared types; the compiled code only reads arguments
         // (`bufferization.writable = false`) except the `Write` ones, which are borrowed
         // mutably and hold exactly their type's bytes; the buffers outlive the call.
-        unsafe { self.engine.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
+        unsafe { self.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
             message: format!("calling `{name}`: {e}"),
         })?;
         let mut buffers = Vec::with_capacity(results.len());
@@ -119,7 +184,7 @@ impl Jit {
             let strides: Vec<i64> = d[3 + rank..].to_vec();
             let n: usize = sizes.iter().product();
             let mut buf = Buffer::zeroed(t.clone(), n * eb);
-            let dst = buf.words.as_mut_ptr() as *mut u8;
+            let dst = buf.as_mut_bytes().as_mut_ptr();
             let base = d[1] as *const u8;
             let offset = d[2];
             if strides == contiguous_strides(&sizes) {
@@ -188,6 +253,14 @@ impl ArgRef<'_> {
     }
 }
 
+/// Maps a file read-only, for [`Buffer`]s of its bytes.
+pub(crate) fn map_file(file: &std::fs::File) -> std::io::Result<std::sync::Arc<memmap2::Mmap>> {
+    // SAFETY: the map is read-only; a compiled directory's files are not written while a
+    // program runs from them (compile writes each new file and renames it over the old one,
+    // which leaves this mapping on the old file).
+    unsafe { memmap2::Mmap::map(file) }.map(std::sync::Arc::new)
+}
+
 /// The allocated pointer MLIR's LLVM lowering gives a `memref.get_global` (not heap memory).
 const GLOBAL_MARKER: i64 = 0xdead_beef;
 
@@ -196,37 +269,88 @@ unsafe extern "C" {
     fn free(p: *mut std::ffi::c_void);
 }
 
-/// A tensor's bytes as the compiled code reads them: little-endian, row-major, 8-byte
-/// aligned, `i1` one byte per element.
+/// A tensor's bytes as the compiled code reads them: little-endian, row-major, `i1` one
+/// byte per element; 8-byte aligned, or a weight in a mapped weights file at an offset that
+/// is a multiple of its element's size.
 #[derive(Clone, Debug)]
 pub struct Buffer {
-    words: Vec<u64>,
+    store: Store,
     len: usize,
     /// The tensor's type (static).
     pub ty: TensorType,
 }
 
+#[derive(Clone, Debug)]
+enum Store {
+    Owned(Vec<u64>),
+    /// Read-only bytes of a mapped file, from an offset.
+    Mapped(std::sync::Arc<memmap2::Mmap>, usize),
+}
+
 impl Buffer {
     pub(crate) fn zeroed(ty: TensorType, len: usize) -> Buffer {
         Buffer {
-            words: vec![0u64; len.div_ceil(8).max(1)],
+            store: Store::Owned(vec![0u64; len.div_ceil(8).max(1)]),
             len,
             ty,
         }
+    }
+
+    /// `len` bytes of a mapped file from `offset` (checked to lie in it), as a tensor of
+    /// type `ty`. An offset that is not a multiple of the element's size gets a copy.
+    pub(crate) fn mapped(
+        map: &std::sync::Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+        ty: TensorType,
+    ) -> Option<Buffer> {
+        let bytes = map.get(offset..offset.checked_add(len)?)?;
+        if !offset.is_multiple_of(elem_bytes(ty.elem)) {
+            let mut b = Buffer::zeroed(ty, len);
+            b.as_mut_bytes().copy_from_slice(bytes);
+            return Some(b);
+        }
+        Some(Buffer {
+            store: Store::Mapped(map.clone(), offset),
+            len,
+            ty,
+        })
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        match &self.store {
+            Store::Owned(w) => w.as_ptr() as *const u8,
+            // SAFETY: `mapped` checked that the offset lies in the map.
+            Store::Mapped(m, at) => unsafe { m.as_ptr().add(*at) },
+        }
+    }
+
+    /// The bytes, writable: a mapped buffer is copied first (weights are never written).
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        if let Store::Mapped(..) = self.store {
+            let mut words = vec![0u64; self.len.div_ceil(8).max(1)];
+            // SAFETY: `words` holds at least `len` bytes; the source holds `len` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.as_ptr(),
+                    words.as_mut_ptr() as *mut u8,
+                    self.len,
+                )
+            };
+            self.store = Store::Owned(words);
+        }
+        let Store::Owned(w) = &mut self.store else {
+            unreachable!("made owned above")
+        };
+        // SAFETY: `w` holds at least `len` bytes (len <= 8 * w.len()).
+        unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr() as *mut u8, self.len) }
     }
 
     /// Encodes a tensor.
     pub fn from_tensor(t: &Tensor) -> Buffer {
         let bytes = t.to_le_bytes();
         let mut b = Buffer::zeroed(t.ty(), bytes.len());
-        // SAFETY: `words` holds at least `bytes.len()` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                b.words.as_mut_ptr() as *mut u8,
-                bytes.len(),
-            );
-        }
+        b.as_mut_bytes().copy_from_slice(&bytes);
         b
     }
 
@@ -241,8 +365,8 @@ impl Buffer {
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `words` holds `len` initialized bytes (len <= 8 * words.len()).
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+        // SAFETY: the store holds `len` initialized bytes from `as_ptr`.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
     }
 
     /// Decodes into a tensor.

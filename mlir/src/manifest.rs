@@ -136,6 +136,23 @@ pub struct ManifestDevice {
     pub module: String,
     /// Its index in the target, the MPI rank that runs it.
     pub rank: usize,
+    /// Its code for this machine's CPU, when `compile -o` built it: `tessera run` loads it
+    /// instead of compiling the module.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub library: Option<Library>,
+}
+
+/// A shared library of a device's steps ([`crate::native::shared_library`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Library {
+    /// The file (relative to the manifest).
+    pub file: String,
+    /// What it was built from ([`crate::native::library_digest`]: the module's text, the CPU
+    /// pipeline, the library convention); a module that differs is compiled again.
+    pub source_sha256: String,
+    /// The CPU it was built for ([`crate::native::host_cpu`]); on another, the module is
+    /// compiled again.
+    pub host_cpu: String,
 }
 
 /// One step: a function call on one device.

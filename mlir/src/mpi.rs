@@ -706,7 +706,7 @@ fn module(program: &Program, fns: &[RankFn], calls: &MpiCalls, defined: bool) ->
     let mut s = String::from(
         "module attributes {dlti.map = #dlti.map<\"MPI:Implementation\" = \"MPICH\">} {\n",
     );
-    for text in program.step_texts.values() {
+    for text in program.kernels.iter().chain(program.step_texts.values()) {
         s.push_str(text);
     }
     for f in fns {

@@ -44,7 +44,8 @@ pub fn run_tool(cmd: &mut Command) -> Result<(), Error> {
     }
 }
 
-/// Compiles LLVM IR text to an object file at `out` (written atomically).
+/// Compiles LLVM IR text to an object file for this machine's CPU (`-march=native`, as the
+/// JIT compiles for it) at `out` (written atomically).
 pub fn object_file(llvm_ir: &str, out: &Path) -> Result<(), Error> {
     let dir = out.parent().unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
@@ -56,12 +57,132 @@ pub fn object_file(llvm_ir: &str, out: &Path) -> Result<(), Error> {
     let obj = tmp.path().join("module.o");
     run_tool(
         Command::new(clang())
-            .args(["-c", "-O2", "-fPIC", "-Wno-override-module", "-x", "ir"])
+            .args([
+                "-c",
+                "-O2",
+                "-march=native",
+                "-fPIC",
+                "-Wno-override-module",
+            ])
+            .args(["-x", "ir"])
             .arg(&ll)
             .arg("-o")
             .arg(&obj),
     )?;
     std::fs::rename(&obj, out).map_err(|e| io(out, e))
+}
+
+/// The C symbol of a function's packed entry in a shared library ([`shared_library`]):
+/// `void f(void **args)`, `args[i]` pointing to the function's i-th C-interface argument, as
+/// MLIR's execution engine calls its own (`invoke_packed`).
+pub fn packed_symbol(function: &str) -> String {
+    format!("_tessera_packed_{function}")
+}
+
+/// The convention of the libraries [`shared_library`] builds (the packed entries, the memref
+/// descriptors they take): part of [`library_digest`], so that a tessera with another
+/// convention does not call an old library.
+const LIBRARY_ABI: &str = "tessera-library/1";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What a library is built from, as a SHA-256 in hex: the library convention, the CPU
+/// pipeline and the module's text. A library names it, so that a module changed since (or a
+/// tessera with another pipeline) does not run through an old library.
+pub fn library_digest(module: &str) -> String {
+    sha256_hex(format!("{LIBRARY_ABI}\0{}\0{module}", pipelines::CPU).as_bytes())
+}
+
+/// What identifies this machine's CPU for its native code (`-march=native`): the SHA-256 of
+/// the features `/proc/cpuinfo` lists for its first processor (`flags`, or `Features` on
+/// Arm), [`UNKNOWN_CPU`] where there is none. A library built on a CPU with other features
+/// may use instructions this one lacks.
+pub fn host_cpu() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find(|l| l.starts_with("flags") || l.starts_with("Features"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, f)| sha256_hex(f.trim().as_bytes()))
+        .unwrap_or_else(|| UNKNOWN_CPU.to_string())
+}
+
+/// [`host_cpu`] where the features cannot be read: it matches no CPU, not even itself.
+pub const UNKNOWN_CPU: &str = "unknown";
+
+/// Compiles a CPU module's LLVM IR to a shared library at `out` (written atomically), with a
+/// packed entry ([`packed_symbol`]) for each of `entries`: a function with the C interface
+/// and how many parameters its `_mlir_ciface_` function takes (results first, as one
+/// pointer). The library links MLIR's C runner utilities (`memrefCopy`) by their full path.
+/// The files are compiled under relative names, so the bytes depend only on the input.
+/// `object`: also keep the module's object file there (what [`object_file`] writes).
+pub fn shared_library(
+    llvm_ir: &str,
+    entries: &[(String, usize)],
+    out: &Path,
+    object: Option<&Path>,
+) -> Result<(), Error> {
+    let dir = out.parent().unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".tessera-")
+        .tempdir_in(dir)
+        .map_err(|e| io(dir, e))?;
+    let mut c = String::from(
+        "/* tessera: each step's packed entry; args[i] points to its i-th argument. */\n",
+    );
+    for (f, n) in entries {
+        let params = if *n == 0 {
+            "void".to_string()
+        } else {
+            vec!["void *"; *n].join(", ")
+        };
+        let args: Vec<String> = (0..*n).map(|i| format!("*(void **)a[{i}]")).collect();
+        c.push_str(&format!(
+            "extern void _mlir_ciface_{f}({params});\nvoid {}(void **a) {{ (void)a; _mlir_ciface_{f}({}); }}\n",
+            packed_symbol(f),
+            args.join(", ")
+        ));
+    }
+    for (name, text) in [("module.ll", llvm_ir), ("entries.c", c.as_str())] {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, text).map_err(|e| io(&p, e))?;
+    }
+    // Absolute, as the compiles run in the temporary folder and the rpath is read at load.
+    let prefix = std::fs::canonicalize(llvm_prefix()).unwrap_or_else(|_| llvm_prefix());
+    let cc = prefix.join("bin/clang");
+    for (src, obj) in [("module.ll", "module.o"), ("entries.c", "entries.o")] {
+        run_tool(Command::new(&cc).current_dir(tmp.path()).args([
+            "-c",
+            "-O2",
+            "-march=native",
+            "-fPIC",
+            "-Wno-override-module",
+            src,
+            "-o",
+            obj,
+        ]))?;
+    }
+    let utils = prefix.join("lib");
+    run_tool(
+        Command::new(&cc)
+            .current_dir(tmp.path())
+            // Every symbol resolved at link time; calls inside the library stay in it.
+            .args(["-shared", "-Wl,-z,defs", "-Wl,-Bsymbolic"])
+            .args(["module.o", "entries.o", "-o", "library.so"])
+            .arg(format!("-L{}", utils.display()))
+            .arg(format!("-Wl,-rpath,{}", utils.display()))
+            .args(["-lmlir_c_runner_utils", "-lm"]),
+    )?;
+    std::fs::rename(tmp.path().join("library.so"), out).map_err(|e| io(out, e))?;
+    if let Some(o) = object {
+        std::fs::rename(tmp.path().join("module.o"), o).map_err(|e| io(o, e))?;
+    }
+    Ok(())
 }
 
 /// Runs the NVIDIA pipeline on a module and returns the PTX of its kernels (one section

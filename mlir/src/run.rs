@@ -1,6 +1,7 @@
-//! Running a lowered program on this CPU: every device's module goes through the CPU
-//! pipeline and the JIT, then the steps run in the manifest's order, each result kept until
-//! the steps (and outputs) that need it have read it.
+//! Running a lowered program on this CPU: each device's code is a shared library that
+//! `compile -o` built, or its module through the CPU pipeline and the JIT; then the steps run
+//! in the manifest's order, each result kept until the steps (and outputs) that need it have
+//! read it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +13,8 @@ use crate::jit::{ArgRef, Buffer};
 use crate::manifest::{Arg, Manifest};
 use crate::{Error, Jit, Mlir, PipelineOptions, pipelines};
 
-/// The compiled, runnable form of a program: one JIT per device.
+/// The compiled, runnable form of a program: one compiled module per device (a loaded
+/// library or the JIT's).
 pub struct Runner {
     manifest: Manifest,
     jits: BTreeMap<String, Jit>,
@@ -22,8 +24,26 @@ pub struct Runner {
     result_types: Vec<Vec<TensorType>>,
     /// The mesh index argument of each mesh device (`tensor<i64>`).
     mesh_index: Vec<Buffer>,
-    /// Time spent in MLIR pipelines and the JIT.
+    /// Time spent making the runner: MLIR pipelines and the JIT, or loading the libraries
+    /// (and, from a directory, reading the weights).
     pub compile_time: Duration,
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "library" } else { "libraries" }
+}
+
+/// A device's module through the CPU pipeline and the JIT.
+fn jit(
+    mlir: &Mlir,
+    d: &crate::manifest::ManifestDevice,
+    text: &str,
+    opt_level: usize,
+) -> Result<Jit, Error> {
+    let what = format!("{} ({})", d.module, d.name);
+    let mut m = mlir.parse(text, &what)?;
+    mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
+    Ok(Jit::new(&m, opt_level))
 }
 
 /// Parses a type in tessera's text form (`f32[1, 16]`).
@@ -60,11 +80,22 @@ impl Runner {
             let text = modules.get(&d.name).ok_or_else(|| Error::Run {
                 message: format!("no module for device {}", d.name),
             })?;
-            let what = format!("{} ({})", d.module, d.name);
-            let mut m = mlir.parse(text, &what)?;
-            mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
-            jits.insert(d.name.clone(), Jit::new(&m, opt_level));
+            jits.insert(d.name.clone(), jit(mlir, d, text, opt_level)?);
         }
+        let weights = weights
+            .iter()
+            .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
+            .collect();
+        Runner::with_engines(manifest, jits, weights, start)
+    }
+
+    /// The runner of compiled modules, one per device.
+    fn with_engines(
+        manifest: Manifest,
+        jits: BTreeMap<String, Jit>,
+        weights: BTreeMap<String, Buffer>,
+        start: Instant,
+    ) -> Result<Runner, Error> {
         let input_types = manifest
             .inputs
             .iter()
@@ -75,6 +106,47 @@ impl Runner {
             .iter()
             .map(|st| st.results.iter().map(|r| parse_type(&r.ty)).collect())
             .collect::<Result<_, _>>()?;
+        // Every weight a step reads is there, with the type the compiled code reads.
+        for st in &manifest.steps {
+            for a in &st.args {
+                let Arg::Weight {
+                    weight,
+                    per_device,
+                    ty,
+                } = a
+                else {
+                    continue;
+                };
+                let names: Vec<String> = match (per_device, &st.mesh) {
+                    (true, Some(devices)) => {
+                        devices.iter().map(|d| format!("{weight}@{d}")).collect()
+                    }
+                    _ => vec![weight.clone()],
+                };
+                let want = parse_type(ty)?;
+                for n in names {
+                    match weights.get(&n) {
+                        Some(b) if b.ty == want => {}
+                        Some(b) => {
+                            return Err(Error::Run {
+                                message: format!(
+                                    "weight {n} is {} in the weights file, step {} reads {want}",
+                                    b.ty, st.id
+                                ),
+                            });
+                        }
+                        None => {
+                            return Err(Error::Run {
+                                message: format!(
+                                    "step {} reads weight {n}, which the weights file lacks",
+                                    st.id
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+        }
         let largest = manifest.meshes.iter().map(|mm| mm.devices.len()).max();
         let mesh_index = (0..largest.unwrap_or(0))
             .map(|i| {
@@ -88,10 +160,7 @@ impl Runner {
         Ok(Runner {
             manifest,
             jits,
-            weights: weights
-                .iter()
-                .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
-                .collect(),
+            weights,
             input_types,
             result_types,
             mesh_index,
@@ -99,8 +168,10 @@ impl Runner {
         })
     }
 
-    /// Loads a compiled directory (`manifest.json`, the modules, the weights).
-    pub fn load(mlir: &Mlir, dir: &Path, opt_level: usize) -> Result<Runner, Error> {
+    /// Loads a compiled directory (`manifest.json`, the modules, the weights). A device's
+    /// shared library, when the manifest names one built from the module as it is now, is
+    /// loaded; the other modules are JIT-compiled, with an MLIR context made only then.
+    pub fn load(dir: &Path, opt_level: usize) -> Result<Runner, Error> {
         let read = |p: &Path| {
             std::fs::read_to_string(p).map_err(|e| Error::Run {
                 message: format!("{}: {e}", p.display()),
@@ -120,15 +191,72 @@ impl Runner {
                 ),
             });
         }
-        let mut modules = BTreeMap::new();
+        let start = Instant::now();
+        let mut mlir: Option<Mlir> = None;
+        let mut jits = BTreeMap::new();
+        let mut stale = Vec::new();
+        let cpu = crate::native::host_cpu();
         for d in &manifest.devices {
-            modules.insert(d.name.clone(), read(&dir.join(&d.module))?);
+            let text = read(&dir.join(&d.module))?;
+            // Why this device's library is not loaded, when it has one.
+            let why_not = d.library.as_ref().map(|lib| {
+                if Path::new(&lib.file).file_name() != Some(std::ffi::OsStr::new(&lib.file)) {
+                    Some(format!("not a file name in {}", dir.display()))
+                } else if crate::native::library_digest(&text) != lib.source_sha256 {
+                    Some(format!("not built from {} as it is now", d.module))
+                } else if lib.host_cpu != cpu || cpu == crate::native::UNKNOWN_CPU {
+                    Some("built for a CPU with other features".to_string())
+                } else if opt_level != 2 {
+                    Some(format!("built at -O2, not at -O{opt_level}"))
+                } else if !dir.join(&lib.file).is_file() {
+                    Some("missing".to_string())
+                } else {
+                    None
+                }
+            });
+            let engine = match (&d.library, why_not) {
+                (Some(lib), Some(None)) => Jit::library(&dir.join(&lib.file))?,
+                (lib, why) => {
+                    if let (Some(lib), Some(Some(why))) = (lib, why) {
+                        stale.push(format!("{} ({why})", lib.file));
+                    }
+                    jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?
+                }
+            };
+            jits.insert(d.name.clone(), engine);
+        }
+        if !stale.is_empty() {
+            eprintln!(
+                "note: JIT-compiling instead of loading {}",
+                stale.join(", ")
+            );
         }
         let weights = match &manifest.weights {
-            Some(w) => crate::weights::read(&dir.join(w))?,
+            Some(w) => crate::weights::map(&dir.join(w))?,
             None => BTreeMap::new(),
         };
-        Runner::new(mlir, manifest, &modules, weights, opt_level)
+        Runner::with_engines(manifest, jits, weights, start)
+    }
+
+    /// How the runner got its code and how long that took, for messages: `JIT compile 391.1
+    /// ms`, or `loaded 1 library in 2.0 ms` (weights read from a directory included).
+    pub fn start_note(&self) -> String {
+        let ms = self.compile_time.as_secs_f64() * 1e3;
+        let libs = self.jits.values().filter(|j| j.is_library()).count();
+        match (libs, self.jits.len() - libs) {
+            (0, _) => format!("JIT compile {ms:.1} ms"),
+            (n, 0) => format!("loaded {n} {} in {ms:.1} ms", plural(n)),
+            (n, k) => format!(
+                "loaded {n} {}, JIT-compiled {k} module{}: {ms:.1} ms",
+                plural(n),
+                if k == 1 { "" } else { "s" }
+            ),
+        }
+    }
+
+    /// Whether every device's code came from a shared library (no MLIR, no JIT).
+    pub fn loaded(&self) -> bool {
+        self.jits.values().all(Jit::is_library)
     }
 
     /// The manifest.

@@ -74,3 +74,44 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, Tensor>, Error> {
     }
     Ok(out)
 }
+
+/// Maps a weights file and gives each tensor as a buffer of the mapped bytes (no copy, save
+/// a tensor at an offset its element type does not divide).
+pub fn map(path: &Path) -> Result<BTreeMap<String, crate::jit::Buffer>, Error> {
+    let bad = |m: String| Error::Run {
+        message: format!("{}: {m}", path.display()),
+    };
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let map = crate::jit::map_file(&file).map_err(|e| bad(e.to_string()))?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| bad(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let e = elem(view.dtype()).ok_or_else(|| {
+            bad(format!(
+                "tensor {name} has unsupported type {:?}",
+                view.dtype()
+            ))
+        })?;
+        let dims: Vec<u64> = view.shape().iter().map(|&d| d as u64).collect();
+        let ty = tessera_ir::TensorType::fixed(e, &dims);
+        let want = dims.iter().product::<u64>() as usize * crate::jit::elem_bytes(e);
+        if view.data().len() != want {
+            return Err(bad(format!(
+                "tensor {name} holds {} bytes, its type {ty} {want}",
+                view.data().len()
+            )));
+        }
+        let b = if e == ElemType::Bool {
+            // A bool is one byte, 0 or 1, as the code reads it: any other byte is true.
+            let t = Tensor::from_le_bytes(e, view.shape(), view.data())
+                .map_err(|err| bad(format!("tensor {name}: {err}")))?;
+            crate::jit::Buffer::from_tensor(&t)
+        } else {
+            let offset = view.data().as_ptr() as usize - map.as_ptr() as usize;
+            crate::jit::Buffer::mapped(&map, offset, want, ty)
+                .ok_or_else(|| bad(format!("tensor {name} lies outside the file")))?
+        };
+        out.insert(name, b);
+    }
+    Ok(out)
+}

@@ -118,6 +118,26 @@ pub fn pipelines_text(graph: &Graph, target_hooks: &dyn Target) -> Result<String
     Ok(out)
 }
 
+/// The packed entries of `dev`'s library: each step function it runs, with the number of
+/// parameters of its C interface (the results' pointer first, when it has results, then one
+/// per argument).
+fn library_entries(m: &tessera_mlir::manifest::Manifest, dev: &str) -> Vec<(String, usize)> {
+    m.steps
+        .iter()
+        .filter(|st| !st.function.is_empty())
+        .filter(|st| match &st.mesh {
+            Some(devices) => devices.iter().any(|d| d == dev),
+            None => st.device == dev,
+        })
+        .map(|st| {
+            (
+                st.function.clone(),
+                st.args.len() + usize::from(!st.results.is_empty()),
+            )
+        })
+        .collect()
+}
+
 /// What [`write`] did.
 pub struct Written {
     /// The lowered program.
@@ -146,7 +166,7 @@ pub fn write(
     let target = target_hooks.spec();
     let stages = crate::instrument::Stages::new();
     stages.stage("lowering to MLIR");
-    let program = lower_graph(graph, target, model, !emits.contains(&Emit::Mpi))?;
+    let mut program = lower_graph(graph, target, model, !emits.contains(&Emit::Mpi))?;
     let mlir = Mlir::new();
     let popts = pipeline_options(flags);
     // Verify everything before writing anything.
@@ -156,6 +176,59 @@ pub fn write(
     }
     for (dev, text) in &program.modules {
         super::write_atomically(&dir.join(format!("{dev}.mlir")), text.as_bytes())?;
+    }
+    let device = |dev: &str| target.devices.iter().find(|d| d.name == dev);
+    let lowering = |dev: &str| device(dev).map(|d| d.lowering.clone()).unwrap_or_default();
+    // Each CPU device's module after the CPU pipeline (printed) and as LLVM IR, made once for
+    // its library, `lowered`, `llvm` and `object` together.
+    let mut cpu: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let cpu_outputs =
+        |cpu: &mut BTreeMap<String, (String, String)>, dev: &str, text: &str| -> Result<()> {
+            if !cpu.contains_key(dev) {
+                let what = format!("{dev}.mlir");
+                let mut m = mlir.parse(text, &what)?;
+                mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
+                let done = (Mlir::print(&m), mlir.to_llvm_ir(&m, &what)?);
+                cpu.insert(dev.to_string(), done);
+            }
+            Ok(())
+        };
+    // Each CPU device's steps as a shared library `tessera run` loads without compiling
+    // (and its object file, when asked for, from the same compile). The MPI program has its
+    // own build of every step.
+    let mut objects: BTreeSet<String> = BTreeSet::new();
+    if !emits.contains(&Emit::Mpi) {
+        for k in 0..program.modules.len() {
+            let (dev, text) = &program.modules[k];
+            if lowering(dev) != "cpu" {
+                continue;
+            }
+            stages.stage(format!("{dev}: shared library"));
+            cpu_outputs(&mut cpu, dev, text)?;
+            let entries = library_entries(&program.manifest, dev);
+            let file = format!("{dev}.so");
+            let object = emits
+                .contains(&Emit::Object)
+                .then(|| dir.join(format!("{dev}.o")));
+            tessera_mlir::native::shared_library(
+                &cpu[dev].1,
+                &entries,
+                &dir.join(&file),
+                object.as_deref(),
+            )?;
+            if object.is_some() {
+                objects.insert(dev.clone());
+            }
+            let digest = tessera_mlir::native::library_digest(text);
+            let dev = dev.clone();
+            if let Some(d) = program.manifest.devices.iter_mut().find(|d| d.name == dev) {
+                d.library = Some(tessera_mlir::manifest::Library {
+                    file,
+                    source_sha256: digest,
+                    host_cpu: tessera_mlir::native::host_cpu(),
+                });
+            }
+        }
     }
     let manifest = serde_json::to_string_pretty(&program.manifest)? + "\n";
     super::write_atomically(&dir.join("manifest.json"), manifest.as_bytes())?;
@@ -177,8 +250,6 @@ pub fn write(
         super::write_atomically(&wpath, &bytes)?;
         bytes
     };
-    let device = |dev: &str| target.devices.iter().find(|d| d.name == dev);
-    let lowering = |dev: &str| device(dev).map(|d| d.lowering.clone()).unwrap_or_default();
     // Each device's pipeline; the target's own run now, for their artifacts.
     let choices: BTreeMap<&str, DeviceLowering> = program
         .modules
@@ -224,20 +295,6 @@ pub fn write(
         ));
         own.insert(dev.as_str(), lowered);
     }
-    // Each CPU device's module after the CPU pipeline (printed) and as LLVM IR, made once for
-    // `lowered`, `llvm` and `object` together.
-    let mut cpu: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let cpu_outputs =
-        |cpu: &mut BTreeMap<String, (String, String)>, dev: &str, text: &str| -> Result<()> {
-            if !cpu.contains_key(dev) {
-                let what = format!("{dev}.mlir");
-                let mut m = mlir.parse(text, &what)?;
-                mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
-                let done = (Mlir::print(&m), mlir.to_llvm_ir(&m, &what)?);
-                cpu.insert(dev.to_string(), done);
-            }
-            Ok(())
-        };
     for &e in emits {
         stages.stage(format!("--emit {e:?}").to_lowercase());
         match e {
@@ -285,7 +342,7 @@ pub fn write(
                     let ll = &cpu[dev].1;
                     if e == Emit::Llvm {
                         super::write_atomically(&dir.join(format!("{dev}.ll")), ll.as_bytes())?;
-                    } else {
+                    } else if !objects.contains(dev) {
                         tessera_mlir::native::object_file(ll, &dir.join(format!("{dev}.o")))?;
                     }
                 }

@@ -133,33 +133,32 @@ fn time_runs(
     times.sort_by(f64::total_cmp);
     if times.len() == 1 {
         eprintln!(
-            "run: first call {:.3} ms, with the JIT's code generation (--repeat N times the \
-             steady state); JIT compile {:.1} ms",
+            "run: first call {:.3} ms (--repeat N times the steady state); {}",
             times[0],
-            runner.compile_time.as_secs_f64() * 1e3,
+            runner.start_note(),
         );
     } else {
         eprintln!(
-            "run: median {:.3} ms over {} runs (JIT compile {:.1} ms)",
+            "run: median {:.3} ms over {} runs ({})",
             times[times.len() / 2],
             times.len(),
-            runner.compile_time.as_secs_f64() * 1e3,
+            runner.start_note(),
         );
     }
     Ok(outputs)
 }
 
-/// `tessera run DIR`: the compiled program in DIR, JIT-compiled on this CPU.
+/// `tessera run DIR`: the compiled program in DIR, its libraries loaded (or its modules
+/// JIT-compiled) on this CPU.
 fn run_compiled(
     dir: &Path,
     bindings: &[Binding],
     output_dir: Option<&Path>,
     exec: &Execution<'_>,
 ) -> Result<()> {
-    let mlir = tessera_mlir::Mlir::new();
     let stages = crate::instrument::Stages::new();
-    stages.stage(format!("JIT-compiling {}", dir.display()));
-    let runner = tessera_mlir::Runner::load(&mlir, dir, 2)
+    stages.stage(format!("loading {}", dir.display()));
+    let runner = tessera_mlir::Runner::load(dir, 2)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
     drop(stages);
     let m = runner.manifest();

@@ -164,9 +164,8 @@ fn load_dir(req: &TrainRequest<'_>) -> Result<Step> {
     let exec = if req.interpret {
         Exec::Interp(graph.clone())
     } else {
-        let mlir = tessera_mlir::Mlir::new();
         Exec::Jit(
-            tessera_mlir::Runner::load(&mlir, dir, req.opt_level)
+            tessera_mlir::Runner::load(dir, req.opt_level)
                 .with_context(|| format!("{}: loading the compiled program", dir.display()))?,
         )
     };
@@ -509,7 +508,7 @@ fn train(req: &TrainRequest<'_>, step: &Step) -> Result<()> {
         first,
         match &step.exec {
             Exec::Interp(_) => " in the interpreter".to_string(),
-            Exec::Jit(r) => format!(", JIT compile {:.1} ms", r.compile_time.as_secs_f64() * 1e3),
+            Exec::Jit(r) => format!(", {}", r.start_note()),
         }
     );
 

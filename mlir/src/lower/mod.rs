@@ -9,6 +9,8 @@
 //!    (the step's inputs: graph inputs, other steps' results, weights), tensors out. Every op
 //!    lowers to upstream dialects on tensors (linalg, tensor, arith, math); a `transfer`
 //!    op is the identity on the receiving side (the move itself is the manifest's business).
+//!    An op that computes is a call of its *kernel*, a private function shared by every op
+//!    with the same code ([`kernel`]).
 //! 3. **Weights.** Constants of more than [`INLINE_LIMIT`] elements are not printed: they are
 //!    function arguments, and the manifest names the tensor in `weights.safetensors` that
 //!    feeds each one. Smaller constants are `arith.constant dense<"0x...">` (exact bits).
@@ -18,6 +20,7 @@
 mod body;
 mod elementwise;
 mod index;
+mod kernel;
 mod linalg;
 mod nn;
 mod reduce;
@@ -34,6 +37,7 @@ use tessera_targets::TargetSpec;
 
 use body::{Body, LResult, Val, dims, quote};
 pub use body::{LowerError, tensor_ty};
+use kernel::Kernels;
 
 use crate::manifest::{Arg, Manifest, ManifestDevice, ManifestStep, Output, StepResult, Transfer};
 
@@ -81,6 +85,8 @@ pub struct Program {
     /// Each function step's function text, by step id (for the MPI program, which holds
     /// every step once).
     pub step_texts: BTreeMap<usize, String>,
+    /// Every kernel's function text, by number ([`kernel`]): the functions the steps call.
+    pub kernels: Vec<String>,
 }
 
 /// The device an op runs on: its placement, or `default` for an unplaced op.
@@ -400,6 +406,8 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
     let on_mesh = |s: usize| steps[s].device.starts_with('@') && !steps[s].collective;
     let mut weights: BTreeMap<String, (TensorType, tessera_ir::Bytes)> = BTreeMap::new();
     let mut funcs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut kernels = Kernels::default();
+    let mut dev_kernels: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     let mut step_texts = BTreeMap::new();
     let mut mstep = Vec::new();
     for st in &steps {
@@ -529,17 +537,14 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             .collect::<LResult<_>>()
             .map_err(at)?;
         if !st.collective {
-            let text = lower_step(g, st).map_err(at)?;
-            match mesh {
-                Some(m) => {
-                    for d in &m.devices {
-                        funcs.entry(d.clone()).or_default().push(text.clone());
-                    }
-                }
-                None => funcs
-                    .entry(st.device.clone())
-                    .or_default()
-                    .push(text.clone()),
+            let (text, used) = lower_step(g, st, &mut kernels).map_err(at)?;
+            let runners = match mesh {
+                Some(m) => m.devices.clone(),
+                None => vec![st.device.clone()],
+            };
+            for d in runners {
+                funcs.entry(d.clone()).or_default().push(text.clone());
+                dev_kernels.entry(d).or_default().extend(&used);
             }
             step_texts.insert(st.id, text);
         }
@@ -660,9 +665,17 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
     let mut modules = Vec::new();
     let mut devices = Vec::new();
     for d in &target.devices {
-        let Some(fs) = funcs.remove(&d.name) else {
+        let Some(steps) = funcs.remove(&d.name) else {
             continue;
         };
+        // The kernels its steps call, then the steps.
+        let mut fs: Vec<String> = dev_kernels
+            .remove(&d.name)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| kernels.text(n).to_string())
+            .collect();
+        fs.extend(steps);
         modules.push((d.name.clone(), module_text(target, d, &fs)));
         devices.push(ManifestDevice {
             name: d.name.clone(),
@@ -670,6 +683,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             lowering: d.lowering.clone(),
             module: format!("{}.mlir", d.name),
             rank: target.device_index(&d.name).unwrap_or(0),
+            library: None,
         });
     }
     if let Some((name, _)) = funcs.into_iter().next() {
@@ -718,6 +732,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         steps,
         weights,
         step_texts,
+        kernels: kernels.into_texts(),
     })
 }
 
@@ -808,9 +823,126 @@ fn sym(name: &str) -> String {
     if ok { name.to_string() } else { quote(name) }
 }
 
-/// The text of one step's function.
-fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
+/// The most ops one function holds: a longer step is cut into parts of this many ops, each a
+/// function the step calls ([`lower_step`]).
+pub const PART_OPS: usize = 64;
+
+/// What a function made from a step's ops is.
+enum Form<'a> {
+    /// The step's own function, with its ops.
+    Step,
+    /// A part of a longer step: a private function of some of its ops.
+    Part,
+    /// A longer step's own function: it calls its parts (name, ops) in order.
+    Parent(&'a [(String, Step)]),
+}
+
+/// The text of one step's function (and its parts' before it), and the kernels they call
+/// (added to `kernels`).
+///
+/// A step of more than [`PART_OPS`] ops is cut into runs of that many, each a private
+/// function (`@step0_part3`) taking what its ops read from outside it and returning what the
+/// later parts or the step return; the step's function calls them in order. LLVM's code
+/// generation takes time superlinear in a function's size, and a step of a deep model would
+/// otherwise be one function as long as the model, however small its kernels. Each part's
+/// intermediates are freed when it returns.
+fn lower_step(g: &Graph, st: &Step, kernels: &mut Kernels) -> LResult<(String, BTreeSet<usize>)> {
+    if st.ops.len() <= PART_OPS {
+        return lower_function(g, st, kernels, &step_fn(st.id), Form::Step);
+    }
+    let parts: Vec<(String, Step)> = split_step(g, st)
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| (format!("{}_part{k}", step_fn(st.id)), p))
+        .collect();
+    let mut text = String::new();
+    let mut used = BTreeSet::new();
+    for (name, p) in &parts {
+        let (t, u) = lower_function(g, p, kernels, name, Form::Part)?;
+        text.push_str(&t);
+        used.extend(u);
+    }
+    let (t, u) = lower_function(g, st, kernels, &step_fn(st.id), Form::Parent(&parts))?;
+    text.push_str(&t);
+    used.extend(u);
+    Ok((text, used))
+}
+
+/// A long step's ops in runs of [`PART_OPS`], each with what it reads from outside it (the
+/// step's inputs, earlier parts' results, weights) and what it gives the later parts and the
+/// step's outputs (its donated next values among them), as steps of their own.
+fn split_step(g: &Graph, st: &Step) -> Vec<Step> {
+    let chunks: Vec<&[OpId]> = st.ops.chunks(PART_OPS).collect();
+    let mut part_of: BTreeMap<ValueId, usize> = BTreeMap::new();
+    for (k, ops) in chunks.iter().enumerate() {
+        for &op in *ops {
+            for &r in &g.op(op).results {
+                part_of.insert(r, k);
+            }
+        }
+    }
+    let mut needed: BTreeSet<(usize, ValueId)> = BTreeSet::new();
+    for (k, ops) in chunks.iter().enumerate() {
+        for &op in *ops {
+            for &v in &g.op(op).operands {
+                if part_of.get(&v).is_some_and(|&p| p != k) {
+                    needed.insert((part_of[&v], v));
+                }
+            }
+        }
+    }
+    let returned: BTreeSet<ValueId> = st
+        .outputs
+        .iter()
+        .copied()
+        .chain(st.donated.iter().map(|&(_, n)| n))
+        .collect();
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(k, ops)| {
+            let mut p = Step {
+                id: st.id,
+                device: st.device.clone(),
+                ops: ops.to_vec(),
+                inputs: Vec::new(),
+                weights: Vec::new(),
+                outputs: Vec::new(),
+                collective: false,
+                donated: Vec::new(),
+            };
+            for &op in *ops {
+                for &v in &g.op(op).operands {
+                    if let Some(c) = is_const(g, v) {
+                        if is_large(g, c) && !p.weights.contains(&v) {
+                            p.weights.push(v);
+                        }
+                    } else if part_of.get(&v) != Some(&k) && !p.inputs.contains(&v) {
+                        p.inputs.push(v);
+                    }
+                }
+                for &r in &g.op(op).results {
+                    if needed.contains(&(k, r)) || returned.contains(&r) {
+                        p.outputs.push(r);
+                    }
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+/// The text of a function made from a step's ops (see [`Form`]) named `name`, and the
+/// kernels it calls.
+fn lower_function(
+    g: &Graph,
+    st: &Step,
+    kernels: &mut Kernels,
+    name: &str,
+    form: Form<'_>,
+) -> LResult<(String, BTreeSet<usize>)> {
     let mesh = step_mesh(g, st);
+    let mut used = BTreeSet::new();
     let mut b = Body::default();
     let mut env: BTreeMap<ValueId, Val> = BTreeMap::new();
     let mut params = Vec::new();
@@ -847,7 +979,8 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
         } else {
             params.push(format!("{name}: {tt} {{bufferization.writable = false}}"));
         }
-        if mesh.is_some() && !from_mesh {
+        // A step's parts cut what they read themselves.
+        if mesh.is_some() && !from_mesh && !matches!(form, Form::Parent(_)) {
             to_cut.push(v);
         }
         env.insert(v, Val { name, ty });
@@ -881,68 +1014,117 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
         }
     }
     let mut consts: BTreeMap<ValueId, Val> = BTreeMap::new();
-    for &op in &st.ops {
+    if let Form::Parent(parts) = form {
+        for (pname, p) in parts {
+            let mut args = Vec::new();
+            if mesh.is_some() {
+                args.push(Val {
+                    name: coord.clone(),
+                    ty: TensorType::fixed(tessera_ir::ElemType::I64, &[]),
+                });
+            }
+            for v in p.inputs.iter().chain(&p.weights) {
+                let val = env.get(v).or_else(|| weight_args.get(v)).ok_or_else(|| {
+                    LowerError(format!("{pname}: value {v} is not defined before it"))
+                })?;
+                args.push(val.clone());
+            }
+            let tys = local_types(g, mesh, &p.outputs)?;
+            let names = kernel::call(&mut b, pname, &args, &tys)?;
+            for ((&r, name), ty) in p.outputs.iter().zip(names).zip(tys) {
+                env.insert(r, Val { name, ty });
+            }
+        }
+    }
+    let own_ops: &[OpId] = match form {
+        Form::Parent(_) => &[],
+        _ => &st.ops,
+    };
+    for &op in own_ops {
         let data = g.op(op);
         // The comment heads everything the op needs, its inline constants too.
         b.op_comment(op, data.op.name(), data.loc.as_deref());
-        let mut args = Vec::new();
+        // Each operand: a value of the step (an input, an op's result, a weight), or a small
+        // constant, written where the op's code goes (a mesh step's in the step: its cut
+        // needs the device's index).
+        let mut srcs: Vec<(ValueId, Option<Val>)> = Vec::new();
         for &v in &data.operands {
-            if let Some(val) = env.get(&v) {
-                args.push(val.clone());
-                continue;
-            }
-            let Some(c) = is_const(g, v) else {
+            let val = if let Some(val) = env.get(&v).or_else(|| weight_args.get(&v)) {
+                Some(val.clone())
+            } else if is_const(g, v).is_none() {
                 return Err(LowerError(format!(
                     "op {op} ({}): operand {v} is not defined before it",
                     data.op.name()
                 )));
-            };
-            let val = if let Some(w) = weight_args.get(&v) {
-                w.clone()
-            } else if let Some(val) = consts.get(&v) {
-                val.clone()
+            } else if mesh.is_some() {
+                Some(step_const(&mut b, g, mesh, &coord, &mut consts, v)?)
             } else {
-                let whole = inline_const(&mut b, g, c)?;
-                let val = match mesh {
-                    Some(m) => spmd::slice_in_function(
-                        &mut b,
-                        m,
-                        &spmd::sharding_of(g, v),
-                        &whole,
-                        &coord,
-                    )?,
-                    None => whole,
-                };
-                consts.insert(v, val.clone());
-                val
+                None
             };
-            args.push(val);
+            srcs.push((v, val));
         }
-        let results: Vec<TensorType> = data
-            .results
-            .iter()
-            .map(|&r| match mesh {
-                Some(m) => spmd::local_type(m, &spmd::sharding_of(g, r), g.ty(r)),
-                None => Ok(g.ty(r).clone()),
-            })
-            .collect::<LResult<_>>()?;
-        let special = match mesh {
-            Some(m) => spmd::lower_mesh_op(&mut b, g, op, m, &args, &results, &coord),
-            None => Ok(None),
+        let results = local_types(g, mesh, &data.results)?;
+        let mut lower_one = |b: &mut Body| -> LResult<Vec<String>> {
+            if let Some(m) = mesh {
+                let args: Vec<Val> = srcs.iter().filter_map(|(_, v)| v.clone()).collect();
+                if let Some(names) = spmd::lower_mesh_op(b, g, op, m, &args, &results, &coord)? {
+                    return Ok(names);
+                }
+            }
+            if kernel::may_be_kernel(&data.op) {
+                // The kernel's arguments: the distinct operands the step has.
+                let mut params: Vec<(ValueId, Val)> = Vec::new();
+                for (v, val) in &srcs {
+                    if let Some(val) = val
+                        && !params.iter().any(|(p, _)| p == v)
+                    {
+                        params.push((*v, val.clone()));
+                    }
+                }
+                let tys: Vec<TensorType> = params.iter().map(|(_, p)| p.ty.clone()).collect();
+                let made = kernel::make(kernels, data.op.name(), &tys, &results, |kb, kargs| {
+                    let mut inner: BTreeMap<ValueId, Val> = BTreeMap::new();
+                    let mut args = Vec::new();
+                    for (v, _) in &srcs {
+                        if let Some(k) = params.iter().position(|(p, _)| p == v) {
+                            args.push(kargs[k].clone());
+                        } else if let Some(val) = inner.get(v) {
+                            args.push(val.clone());
+                        } else {
+                            let c = is_const(g, *v).expect("checked above");
+                            let val = inline_const(kb, g, c)?;
+                            inner.insert(*v, val.clone());
+                            args.push(val);
+                        }
+                    }
+                    lower_op_code(kb, g, op, &args, &results)
+                })?;
+                if let Some((n, name)) = made {
+                    used.insert(n);
+                    let args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
+                    return b.with_loc(data.loc.as_deref(), |b| {
+                        kernel::call(b, &name, &args, &results)
+                    });
+                }
+            }
+            // The op's code stays in the step.
+            let mut args = Vec::new();
+            for (v, val) in &srcs {
+                args.push(match val {
+                    Some(val) => val.clone(),
+                    None => step_const(b, g, mesh, &coord, &mut consts, *v)?,
+                });
+            }
+            lower_op(b, g, op, &args, &results)
         };
-        let names = special
-            .and_then(|s| match s {
-                Some(names) => Ok(names),
-                None => lower_op(&mut b, g, op, &args, &results),
-            })
-            .map_err(|e| {
-                let at = data
-                    .loc
-                    .as_deref()
-                    .map(|l| format!(" at {l:?}"))
-                    .unwrap_or_default();
-                LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
-            })?;
+        let names = lower_one(&mut b).map_err(|e| {
+            let at = data
+                .loc
+                .as_deref()
+                .map(|l| format!(" at {l:?}"))
+                .unwrap_or_default();
+            LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
+        })?;
         for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {
             env.insert(r, Val { name, ty });
         }
@@ -969,10 +1151,13 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
         ret_tys.push(tensor_ty(&val.ty)?);
     }
     let mut s = String::new();
+    let (visibility, attrs) = match form {
+        Form::Part => ("private ", kernel::ATTRIBUTES),
+        _ => ("", "llvm.emit_c_interface"),
+    };
     let _ = writeln!(
         s,
-        "  func.func @{}({}) -> ({}) attributes {{llvm.emit_c_interface}} {{",
-        step_fn(st.id),
+        "  func.func {visibility}@{name}({}) -> ({}) attributes {{{attrs}}} {{",
         params.join(", "),
         ret_tys.join(", ")
     );
@@ -985,7 +1170,18 @@ fn lower_step(g: &Graph, st: &Step) -> LResult<String> {
         let _ = writeln!(s, "    return {} : {}", rets.join(", "), ret_tys.join(", "));
     }
     s.push_str("  }\n");
-    Ok(s)
+    Ok((s, used))
+}
+
+/// The types of `values` in a function of a step: each device's block on a mesh.
+fn local_types(g: &Graph, mesh: Option<&Mesh>, values: &[ValueId]) -> LResult<Vec<TensorType>> {
+    values
+        .iter()
+        .map(|&r| match mesh {
+            Some(m) => spmd::local_type(m, &spmd::sharding_of(g, r), g.ty(r)),
+            None => Ok(g.ty(r).clone()),
+        })
+        .collect()
 }
 
 /// The buffer type of a static tensor type (`memref<2x3xf32>`).
@@ -1001,6 +1197,29 @@ fn inline_const(b: &mut Body, g: &Graph, c: ConstId) -> LResult<Val> {
     let lit = dense_literal(&ty, &k.data)?;
     let name = b.assign(format!("arith.constant {lit} : {t}"));
     Ok(Val { name, ty })
+}
+
+/// A small constant operand `v` written in the step once (cut to the device's block in a
+/// mesh step), and its value.
+fn step_const(
+    b: &mut Body,
+    g: &Graph,
+    mesh: Option<&Mesh>,
+    coord: &str,
+    consts: &mut BTreeMap<ValueId, Val>,
+    v: ValueId,
+) -> LResult<Val> {
+    if let Some(val) = consts.get(&v) {
+        return Ok(val.clone());
+    }
+    let c = is_const(g, v).ok_or_else(|| LowerError(format!("value {v} is not a constant")))?;
+    let whole = inline_const(b, g, c)?;
+    let val = match mesh {
+        Some(m) => spmd::slice_in_function(b, m, &spmd::sharding_of(g, v), &whole, coord)?,
+        None => whole,
+    };
+    consts.insert(v, val.clone());
+    Ok(val)
 }
 
 /// The zero of an element type as a `dense<...>` splat literal.

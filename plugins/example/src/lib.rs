@@ -131,14 +131,18 @@ impl Target for NpuTarget {
 }
 
 /// The program an NPU's runtime loads, made from its lowered module: a header naming the
-/// device and the array, a kernel table (each function of the module, which the manifest's
-/// steps call, with its count of tiled loops), then the module itself. An error when the
+/// device and the array, a kernel table (each function of the module: the kernels, and the
+/// steps the manifest calls, which call them; each with its count of tiled loops), then the
+/// module itself. An error when the
 /// module has no kernel.
 pub fn npu_program(device: &str, lowered: &str) -> Result<String, String> {
     let mut kernels: Vec<(String, usize)> = Vec::new();
     for line in lowered.lines() {
         let line = line.trim_start();
-        if let Some(rest) = line.strip_prefix("func.func @") {
+        let function = line
+            .strip_prefix("func.func ")
+            .map(|r| r.trim_start_matches("private "));
+        if let Some(rest) = function.and_then(|r| r.strip_prefix('@')) {
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')

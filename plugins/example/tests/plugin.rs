@@ -208,13 +208,15 @@ fn the_npus_get_the_plugins_pipeline_and_artifact() {
     assert!(!out.contains("portable affine loops"), "{out}");
     let artifact = std::fs::read_to_string(out_dir.join("npu0.npu.mlir")).expect("the artifact");
     // The device pipeline ran: every loop nest is tiled by 128 (the fill and the relu two
-    // loops each, the matmul three: tile loops, then
+    // loops each, the matmul three, in the kernels the step calls: tile loops, then
     // point loops inside one tile), nothing of linalg or tensors is left.
     filecheck(
         &artifact,
-        "CHECK-NEXT: // example-npu program for npu0: 128x128 systolic array, 1 kernels
-         CHECK-NEXT: // kernel @step0: 7 tiled loops
-         CHECK: func.func @step0(%arg0: memref<256x256xf32>, %arg1: memref<256x256xf32>)
+        "CHECK-NEXT: // example-npu program for npu0: 128x128 systolic array, 3 kernels
+         CHECK-NEXT: // kernel @k0_matmul: 5 tiled loops
+         CHECK-NEXT: // kernel @k1_relu: 2 tiled loops
+         CHECK-NEXT: // kernel @step0: 0 tiled loops
+         CHECK: func.func private @k0_matmul(%arg0: memref<256x256xf32>, %arg1: memref<256x256xf32>)
          CHECK: affine.store %cst
          CHECK: affine.for %arg2 = 0 to 256 step 128 {
          CHECK-NEXT: affine.for %arg3 = 0 to 256 step 128 {

@@ -1,0 +1,201 @@
+//! Kernels: each op that computes is a function of its own, which its step calls.
+//!
+//! A step's function would otherwise hold every op of the step in one block, and LLVM's
+//! optimizer and code generator take time superlinear in a function's size (GPT-2 small, one
+//! step: 12, 48 layers, 19.8, 276 s to an object file). As calls of kernels, the step is a
+//! short list of calls, each kernel is small, and the time is linear in the model.
+//!
+//! - **What becomes a kernel.** An op whose code makes a new tensor. An op whose code only
+//!   views its operands (`tensor.extract_slice`, `collapse_shape`, `expand_shape`), only makes
+//!   constants, or gives back an operand stays in the step: a function returns a view of its
+//!   argument only through a copy. Communication, `dropout`'s identity and the shape queries
+//!   never are kernels.
+//! - **Shared code.** A kernel is its op's code with its operands as arguments `%arg<k>` (one
+//!   per distinct operand, in first-use order) and its small constants inside. Ops with the
+//!   same code (a transformer's layers: the same shapes, different weights) call one kernel:
+//!   [`Kernels`] keeps one function per distinct text, numbered by first use in step order,
+//!   and named after the first op that made it (`@k3_matmul`; a gemm with the same code calls
+//!   it too). The call carries the op's location; the kernel's own ops have none, since one
+//!   kernel serves many model nodes (the ops of an `if`'s or a `loop`'s body keep their
+//!   nodes', so such kernels are rarely shared).
+//! - **Kept whole by LLVM.** Kernels have internal linkage and `noinline`: LLVM would
+//!   otherwise inline a kernel called once back into its step.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use tessera_ir::{Op, TensorType};
+
+use super::body::{Body, LResult, Val, tensor_ty};
+
+/// The kernels of a program, shared by all its steps and devices.
+#[derive(Default)]
+pub struct Kernels {
+    /// A kernel's text with its name left out, to its number.
+    by_code: BTreeMap<String, usize>,
+    /// Each kernel's function text, by number.
+    texts: Vec<String>,
+    /// Each kernel's name, by number (after the first op that made it: ops of other kinds
+    /// may lower to the same code, a matmul and a gemm).
+    names: Vec<String>,
+}
+
+/// The attributes of a kernel (and of a long step's part): internal linkage, never inlined.
+pub const ATTRIBUTES: &str = "llvm.linkage = #llvm.linkage<internal>, passthrough = [\"noinline\"]";
+
+/// The placeholder for the kernel's name in [`Kernels::by_code`]'s keys.
+const NAME: &str = "@__kernel__";
+
+impl Kernels {
+    /// The number and name of the kernel with this text (its name [`NAME`]), added when new;
+    /// `op` names it.
+    fn intern(&mut self, code: String, op: &str) -> (usize, String) {
+        if let Some(&n) = self.by_code.get(&code) {
+            return (n, self.names[n].clone());
+        }
+        let n = self.texts.len();
+        let named = name(n, op);
+        self.texts
+            .push(code.replacen(NAME, &format!("@{named}"), 1));
+        self.names.push(named.clone());
+        self.by_code.insert(code, n);
+        (n, named)
+    }
+
+    /// The function text of kernel `n`.
+    pub fn text(&self, n: usize) -> &str {
+        &self.texts[n]
+    }
+
+    /// Every kernel's text, by number.
+    pub fn into_texts(self) -> Vec<String> {
+        self.texts
+    }
+}
+
+/// The symbol of kernel `n` of an op kind (`k3_layer_norm`).
+fn name(n: usize, op: &str) -> String {
+    let op: String = op
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("k{n}_{op}")
+}
+
+/// Whether an op may be a kernel: not a communication op (the identity here), not one the
+/// lowering evaluates to constants, not `dropout` (the identity and a constant mask).
+pub fn may_be_kernel(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Const(_)
+            | Op::Transfer { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
+            | Op::AllSlice { .. }
+            | Op::Dropout { .. }
+            | Op::Shape { .. }
+            | Op::Size
+            | Op::Fill { .. }
+    )
+}
+
+/// Whether a lowered line only names a constant or a view of a value.
+fn views_only(line: &str) -> bool {
+    let rhs = line.trim_start();
+    if rhs.starts_with("//") {
+        return true;
+    }
+    let Some((_, rhs)) = rhs.split_once(" = ") else {
+        return false;
+    };
+    [
+        "arith.constant ",
+        "tensor.extract_slice ",
+        "tensor.collapse_shape ",
+        "tensor.expand_shape ",
+        "tensor.cast ",
+    ]
+    .iter()
+    .any(|p| rhs.starts_with(p))
+}
+
+/// One op's code as a kernel: `code` writes it into a fresh body given the kernel's
+/// arguments (one per `params` type, `%arg<k>`), and returns its result names. Returns the
+/// kernel's number and name, or `None` when the code only views, makes constants or gives
+/// back an argument (the op then stays in its step).
+pub fn make(
+    kernels: &mut Kernels,
+    op: &str,
+    params: &[TensorType],
+    results: &[TensorType],
+    code: impl FnOnce(&mut Body, &[Val]) -> LResult<Vec<String>>,
+) -> LResult<Option<(usize, String)>> {
+    let args: Vec<Val> = params
+        .iter()
+        .enumerate()
+        .map(|(k, ty)| Val {
+            name: format!("%arg{k}"),
+            ty: ty.clone(),
+        })
+        .collect();
+    let mut b = Body::default();
+    let names = code(&mut b, &args)?;
+    let lines = b.into_lines();
+    if lines.iter().all(|l| views_only(l)) || names.iter().any(|n| n.starts_with("%arg")) {
+        return Ok(None);
+    }
+    let mut ps = Vec::new();
+    for a in &args {
+        ps.push(format!("{}: {}", a.name, tensor_ty(&a.ty)?));
+    }
+    let tys = results.iter().map(tensor_ty).collect::<LResult<Vec<_>>>()?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "  func.func private {NAME}({}) -> ({}) attributes {{{ATTRIBUTES}}} {{",
+        ps.join(", "),
+        tys.join(", ")
+    );
+    for l in lines {
+        let _ = writeln!(s, "  {l}");
+    }
+    let _ = writeln!(s, "    return {} : {}", names.join(", "), tys.join(", "));
+    s.push_str("  }\n");
+    Ok(Some(kernels.intern(s, op)))
+}
+
+/// Writes the call of function `name` (a kernel, a step's part) on `args`; returns its
+/// results' names.
+pub fn call(
+    b: &mut Body,
+    name: &str,
+    args: &[Val],
+    results: &[TensorType],
+) -> LResult<Vec<String>> {
+    let arg_tys = args
+        .iter()
+        .map(|a| tensor_ty(&a.ty))
+        .collect::<LResult<Vec<_>>>()?;
+    let tys = results.iter().map(tensor_ty).collect::<LResult<Vec<_>>>()?;
+    let names: Vec<&str> = args.iter().map(|a| a.name.as_str()).collect();
+    let rhs = format!(
+        "func.call @{name}({}) : ({}) -> ({})",
+        names.join(", "),
+        arg_tys.join(", "),
+        tys.join(", ")
+    );
+    if results.is_empty() {
+        b.line(rhs);
+        return Ok(Vec::new());
+    }
+    let r = b.fresh();
+    if results.len() == 1 {
+        b.line(format!("{r} = {rhs}"));
+        Ok(vec![r])
+    } else {
+        b.line(format!("{r}:{} = {rhs}", results.len()));
+        Ok((0..results.len()).map(|k| format!("{r}#{k}")).collect())
+    }
+}
