@@ -328,16 +328,9 @@ impl Buffer {
     /// The bytes, writable: a mapped buffer is copied first (weights are never written).
     fn as_mut_bytes(&mut self) -> &mut [u8] {
         if let Store::Mapped(..) = self.store {
-            let mut words = vec![0u64; self.len.div_ceil(8).max(1)];
-            // SAFETY: `words` holds at least `len` bytes; the source holds `len` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.as_ptr(),
-                    words.as_mut_ptr() as *mut u8,
-                    self.len,
-                )
-            };
-            self.store = Store::Owned(words);
+            let mut owned = Buffer::zeroed(self.ty.clone(), self.len);
+            owned.as_mut_bytes().copy_from_slice(self.bytes());
+            *self = owned;
         }
         let Store::Owned(w) = &mut self.store else {
             unreachable!("made owned above")

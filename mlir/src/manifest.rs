@@ -123,6 +123,16 @@ pub struct Output {
     pub held: Option<Held>,
 }
 
+impl ManifestStep {
+    /// The devices that run the step: the mesh's for a step on a mesh, else its device.
+    pub fn runners(&self) -> Vec<&str> {
+        match &self.mesh {
+            Some(devs) => devs.iter().map(String::as_str).collect(),
+            None => vec![self.device.as_str()],
+        }
+    }
+}
+
 /// A device that runs steps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ManifestDevice {

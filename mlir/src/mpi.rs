@@ -88,14 +88,6 @@ fn key(a: &Arg, dev: &str) -> Option<Key> {
     })
 }
 
-/// The devices that run a step: the mesh's for a step on a mesh, else its device.
-fn runners(st: &crate::manifest::ManifestStep) -> Vec<&str> {
-    match &st.mesh {
-        Some(devs) => devs.iter().map(String::as_str).collect(),
-        None => vec![st.device.as_str()],
-    }
-}
-
 /// The element type a tensor travels as (MPI has no bool or 16-bit float type here).
 fn wire(e: ElemType) -> ElemType {
     match e {
@@ -255,7 +247,7 @@ fn rank_functions(
     let mut needs: BTreeMap<&str, BTreeSet<Key>> = BTreeMap::new();
     let mut types: BTreeMap<Key, TensorType> = BTreeMap::new();
     for st in &m.steps {
-        for d in runners(st) {
+        for d in st.runners() {
             for a in &st.args {
                 let Some(k) = key(a, d) else { continue };
                 types.entry(k.clone()).or_insert(parse_type(a.ty())?);
@@ -533,7 +525,7 @@ fn rank_functions(
             }
             continue;
         }
-        let devs = runners(st);
+        let devs = st.runners();
         let first_rank = rank_of(devs[0]).ok_or_else(|| err(format!("{} has no rank", devs[0])))?;
         let res_tys: Vec<TensorType> = st
             .results

@@ -44,6 +44,16 @@ pub fn run_tool(cmd: &mut Command) -> Result<(), Error> {
     }
 }
 
+/// clang's flags for an object file of tessera's code: for this machine's CPU, position
+/// independent (a library's part).
+const COMPILE: [&str; 5] = [
+    "-c",
+    "-O2",
+    "-march=native",
+    "-fPIC",
+    "-Wno-override-module",
+];
+
 /// Compiles LLVM IR text to an object file for this machine's CPU (`-march=native`, as the
 /// JIT compiles for it) at `out` (written atomically).
 pub fn object_file(llvm_ir: &str, out: &Path) -> Result<(), Error> {
@@ -57,13 +67,7 @@ pub fn object_file(llvm_ir: &str, out: &Path) -> Result<(), Error> {
     let obj = tmp.path().join("module.o");
     run_tool(
         Command::new(clang())
-            .args([
-                "-c",
-                "-O2",
-                "-march=native",
-                "-fPIC",
-                "-Wno-override-module",
-            ])
+            .args(COMPILE)
             .args(["-x", "ir"])
             .arg(&ll)
             .arg("-o")
@@ -156,16 +160,12 @@ pub fn shared_library(
     let prefix = std::fs::canonicalize(llvm_prefix()).unwrap_or_else(|_| llvm_prefix());
     let cc = prefix.join("bin/clang");
     for (src, obj) in [("module.ll", "module.o"), ("entries.c", "entries.o")] {
-        run_tool(Command::new(&cc).current_dir(tmp.path()).args([
-            "-c",
-            "-O2",
-            "-march=native",
-            "-fPIC",
-            "-Wno-override-module",
-            src,
-            "-o",
-            obj,
-        ]))?;
+        run_tool(
+            Command::new(&cc)
+                .current_dir(tmp.path())
+                .args(COMPILE)
+                .args([src, "-o", obj]),
+        )?;
     }
     let utils = prefix.join("lib");
     run_tool(

@@ -33,6 +33,31 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "library" } else { "libraries" }
 }
 
+/// Why device `d`'s library in `dir` may not run its module `text` here (`cpu`, the JIT's
+/// `opt_level`), or `None` when it may.
+fn unusable(
+    lib: &crate::manifest::Library,
+    dir: &Path,
+    d: &crate::manifest::ManifestDevice,
+    text: &str,
+    cpu: &str,
+    opt_level: usize,
+) -> Option<String> {
+    if Path::new(&lib.file).file_name() != Some(std::ffi::OsStr::new(&lib.file)) {
+        Some(format!("not a file name in {}", dir.display()))
+    } else if crate::native::library_digest(text) != lib.source_sha256 {
+        Some(format!("not built from {} as it is now", d.module))
+    } else if lib.host_cpu != cpu || cpu == crate::native::UNKNOWN_CPU {
+        Some("built for a CPU with other features".to_string())
+    } else if opt_level != 2 {
+        Some(format!("built at -O2, not at -O{opt_level}"))
+    } else if !dir.join(&lib.file).is_file() {
+        Some("missing".to_string())
+    } else {
+        None
+    }
+}
+
 /// A device's module through the CPU pipeline and the JIT.
 fn jit(
     mlir: &Mlir,
@@ -198,30 +223,15 @@ impl Runner {
         let cpu = crate::native::host_cpu();
         for d in &manifest.devices {
             let text = read(&dir.join(&d.module))?;
-            // Why this device's library is not loaded, when it has one.
-            let why_not = d.library.as_ref().map(|lib| {
-                if Path::new(&lib.file).file_name() != Some(std::ffi::OsStr::new(&lib.file)) {
-                    Some(format!("not a file name in {}", dir.display()))
-                } else if crate::native::library_digest(&text) != lib.source_sha256 {
-                    Some(format!("not built from {} as it is now", d.module))
-                } else if lib.host_cpu != cpu || cpu == crate::native::UNKNOWN_CPU {
-                    Some("built for a CPU with other features".to_string())
-                } else if opt_level != 2 {
-                    Some(format!("built at -O2, not at -O{opt_level}"))
-                } else if !dir.join(&lib.file).is_file() {
-                    Some("missing".to_string())
-                } else {
-                    None
-                }
-            });
-            let engine = match (&d.library, why_not) {
-                (Some(lib), Some(None)) => Jit::library(&dir.join(&lib.file))?,
-                (lib, why) => {
-                    if let (Some(lib), Some(Some(why))) = (lib, why) {
+            let engine = match &d.library {
+                Some(lib) => match unusable(lib, dir, d, &text, &cpu, opt_level) {
+                    None => Jit::library(&dir.join(&lib.file))?,
+                    Some(why) => {
                         stale.push(format!("{} ({why})", lib.file));
+                        jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?
                     }
-                    jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?
-                }
+                },
+                None => jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?,
             };
             jits.insert(d.name.clone(), engine);
         }
@@ -252,11 +262,6 @@ impl Runner {
                 if k == 1 { "" } else { "s" }
             ),
         }
-    }
-
-    /// Whether every device's code came from a shared library (no MLIR, no JIT).
-    pub fn loaded(&self) -> bool {
-        self.jits.values().all(Jit::is_library)
     }
 
     /// The manifest.

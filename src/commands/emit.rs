@@ -125,10 +125,7 @@ fn library_entries(m: &tessera_mlir::manifest::Manifest, dev: &str) -> Vec<(Stri
     m.steps
         .iter()
         .filter(|st| !st.function.is_empty())
-        .filter(|st| match &st.mesh {
-            Some(devices) => devices.iter().any(|d| d == dev),
-            None => st.device == dev,
-        })
+        .filter(|st| st.runners().contains(&dev))
         .map(|st| {
             (
                 st.function.clone(),
@@ -196,10 +193,10 @@ pub fn write(
     // Each CPU device's steps as a shared library `tessera run` loads without compiling
     // (and its object file, when asked for, from the same compile). The MPI program has its
     // own build of every step.
-    let mut objects: BTreeSet<String> = BTreeSet::new();
+    let mut libraries = BTreeMap::new();
     if !emits.contains(&Emit::Mpi) {
-        for k in 0..program.modules.len() {
-            let (dev, text) = &program.modules[k];
+        let host_cpu = tessera_mlir::native::host_cpu();
+        for (dev, text) in &program.modules {
             if lowering(dev) != "cpu" {
                 continue;
             }
@@ -216,19 +213,16 @@ pub fn write(
                 &dir.join(&file),
                 object.as_deref(),
             )?;
-            if object.is_some() {
-                objects.insert(dev.clone());
-            }
-            let digest = tessera_mlir::native::library_digest(text);
-            let dev = dev.clone();
-            if let Some(d) = program.manifest.devices.iter_mut().find(|d| d.name == dev) {
-                d.library = Some(tessera_mlir::manifest::Library {
-                    file,
-                    source_sha256: digest,
-                    host_cpu: tessera_mlir::native::host_cpu(),
-                });
-            }
+            let library = tessera_mlir::manifest::Library {
+                file,
+                source_sha256: tessera_mlir::native::library_digest(text),
+                host_cpu: host_cpu.clone(),
+            };
+            libraries.insert(dev.clone(), library);
         }
+    }
+    for d in &mut program.manifest.devices {
+        d.library = libraries.remove(&d.name);
     }
     let manifest = serde_json::to_string_pretty(&program.manifest)? + "\n";
     super::write_atomically(&dir.join("manifest.json"), manifest.as_bytes())?;
@@ -295,6 +289,13 @@ pub fn write(
         ));
         own.insert(dev.as_str(), lowered);
     }
+    let has_library = |dev: &str| {
+        program
+            .manifest
+            .devices
+            .iter()
+            .any(|d| d.name == dev && d.library.is_some())
+    };
     for &e in emits {
         stages.stage(format!("--emit {e:?}").to_lowercase());
         match e {
@@ -342,7 +343,8 @@ pub fn write(
                     let ll = &cpu[dev].1;
                     if e == Emit::Llvm {
                         super::write_atomically(&dir.join(format!("{dev}.ll")), ll.as_bytes())?;
-                    } else if !objects.contains(dev) {
+                    } else if !has_library(dev) {
+                        // (A library's compile wrote its object file.)
                         tessera_mlir::native::object_file(ll, &dir.join(format!("{dev}.o")))?;
                     }
                 }

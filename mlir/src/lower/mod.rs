@@ -217,28 +217,43 @@ pub fn partition(g: &Graph, default: &str) -> Result<Vec<Step>, LowerError> {
         }
     }
     for st in &mut steps {
-        let mut seen = BTreeSet::new();
-        let mut seen_w = BTreeSet::new();
-        for &op in &st.ops {
-            for &v in &g.op(op).operands {
-                if let Some(c) = is_const(g, v) {
-                    if is_large(g, c) && seen_w.insert(v) {
-                        st.weights.push(v);
-                    }
-                    continue;
+        let id = st.id;
+        fill_io(
+            g,
+            st,
+            |v| step_of.get(&v) == Some(&id),
+            |r| used_elsewhere.contains(&r),
+        );
+    }
+    Ok(steps)
+}
+
+/// Fills `st`'s inputs (what its ops read that is not `inside` it and not a constant, in
+/// first-use order), weights (the large constants they read) and outputs (the results that
+/// `leave` it, in definition order).
+fn fill_io(
+    g: &Graph,
+    st: &mut Step,
+    inside: impl Fn(ValueId) -> bool,
+    leave: impl Fn(ValueId) -> bool,
+) {
+    let mut seen = BTreeSet::new();
+    for &op in &st.ops {
+        for &v in &g.op(op).operands {
+            if let Some(c) = is_const(g, v) {
+                if is_large(g, c) && seen.insert(v) {
+                    st.weights.push(v);
                 }
-                if step_of.get(&v) != Some(&st.id) && seen.insert(v) {
-                    st.inputs.push(v);
-                }
+            } else if !inside(v) && seen.insert(v) {
+                st.inputs.push(v);
             }
-            for &r in &g.op(op).results {
-                if used_elsewhere.contains(&r) {
-                    st.outputs.push(r);
-                }
+        }
+        for &r in &g.op(op).results {
+            if leave(r) {
+                st.outputs.push(r);
             }
         }
     }
-    Ok(steps)
 }
 
 /// Marks the state a step can update in place. State slot `s` (input `x`, next value `n`)
@@ -911,22 +926,12 @@ fn split_step(g: &Graph, st: &Step) -> Vec<Step> {
                 collective: false,
                 donated: Vec::new(),
             };
-            for &op in *ops {
-                for &v in &g.op(op).operands {
-                    if let Some(c) = is_const(g, v) {
-                        if is_large(g, c) && !p.weights.contains(&v) {
-                            p.weights.push(v);
-                        }
-                    } else if part_of.get(&v) != Some(&k) && !p.inputs.contains(&v) {
-                        p.inputs.push(v);
-                    }
-                }
-                for &r in &g.op(op).results {
-                    if needed.contains(&(k, r)) || returned.contains(&r) {
-                        p.outputs.push(r);
-                    }
-                }
-            }
+            fill_io(
+                g,
+                &mut p,
+                |v| part_of.get(&v) == Some(&k),
+                |r| needed.contains(&(k, r)) || returned.contains(&r),
+            );
             p
         })
         .collect()
