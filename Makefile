@@ -15,7 +15,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # MPICH for the multi-device path (see shared notes on MLIR 22), and METIS (gpmetis) for the
 # placement benchmark's baseline, and Chromium, whose headless mode the report's browser test
 # draws `report.html` with.
-APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 \
+APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libclang-22-dev clang-22 libomp-22-dev \
 	libpolly-22-dev libzstd-dev libz3-dev libxml2-dev zlib1g-dev mpich libmpich-dev metis \
 	chromium g++
 # Python modules for the model and test-data scripts (import names = pip names). onnx is

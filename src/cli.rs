@@ -532,6 +532,10 @@ struct TrainCmdArgs {
     /// large model's step much faster, into slower code.
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
     opt_level: u8,
+    /// Threads for the compiled code's parallel loops (OpenMP): from 1 to 1024. Default:
+    /// `OMP_NUM_THREADS`, else one per core.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     /// With a model: the target to compile for.
     #[arg(short, long, value_name = "TARGET", default_value = "cpu")]
     target: String,
@@ -656,6 +660,10 @@ struct RunArgs {
     /// time on standard error.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
+    /// Threads for the compiled code's parallel loops (OpenMP): from 1 to 1024. Default:
+    /// `OMP_NUM_THREADS`, else one per core.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     #[command(flatten)]
     shapes: ShapeArgs,
 }
@@ -696,6 +704,14 @@ fn parse_strategy(s: &str) -> Result<String, String> {
         "unknown strategy `{s}` (expected one of: {}){hint}",
         names.join(", ")
     ))
+}
+
+/// `--threads N` of `run` and `train`, set before anything compiled runs.
+fn set_threads(threads: Option<u16>) -> anyhow::Result<()> {
+    if let Some(n) = threads {
+        tessera_mlir::jit::set_threads(usize::from(n))?;
+    }
+    Ok(())
 }
 
 fn parse_binding(s: &str) -> Result<crate::commands::run::Binding, String> {
@@ -779,20 +795,22 @@ pub fn main_named(name: &str) -> ExitCode {
                 train: &a.train,
             })
         }
-        Command::Train(a) => crate::commands::train::run(&crate::commands::train::TrainRequest {
-            path: &a.path,
-            bindings: &a.inputs,
-            steps: a.steps,
-            output_dir: &a.output_dir,
-            resume: a.resume.as_deref(),
-            interpret: a.interpret,
-            seed: a.seed,
-            opt_level: usize::from(a.opt_level),
-            target: &a.target,
-            target_path: &a.target_path,
-            passes: &a.passes,
-            shapes: &a.shapes.input_shapes,
-            train: &a.train,
+        Command::Train(a) => set_threads(a.threads).and_then(|()| {
+            crate::commands::train::run(&crate::commands::train::TrainRequest {
+                path: &a.path,
+                bindings: &a.inputs,
+                steps: a.steps,
+                output_dir: &a.output_dir,
+                resume: a.resume.as_deref(),
+                interpret: a.interpret,
+                seed: a.seed,
+                opt_level: usize::from(a.opt_level),
+                target: &a.target,
+                target_path: &a.target_path,
+                passes: &a.passes,
+                shapes: &a.shapes.input_shapes,
+                train: &a.train,
+            })
         }),
         Command::Place(a) => crate::commands::place::run(
             &a.problem,
@@ -813,17 +831,19 @@ pub fn main_named(name: &str) -> ExitCode {
             crate::commands::import::run(&a.model, a.output.as_deref(), &a.shapes.input_shapes)
         }
         Command::Fmt(a) => crate::commands::fmt::run(&a.file, &a.shapes.input_shapes),
-        Command::Run(a) => crate::commands::run::run(
-            &a.file,
-            &a.inputs,
-            a.output_dir.as_deref(),
-            &a.shapes.input_shapes,
-            &crate::commands::run::Execution {
-                target: a.target.as_deref(),
-                target_path: &a.target_path,
-                repeat: a.repeat,
-            },
-        ),
+        Command::Run(a) => set_threads(a.threads).and_then(|()| {
+            crate::commands::run::run(
+                &a.file,
+                &a.inputs,
+                a.output_dir.as_deref(),
+                &a.shapes.input_shapes,
+                &crate::commands::run::Execution {
+                    target: a.target.as_deref(),
+                    target_path: &a.target_path,
+                    repeat: a.repeat,
+                },
+            )
+        }),
         Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {
             input: a.file.as_deref(),
             passes: a.passes.as_deref(),

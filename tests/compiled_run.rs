@@ -783,17 +783,24 @@ fn dump_pass_pipeline_prints_what_mlir_opt_runs() {
         .and_then(|l| l.strip_suffix('\''))
         .unwrap_or_else(|| panic!("no cpu0 pipeline line in\n{err}"));
     // Every option spelled out, as MLIR expands the pipeline.
+    // The schedule first, from the file compile -o wrote beside the module.
     assert!(
-        pipeline.starts_with("builtin.module(convert-math-to-funcs{"),
+        pipeline.starts_with(
+            "builtin.module(transform-preload-library{transform-library-paths={cpu0.schedule.mlir}},\
+             transform-interpreter{"
+        ),
         "{pipeline}"
     );
+    assert!(pipeline.contains(",convert-math-to-funcs{"), "{pipeline}");
     assert!(
         pipeline.contains("bufferize-function-boundaries=true"),
         "{pipeline}"
     );
     let llvm = std::env::var("LLVM_PREFIX").unwrap_or_else(|_| "/usr/lib/llvm-22".into());
+    // Run where the printed line names its files: the module and its schedule.
     let opt = std::process::Command::new(format!("{llvm}/bin/mlir-opt"))
-        .arg(out.join("cpu0.mlir"))
+        .current_dir(&out)
+        .arg("cpu0.mlir")
         .arg(format!("--pass-pipeline={pipeline}"))
         .output()
         .expect("mlir-opt runs");
@@ -1230,4 +1237,76 @@ fn the_summary_and_explain_show_the_mesh_and_why_ops_split() {
         "{out}"
     );
     assert!(out.contains("mesh         @split = ["), "{out}");
+}
+
+/// A matmul large enough for the schedule to run its outer tiles on OpenMP's threads
+/// (128×256 by 256×256, 16.8 MFLOP): `--threads 1` and `--threads 2` give the same numbers
+/// (each element sums its products in the same order on any thread), under the library and
+/// under the JIT, and they match the interpreter; `--threads 0` is a usage error.
+#[test]
+fn threads_share_a_large_matmul_and_agree_with_one_thread() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("mm.tir");
+    fs::write(
+        &model,
+        "graph @mm(%x: f32[128, 256], %w: f32[256, 256]) {\n  %y = matmul %x, %w : f32[128, 256]\n  return %y\n}\n",
+    )
+    .expect("model");
+    let input = |name: &str, n: usize, m: usize, seed: usize| {
+        let data: Vec<f32> = (0..n * m)
+            .map(|i| ((i * 7919 + seed) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[n, m], &bytes).expect("t");
+        let p = tmp.path().join(format!("{name}.npy"));
+        tessera::npy::write(&p, &t).expect("write");
+        format!("{name}={}", p.display())
+    };
+    let (x, w) = (input("x", 128, 256, 1), input("w", 256, 256, 2));
+    let dir = tmp.path().join("build");
+    ok(tessera()
+        .arg("compile")
+        .arg(&model)
+        .args(["--target", "cpu", "-o"])
+        .arg(&dir));
+    let schedule = fs::read_to_string(dir.join("cpu0.schedule.mlir")).expect("schedule");
+    assert!(schedule.contains("tile_using_forall"), "{schedule}");
+    let run = |what: &Path, extra: &[&str], out: &str| {
+        ok(tessera()
+            .arg("run")
+            .arg(what)
+            .args(["--input", &x, "--input", &w])
+            .args(extra)
+            .arg("-o")
+            .arg(tmp.path().join(out)));
+        tessera::npy::read(&tmp.path().join(out).join("y.npy")).expect("y")
+    };
+    let one = run(&dir, &["--threads", "1"], "one");
+    let two = run(&dir, &["--threads", "2"], "two");
+    assert_eq!(
+        one.to_f64_vec(),
+        two.to_f64_vec(),
+        "one thread and two differ"
+    );
+    let jit = run(&model, &["--target", "cpu", "--threads", "2"], "jit");
+    assert_eq!(
+        one.to_f64_vec(),
+        jit.to_f64_vec(),
+        "the library and the JIT differ"
+    );
+    let reference = run(&model, &[], "interp");
+    let d = max_diff(&one, &reference);
+    assert!(d < 1e-4, "max |diff| {d} against the interpreter");
+    let o = tessera()
+        .arg("run")
+        .arg(&dir)
+        .args(["--threads", "0"])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

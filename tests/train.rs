@@ -939,7 +939,7 @@ fn check_meshes(dir: &Path) {
 /// along the batch over its own pair of chips (two meshes, `@split0` and `@split1`), the
 /// activations and their gradients crossing between the pairs. The MLP over two
 /// microbatches under `mpirun` (GPipe and 1F1B: the same numbers, byte for byte) gives
-/// torch's numbers and the single-device `tessera train`'s to 1e-5, and so does its
+/// torch's numbers and the single-device `tessera train`'s to [`SAME_SUMS`], and so does its
 /// tensor-parallel variant (`--split-axes columns,rows,hidden`: each layer split by its
 /// output features over its stage's pair); so do the CNN over two microbatches (GPipe and
 /// 1F1B again byte for byte, and GPipe recomputing its stages' forward; torch trained the
@@ -973,7 +973,7 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         );
         check_meshes(&build.path().join("step"));
         check_against_torch(&MLP, &ADAMW, &out);
-        close_to(&out, single.path(), 1e-5);
+        close_to(&out, single.path(), SAME_SUMS);
         runs.push((build, out));
     }
     same_outputs(&runs, MLP.dir);
@@ -997,7 +997,7 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
         .count();
     assert!(split_gemms >= 3, "{placed}");
     check_against_torch(&MLP, &ADAMW, &out);
-    close_to(&out, single.path(), 1e-5);
+    close_to(&out, single.path(), SAME_SUMS);
     // Chips too small for any plan: the error names the device, its stage (the group of
     // chips its split ops run on) and the overflow.
     let tiny = stages_target(tmp.path(), 8_000);
@@ -1045,7 +1045,7 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
                 "{summary}"
             );
             check_against_torch(m, c, &out);
-            close_to(&out, single.path(), 1e-5);
+            close_to(&out, single.path(), SAME_SUMS);
             runs.push((build, out));
         }
         same_outputs(&runs, m.dir);
@@ -1056,7 +1056,7 @@ fn pipeline_stages_of_data_parallel_pairs_match_pytorch() {
 /// stages on two pairs of chips, each stage's ops split along model axes only (no `batch`),
 /// two microbatches pipelined by GPipe and by 1F1B under `mpirun`: the two schedules give
 /// the same numbers byte for byte, torch's (GPT-2 tiny; the CNN's batch norm normalizes each
-/// microbatch apart) and the single-device `tessera train --microbatches 2`'s to 1e-5. On
+/// microbatch apart) and the single-device `tessera train --microbatches 2`'s to [`SAME_SUMS`]. On
 /// chips of 40 000 bytes the CNN's classifier (its `gemm`, forward and backward) and the
 /// elementwise ops around it split by features on the second pair (its convolutions, with 4
 /// and 8 channels, run on the host); on chips of 1 MB GPT-2 tiny's products split by columns
@@ -1119,7 +1119,7 @@ fn pipeline_stages_of_tensor_parallel_pairs_match_pytorch() {
                 m.dir
             );
             check_against_torch(m, c, &out);
-            close_to(&out, single.path(), 1e-5);
+            close_to(&out, single.path(), SAME_SUMS);
             runs.push((build, out));
         }
         same_outputs(&runs, m.dir);
@@ -1223,6 +1223,12 @@ fn microbatches_auto_keeps_the_fastest_step() {
         "{e}"
     );
 }
+
+/// How close a split training run's numbers are to the single device's, relative to each
+/// tensor's largest magnitude: the same sums in another order (microbatches, each device's
+/// part, the CPU schedule's 16 partial sums of a dot product, fused multiply-adds). The MLP's
+/// `fc1.weight` over two microbatches came 1.05e-5 off with the schedule (the bound was 1e-5).
+const SAME_SUMS: f64 = 2e-5;
 
 /// The losses and trained weights in `a` and `b` (two training output folders) agree to
 /// `rel` relative to each tensor's largest magnitude.

@@ -7,9 +7,9 @@ output .npy files) this measures:
   tessera      `tessera compile MODEL --input-shape NAME=DxD.. --target cpu
                -o OUT` (MLIR and the shared library `run` loads) and the
                same with `--emit object` (wall clock), and
-               `tessera run OUT --input NAME=FILE.npy .. --repeat N`
-               (wall clock of the whole process; a `run: median <x> ms` line
-               is parsed if present).
+               `tessera run OUT --input NAME=FILE.npy .. --repeat N --threads T`
+               for T = 1 and 2 (a `run: median <x> ms` line is parsed; the
+               process's wall clock is noted).
   IREE         `iree-import-onnx` and `iree-compile` (llvm-cpu, host CPU),
                wall clock, timed separately; run time = `iree-benchmark-module`
                (the runtime's own benchmark tool: the median of N repetitions,
@@ -21,7 +21,8 @@ output .npy files) this measures:
 
 Threads: onnxruntime runs with intra_op_num_threads=1 (--ort-threads) and
 IREE with the single-threaded `local-sync` driver (--iree-driver) by default,
-to compare against single-threaded generated code.  Compilers themselves run
+to compare against single-threaded generated code, and tessera's `run ms` is
+`--threads 1`; its `2 threads` column is `--threads 2`.  Compilers themselves run
 with their own default threading.
 
 Shapes: tessera compiles for fixed input shapes (the sample shapes from
@@ -379,7 +380,7 @@ START_RE = re.compile(r"(loaded [^)]*? in|JIT compile) [0-9.]+ ms")
 
 
 def bench_tessera(model, args, work):
-    res = {"compile_s": None, "mlir_s": None, "run_ms": None, "notes": []}
+    res = {"compile_s": None, "mlir_s": None, "run_ms": None, "run2_ms": None, "notes": []}
     exe = Path(args.tessera)
     if not exe.is_absolute():
         exe = (REPO / exe) if (REPO / exe).exists() else Path.cwd() / exe
@@ -405,29 +406,33 @@ def bench_tessera(model, args, work):
         res["mlir_s"], _ = median_of(once(base), args.compile_repeats)
         res["compile_s"], _ = median_of(once(base + ["--emit", "object"]), args.compile_repeats)
     except StepError as e:
-        res["compile_s"] = res["mlir_s"] = res["run_ms"] = "n/a (compile failed)"
+        res["compile_s"] = res["mlir_s"] = res["run_ms"] = res["run2_ms"] = "n/a (compile failed)"
         res["notes"].append(f"tessera compile failed: {e}")
         return res
 
-    cmd = [str(exe), "run", str(out)]
-    for name, path, _ in model.inputs:
-        cmd += ["--input", f"{name}={path}"]
-    cmd += ["--repeat", str(args.repeat)]
-    try:
-        wall, stdout, stderr = run_timed(cmd, args.timeout)
-    except StepError as e:
-        res["run_ms"] = "n/a (run failed)"
-        res["notes"].append(f"tessera run failed: {e}")
-        return res
-    m = RUN_MEDIAN_RE.search(stdout + "\n" + stderr)
-    start = START_RE.search(stdout + "\n" + stderr)
-    if start:
-        res["notes"].append(f"tessera start {start.group(0)}")
-    if m:
-        res["run_ms"] = float(m.group(1))
-        res["notes"].append(f"tessera run process wall {wall*1e3:.0f} ms for --repeat {args.repeat}")
-    else:
-        res["run_ms"] = f"n/a (no 'run: median' line; process wall {wall*1e3:.0f} ms, --repeat {args.repeat})"
+    # One thread (the comparison with IREE local-sync and onnxruntime's one thread), then
+    # two: the schedule's large contractions share their tiles across OpenMP's threads.
+    for threads, key in [(1, "run_ms"), (2, "run2_ms")]:
+        cmd = [str(exe), "run", str(out)]
+        for name, path, _ in model.inputs:
+            cmd += ["--input", f"{name}={path}"]
+        cmd += ["--repeat", str(args.repeat), "--threads", str(threads)]
+        try:
+            wall, stdout, stderr = run_timed(cmd, args.timeout)
+        except StepError as e:
+            res[key] = "n/a (run failed)"
+            res["notes"].append(f"tessera run --threads {threads} failed: {e}")
+            continue
+        m = RUN_MEDIAN_RE.search(stdout + "\n" + stderr)
+        start = START_RE.search(stdout + "\n" + stderr)
+        if start and threads == 1:
+            res["notes"].append(f"tessera start {start.group(0)}")
+        if m:
+            res[key] = float(m.group(1))
+            if threads == 1:
+                res["notes"].append(f"tessera run process wall {wall*1e3:.0f} ms for --repeat {args.repeat}")
+        else:
+            res[key] = f"n/a (no 'run: median' line; process wall {wall*1e3:.0f} ms, --repeat {args.repeat})"
     return res
 
 
@@ -457,7 +462,7 @@ def machine_notes(args):
         pass
     lines.append("- versions: " + ", ".join(vers))
     lines.append(
-        f"- run times: tessera and onnxruntime median of {args.repeat} calls after {args.warmup} warmup call(s); "
+        f"- run times: tessera (--threads 1, and --threads 2 in its own column) and onnxruntime median of {args.repeat} calls after {args.warmup} warmup call(s); "
         f"onnxruntime CPU EP intra_op_num_threads={args.ort_threads or 'default'}, ORT_SEQUENTIAL; "
         f"IREE iree-benchmark-module --device={args.iree_driver}, median of {args.repeat} repetitions; "
         f"compile times: median of {args.compile_repeats} run(s), wall clock")
@@ -502,7 +507,8 @@ def main():
             work = tmp_root / model.name
             work.mkdir(parents=True, exist_ok=True)
             notes = []
-            t = {"compile_s": "n/a (skipped)", "mlir_s": "n/a (skipped)", "run_ms": "n/a (skipped)", "notes": []}
+            t = {"compile_s": "n/a (skipped)", "mlir_s": "n/a (skipped)", "run_ms": "n/a (skipped)",
+                 "run2_ms": "n/a (skipped)", "notes": []}
             i = {"compile": "n/a (skipped)", "run_ms": "n/a (skipped)", "notes": []}
             o = {"run_ms": "n/a (skipped)", "notes": []}
             if "tessera" not in args.skip:
@@ -517,7 +523,7 @@ def main():
                     notes.append(f"ORT session init {o['session_s']:.2f} s")
             notes = t["notes"] + i["notes"] + notes + o["notes"]
             row = [model.name, fmt(t["mlir_s"]), fmt(t["compile_s"]), fmt(i["compile"]), fmt(t["run_ms"]),
-                   fmt(i["run_ms"]), fmt(o["run_ms"]), "; ".join(notes)]
+                   fmt(t.get("run2_ms", "n/a")), fmt(i["run_ms"]), fmt(o["run_ms"]), "; ".join(notes)]
             rows.append(row)
             print("  " + " | ".join(row), file=sys.stderr, flush=True)
             if not args.keep_tmp:
@@ -529,7 +535,7 @@ def main():
             shutil.rmtree(tmp_root, ignore_errors=True)
 
     header = ["model", "tessera compile -o s", "tessera to object s", "IREE import+compile s", "tessera run ms",
-              "IREE run ms", "onnxruntime run ms", "notes"]
+              "tessera 2 threads ms", "IREE run ms", "onnxruntime run ms", "notes"]
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out.append("")

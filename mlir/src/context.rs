@@ -168,14 +168,21 @@ impl Mlir {
     /// Runs a textual pass pipeline (`builtin.module(...)`, as `mlir-opt --pass-pipeline`
     /// takes it) on a module in-process. The result is the same in every run: where the
     /// pipeline named constants in a run-dependent order or recorded a time, the module is
-    /// made canonical ([`crate::canonical`]).
+    /// made canonical ([`crate::canonical`]). A pipeline with the CPU code generation
+    /// schedule ([`crate::pipelines::scheduled`]) gets it applied first; the schedule, as a
+    /// transform library, is returned (empty for other pipelines).
     pub fn run_pipeline<'c>(
         &'c self,
         module: &mut Module<'c>,
         pipeline: &str,
         options: &PipelineOptions,
         what: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<String, Error> {
+        let schedule = if crate::pipelines::scheduled(pipeline) {
+            crate::schedule::apply(self, module, crate::pipelines::threaded(pipeline), what)?
+        } else {
+            String::new()
+        };
         self.diagnostics.borrow_mut().clear();
         let pm = PassManager::new(&self.context);
         pm.enable_verifier(true);
@@ -227,7 +234,42 @@ impl Mlir {
         {
             *module = self.parse(&text, what)?;
         }
-        Ok(())
+        Ok(schedule)
+    }
+
+    /// Applies the transform dialect's named sequence `entry` of `schedule` to `module`
+    /// (the transform interpreter, as `transform-interpreter` runs it), then verifies it.
+    pub fn apply_transform(
+        &self,
+        module: &mut Module<'_>,
+        entry: &melior::ir::OperationRef<'_, '_>,
+        schedule: &Module<'_>,
+        what: &str,
+    ) -> Result<(), Error> {
+        use melior::ir::operation::OperationLike;
+        self.diagnostics.borrow_mut().clear();
+        // SAFETY: the three operations are alive for the call and belong to this context;
+        // the options are created and destroyed here.
+        #[allow(unsafe_code)]
+        let ok = unsafe {
+            let options = mlir_sys::mlirTransformOptionsCreate();
+            let result = mlir_sys::mlirTransformApplyNamedSequence(
+                module.as_operation().to_raw(),
+                entry.to_raw(),
+                schedule.as_operation().to_raw(),
+                options,
+            );
+            mlir_sys::mlirTransformOptionsDestroy(options);
+            result.value != 0
+        };
+        if !ok {
+            return Err(Error::Mlir {
+                what: what.to_string(),
+                stage: "schedule".into(),
+                message: self.take_diagnostics(),
+            });
+        }
+        self.verify(module, what)
     }
 
     /// `pipeline` as MLIR parses it, every pass option spelled out: what `mlir-opt

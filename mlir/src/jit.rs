@@ -48,12 +48,16 @@ pub fn elem_bytes(e: ElemType) -> usize {
 
 impl Jit {
     /// JIT-compiles a module already lowered to the LLVM dialect (`opt_level` 0 to 3).
-    /// MLIR's C runner utilities (`memrefCopy`, which bufferized copies call) are loaded
-    /// from the LLVM installation.
+    /// MLIR's C runner utilities (`memrefCopy`, which bufferized copies call) and the
+    /// OpenMP runtime (the schedule's parallel loops) are loaded from the LLVM installation.
     pub fn new(module: &Module<'_>, opt_level: usize) -> Jit {
-        // MLIR reads the path as a C string: end it with a NUL.
-        let utils = runner_utils().map(|p| format!("{p}\0"));
-        let libs: Vec<&str> = utils.iter().map(String::as_str).collect();
+        // MLIR reads the paths as C strings: end them with a NUL.
+        let libs: Vec<String> = [runner_utils(), openmp_runtime()]
+            .into_iter()
+            .flatten()
+            .map(|p| format!("{p}\0"))
+            .collect();
+        let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
         Jit {
             engine: Engine::Jit(ExecutionEngine::new(module, opt_level, &libs, false, false)),
         }
@@ -374,6 +378,39 @@ impl Buffer {
 pub fn runner_utils() -> Option<String> {
     let p = crate::native::llvm_prefix().join("lib/libmlir_c_runner_utils.so");
     p.is_file().then(|| p.display().to_string())
+}
+
+/// The OpenMP runtime (LLVM's `libomp`), which the CPU code's parallel loops call, when
+/// installed.
+pub fn openmp_runtime() -> Option<String> {
+    let p = crate::native::llvm_prefix().join("lib/libomp.so");
+    p.is_file().then(|| p.display().to_string())
+}
+
+/// Sets how many threads the CPU code's parallel loops use from now on
+/// (`omp_set_num_threads` of the OpenMP runtime that libraries and the JIT load): for the
+/// calling thread, which is the one that runs the steps. Without it, the runtime's default
+/// (`OMP_NUM_THREADS`, else one per core).
+pub fn set_threads(n: usize) -> Result<(), Error> {
+    let missing = |why: String| Error::Run {
+        message: format!("--threads {n}: cannot load the OpenMP runtime: {why}"),
+    };
+    let path = openmp_runtime()
+        .ok_or_else(|| missing("libomp.so is not installed (`make deps` installs it)".into()))?;
+    let count = i32::try_from(n).map_err(|_| missing("too many threads".into()))?;
+    // SAFETY: libomp's initializers are safe to run; `omp_set_num_threads` has this C
+    // signature (omp.h), and the library stays loaded (it is never closed) while code that
+    // uses the setting runs.
+    #[allow(unsafe_code)]
+    unsafe {
+        let lib = libloading::Library::new(&path).map_err(|e| missing(e.to_string()))?;
+        let set: libloading::Symbol<'_, unsafe extern "C" fn(i32)> = lib
+            .get(b"omp_set_num_threads\0")
+            .map_err(|e| missing(e.to_string()))?;
+        set(count);
+        std::mem::forget(lib);
+    }
+    Ok(())
 }
 
 fn contiguous_strides(shape: &[usize]) -> Vec<i64> {

@@ -39,3 +39,4 @@ pub mod weights;
 pub use run::{OutBuf, Runner};
 pub mod mpi;
 pub mod native;
+pub mod schedule;

@@ -97,10 +97,17 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// What a library is built from, as a SHA-256 in hex: the library convention, the CPU
-/// pipeline and the module's text. A library names it, so that a module changed since (or a
+/// pipeline, its schedule ([`crate::schedule::VERSION`]) and the module's text. A library names it, so that a module changed since (or a
 /// tessera with another pipeline) does not run through an old library.
 pub fn library_digest(module: &str) -> String {
-    sha256_hex(format!("{LIBRARY_ABI}\0{}\0{module}", pipelines::CPU).as_bytes())
+    sha256_hex(
+        format!(
+            "{LIBRARY_ABI}\0{}\0{}\0{module}",
+            pipelines::CPU,
+            crate::schedule::VERSION
+        )
+        .as_bytes(),
+    )
 }
 
 /// What identifies this machine's CPU for its native code (`-march=native`): the SHA-256 of
@@ -176,7 +183,7 @@ pub fn shared_library(
             .args(["module.o", "entries.o", "-o", "library.so"])
             .arg(format!("-L{}", utils.display()))
             .arg(format!("-Wl,-rpath,{}", utils.display()))
-            .args(["-lmlir_c_runner_utils", "-lm"]),
+            .args(["-lmlir_c_runner_utils", "-lomp", "-lm"]),
     )?;
     std::fs::rename(tmp.path().join("library.so"), out).map_err(|e| io(out, e))?;
     if let Some(o) = object {

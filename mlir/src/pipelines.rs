@@ -15,7 +15,8 @@ use crate::{Error, Mlir, PipelineOptions};
 
 /// Tensors to the LLVM dialect for the CPU: bufferize (function boundaries with identity
 /// layouts; `scf.while`/`scf.for` bodies may yield new buffers, as region ops' loops do),
-/// free what is no longer used, linalg to loops, everything to LLVM.
+/// free what is no longer used, linalg to loops, vectors (the schedule's, see
+/// [`scheduled`]) and everything else to LLVM.
 ///
 /// The deallocation is `buffer-deallocation-pipeline`'s passes without
 /// `buffer-deallocation-simplification`, which compares every pair of buffers a block frees
@@ -23,7 +24,46 @@ use crate::{Error, Mlir, PipelineOptions};
 /// thousands of its kernels' results at its end, and the pass took 5.2 s of a 6.7 s
 /// pipeline. The frees it would have proven unconditional are checked at run time against
 /// the step's few results.
-pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+
+/// Whether [`crate::Mlir::run_pipeline`] applies the CPU code generation schedule
+/// ([`crate::schedule`]) to a module before `pipeline`'s passes: it does for [`CPU`] and
+/// [`CPU_MPI_BUFFERS`], whose modules are still linalg on tensors.
+pub fn scheduled(pipeline: &str) -> bool {
+    pipeline == CPU || pipeline == CPU_MPI_BUFFERS
+}
+
+/// Whether `pipeline` runs OpenMP's threads (`scf.forall` to `omp.parallel`): [`CPU`]
+/// does; the MPI program's ranks are single-threaded processes.
+pub fn threaded(pipeline: &str) -> bool {
+    pipeline == CPU
+}
+
+/// The file name of a device's schedule (`cpu0.schedule.mlir`), which `compile -o` writes
+/// beside its module for [`with_schedule`].
+pub fn schedule_file(device: &str) -> String {
+    format!("{device}.schedule.mlir")
+}
+
+/// `pipeline` as `mlir-opt` runs it on `device`'s module: for a [`scheduled`] pipeline,
+/// its schedule ([`schedule_file`], loaded by `transform-preload-library`) applied first by
+/// `transform-interpreter`, one pass per named sequence; any other pipeline as it is.
+pub fn with_schedule(pipeline: &str, device: &str) -> String {
+    if !scheduled(pipeline) {
+        return pipeline.to_string();
+    }
+    let inner = pipeline
+        .strip_prefix("builtin.module(")
+        .and_then(|p| p.strip_suffix(')'))
+        .unwrap_or(pipeline);
+    format!(
+        "builtin.module(transform-preload-library{{transform-library-paths={}}},\
+         transform-interpreter{{entry-point={}}},transform-interpreter{{entry-point={}}},{inner})",
+        schedule_file(device),
+        crate::schedule::CONVOLUTIONS,
+        crate::schedule::CONTRACTIONS
+    )
+}
 
 /// The same for a program with MPI calls, in two parts. MPI's ops declare no memory
 /// effects, so `buffer-deallocation-pipeline` rejects them: the program calls a declared
@@ -46,7 +86,7 @@ pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,
 /// The second part of the MPI program's pipeline (see [`CPU_MPI_BUFFERS`]). Buffers are
 /// allocated and freed by the generic functions (`_mlir_memref_to_llvm_alloc` and `_free`),
 /// which the program's C driver defines to count each rank's bytes.
-pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-scf-to-cf,expand-strided-metadata,lower-affine,finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
+pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
 /// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
 /// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA

@@ -109,7 +109,8 @@ pub fn pipelines_text(graph: &Graph, target_hooks: &dyn Target) -> Result<String
             ));
             continue;
         };
-        let expanded = mlir.expand_pipeline(pipeline, &format!("{}'s pipeline", d.name))?;
+        let pipeline = pipelines::with_schedule(pipeline, &d.name);
+        let expanded = mlir.expand_pipeline(&pipeline, &format!("{}'s pipeline", d.name))?;
         out.push_str(&format!(
             "{head} mlir-opt {}.mlir --pass-pipeline='{expanded}'\n",
             d.name
@@ -177,14 +178,19 @@ pub fn write(
     let device = |dev: &str| target.devices.iter().find(|d| d.name == dev);
     let lowering = |dev: &str| device(dev).map(|d| d.lowering.clone()).unwrap_or_default();
     // Each CPU device's module after the CPU pipeline (printed) and as LLVM IR, made once for
-    // its library, `lowered`, `llvm` and `object` together.
+    // its library, `lowered`, `llvm` and `object` together; its schedule is written then.
     let mut cpu: BTreeMap<String, (String, String)> = BTreeMap::new();
     let cpu_outputs =
         |cpu: &mut BTreeMap<String, (String, String)>, dev: &str, text: &str| -> Result<()> {
             if !cpu.contains_key(dev) {
                 let what = format!("{dev}.mlir");
                 let mut m = mlir.parse(text, &what)?;
-                mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
+                let schedule = mlir.run_pipeline(&mut m, pipelines::CPU, &popts, &what)?;
+                // What `--dump-pass-pipeline`'s mlir-opt line loads.
+                super::write_atomically(
+                    &dir.join(pipelines::schedule_file(dev)),
+                    schedule.as_bytes(),
+                )?;
                 let done = (Mlir::print(&m), mlir.to_llvm_ir(&m, &what)?);
                 cpu.insert(dev.to_string(), done);
             }

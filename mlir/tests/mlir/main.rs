@@ -1,6 +1,7 @@
 //! tessera-mlir's tests, in one binary (MLIR links statically, so each test binary is large):
 //! the lowering goldens (`goldens`), the ONNX backend node tests through the compiled
-//! path (`onnx_nodes`), and two module rewrites the MPI program uses (`define`, `dealloc`).
+//! path (`onnx_nodes`), two module rewrites the MPI program uses (`define`, `dealloc`), and
+//! the CPU code generation schedule (`schedule`).
 
 #[path = "../../../onnx/tests/common/mod.rs"]
 mod common;
@@ -10,3 +11,4 @@ mod define;
 mod filecheck;
 mod goldens;
 mod onnx_nodes;
+mod schedule;

@@ -1,0 +1,195 @@
+//! `schedule::apply`: the CPU code generation schedule written for a module and applied to
+//! it. Contractions are split where their tile does not divide them, tiled and vectorized
+//! (the block of C hoisted out of the `k` loop); convolutions become im2col and a
+//! contraction; a dilated convolution and an elementwise generic are left alone; large
+//! contractions' outer tiles are parallel only when the pipeline has threads. What the
+//! scheduled code computes is checked elsewhere: every model against onnxruntime and the
+//! ONNX node tests against the interpreter, through the same pipeline.
+
+use tessera_mlir::{Mlir, schedule};
+
+use crate::filecheck::{Check, check};
+
+/// A 20×64 by 64×50 matmul (rows 16 + 4, lanes 32 + 18), a convolution, a dilated one, an
+/// elementwise generic, and a 128×256 by 256×512 matmul (67 MFLOP).
+const MODULE: &str = "#mm_a = affine_map<(d0, d1, d2) -> (d0, d1)>
+#mm_b = affine_map<(d0, d1, d2) -> (d1, d2)>
+#mm_c = affine_map<(d0, d1, d2) -> (d0, d2)>
+#cv_i = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, d2 + d5, d3 + d6)>
+#cv_d = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, d2 + d5 * 2, d3 + d6 * 2)>
+#cv_f = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>
+#cv_o = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func @mm(%a: tensor<20x64xf32>, %b: tensor<64x50xf32>, %c: tensor<20x50xf32>) -> tensor<20x50xf32> {
+    %r = linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types = [\"parallel\", \"reduction\", \"parallel\"]} ins(%a, %b : tensor<20x64xf32>, tensor<64x50xf32>) outs(%c : tensor<20x50xf32>) {
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<20x50xf32>
+    return %r : tensor<20x50xf32>
+  }
+  func.func @conv(%i: tensor<1x3x10x10xf32>, %f: tensor<4x3x3x3xf32>, %o: tensor<1x4x8x8xf32>, %o2: tensor<1x4x6x6xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x6x6xf32>) {
+    %r = linalg.generic {indexing_maps = [#cv_i, #cv_f, #cv_o], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\", \"reduction\", \"reduction\"]} ins(%i, %f : tensor<1x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%o : tensor<1x4x8x8xf32>) {
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<1x4x8x8xf32>
+    %d = linalg.generic {indexing_maps = [#cv_d, #cv_f, #cv_o], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\", \"reduction\", \"reduction\"]} ins(%i, %f : tensor<1x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%o2 : tensor<1x4x6x6xf32>) {
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<1x4x6x6xf32>
+    return %r, %d : tensor<1x4x8x8xf32>, tensor<1x4x6x6xf32>
+  }
+  func.func @add(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\", \"parallel\"]} ins(%a : tensor<4x4xf32>) outs(%b : tensor<4x4xf32>) {
+    ^bb0(%x: f32, %z: f32):
+      %s = arith.addf %z, %x : f32
+      linalg.yield %s : f32
+    } -> tensor<4x4xf32>
+    return %r : tensor<4x4xf32>
+  }
+  func.func @big(%a: tensor<128x256xf32>, %b: tensor<256x512xf32>, %c: tensor<128x512xf32>) -> tensor<128x512xf32> {
+    %r = linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types = [\"parallel\", \"reduction\", \"parallel\"]} ins(%a, %b : tensor<128x256xf32>, tensor<256x512xf32>) outs(%c : tensor<128x512xf32>) {
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<128x512xf32>
+    return %r : tensor<128x512xf32>
+  }
+}
+";
+
+fn here(s: &str) -> Check {
+    Check::Here(s.to_string())
+}
+fn next(s: &str) -> Check {
+    Check::Next(s.to_string())
+}
+fn not(s: &str) -> Check {
+    Check::Not(s.to_string())
+}
+
+/// The schedule and the module it made, with threads or without.
+fn scheduled(parallel: bool) -> (String, String) {
+    let mlir = Mlir::new();
+    let mut m = mlir.parse(MODULE, "schedule").expect("parses");
+    let library = schedule::apply(&mlir, &mut m, parallel, "schedule").expect("applies");
+    mlir.verify(&m, "schedule").expect("verifies");
+    (library, Mlir::print(&m))
+}
+
+#[test]
+fn contractions_are_split_tiled_and_vectorized() {
+    let (library, module) = scheduled(false);
+    check(
+        &library,
+        &[
+            here("transform.named_sequence @tessera_convolutions("),
+            // The undilated convolution (the second generic of @conv is dilated).
+            here("attributes{sym_name = \"conv\"}"),
+            here("%v0_0, %v0_1 = transform.split_handle %v0_all"),
+            next("%v0_0_s = transform.structured.specialize %v0_0"),
+            not("specialize %v0_1"),
+            here("transform.structured.convert_conv2d_to_img2col %convs"),
+            here("transform.named_sequence @tessera_contractions("),
+            // 20×50: lanes 32 + 18, the 18 as 16 + 2, then rows 16 + 4 of each; tiles of
+            // 8 rows by 32 lanes.
+            here("attributes{sym_name = \"mm\"}"),
+            here("transform.structured.split %c0_0 after 32 {dimension = 2}"),
+            next("%c0_0_0, %c0_0_1 = transform.split_handle %c0_0_s"),
+            next("transform.structured.split %c0_0_1 after 16 {dimension = 2}"),
+            next("%c0_0_1_0, %c0_0_1_1 = transform.split_handle %c0_0_1_s"),
+            here("transform.structured.split %c0_0_0 after 16 {dimension = 0}"),
+            here("transform.structured.split %c0_0_1_0 after 16 {dimension = 0}"),
+            here("transform.structured.split %c0_0_1_1 after 16 {dimension = 0}"),
+            here(
+                "tile_using_for %c0_0_0_0 tile_sizes [8, 0, 0] interchange = [2, 0, 1] \
+                 : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+            ),
+            here("tile_using_for %c0_0_0_0_t tile_sizes [0, 1, 0]"),
+            next("transform.structured.vectorize %c0_0_0_0_t_k"),
+            // The rest of the rows, 4 by 32: no row loop.
+            here("tile_using_for %c0_0_0_1 tile_sizes [0, 1, 0]"),
+            // The im2col contraction of @conv: 4 filters by 64 pixels, lanes of 64.
+            here("attributes{sym_name = \"conv\"}"),
+            here("tile_using_for %c1_1 tile_sizes [0, 0, 0, 1]"),
+            not("@add"),
+            here("transform.loop.hoist_loop_invariant_subsets"),
+            here("lowering_strategy = \"outerproduct\""),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!library.contains("tile_using_forall"), "{library}");
+    check(
+        &module,
+        &[
+            // C's tile stays in registers across k: read before the loop, written after.
+            here("func.func @mm("),
+            here("vector.transfer_read"),
+            here("scf.for"),
+            here("vector.fma"),
+            here("scf.yield"),
+            here("vector.transfer_write"),
+            here("func.func @conv("),
+            here("tensor.collapse_shape %arg1"),
+            here("vector.fma"),
+            // The dilated one stays a generic.
+            here("linalg.generic"),
+            here("func.func @add("),
+            next("linalg.generic"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn only_large_contractions_run_in_parallel_and_only_with_threads() {
+    let (library, module) = scheduled(true);
+    check(
+        &library,
+        &[
+            here("attributes{sym_name = \"mm\"}"),
+            not("tile_using_forall"),
+            here("attributes{sym_name = \"big\"}"),
+            // 128 rows by 512 lanes: tiles of 32 lanes across threads, rows of 8 inside.
+            next("%c2_all ="),
+            next("%c2_0 = transform.split_handle"),
+            next(
+                "%c2_0_p, %c2_0_forall = transform.structured.tile_using_forall %c2_0 \
+                 tile_sizes [0, 0, 32]",
+            ),
+            next("%c2_0_p_r, %c2_0_p_rl = transform.structured.tile_using_for %c2_0_p tile_sizes [8, 0, 0]"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(module.matches("scf.forall (").count(), 1, "{module}");
+    // Without threads, the same contraction is a loop like the others.
+    let (library, _) = scheduled(false);
+    assert!(!library.contains("tile_using_forall"), "{library}");
+}
+
+#[test]
+fn a_module_without_contractions_gets_empty_sequences() {
+    let mlir = Mlir::new();
+    let text = "module {\n  func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n    return %a : tensor<4xf32>\n  }\n}\n";
+    let mut m = mlir.parse(text, "none").expect("parses");
+    let library = schedule::apply(&mlir, &mut m, true, "none").expect("applies");
+    assert_eq!(
+        Mlir::print(&m),
+        Mlir::print(&mlir.parse(text, "none").expect("parses"))
+    );
+    assert_eq!(
+        library,
+        "module attributes {transform.with_named_sequence} {\n  \
+         transform.named_sequence @tessera_convolutions(%root: !transform.any_op \
+         {transform.readonly}) {\n    transform.yield\n  }\n  \
+         transform.named_sequence @tessera_contractions(%root: !transform.any_op \
+         {transform.readonly}) {\n    transform.yield\n  }\n}\n"
+    );
+}
