@@ -97,14 +97,16 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// What a library is built from, as a SHA-256 in hex: the library convention, the CPU
-/// pipeline, its schedule ([`crate::schedule::VERSION`]) and the module's text. A library names it, so that a module changed since (or a
+/// pipeline, its schedule (the digest of [`crate::schedule::SOURCE`], and whether OpenMP's
+/// runtime is there for its threads) and the module's text. A library names it, so that a module changed since (or a
 /// tessera with another pipeline) does not run through an old library.
 pub fn library_digest(module: &str) -> String {
     sha256_hex(
         format!(
-            "{LIBRARY_ABI}\0{}\0{}\0{module}",
+            "{LIBRARY_ABI}\0{}\0{}\0{}\0{module}",
             pipelines::CPU,
-            crate::schedule::VERSION
+            sha256_hex(crate::schedule::SOURCE.as_bytes()),
+            crate::jit::openmp_runtime().is_some()
         )
         .as_bytes(),
     )
@@ -183,7 +185,9 @@ pub fn shared_library(
             .args(["module.o", "entries.o", "-o", "library.so"])
             .arg(format!("-L{}", utils.display()))
             .arg(format!("-Wl,-rpath,{}", utils.display()))
-            .args(["-lmlir_c_runner_utils", "-lomp", "-lm"]),
+            .args(["-lmlir_c_runner_utils", "-lm"])
+            // OpenMP's runtime, where the schedule's parallel loops call it.
+            .args(llvm_ir.contains("@__kmpc_").then_some("-lomp")),
     )?;
     std::fs::rename(tmp.path().join("library.so"), out).map_err(|e| io(out, e))?;
     if let Some(o) = object {

@@ -34,9 +34,10 @@ pub fn scheduled(pipeline: &str) -> bool {
 }
 
 /// Whether `pipeline` runs OpenMP's threads (`scf.forall` to `omp.parallel`): [`CPU`]
-/// does; the MPI program's ranks are single-threaded processes.
+/// does where LLVM's OpenMP runtime is installed (its code calls it); the MPI program's
+/// ranks are single-threaded processes.
 pub fn threaded(pipeline: &str) -> bool {
-    pipeline == CPU
+    pipeline == CPU && crate::jit::openmp_runtime().is_some()
 }
 
 /// The file name of a device's schedule (`cpu0.schedule.mlir`), which `compile -o` writes

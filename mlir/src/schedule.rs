@@ -47,9 +47,9 @@ use melior::ir::{BlockLike, Module, RegionLike, ShapedTypeLike, TypeLike, ValueL
 
 use crate::{Error, Mlir};
 
-/// What the schedule is: part of a library's digest ([`crate::native::library_digest`]), so
-/// code built with another schedule is not loaded.
-pub const VERSION: &str = "contraction-tiles-1";
+/// What the schedule is: its own source, part of a library's digest
+/// ([`crate::native::library_digest`]), so code built by another schedule is not loaded.
+pub const SOURCE: &str = include_str!("schedule.rs");
 
 /// Lanes of one vector register of `f32` (AVX-512; two registers each on AVX2).
 const LANES: u64 = 16;
@@ -191,6 +191,17 @@ pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contra
         }
     }
     let [a, b, c] = [&maps[0], &maps[1], &maps[2]];
+    // Every operand a projected permutation: a repeated loop (an einsum's diagonal,
+    // `iij,jk->ik`) is not vectorized.
+    let distinct = |m: &Vec<usize>| {
+        let mut d = m.clone();
+        d.sort_unstable();
+        d.dedup();
+        d.len() == m.len()
+    };
+    if !distinct(a) || !distinct(b) {
+        return None;
+    }
     let mut ks = (0..rank).filter(|&d| reduction[d]);
     let k = ks.next()?;
     if ks.next().is_some()
@@ -308,14 +319,14 @@ fn piece(
     let tiles: u64 = (0..rank)
         .filter(|&d| outer[d] > 0)
         .map(|d| t.extents[d].div_ceil(outer[d]))
-        .product();
+        .fold(1u64, u64::saturating_mul);
     let row_tiles: u64 = (0..rank)
         .filter(|&d| rows[d] > 0)
         .map(|d| t.extents[d].div_ceil(rows[d]))
-        .product();
-    let flops = 2 * t.extents.iter().product::<u64>();
+        .fold(1u64, u64::saturating_mul);
+    let flops = t.extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
     let mut op = h.to_string();
-    if parallel && tiles * row_tiles >= 2 && flops >= PARALLEL_FLOPS {
+    if parallel && tiles.saturating_mul(row_tiles) >= 2 && flops >= PARALLEL_FLOPS {
         // The outer tiles in parallel (`scf.forall`, to OpenMP), each thread its own
         // panels of B and blocks of C, the row tiles inside; or, with one outer tile (a
         // narrow C: resnet18's last convolutions have 49 pixels), the row tiles too.
@@ -636,25 +647,26 @@ pub fn maybe_convolution<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
                 .map(|i| a.element(i).ok().map(|m| m.to_string()))
                 .collect()
         });
-    let conv_maps = maps.is_some_and(|m| {
-        let input = m[0]
-            .split_once("->")
-            .map(|(_, r)| r.split(',').map(str::trim).collect::<Vec<_>>())
-            .unwrap_or_default();
-        // `oh·s + kh` with no dilation (img2col has none): the filter's loop on its own.
-        let uses = |r: &str, dims: &[&str]| {
-            (0..7).all(|d| r.contains(&format!("d{d}")) == dims.contains(&&*format!("d{d}")))
-                && r.split('+')
-                    .any(|t| t.trim().trim_end_matches(")>").trim() == dims[1])
-        };
-        input.len() == 4
-            && input[0] == "(d0"
-            && input[1] == "d4"
-            && uses(input[2], &["d2", "d5"])
-            && uses(input[3], &["d3", "d6"])
-            && map_dims(&m[1]) == Some(vec![1, 4, 5, 6])
-            && map_dims(&m[2]) == Some(vec![0, 1, 2, 3])
-    });
+    let conv_maps = plain
+        && maps.filter(|m| m.len() == 3).is_some_and(|m| {
+            let input = m[0]
+                .split_once("->")
+                .map(|(_, r)| r.split(',').map(str::trim).collect::<Vec<_>>())
+                .unwrap_or_default();
+            // `oh·s + kh` with no dilation (img2col has none): the filter's loop on its own.
+            let uses = |r: &str, dims: &[&str]| {
+                (0..7).all(|d| r.contains(&format!("d{d}")) == dims.contains(&&*format!("d{d}")))
+                    && r.split('+')
+                        .any(|t| t.trim().trim_end_matches(")>").trim() == dims[1])
+            };
+            input.len() == 4
+                && input[0] == "(d0"
+                && input[1] == "d4"
+                && uses(input[2], &["d2", "d5"])
+                && uses(input[3], &["d3", "d6"])
+                && map_dims(&m[1]) == Some(vec![1, 4, 5, 6])
+                && map_dims(&m[2]) == Some(vec![0, 1, 2, 3])
+        });
     plain
         && conv_maps
         && op.attribute("iterator_types").is_ok_and(|a| {
