@@ -492,12 +492,16 @@ fn run_loads_the_library_compile_built_and_compiles_an_edited_module() {
 
 /// The MLP tests' input `x` (f32[4, 16]), written to `dir/x.npy`.
 fn mlp_input(dir: &Path) -> std::path::PathBuf {
-    let x = dir.join("x.npy");
     let data: Vec<f32> = (0..64).map(|i| i as f32 / 50.0 - 0.6).collect();
+    write_f32(&dir.join("x.npy"), &[4, 16], &data)
+}
+
+/// `data` as an f32 tensor of `shape`, written to the `.npy` file `path` (returned).
+fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> std::path::PathBuf {
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[4, 16], &bytes).expect("x");
-    tessera::npy::write(&x, &t).expect("write x");
-    x
+    let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, shape, &bytes).expect("tensor");
+    tessera::npy::write(path, &t).expect("write .npy");
+    path.to_path_buf()
 }
 
 /// The output `y` of `tessera run WHAT --input x=X -o OUT` (a model or a compiled folder).
@@ -1256,10 +1260,7 @@ fn threads_share_a_large_matmul_and_agree_with_one_thread() {
         let data: Vec<f32> = (0..n * m)
             .map(|i| ((i * 7919 + seed) % 1000) as f32 / 500.0 - 1.0)
             .collect();
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[n, m], &bytes).expect("t");
-        let p = tmp.path().join(format!("{name}.npy"));
-        tessera::npy::write(&p, &t).expect("write");
+        let p = write_f32(&tmp.path().join(format!("{name}.npy")), &[n, m], &data);
         format!("{name}={}", p.display())
     };
     let (x, w) = (input("x", 128, 256, 1), input("w", 256, 256, 2));

@@ -482,6 +482,11 @@ pub(crate) fn func_name(op: &melior::ir::OperationRef<'_, '_>) -> Option<String>
     if name.as_string_ref().as_str() != Ok("func.func") {
         return None;
     }
+    sym_name(op)
+}
+
+/// An op's `sym_name`, if it has one.
+pub(crate) fn sym_name(op: &melior::ir::OperationRef<'_, '_>) -> Option<String> {
     let sym = op.attribute("sym_name").ok()?;
     melior::ir::attribute::StringAttribute::try_from(sym)
         .ok()

@@ -170,22 +170,35 @@ fn multiply_accumulate<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<()
     (m == ab && adds && operands(&ret)? == [sum]).then_some(())
 }
 
-/// The contraction a `linalg.generic` computes, if it is one the schedule tiles (see the
-/// module doc).
-pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contraction> {
+/// A multiply-accumulate `linalg.generic` of two inputs and one output: its indexing maps
+/// as MLIR prints them and which of its loops are reductions. What [`contraction`] and
+/// [`maybe_convolution`] both start from.
+fn multiply_accumulate_generic<'c: 'a, 'a>(
+    op: &impl OperationLike<'c, 'a>,
+) -> Option<(Vec<String>, Vec<bool>)> {
     if op_name(op) != "linalg.generic" || op.operand_count() != 3 || op.result_count() != 1 {
         return None;
     }
     multiply_accumulate(op)?;
     let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
-    let maps: Vec<Vec<usize>> = (0..maps.len())
-        .map(|i| map_dims(&maps.element(i).ok()?.to_string()))
+    let maps: Vec<String> = (0..maps.len())
+        .map(|i| maps.element(i).ok().map(|m| m.to_string()))
         .collect::<Option<_>>()?;
-    let iterators = op.attribute("iterator_types").ok()?.to_string();
-    let reduction: Vec<bool> = iterators
+    let reduction = op
+        .attribute("iterator_types")
+        .ok()?
+        .to_string()
         .split(',')
         .map(|t| t.contains("reduction"))
         .collect();
+    (maps.len() == 3).then_some((maps, reduction))
+}
+
+/// The contraction a `linalg.generic` computes, if it is one the schedule tiles (see the
+/// module doc).
+pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contraction> {
+    let (maps, reduction) = multiply_accumulate_generic(op)?;
+    let maps: Vec<Vec<usize>> = maps.iter().map(|m| map_dims(m)).collect::<Option<_>>()?;
     let rank = reduction.len();
     let mut extents = vec![0u64; rank];
     let mut seen = vec![false; rank];
@@ -224,10 +237,7 @@ pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contra
     {
         return None;
     }
-    let mut out = c.clone();
-    out.sort();
-    out.dedup();
-    if out.len() != c.len() || out.len() != rank - 1 {
+    if !distinct(c) || c.len() != rank - 1 {
         return None;
     }
     let n = *c.last()?;
@@ -643,51 +653,32 @@ fn library(convolutions: &str, contractions: &str) -> String {
 /// `n, f, oh, ow` and then the reductions `c, kh, kw`, the input read at
 /// `(n, c, oh·s + kh, ow·s + kw)`, the filter at `(f, c, kh, kw)`. The schedule has MLIR name it (`transform.structured.specialize`).
 pub fn maybe_convolution<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
-    let plain = op_name(op) == "linalg.generic"
-        && op.operand_count() == 3
-        && op.result_count() == 1
-        && multiply_accumulate(op).is_some()
-        && (0..3).all(|i| op.operand(i).is_ok_and(|v| f32_shape(v.r#type()).is_some()));
+    let Some((m, reduction)) = multiply_accumulate_generic(op) else {
+        return false;
+    };
+    if reduction != [false, false, false, false, true, true, true]
+        || !(0..3).all(|i| op.operand(i).is_ok_and(|v| f32_shape(v.r#type()).is_some()))
+    {
+        return false;
+    }
     // The loops of `linalg.conv_2d_nchw_fchw`: n, f, oh, ow, then c, kh, kw.
-    let maps: Option<Vec<String>> = op
-        .attribute("indexing_maps")
-        .ok()
-        .and_then(|a| ArrayAttribute::try_from(a).ok())
-        .and_then(|a| {
-            (0..a.len())
-                .map(|i| a.element(i).ok().map(|m| m.to_string()))
-                .collect()
-        });
-    let conv_maps = plain
-        && maps.filter(|m| m.len() == 3).is_some_and(|m| {
-            let input = m[0]
-                .split_once("->")
-                .map(|(_, r)| r.split(',').map(str::trim).collect::<Vec<_>>())
-                .unwrap_or_default();
-            // `oh·s + kh` with no dilation (img2col has none): the filter's loop on its own.
-            let uses = |r: &str, dims: &[&str]| {
-                (0..7).all(|d| r.contains(&format!("d{d}")) == dims.contains(&&*format!("d{d}")))
-                    && r.split('+')
-                        .any(|t| t.trim().trim_end_matches(")>").trim() == dims[1])
-            };
-            input.len() == 4
-                && input[0] == "(d0"
-                && input[1] == "d4"
-                && uses(input[2], &["d2", "d5"])
-                && uses(input[3], &["d3", "d6"])
-                && map_dims(&m[1]) == Some(vec![1, 4, 5, 6])
-                && map_dims(&m[2]) == Some(vec![0, 1, 2, 3])
-        });
-    plain
-        && conv_maps
-        && op.attribute("iterator_types").is_ok_and(|a| {
-            let kinds: Vec<bool> = a
-                .to_string()
-                .split(',')
-                .map(|t| t.contains("reduction"))
-                .collect();
-            kinds == [false, false, false, false, true, true, true]
-        })
+    let input = m[0]
+        .split_once("->")
+        .map(|(_, r)| r.split(',').map(str::trim).collect::<Vec<_>>())
+        .unwrap_or_default();
+    // `oh·s + kh` with no dilation (img2col has none): the filter's loop on its own.
+    let uses = |r: &str, dims: &[&str]| {
+        (0..7).all(|d| r.contains(&format!("d{d}")) == dims.contains(&&*format!("d{d}")))
+            && r.split('+')
+                .any(|t| t.trim().trim_end_matches(")>").trim() == dims[1])
+    };
+    input.len() == 4
+        && input[0] == "(d0"
+        && input[1] == "d4"
+        && uses(input[2], &["d2", "d5"])
+        && uses(input[3], &["d3", "d6"])
+        && map_dims(&m[1]) == Some(vec![1, 4, 5, 6])
+        && map_dims(&m[2]) == Some(vec![0, 1, 2, 3])
 }
 
 /// Applies the named sequence `entry` of the transform library `text` to `module`.
@@ -702,12 +693,7 @@ fn run_sequence(
     let body = schedule.body();
     let mut op = body.first_operation();
     while let Some(o) = op {
-        let name = o
-            .attribute("sym_name")
-            .ok()
-            .and_then(|a| melior::ir::attribute::StringAttribute::try_from(a).ok())
-            .map(|s| s.value().to_string());
-        if name.as_deref() == Some(entry) {
+        if crate::context::sym_name(&o).as_deref() == Some(entry) {
             return mlir.apply_transform(module, &o, &schedule, what);
         }
         op = o.next_in_block();
