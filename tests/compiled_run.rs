@@ -725,10 +725,9 @@ fn print_ir_after_names_mlir_passes_of_the_device_pipelines() {
         headers,
         [
             "// -----// IR Dump After cse //----- //",
-            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k0_gemm) //----- //",
-            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k1_relu) //----- //",
-            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k2_gemm) //----- //",
-            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k3_softmax) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k0_gemm_relu) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k1_gemm) //----- //",
+            "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @k2_softmax) //----- //",
             "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @step0) //----- //",
             "// -----// IR Dump After ConvertLinalgToLoopsPass (convert-linalg-to-loops) ('func.func' operation: @dealloc_helper) //----- //",
             "// -----// IR Dump After ReconcileUnrealizedCastsPass (reconcile-unrealized-casts) ('builtin.module' operation: @cpu0) //----- //",

@@ -173,6 +173,23 @@ impl Body {
         out
     }
 
+    /// [`Body::with_loc`] for code that several model ops lowered to together (a fused
+    /// kernel's call): `loc(fused["a", "b"])`, or one node's `loc("a")`, or none.
+    pub fn with_fused_loc<T>(&mut self, locs: &[&str], f: impl FnOnce(&mut Body) -> T) -> T {
+        match locs {
+            [] => f(self),
+            [one] => self.with_loc(Some(one), f),
+            _ => {
+                let names: Vec<String> = locs.iter().map(|l| quote(l)).collect();
+                self.locs
+                    .push((format!("loc(fused[{}])", names.join(", ")), self.depth));
+                let out = f(self);
+                self.locs.pop();
+                out
+            }
+        }
+    }
+
     /// Writes `// <op> <op kind> "<model node>"`, the comment that heads an op's code.
     pub fn op_comment(&mut self, op: impl std::fmt::Display, kind: &str, loc: Option<&str>) {
         let at = loc.map(|l| format!(" {}", quote(l))).unwrap_or_default();

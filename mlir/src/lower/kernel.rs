@@ -1,4 +1,5 @@
-//! Kernels: each op that computes is a function of its own, which its step calls.
+//! Kernels: each fused group of ops that computes (most often one op; see
+//! `fusion_groups` in the lowering) is a function of its own, which its step calls.
 //!
 //! A step's function would otherwise hold every op of the step in one block, and LLVM's
 //! optimizer and code generator take time superlinear in a function's size (GPT-2 small's
@@ -6,7 +7,9 @@
 //! kernels (in parts of 64 for a long step, see `lower_step`), every function is small and
 //! the time is about linear in the model (4.0 and 15.5 s).
 //!
-//! - **What becomes a kernel.** An op whose code makes a new tensor. An op whose code only
+//! - **What becomes a kernel.** An op, or a fused group (an op and the elementwise ops and
+//!   reshapes that feed only it, at most one other op that computes among them), whose code
+//!   makes a new tensor. An op whose code only
 //!   views its operands (`tensor.extract_slice`, `collapse_shape`, `expand_shape`), only makes
 //!   constants, or gives back an operand stays in the step: a function returns a view of its
 //!   argument only through a copy. Communication, `dropout`'s identity and the shape queries
@@ -16,7 +19,9 @@
 //!   same code (a transformer's layers: the same shapes, different weights) call one kernel:
 //!   [`Kernels`] keeps one function per distinct text, numbered by first use in step order,
 //!   and named after the first op that made it (`@k3_matmul`; a gemm with the same code calls
-//!   it too). The call carries the op's location; the kernel's own ops have none, since one
+//!   it too), or a group's first ops (`@k5_matmul_add`, `@k7_matmul_pow_etc`). The call
+//!   carries the op's location (a group's: `loc(fused[...])` of its ops' nodes); the
+//!   kernel's own ops have none, since one
 //!   kernel serves many model nodes (the ops of an `if`'s or a `loop`'s body keep their
 //!   nodes', so such kernels are rarely shared).
 //! - **Kept whole by LLVM.** Kernels have internal linkage and `noinline`: LLVM would

@@ -32,7 +32,7 @@ pub mod spmd;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tessera_ir::{ConstId, Graph, Mesh, Op, OpId, TensorType, ValueDef, ValueId};
+use tessera_ir::{ConstId, ElemType, Graph, Mesh, Op, OpId, TensorType, ValueDef, ValueId};
 use tessera_targets::TargetSpec;
 
 use body::{Body, LResult, Val, dims, quote};
@@ -937,6 +937,277 @@ fn split_step(g: &Graph, st: &Step) -> Vec<Step> {
         .collect()
 }
 
+/// Whether an op may join the fused group of the op whose result it reads: an elementwise
+/// op of one result (see [`fusion_groups`]).
+fn joins_producer(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } | Op::Clip { .. }
+    )
+}
+
+/// The longest fused group, in ops: a kernel's size stays bounded, as a step part's does.
+const GROUP_OPS: usize = 16;
+
+/// A group that [`fusion_groups`] is growing, from its sink back.
+struct Growing {
+    /// Its ops, the sink first.
+    ops: Vec<OpId>,
+    /// Whether nothing more may join (its sink is no elementwise op).
+    closed: bool,
+    /// Whether an op that computes, not elementwise and not a reshape, has joined.
+    headed: bool,
+    /// What its ops that are not elementwise read: no elementwise op may make it, since the
+    /// elementwise ops are one generic after the rest.
+    head_reads: BTreeSet<ValueId>,
+}
+
+/// A step's ops in *fused groups*, each in step order, in the order their code goes (each
+/// group where its last op is). A group is an op whose result the step needs elsewhere
+/// (its *sink*) with ops that feed only it: walking back from the sink, an op joins when
+/// every op of the step that reads its result is in the group and nothing else needs it
+/// (not the step's outputs nor a donated next value).
+/// - A sink that is an elementwise op takes producers: elementwise ops, reshapes, and one op
+///   that computes otherwise (its *head*: a matmul, a convolution, a reduction, a softmax).
+///   A sink of any other kind is a group of its own.
+/// - The elementwise ops are one generic after the others ([`lower_fused`]), so none of them
+///   may feed the head or a reshape.
+///
+/// So a group is a head, the reshapes of its result, and the elementwise ops after it (a
+/// matmul and its bias, a GELU's products, pow and tanh), or elementwise ops alone: one
+/// kernel, one loop nest for its elementwise ops, no tensor between them, and only the
+/// sink's result leaves it. A group without a head leaves its reshapes in the step (views
+/// of the step's values), so its kernel can be shared with the same code on other shapes.
+/// Ops that hold regions, that only view or make constants, and ops of several results are
+/// groups of their own; `fuse` false (a mesh step: its ops are lowered in the local view)
+/// gives one op per group.
+fn fusion_groups(g: &Graph, st: &Step, fuse: bool) -> Vec<Vec<OpId>> {
+    if !fuse {
+        return st.ops.iter().map(|&o| vec![o]).collect();
+    }
+    let mut readers: BTreeMap<ValueId, BTreeSet<OpId>> = BTreeMap::new();
+    for &op in &st.ops {
+        for &v in &g.op(op).operands {
+            readers.entry(v).or_default().insert(op);
+        }
+    }
+    let returned: BTreeSet<ValueId> = st
+        .outputs
+        .iter()
+        .copied()
+        .chain(st.donated.iter().map(|&(_, n)| n))
+        .collect();
+    let mut groups: Vec<Growing> = Vec::new();
+    let mut group_of: BTreeMap<OpId, usize> = BTreeMap::new();
+    for &op in st.ops.iter().rev() {
+        let data = g.op(op);
+        let elementwise = joins_producer(&data.op);
+        let reshape = matches!(data.op, Op::Reshape { .. });
+        let may_join = data.results.len() == 1
+            && (elementwise || (kernel::may_be_kernel(&data.op) && !data.op.has_regions()));
+        let into = may_join
+            .then(|| {
+                let r = data.results[0];
+                if returned.contains(&r) {
+                    return None;
+                }
+                let mut ks = readers.get(&r)?.iter().map(|u| group_of.get(u).copied());
+                let k = ks.next()??;
+                let grp = &groups[k];
+                let fits = if elementwise {
+                    !grp.head_reads.contains(&r)
+                } else {
+                    reshape || !grp.headed
+                };
+                (ks.all(|x| x == Some(k)) && !grp.closed && fits && grp.ops.len() < GROUP_OPS)
+                    .then_some(k)
+            })
+            .flatten();
+        let k = into.unwrap_or_else(|| {
+            groups.push(Growing {
+                ops: Vec::new(),
+                closed: !(may_join && elementwise),
+                headed: false,
+                head_reads: BTreeSet::new(),
+            });
+            groups.len() - 1
+        });
+        let grp = &mut groups[k];
+        grp.ops.push(op);
+        if !elementwise {
+            grp.head_reads.extend(data.operands.iter().copied());
+            grp.headed |= !reshape;
+        }
+        group_of.insert(op, k);
+    }
+    let mut out: Vec<Vec<OpId>> = Vec::new();
+    for grp in groups {
+        let mut ops = grp.ops;
+        ops.reverse();
+        if !grp.headed && ops.len() > 1 {
+            let (views, rest): (Vec<OpId>, Vec<OpId>) = ops
+                .into_iter()
+                .partition(|&o| matches!(g.op(o).op, Op::Reshape { .. }));
+            out.extend(views.into_iter().map(|o| vec![o]));
+            ops = rest;
+        }
+        out.push(ops);
+    }
+    let at: BTreeMap<OpId, usize> = st.ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+    out.sort_by_key(|ops| at[&ops[ops.len() - 1]]);
+    out
+}
+
+/// A fused group's ops (see [`fusion_groups`], two or more, in no mesh step) as one kernel
+/// that the step calls where the group's last op is, with the group's distinct operands
+/// from outside it as arguments (small constants inside) and its last op's results; the
+/// call's location fuses the ops' model nodes. Code that only views or gives back an
+/// argument stays in the step, op by op. Adds the last op's results to `env` and the
+/// kernel to `used`.
+fn lower_fused(
+    b: &mut Body,
+    g: &Graph,
+    group: &[OpId],
+    env: &mut BTreeMap<ValueId, Val>,
+    weight_args: &BTreeMap<ValueId, Val>,
+    kernels: &mut Kernels,
+    used: &mut BTreeSet<usize>,
+) -> LResult<()> {
+    let at = |op: OpId, e: LowerError| {
+        let data = g.op(op);
+        let loc = data
+            .loc
+            .as_deref()
+            .map(|l| format!(" at {l:?}"))
+            .unwrap_or_default();
+        LowerError(format!("op {op} ({}){loc}: {}", data.op.name(), e.0))
+    };
+    for &op in group {
+        let data = g.op(op);
+        b.op_comment(op, data.op.name(), data.loc.as_deref());
+    }
+    let inside: BTreeSet<ValueId> = group
+        .iter()
+        .flat_map(|&op| g.op(op).results.iter().copied())
+        .collect();
+    let mut params: Vec<(ValueId, Val)> = Vec::new();
+    for &op in group {
+        for &v in &g.op(op).operands {
+            if inside.contains(&v) || params.iter().any(|(p, _)| *p == v) {
+                continue;
+            }
+            if let Some(val) = env.get(&v).or_else(|| weight_args.get(&v)) {
+                params.push((v, val.clone()));
+            } else if is_const(g, v).is_none() {
+                return Err(at(
+                    op,
+                    LowerError(format!("operand {v} is not defined before it")),
+                ));
+            }
+        }
+    }
+    let last = g.op(group[group.len() - 1]);
+    let results = local_types(g, None, &last.results)?;
+    let tys: Vec<TensorType> = params.iter().map(|(_, p)| p.ty.clone()).collect();
+    let kinds: Vec<&str> = group.iter().map(|&op| g.op(op).op.name()).collect();
+    let name = if kinds.len() <= 3 {
+        kinds.join("_")
+    } else {
+        format!("{}_{}_etc", kinds[0], kinds[1])
+    };
+    // The head and reshapes first, then the elementwise ops as one generic over the last's
+    // result.
+    let (chain, head): (Vec<OpId>, Vec<OpId>) =
+        group.iter().partition(|&&op| joins_producer(&g.op(op).op));
+    let made = kernel::make(kernels, &name, &tys, &results, |kb, kargs| {
+        let mut inner: BTreeMap<ValueId, Val> = BTreeMap::new();
+        let operand = |kb: &mut Body, inner: &mut BTreeMap<ValueId, Val>, op, v| {
+            if let Some(k) = params.iter().position(|(p, _)| *p == v) {
+                return Ok(kargs[k].clone());
+            }
+            if let Some(val) = inner.get(&v) {
+                return Ok(val.clone());
+            }
+            let c = is_const(g, v).expect("checked above");
+            let val = inline_const(kb, g, c).map_err(|e| at(op, e))?;
+            inner.insert(v, val.clone());
+            Ok(val)
+        };
+        for &op in &head {
+            let data = g.op(op);
+            let mut args = Vec::new();
+            for &v in &data.operands {
+                args.push(operand(kb, &mut inner, op, v)?);
+            }
+            let tys = local_types(g, None, &data.results)?;
+            let names = lower_op_code(kb, g, op, &args, &tys).map_err(|e| at(op, e))?;
+            for ((&r, n), ty) in data.results.iter().zip(names).zip(tys) {
+                inner.insert(r, Val { name: n, ty });
+            }
+        }
+        let made: BTreeSet<ValueId> = chain.iter().map(|&op| g.op(op).results[0]).collect();
+        // The chain's operands from before it, each once, in first-use order.
+        let mut ins: Vec<(ValueId, Val)> = Vec::new();
+        for &op in &chain {
+            for &v in &g.op(op).operands {
+                if !made.contains(&v) && !ins.iter().any(|(x, _)| *x == v) {
+                    ins.push((v, operand(kb, &mut inner, op, v)?));
+                }
+            }
+        }
+        let refs: Vec<&Val> = ins.iter().map(|(_, val)| val).collect();
+        let out = &results[0];
+        let r = kb.elementwise(&refs, out, |kb, s| {
+            let mut scalars: BTreeMap<ValueId, String> =
+                ins.iter().map(|(v, _)| *v).zip(s.iter().cloned()).collect();
+            let mut last = String::new();
+            for &op in &chain {
+                let data = g.op(op);
+                let s: Vec<String> = data.operands.iter().map(|v| scalars[v].clone()).collect();
+                let elems: Vec<ElemType> = data.operands.iter().map(|&v| g.ty(v).elem).collect();
+                let out = g.ty(data.results[0]).elem;
+                let exponent = data.operands.get(1).and_then(|&v| splat_value(g, v));
+                last =
+                    scalar_code(kb, &data.op, &elems, out, &s, exponent).map_err(|e| at(op, e))?;
+                scalars.insert(data.results[0], last.clone());
+            }
+            Ok(last)
+        })?;
+        Ok(vec![r])
+    })?;
+    if let Some((n, kname)) = made {
+        used.insert(n);
+        let args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
+        let locs: Vec<&str> = group
+            .iter()
+            .filter_map(|&op| g.op(op).loc.as_deref())
+            .collect();
+        let names = b.with_fused_loc(&locs, |b| kernel::call(b, &kname, &args, &results))?;
+        for ((&r, name), ty) in last.results.iter().zip(names).zip(results) {
+            env.insert(r, Val { name, ty });
+        }
+        return Ok(());
+    }
+    // The code stays in the step, op by op.
+    let mut consts = BTreeMap::new();
+    for &op in group {
+        let data = g.op(op);
+        let mut args = Vec::new();
+        for &v in &data.operands {
+            args.push(match env.get(&v).or_else(|| weight_args.get(&v)) {
+                Some(val) => val.clone(),
+                None => step_const(b, g, None, "", &mut consts, v).map_err(|e| at(op, e))?,
+            });
+        }
+        let tys = local_types(g, None, &data.results)?;
+        let names = lower_op(b, g, op, &args, &tys).map_err(|e| at(op, e))?;
+        for ((&r, name), ty) in data.results.iter().zip(names).zip(tys) {
+            env.insert(r, Val { name, ty });
+        }
+    }
+    Ok(())
+}
+
 /// The text of a function made from a step's ops (see [`Form`]) named `name`, and the
 /// kernels it calls.
 fn lower_function(
@@ -1041,11 +1312,16 @@ fn lower_function(
             }
         }
     }
-    let own_ops: &[OpId] = match form {
-        Form::Parent(_) => &[],
-        _ => &st.ops,
+    let groups = match form {
+        Form::Parent(_) => Vec::new(),
+        _ => fusion_groups(g, st, mesh.is_none()),
     };
-    for &op in own_ops {
+    for group in &groups {
+        if group.len() > 1 {
+            lower_fused(&mut b, g, group, &mut env, &weight_args, kernels, &mut used)?;
+            continue;
+        }
+        let op = group[0];
         let data = g.op(op);
         // The comment heads everything the op needs, its inline constants too.
         b.op_comment(op, data.op.name(), data.loc.as_deref());
@@ -1204,6 +1480,25 @@ fn inline_const(b: &mut Body, g: &Graph, c: ConstId) -> LResult<Val> {
     Ok(Val { name, ty })
 }
 
+/// The one number a constant operand holds in every element (`f32` or `f64`), if it is
+/// a constant that does.
+fn splat_value(g: &Graph, v: ValueId) -> Option<f64> {
+    let k = g.constant(is_const(g, v)?);
+    let width = match k.ty.elem {
+        ElemType::F32 => 4,
+        ElemType::F64 => 8,
+        _ => return None,
+    };
+    let first = k.data.get(..width)?;
+    if !k.data.len().is_multiple_of(width) || !k.data.chunks_exact(width).all(|c| c == first) {
+        return None;
+    }
+    Some(match first.try_into() {
+        Ok(b4) => f64::from(f32::from_le_bytes(b4)),
+        Err(_) => f64::from_le_bytes(first.try_into().ok()?),
+    })
+}
+
 /// A small constant operand `v` written in the step once (cut to the device's block in a
 /// mesh step), and its value.
 fn step_const(
@@ -1284,6 +1579,32 @@ fn lower_op(
     })
 }
 
+/// The scalar code of an elementwise op ([`joins_producer`]) on its operands' scalars `s`
+/// (of element types `elems`), giving an `out` scalar; `exponent`, a `pow`'s constant
+/// exponent, when it is one ([`splat_value`]): small whole powers are products.
+fn scalar_code(
+    b: &mut Body,
+    op: &Op,
+    elems: &[ElemType],
+    out: ElemType,
+    s: &[String],
+    exponent: Option<f64>,
+) -> LResult<String> {
+    match op {
+        Op::Binary(tessera_ir::BinaryOp::Pow)
+            if let Some(n) = exponent.and_then(elementwise::small_power) =>
+        {
+            elementwise::power(b, elems[0], &s[0], n)
+        }
+        Op::Unary(u) => elementwise::unary(b, u, elems[0], &s[0]),
+        Op::Binary(bo) => elementwise::binary(b, bo, elems[0], &s[0], &s[1]),
+        Op::Select => Ok(elementwise::pick(b, &s[0], &s[1], &s[2], out)),
+        Op::Cast { to } => Ok(elementwise::cast(b, elems[0], *to, &s[0])),
+        Op::Clip { min, max } => Ok(elementwise::clip(b, out, &s[0], *min, *max)),
+        other => body::err(format!("{} is not elementwise", other.name())),
+    }
+}
+
 /// [`lower_op`]'s code, op by op.
 fn lower_op_code(
     b: &mut Body,
@@ -1297,34 +1618,12 @@ fn lower_op_code(
     let one = |r: LResult<String>| r.map(|n| vec![n]);
     match &data.op {
         Op::Const(_) => body::err("constants are materialized where used"),
-        Op::Unary(u) => {
-            let e = args[0].ty.elem;
-            one(b.elementwise(&[&args[0]], out, |b, s| elementwise::unary(b, u, e, &s[0])))
-        }
-        Op::Binary(bo) => {
-            let e = args[0].ty.elem;
-            one(b.elementwise(&[&args[0], &args[1]], out, |b, s| {
-                elementwise::binary(b, bo, e, &s[0], &s[1])
-            }))
-        }
-        Op::Select => {
-            let e = out.elem;
-            one(b.elementwise(&[&args[0], &args[1], &args[2]], out, |b, s| {
-                Ok(elementwise::pick(b, &s[0], &s[1], &s[2], e))
-            }))
-        }
-        Op::Cast { to } => {
-            let from = args[0].ty.elem;
-            let to = *to;
-            one(b.elementwise(&[&args[0]], out, |b, s| {
-                Ok(elementwise::cast(b, from, to, &s[0]))
-            }))
-        }
-        Op::Clip { min, max } => {
-            let e = out.elem;
-            let (lo, hi) = (*min, *max);
-            one(b.elementwise(&[&args[0]], out, |b, s| {
-                Ok(elementwise::clip(b, e, &s[0], lo, hi))
+        Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } | Op::Clip { .. } => {
+            let ins: Vec<&Val> = args.iter().collect();
+            let elems: Vec<ElemType> = args.iter().map(|a| a.ty.elem).collect();
+            let exponent = data.operands.get(1).and_then(|&v| splat_value(g, v));
+            one(b.elementwise(&ins, out, |b, s| {
+                scalar_code(b, &data.op, &elems, out.elem, s, exponent)
             }))
         }
         Op::Transfer { .. }

@@ -242,3 +242,125 @@ fn result_buffers_are_freed() {
         "the heap grew by {grown} bytes over 50 calls"
     );
 }
+
+/// Compiles and runs a one-input graph (`src`, input `x: f32[N]`) on `xs`; its outputs.
+fn run_compiled(src: &str, xs: &[f32]) -> Vec<Tensor> {
+    let g = text::parse(src, None).expect("parses");
+    let target = tessera_targets::resolve("cpu", &[]).expect("target");
+    let program = lower(
+        &g,
+        &LowerOptions {
+            target: target.spec(),
+            model: "math".into(),
+            donate_state: false,
+        },
+    )
+    .expect("lowers");
+    let mlir = Mlir::new();
+    let runner = Runner::new(
+        &mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        program.weight_tensors().expect("weights"),
+        0,
+    )
+    .expect("compiles");
+    let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let x = Tensor::from_le_bytes(ElemType::F32, &[xs.len()], &bytes).expect("input");
+    runner.run(&[x]).expect("runs")
+}
+
+/// Units in the last place of `f32` between `got` and the exact `want`.
+fn ulps(got: f32, want: f64) -> f64 {
+    let spacing = {
+        let w = (want as f32).abs();
+        f64::from(f32::from_bits(w.to_bits() + 1) - w)
+    };
+    (f64::from(got) - want).abs() / spacing
+}
+
+/// The compiled `tanh` of `f32` (a Taylor series below 0.625, `1 - 2 / (exp(2|x|) + 1)`
+/// above, no libm `tanhf`) is within 2 ulp of the exact value everywhere, saturates to
+/// +-1, keeps `-0`, `+-inf` and NaN.
+#[test]
+fn compiled_tanh_is_within_two_ulp() {
+    let n = 200_001;
+    let mut xs: Vec<f32> = (0..n)
+        .map(|i| -20.0 + 40.0 * i as f32 / (n - 1) as f32)
+        .collect();
+    // Around the switch between the two forms, and tiny values.
+    xs.extend((0..2000).map(|i| 0.6 + 0.05 * i as f32 / 2000.0));
+    xs.extend((0..2000).map(|i| -(0.6 + 0.05 * i as f32 / 2000.0)));
+    xs.extend([
+        1e-30,
+        -1e-30,
+        1e-8,
+        3e-4,
+        f32::MIN_POSITIVE,
+        88.0,
+        -100.0,
+        1e30,
+    ]);
+    xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    let src = format!(
+        "graph @t(%x: f32[{}]) {{\n  %y = tanh %x : f32[{}]\n  return %y\n}}\n",
+        xs.len(),
+        xs.len()
+    );
+    let out = run_compiled(&src, &xs);
+    let got = out[0].to_f64_vec();
+    let mut worst = (0.0, 0.0f32);
+    for (&x, &y) in xs.iter().zip(&got) {
+        let y = y as f32;
+        if x.is_nan() {
+            assert!(y.is_nan(), "tanh(NaN) = {y}");
+            continue;
+        }
+        let want = f64::from(x).tanh();
+        let u = ulps(y, want);
+        if u > worst.0 {
+            worst = (u, x);
+        }
+        assert!(u <= 2.0, "tanh({x:e}) = {y:e}, want {want:e}: {u} ulp");
+        assert_eq!(
+            y.is_sign_negative(),
+            x.is_sign_negative(),
+            "tanh({x:e}) = {y:e}"
+        );
+    }
+    assert!(
+        worst.0 > 0.0,
+        "every value exact: the check compared nothing"
+    );
+}
+
+/// `pow` by a constant 2, 3 or 4 is products, left to right (as onnxruntime computes a
+/// square and a cube), bit for bit; another exponent is `powf`, within 1 ulp of the exact power.
+#[test]
+fn compiled_pow_by_small_whole_numbers_is_products() {
+    let xs: Vec<f32> = (0..4001).map(|i| -3.0 + 6.0 * i as f32 / 4000.0).collect();
+    let n = xs.len();
+    let src = format!(
+        "const @two : f32[] = [2.0]\nconst @three : f32[] = [3.0]\nconst @four : f32[] = [4.0]\n\
+         const @half : f32[] = [2.5]\n\n\
+         graph @p(%x: f32[{n}]) {{\n  %c2 = const @two : f32[]\n  %c3 = const @three : f32[]\n  \
+         %c4 = const @four : f32[]\n  %ch = const @half : f32[]\n  \
+         %a = pow %x, %c2 : f32[{n}]\n  %b = pow %x, %c3 : f32[{n}]\n  \
+         %c = pow %x, %c4 : f32[{n}]\n  %d = abs %x : f32[{n}]\n  %e = pow %d, %ch : f32[{n}]\n  \
+         return %a, %b, %c, %e\n}}\n"
+    );
+    let out = run_compiled(&src, &xs);
+    for (k, t) in out.iter().take(3).enumerate() {
+        for (&x, y) in xs.iter().zip(t.to_f64_vec()) {
+            let mut want = x;
+            for _ in 0..k + 1 {
+                want *= x;
+            }
+            assert_eq!(y as f32, want, "pow({x}, {})", k + 2);
+        }
+    }
+    for (&x, y) in xs.iter().zip(out[3].to_f64_vec()) {
+        let want = f64::from(x.abs()).powf(2.5);
+        assert!(ulps(y as f32, want) <= 1.0, "pow({}, 2.5) = {y}", x.abs());
+    }
+}

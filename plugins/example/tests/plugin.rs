@@ -208,15 +208,15 @@ fn the_npus_get_the_plugins_pipeline_and_artifact() {
     assert!(!out.contains("portable affine loops"), "{out}");
     let artifact = std::fs::read_to_string(out_dir.join("npu0.npu.mlir")).expect("the artifact");
     // The device pipeline ran: every loop nest is tiled by 128 (the fill and the relu two
-    // loops each, the matmul three, in the kernels the step calls: tile loops, then
-    // point loops inside one tile), nothing of linalg or tensors is left.
+    // loops each, the matmul three, in the kernel the step calls, the matmul fused with the
+    // relu after it: tile loops, then point loops inside one tile), nothing of linalg or
+    // tensors is left.
     filecheck(
         &artifact,
-        "CHECK-NEXT: // example-npu program for npu0: 128x128 systolic array, 3 kernels
-         CHECK-NEXT: // kernel @k0_matmul: 5 tiled loops
-         CHECK-NEXT: // kernel @k1_relu: 2 tiled loops
+        "CHECK-NEXT: // example-npu program for npu0: 128x128 systolic array, 2 kernels
+         CHECK-NEXT: // kernel @k0_matmul_relu: 7 tiled loops
          CHECK-NEXT: // kernel @step0: 0 tiled loops
-         CHECK: func.func private @k0_matmul(%arg0: memref<256x256xf32>, %arg1: memref<256x256xf32>)
+         CHECK: func.func private @k0_matmul_relu(%arg0: memref<256x256xf32>, %arg1: memref<256x256xf32>)
          CHECK: affine.store %cst
          CHECK: affine.for %arg2 = 0 to 256 step 128 {
          CHECK-NEXT: affine.for %arg3 = 0 to 256 step 128 {
