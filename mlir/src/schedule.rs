@@ -194,6 +194,17 @@ fn multiply_accumulate_generic<'c: 'a, 'a>(
     (maps.len() == 3).then_some((maps, reduction))
 }
 
+/// The width of the panels a weight `B` (`[K, N]`) of a product with `m` rows is packed
+/// into at compile time (see `lower`'s packed weights): the lanes of the tile the schedule
+/// gives that product's `n` ([`Contraction::tile`]'s: `m` rows, or [`ROWS`] when more than
+/// [`ACCUMULATORS`], as many whole vectors as the accumulators allow, at most four), at
+/// most `N` rounded up to whole vectors.
+pub fn panel_width(m: u64, n: u64) -> u64 {
+    let mt = if m <= ACCUMULATORS { m.max(1) } else { ROWS };
+    let vectors = (ACCUMULATORS / mt).clamp(1, 4);
+    (vectors * LANES).min(n.div_ceil(LANES).max(1) * LANES)
+}
+
 /// The contraction a `linalg.generic` computes, if it is one the schedule tiles (see the
 /// module doc).
 pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contraction> {

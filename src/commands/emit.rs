@@ -246,9 +246,13 @@ pub fn write(
                 all.insert(c.name.clone(), (c.ty.clone(), c.data.clone()));
             }
         }
-        let bytes = tessera_mlir::weights::serialize(&all)?;
-        super::write_atomically(&wpath, &bytes)?;
-        bytes
+        tessera_mlir::weights::write(&all, &wpath)?;
+        // The MPI program embeds the file; nothing else needs its bytes.
+        if emits.contains(&Emit::Mpi) {
+            std::fs::read(&wpath).with_context(|| format!("cannot read {}", wpath.display()))?
+        } else {
+            Vec::new()
+        }
     };
     // Each device's pipeline; the target's own run now, for their artifacts.
     let choices: BTreeMap<&str, DeviceLowering> = program

@@ -15,17 +15,24 @@ use tessera_ir::{BinaryOp, ConvAttrs, ElemType, Op, TensorType};
 use super::body::{Body, In, LResult, Val, affine_map, dims, err, identity_map};
 use super::elementwise;
 
-/// Lowers a contraction op.
-pub fn lower(b: &mut Body, op: &Op, args: &[Val], results: &[TensorType]) -> LResult<Vec<String>> {
+/// Lowers a contraction op; `panels`: its `B` (a matmul's or an untransposed gemm's second
+/// operand, `[K, N]`) is a weight packed into panels ([`pack_panels`]).
+pub fn lower(
+    b: &mut Body,
+    op: &Op,
+    args: &[Val],
+    results: &[TensorType],
+    panels: bool,
+) -> LResult<Vec<String>> {
     let out = &results[0];
     match op {
-        Op::MatMul => Ok(vec![matmul(b, &args[0], &args[1], out)?]),
+        Op::MatMul => Ok(vec![matmul(b, &args[0], &args[1], out, panels)?]),
         Op::Gemm {
             alpha,
             beta,
             trans_a,
             trans_b,
-        } => gemm(b, args, out, *alpha, *beta, *trans_a, *trans_b).map(|r| vec![r]),
+        } => gemm(b, args, out, *alpha, *beta, *trans_a, *trans_b, panels).map(|r| vec![r]),
         Op::Conv(attrs) => Ok(vec![conv(b, args, attrs, out)?]),
         Op::ConvTranspose {
             conv,
@@ -44,11 +51,44 @@ pub fn acc_type(e: ElemType) -> ElemType {
     }
 }
 
-/// `a @ b` with numpy semantics, result type `out`.
-pub fn matmul(b: &mut Body, x: &Val, y: &Val, out: &TensorType) -> LResult<String> {
+/// The type of a `[K, N]` `f32` weight packed into panels of `p` columns:
+/// `[ceil(N / p), K, p]`.
+pub fn panels_type(k: u64, n: u64, p: u64) -> TensorType {
+    TensorType::fixed(ElemType::F32, &[n.div_ceil(p), k, p])
+}
+
+/// A row-major `[K, N]` `f32` weight's bytes packed into panels of `p` columns
+/// ([`panels_type`]): panel `j` holds columns `j*p .. j*p + p` of every row, one row of `p`
+/// after the other, zeros past `N`. A product reads each panel as one contiguous run (the
+/// row-major weight's columns are `4N` bytes apart, which the cache's prefetchers do not
+/// follow), as onnxruntime's prepacked and IREE's data-tiled weights do.
+pub fn pack_panels(data: &[u8], k: u64, n: u64, p: u64) -> Vec<u8> {
+    let (k, n, p) = (k as usize, n as usize, p as usize);
+    let panels = n.div_ceil(p);
+    let mut out = vec![0u8; panels * k * p * 4];
+    for j in 0..panels {
+        let cols = p.min(n - j * p);
+        for r in 0..k {
+            let src = (r * n + j * p) * 4;
+            let dst = ((j * k + r) * p) * 4;
+            out[dst..dst + cols * 4].copy_from_slice(&data[src..src + cols * 4]);
+        }
+    }
+    out
+}
+
+/// `a @ b` with numpy semantics, result type `out`; `panels`: `b` is packed
+/// ([`pack_panels`]).
+pub fn matmul(b: &mut Body, x: &Val, y: &Val, out: &TensorType, panels: bool) -> LResult<String> {
     let xd = dims(&x.ty)?;
-    let yd = dims(&y.ty)?;
     let od = dims(out)?;
+    if panels {
+        let r = od.len();
+        let m_axis = r - 2;
+        let x_exprs = batch_exprs(&xd, &od, m_axis, [format!("d{m_axis}"), format!("d{r}")]);
+        return contract_panels(b, x, y, out, x_exprs);
+    }
+    let yd = dims(&y.ty)?;
     // Loops: the result's axes, then k. A 1-D operand has no row (x) or column (y) axis in
     // the result.
     let r = od.len();
@@ -164,6 +204,93 @@ fn contract(
     }
 }
 
+/// `out = sum_k x[x_exprs] * y_panels[n / p, k, n % p]`, the product with a weight packed
+/// into panels of `p` columns ([`pack_panels`]), `f32`. `x_exprs` index `x` by the result's
+/// axes but the last (`d0 ..`) and `k` as `d<r>` (`r` the result's rank).
+///
+/// The product is a generic over the result's axes but `n`, then the panel `j`, the column
+/// `c` in it and `k` (`d<r-1>`, `d<r>`, `d<r+1>`), into `[panels, .., p]` (the panel first,
+/// then the result's axes but `n`, then `c`), which the schedule tiles as a contraction
+/// whose `n` is `c` and whose batch loop is the panel: each step of `k` reads one run of `p`
+/// floats of the panel. A copy then reads column `n` of the result at `[n floordiv p, ..,
+/// n mod p]`. Each element sums the same products in the same order of `k` as the unpacked
+/// product.
+fn contract_panels(
+    b: &mut Body,
+    x: &Val,
+    y: &Val,
+    out: &TensorType,
+    x_exprs: Vec<String>,
+) -> LResult<String> {
+    let od = dims(out)?;
+    let yd = dims(&y.ty)?;
+    let r = od.len();
+    if out.elem != ElemType::F32 || x.ty.elem != ElemType::F32 || yd.len() != 3 || r < 2 {
+        return err("a weight packed into panels needs an f32 product of rank 2 or more");
+    }
+    let (panels, p) = (yd[0], yd[2]);
+    let (k_old, k) = (format!("d{r}"), format!("d{}", r + 1));
+    let x_exprs: Vec<String> = x_exprs
+        .into_iter()
+        .map(|e| if e == k_old { k.clone() } else { e })
+        .collect();
+    let y_exprs = [format!("d{}", r - 1), k.clone(), format!("d{r}")];
+    let mut c_exprs = vec![format!("d{}", r - 1)];
+    c_exprs.extend((0..r - 1).map(|i| format!("d{i}")));
+    c_exprs.push(format!("d{r}"));
+    let mut c_dims = vec![panels];
+    c_dims.extend(&od[..r - 1]);
+    c_dims.push(p);
+    let c_ty = TensorType::fixed(ElemType::F32, &c_dims);
+    let init = b.filled(&c_ty, 0.0)?;
+    let mut its = vec!["parallel"; r + 2];
+    its[r + 1] = "reduction";
+    let ins = [
+        In {
+            val: x,
+            map: affine_map(r + 2, &x_exprs),
+        },
+        In {
+            val: y,
+            map: affine_map(r + 2, &y_exprs),
+        },
+    ];
+    let prod = b.generic(
+        &ins,
+        &[(c_ty.clone(), affine_map(r + 2, &c_exprs), Some(init))],
+        &its,
+        |b, a| {
+            let m =
+                elementwise::binary(b, &tessera_ir::BinaryOp::Mul, ElemType::F32, &a[0], &a[1])?;
+            Ok(vec![elementwise::binary(
+                b,
+                &tessera_ir::BinaryOp::Add,
+                ElemType::F32,
+                &a[2],
+                &m,
+            )?])
+        },
+    )?;
+    let c = Val {
+        name: prod[0].clone(),
+        ty: c_ty,
+    };
+    let n = format!("d{}", r - 1);
+    let mut read = vec![format!("{n} floordiv {p}")];
+    read.extend((0..r - 1).map(|i| format!("d{i}")));
+    read.push(format!("{n} mod {p}"));
+    let res = b.generic(
+        &[In {
+            val: &c,
+            map: affine_map(r, &read),
+        }],
+        &[(out.clone(), identity_map(r), None)],
+        &vec!["parallel"; r],
+        |_, a| Ok(vec![a[0].clone()]),
+    )?;
+    Ok(res[0].clone())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn gemm(
     b: &mut Body,
@@ -173,18 +300,29 @@ fn gemm(
     beta: f64,
     ta: bool,
     tb: bool,
+    panels: bool,
 ) -> LResult<String> {
     let xe = if ta { ["d2", "d0"] } else { ["d0", "d2"] };
     let ye = if tb { ["d1", "d2"] } else { ["d2", "d1"] };
-    let prod = contract(
-        b,
-        &args[0],
-        &args[1],
-        out,
-        xe.iter().map(|s| s.to_string()).collect(),
-        ye.iter().map(|s| s.to_string()).collect(),
-        2,
-    )?;
+    let prod = if panels && !tb {
+        contract_panels(
+            b,
+            &args[0],
+            &args[1],
+            out,
+            xe.iter().map(|s| s.to_string()).collect(),
+        )?
+    } else {
+        contract(
+            b,
+            &args[0],
+            &args[1],
+            out,
+            xe.iter().map(|s| s.to_string()).collect(),
+            ye.iter().map(|s| s.to_string()).collect(),
+            2,
+        )?
+    };
     let e = out.elem;
     let p = Val {
         name: prod,

@@ -378,6 +378,88 @@ fn arrival_type(g: &Graph, v: ValueId, producer_on_mesh: bool) -> LResult<Tensor
     }
 }
 
+/// Weights packed into panels, by value: the panel width ([`linalg::pack_panels`]).
+type Packed = BTreeMap<ValueId, u64>;
+
+/// Weights of at least this many bytes are packed into panels; smaller ones stay in the
+/// cache whatever their layout.
+const PACK_BYTES: u64 = 256 << 10;
+
+/// The weights that are packed into panels ([`linalg::pack_panels`]) for the products that
+/// read them: a constant `f32` `[K, N]` of at least [`PACK_BYTES`] that every op of the
+/// graph reading it reads as `B`, the second operand only, of a matmul with a `>= 2`-D first
+/// operand or of a gemm that does not transpose `B`, on a `cpu` device and on no mesh. The
+/// panel width is [`crate::schedule::panel_width`] of the first such product's rows.
+fn packed_weights(g: &Graph, target: &TargetSpec) -> Packed {
+    let cpu = |op: OpId| {
+        let d = g.op(op).device.as_deref().unwrap_or(&target.host);
+        g.op_mesh(op).is_none()
+            && target
+                .devices
+                .iter()
+                .any(|x| x.name == d && x.lowering == "cpu")
+    };
+    // Each weight's rows for the first product that reads it, or `None` once any reader
+    // is not a product that can read it packed.
+    let mut rows: BTreeMap<ValueId, Option<u64>> = BTreeMap::new();
+    for &op in g.ops() {
+        let data = g.op(op);
+        for (i, &v) in data.operands.iter().enumerate() {
+            let Some(c) = is_const(g, v) else { continue };
+            let k = g.constant(c);
+            let ok_weight = k.ty.elem == tessera_ir::ElemType::F32
+                && k.ty.rank() == 2
+                && k.data.len() as u64 >= PACK_BYTES;
+            if !ok_weight {
+                continue;
+            }
+            let a = data.operands.first().map(|&x| g.ty(x));
+            let m = match (&data.op, a) {
+                (Op::MatMul, Some(a)) if i == 1 && a.rank() >= 2 => {
+                    a.static_dims().map(|d| d[d.len() - 2])
+                }
+                (
+                    Op::Gemm {
+                        trans_a,
+                        trans_b: false,
+                        ..
+                    },
+                    Some(a),
+                ) if i == 1 => a.static_dims().map(|d| if *trans_a { d[1] } else { d[0] }),
+                _ => None,
+            };
+            let only_b = data.operands.iter().filter(|&&x| x == v).count() == 1;
+            let m = m.filter(|_| only_b && cpu(op));
+            let e = rows.entry(v).or_insert(m);
+            if m.is_none() {
+                *e = None;
+            }
+        }
+    }
+    rows.into_iter()
+        .filter_map(|(v, m)| {
+            let c = is_const(g, v)?;
+            let n = g.constant(c).ty.static_dims()?[1];
+            Some((v, crate::schedule::panel_width(m?, n)))
+        })
+        .collect()
+}
+
+/// A weight packed into panels of `p` columns: its name in the weights file
+/// (`<constant>@panels<p>`) and its type ([`linalg::panels_type`]).
+fn panels_weight(g: &Graph, c: ConstId, p: u64) -> (String, TensorType) {
+    let k = g.constant(c);
+    let d = k.ty.static_dims().unwrap_or_default();
+    let (rows, cols) = (
+        d.first().copied().unwrap_or(0),
+        d.get(1).copied().unwrap_or(0),
+    );
+    (
+        format!("{}@panels{p}", k.name),
+        linalg::panels_type(rows, cols, p),
+    )
+}
+
 /// The weights file's name of a constant used in a step (per mesh device when split there).
 fn weight_name(g: &Graph, st: &Step, v: ValueId, c: ConstId) -> (String, bool) {
     let name = g.constant(c).name.clone();
@@ -419,6 +501,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
         }
     }
     let on_mesh = |s: usize| steps[s].device.starts_with('@') && !steps[s].collective;
+    let packed = packed_weights(g, target);
     let mut weights: BTreeMap<String, (TensorType, tessera_ir::Bytes)> = BTreeMap::new();
     let mut funcs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut kernels = Kernels::default();
@@ -531,10 +614,19 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                     });
                 }
                 _ => {
-                    weights.insert(name.clone(), (k.ty.clone(), k.data.clone()));
+                    let (name, ty, data) = match packed.get(&v) {
+                        Some(&p) => {
+                            let (name, ty) = panels_weight(g, c, p);
+                            let d = dims(&k.ty)?;
+                            let data = linalg::pack_panels(&k.data, d[0], d[1], p);
+                            (name, ty, tessera_ir::Bytes::from(data))
+                        }
+                        None => (name, k.ty.clone(), k.data.clone()),
+                    };
+                    weights.insert(name.clone(), (ty.clone(), data));
                     args.push(Arg::Weight {
                         weight: name,
-                        ty: k.ty.to_string(),
+                        ty: ty.to_string(),
                         per_device: false,
                     });
                 }
@@ -552,7 +644,7 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             .collect::<LResult<_>>()
             .map_err(at)?;
         if !st.collective {
-            let (text, used) = lower_step(g, st, &mut kernels).map_err(at)?;
+            let (text, used) = lower_step(g, st, &mut kernels, &packed).map_err(at)?;
             let runners = match mesh {
                 Some(m) => m.devices.clone(),
                 None => vec![st.device.clone()],
@@ -861,9 +953,14 @@ enum Form<'a> {
 /// generation takes time superlinear in a function's size, and a step of a deep model would
 /// otherwise be one function as long as the model, however small its kernels. Each part's
 /// intermediates are freed when it returns.
-fn lower_step(g: &Graph, st: &Step, kernels: &mut Kernels) -> LResult<(String, BTreeSet<usize>)> {
+fn lower_step(
+    g: &Graph,
+    st: &Step,
+    kernels: &mut Kernels,
+    packed: &Packed,
+) -> LResult<(String, BTreeSet<usize>)> {
     if st.ops.len() <= PART_OPS {
-        return lower_function(g, st, kernels, &step_fn(st.id), Form::Step);
+        return lower_function(g, st, kernels, packed, &step_fn(st.id), Form::Step);
     }
     let parts: Vec<(String, Step)> = split_step(g, st)
         .into_iter()
@@ -873,11 +970,18 @@ fn lower_step(g: &Graph, st: &Step, kernels: &mut Kernels) -> LResult<(String, B
     let mut text = String::new();
     let mut used = BTreeSet::new();
     for (name, p) in &parts {
-        let (t, u) = lower_function(g, p, kernels, name, Form::Part)?;
+        let (t, u) = lower_function(g, p, kernels, packed, name, Form::Part)?;
         text.push_str(&t);
         used.extend(u);
     }
-    let (t, u) = lower_function(g, st, kernels, &step_fn(st.id), Form::Parent(&parts))?;
+    let (t, u) = lower_function(
+        g,
+        st,
+        kernels,
+        packed,
+        &step_fn(st.id),
+        Form::Parent(&parts),
+    )?;
     text.push_str(&t);
     used.extend(u);
     Ok((text, used))
@@ -1214,6 +1318,7 @@ fn lower_function(
     g: &Graph,
     st: &Step,
     kernels: &mut Kernels,
+    packed: &Packed,
     name: &str,
     form: Form<'_>,
 ) -> LResult<(String, BTreeSet<usize>)> {
@@ -1266,9 +1371,13 @@ fn lower_function(
         let Some(c) = is_const(g, v) else { continue };
         let name = format!("%arg{}", st.inputs.len() + k);
         let (wname, split) = weight_name(g, st, v, c);
-        let ty = match (split, mesh) {
-            (true, Some(m)) => spmd::local_type(m, &spmd::sharding_of(g, v), &g.constant(c).ty)?,
-            _ => g.constant(c).ty.clone(),
+        let (wname, ty) = match (split, mesh, packed.get(&v)) {
+            (true, Some(m), _) => (
+                wname,
+                spmd::local_type(m, &spmd::sharding_of(g, v), &g.constant(c).ty)?,
+            ),
+            (_, _, Some(&p)) => panels_weight(g, c, p),
+            _ => (wname, g.constant(c).ty.clone()),
         };
         let shown = if split {
             format!("{wname}@<device>")
@@ -1665,7 +1774,13 @@ fn lower_op_code(
         | Op::Gemm { .. }
         | Op::Conv(_)
         | Op::ConvTranspose { .. }
-        | Op::Einsum { .. } => linalg::lower(b, &data.op, args, results),
+        | Op::Einsum { .. } => {
+            // A weight packed into panels arrives with one axis more than its operand.
+            let panels = matches!(data.op, Op::MatMul | Op::Gemm { .. })
+                && args.get(1).is_some_and(|a| a.ty.rank() == 3)
+                && data.operands.get(1).is_some_and(|&v| g.ty(v).rank() == 2);
+            linalg::lower(b, &data.op, args, results, panels)
+        }
         Op::Reduce { .. }
         | Op::ArgReduce { .. }
         | Op::Softmax { .. }

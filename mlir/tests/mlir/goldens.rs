@@ -364,3 +364,77 @@ fn compiled_pow_by_small_whole_numbers_is_products() {
         assert!(ulps(y as f32, want) <= 1.0, "pow({}, 2.5) = {y}", x.abs());
     }
 }
+
+/// Large `f32` weights that only products read as `B` are packed into panels at compile
+/// time (`<name>@panels<p>` in the weights, `[ceil(N/p), K, p]`): a matmul with a 3-D first
+/// operand and a gemm with a bias, `N` not a multiple of the panel, agree with the
+/// interpreter; a weight that another op reads too stays as it is.
+#[test]
+fn weights_packed_into_panels_agree_with_the_interpreter() {
+    let (k, n) = (300usize, 250usize);
+    let vals = |seed: usize, count: usize| -> String {
+        (0..count)
+            .map(|i| format!("{:?}", ((i * 7919 + seed) % 23) as f32 / 8.0 - 1.375))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let src = format!(
+        "const @w : f32[{k}, {n}] = [{}]\nconst @v : f32[{k}, {n}] = [{}]\n\
+         const @bias : f32[{n}] = [{}]\n\n\
+         graph @packed(%x: f32[1, 5, {k}], %y: f32[7, {k}]) {{\n  \
+           %w = const @w : f32[{k}, {n}]\n  %v = const @v : f32[{k}, {n}]\n  \
+           %bias = const @bias : f32[{n}]\n  \
+           %a = matmul %x, %w : f32[1, 5, {n}]\n  \
+           %g = gemm %y, %w, %bias {{alpha = 0.5, beta = 1.0, trans-a = false, trans-b = false}} : f32[7, {n}]\n  \
+           %b = matmul %y, %v : f32[7, {n}]\n  \
+           %s = add %v, %v : f32[{k}, {n}]\n  \
+           return %a, %g, %b, %s\n}}\n",
+        vals(1, k * n),
+        vals(5, k * n),
+        vals(3, n)
+    );
+    let g = text::parse(&src, None).expect("parses");
+    let target = tessera_targets::resolve("cpu", &[]).expect("target");
+    let program = lower(
+        &g,
+        &LowerOptions {
+            target: target.spec(),
+            model: "packed".into(),
+            donate_state: false,
+        },
+    )
+    .expect("lowers");
+    let names: Vec<&String> = program.weights.keys().collect();
+    // 250 columns, 5 and 7 rows: panels of 48 lanes (3 vectors), 6 panels, the last
+    // holding 10 columns and 38 zeros.
+    assert_eq!(names, ["bias", "v", "w@panels48"], "{names:?}");
+    assert_eq!(
+        program.weights["w@panels48"].0.to_string(),
+        "f32[6, 300, 48]"
+    );
+    let module = &program.modules[0].1;
+    assert!(
+        module.contains("tessera.weight = \"w@panels48\""),
+        "{module}"
+    );
+    assert!(
+        module.contains("d2 floordiv 48, d0, d1, d2 mod 48"),
+        "{module}"
+    );
+    let mlir = Mlir::new();
+    let runner = Runner::new(
+        &mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        program.weight_tensors().expect("weights"),
+        0,
+    )
+    .expect("compiles");
+    let xs = inputs(&g);
+    let want = interp::run(&g, &xs).expect("interprets");
+    let got = runner.run(&xs).expect("runs");
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!(close(a, b), "output {i}: {:?} vs {:?}", a.ty(), b.ty());
+    }
+}
