@@ -196,13 +196,21 @@ fn multiply_accumulate_generic<'c: 'a, 'a>(
 
 /// The width of the panels a weight `B` (`[K, N]`) of a product with `m` rows is packed
 /// into at compile time (see `lower`'s packed weights): the lanes of the tile the schedule
-/// gives that product's `n` ([`Contraction::tile`]'s: `m` rows, or [`ROWS`] when more than
-/// [`ACCUMULATORS`], as many whole vectors as the accumulators allow, at most four), at
-/// most `N` rounded up to whole vectors.
+/// gives that product's `n` ([`rows_and_lanes`], as [`Contraction::tile`]), at most `N`
+/// rounded up to whole vectors.
 pub fn panel_width(m: u64, n: u64) -> u64 {
-    let mt = if m <= ACCUMULATORS { m.max(1) } else { ROWS };
+    rows_and_lanes(m.max(1))
+        .1
+        .min(n.div_ceil(LANES).max(1) * LANES)
+}
+
+/// The rows of C's tile for `mx` rows along `m` (all of them up to [`ACCUMULATORS`], else
+/// [`ROWS`]) and its lanes along `n`: as many whole vectors as the accumulators allow, at
+/// most four.
+fn rows_and_lanes(mx: u64) -> (u64, u64) {
+    let mt = if mx <= ACCUMULATORS { mx } else { ROWS };
     let vectors = (ACCUMULATORS / mt).clamp(1, 4);
-    (vectors * LANES).min(n.div_ceil(LANES).max(1) * LANES)
+    (mt, vectors * LANES)
 }
 
 /// The contraction a `linalg.generic` computes, if it is one the schedule tiles (see the
@@ -290,10 +298,8 @@ impl Contraction {
             let mt = mx.min(2);
             return ((ACCUMULATORS / mt).min(nx), mt);
         }
-        let mt = if mx <= ACCUMULATORS { mx } else { ROWS };
-        let vectors = (ACCUMULATORS / mt).clamp(1, 4);
-        let nt = (vectors * LANES).min(nx);
-        (nt, mt)
+        let (mt, lanes) = rows_and_lanes(mx);
+        (lanes.min(nx), mt)
     }
 
     /// [`Contraction::tile`] of the whole contraction, which every piece keeps.

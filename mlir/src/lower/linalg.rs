@@ -164,44 +164,64 @@ fn contract(
     let x_exprs: Vec<String> = x_exprs.iter().map(swap).collect();
     let y_exprs: Vec<String> = y_exprs.iter().map(swap).collect();
     let out_exprs: Vec<String> = (0..r).map(|i| swap(&format!("d{i}"))).collect();
-    let mut its = vec!["parallel"; r + 1];
-    its[if reorder { r - 1 } else { r }] = "reduction";
-    let ins = [
-        In {
-            val: x,
-            map: affine_map(r + 1, &x_exprs),
-        },
-        In {
-            val: y,
-            map: affine_map(r + 1, &y_exprs),
-        },
-    ];
-    let res = b.generic(
-        &ins,
-        &[(acc_ty.clone(), affine_map(r + 1, &out_exprs), Some(init))],
-        &its,
-        |b, a| {
-            let p = elementwise::cast(b, x.ty.elem, acc, &a[0]);
-            let q = elementwise::cast(b, y.ty.elem, acc, &a[1]);
-            let m = elementwise::binary(b, &tessera_ir::BinaryOp::Mul, acc, &p, &q)?;
-            Ok(vec![elementwise::binary(
-                b,
-                &tessera_ir::BinaryOp::Add,
-                acc,
-                &a[2],
-                &m,
-            )?])
-        },
+    let reduction = if reorder { r - 1 } else { r };
+    let res = multiply_accumulate(
+        b,
+        x,
+        y,
+        init,
+        &acc_ty,
+        [&x_exprs, &y_exprs, &out_exprs],
+        reduction,
     )?;
-    let res = Val {
-        name: res[0].clone(),
-        ty: acc_ty,
-    };
     if acc == e {
         Ok(res.name)
     } else {
         b.elementwise(&[&res], out, |b, s| Ok(elementwise::cast(b, acc, e, &s[0])))
     }
+}
+
+/// The generic `acc[exprs[2]] += x[exprs[0]] * y[exprs[1]]` (each operand cast to `acc`'s
+/// element type) from `init`, over one loop per expression of `exprs[2]` and one more, of
+/// which loop `reduction` sums.
+fn multiply_accumulate(
+    b: &mut Body,
+    x: &Val,
+    y: &Val,
+    init: String,
+    acc: &TensorType,
+    exprs: [&[String]; 3],
+    reduction: usize,
+) -> LResult<Val> {
+    let loops = exprs[2].len() + 1;
+    let mut its = vec!["parallel"; loops];
+    its[reduction] = "reduction";
+    let ins = [
+        In {
+            val: x,
+            map: affine_map(loops, exprs[0]),
+        },
+        In {
+            val: y,
+            map: affine_map(loops, exprs[1]),
+        },
+    ];
+    let e = acc.elem;
+    let res = b.generic(
+        &ins,
+        &[(acc.clone(), affine_map(loops, exprs[2]), Some(init))],
+        &its,
+        |b, a| {
+            let p = elementwise::cast(b, x.ty.elem, e, &a[0]);
+            let q = elementwise::cast(b, y.ty.elem, e, &a[1]);
+            let m = elementwise::binary(b, &BinaryOp::Mul, e, &p, &q)?;
+            Ok(vec![elementwise::binary(b, &BinaryOp::Add, e, &a[2], &m)?])
+        },
+    )?;
+    Ok(Val {
+        name: res[0].clone(),
+        ty: acc.clone(),
+    })
 }
 
 /// `out = sum_k x[x_exprs] * y_panels[n / p, k, n % p]`, the product with a weight packed
@@ -243,38 +263,7 @@ fn contract_panels(
     c_dims.push(p);
     let c_ty = TensorType::fixed(ElemType::F32, &c_dims);
     let init = b.filled(&c_ty, 0.0)?;
-    let mut its = vec!["parallel"; r + 2];
-    its[r + 1] = "reduction";
-    let ins = [
-        In {
-            val: x,
-            map: affine_map(r + 2, &x_exprs),
-        },
-        In {
-            val: y,
-            map: affine_map(r + 2, &y_exprs),
-        },
-    ];
-    let prod = b.generic(
-        &ins,
-        &[(c_ty.clone(), affine_map(r + 2, &c_exprs), Some(init))],
-        &its,
-        |b, a| {
-            let m =
-                elementwise::binary(b, &tessera_ir::BinaryOp::Mul, ElemType::F32, &a[0], &a[1])?;
-            Ok(vec![elementwise::binary(
-                b,
-                &tessera_ir::BinaryOp::Add,
-                ElemType::F32,
-                &a[2],
-                &m,
-            )?])
-        },
-    )?;
-    let c = Val {
-        name: prod[0].clone(),
-        ty: c_ty,
-    };
+    let c = multiply_accumulate(b, x, y, init, &c_ty, [&x_exprs, &y_exprs, &c_exprs], r + 1)?;
     let n = format!("d{}", r - 1);
     let mut read = vec![format!("{n} floordiv {p}")];
     read.extend((0..r - 1).map(|i| format!("d{i}")));

@@ -70,6 +70,17 @@ pub struct Step {
     pub donated: Vec<(ValueId, ValueId)>,
 }
 
+impl Step {
+    /// What the step gives back: its outputs and the next values it writes in place.
+    fn returned(&self) -> BTreeSet<ValueId> {
+        self.outputs
+            .iter()
+            .copied()
+            .chain(self.donated.iter().map(|&(_, n)| n))
+            .collect()
+    }
+}
+
 /// The lowered program: a module per device, the manifest, and the weights it names.
 #[derive(Clone, Debug)]
 pub struct Program {
@@ -614,16 +625,21 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                     });
                 }
                 _ => {
-                    let (name, ty, data) = match packed.get(&v) {
-                        Some(&p) => {
-                            let (name, ty) = panels_weight(g, c, p);
-                            let d = dims(&k.ty)?;
-                            let data = linalg::pack_panels(&k.data, d[0], d[1], p);
-                            (name, ty, tessera_ir::Bytes::from(data))
-                        }
-                        None => (name, k.ty.clone(), k.data.clone()),
+                    let (name, ty) = match packed.get(&v) {
+                        Some(&p) => panels_weight(g, c, p),
+                        None => (name, k.ty.clone()),
                     };
-                    weights.insert(name.clone(), (ty.clone(), data));
+                    // A weight read by several steps is packed once.
+                    if !weights.contains_key(&name) {
+                        let data = match packed.get(&v) {
+                            Some(&p) => {
+                                let d = dims(&k.ty)?;
+                                tessera_ir::Bytes::from(linalg::pack_panels(&k.data, d[0], d[1], p))
+                            }
+                            None => k.data.clone(),
+                        };
+                        weights.insert(name.clone(), (ty.clone(), data));
+                    }
                     args.push(Arg::Weight {
                         weight: name,
                         ty: ty.to_string(),
@@ -1010,12 +1026,7 @@ fn split_step(g: &Graph, st: &Step) -> Vec<Step> {
             }
         }
     }
-    let returned: BTreeSet<ValueId> = st
-        .outputs
-        .iter()
-        .copied()
-        .chain(st.donated.iter().map(|&(_, n)| n))
-        .collect();
+    let returned = st.returned();
     chunks
         .iter()
         .enumerate()
@@ -1095,12 +1106,7 @@ fn fusion_groups(g: &Graph, st: &Step, fuse: bool) -> Vec<Vec<OpId>> {
             readers.entry(v).or_default().insert(op);
         }
     }
-    let returned: BTreeSet<ValueId> = st
-        .outputs
-        .iter()
-        .copied()
-        .chain(st.donated.iter().map(|&(_, n)| n))
-        .collect();
+    let returned = st.returned();
     let mut groups: Vec<Growing> = Vec::new();
     let mut group_of: BTreeMap<OpId, usize> = BTreeMap::new();
     for &op in st.ops.iter().rev() {
@@ -1165,8 +1171,7 @@ fn fusion_groups(g: &Graph, st: &Step, fuse: bool) -> Vec<Vec<OpId>> {
 /// A fused group's ops (see [`fusion_groups`], two or more, in no mesh step) as one kernel
 /// that the step calls where the group's last op is, with the group's distinct operands
 /// from outside it as arguments (small constants inside) and its last op's results; the
-/// call's location fuses the ops' model nodes. Code that only views or gives back an
-/// argument stays in the step, op by op. Adds the last op's results to `env` and the
+/// call's location fuses the ops' model nodes. Adds the last op's results to `env` and the
 /// kernel to `used`.
 fn lower_fused(
     b: &mut Body,
@@ -1177,15 +1182,7 @@ fn lower_fused(
     kernels: &mut Kernels,
     used: &mut BTreeSet<usize>,
 ) -> LResult<()> {
-    let at = |op: OpId, e: LowerError| {
-        let data = g.op(op);
-        let loc = data
-            .loc
-            .as_deref()
-            .map(|l| format!(" at {l:?}"))
-            .unwrap_or_default();
-        LowerError(format!("op {op} ({}){loc}: {}", data.op.name(), e.0))
-    };
+    let at = |op: OpId, e: LowerError| op_error(g, op, e);
     for &op in group {
         let data = g.op(op);
         b.op_comment(op, data.op.name(), data.loc.as_deref());
@@ -1279,37 +1276,33 @@ fn lower_fused(
         })?;
         Ok(vec![r])
     })?;
-    if let Some((n, kname)) = made {
-        used.insert(n);
-        let args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
-        let locs: Vec<&str> = group
-            .iter()
-            .filter_map(|&op| g.op(op).loc.as_deref())
-            .collect();
-        let names = b.with_fused_loc(&locs, |b| kernel::call(b, &kname, &args, &results))?;
-        for ((&r, name), ty) in last.results.iter().zip(names).zip(results) {
-            env.insert(r, Val { name, ty });
-        }
-        return Ok(());
-    }
-    // The code stays in the step, op by op.
-    let mut consts = BTreeMap::new();
-    for &op in group {
-        let data = g.op(op);
-        let mut args = Vec::new();
-        for &v in &data.operands {
-            args.push(match env.get(&v).or_else(|| weight_args.get(&v)) {
-                Some(val) => val.clone(),
-                None => step_const(b, g, None, "", &mut consts, v).map_err(|e| at(op, e))?,
-            });
-        }
-        let tys = local_types(g, None, &data.results)?;
-        let names = lower_op(b, g, op, &args, &tys).map_err(|e| at(op, e))?;
-        for ((&r, name), ty) in data.results.iter().zip(names).zip(tys) {
-            env.insert(r, Val { name, ty });
-        }
+    // A group ends in its elementwise generic: its kernel always computes.
+    let (n, kname) = made.ok_or_else(|| {
+        let sink = group[group.len() - 1];
+        op_error(g, sink, LowerError("a fused group made no kernel".into()))
+    })?;
+    used.insert(n);
+    let args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
+    let locs: Vec<&str> = group
+        .iter()
+        .filter_map(|&op| g.op(op).loc.as_deref())
+        .collect();
+    let names = b.with_fused_loc(&locs, |b| kernel::call(b, &kname, &args, &results))?;
+    for ((&r, name), ty) in last.results.iter().zip(names).zip(results) {
+        env.insert(r, Val { name, ty });
     }
     Ok(())
+}
+
+/// An op's lowering error, naming the op, its kind and its model node.
+fn op_error(g: &Graph, op: OpId, e: LowerError) -> LowerError {
+    let data = g.op(op);
+    let at = data
+        .loc
+        .as_deref()
+        .map(|l| format!(" at {l:?}"))
+        .unwrap_or_default();
+    LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
 }
 
 /// The text of a function made from a step's ops (see [`Form`]) named `name`, and the
@@ -1507,14 +1500,7 @@ fn lower_function(
             }
             lower_op(b, g, op, &args, &results)
         };
-        let names = lower_one(&mut b).map_err(|e| {
-            let at = data
-                .loc
-                .as_deref()
-                .map(|l| format!(" at {l:?}"))
-                .unwrap_or_default();
-            LowerError(format!("op {op} ({}){at}: {}", data.op.name(), e.0))
-        })?;
+        let names = lower_one(&mut b).map_err(|e| op_error(g, op, e))?;
         for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {
             env.insert(r, Val { name, ty });
         }

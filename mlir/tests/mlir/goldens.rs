@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use tessera_ir::{ElemType, Graph, Tensor, interp, text};
-use tessera_mlir::lower::{LowerOptions, lower};
+use tessera_mlir::lower::{LowerOptions, Program, lower};
 use tessera_mlir::{Mlir, Runner};
 
 use crate::filecheck::{check, parse_test_file};
@@ -169,6 +169,32 @@ fn lowering_goldens() {
     );
 }
 
+/// `g` lowered for the `cpu` target.
+fn lower_cpu(g: &Graph, model: &str, donate_state: bool) -> Program {
+    let target = tessera_targets::resolve("cpu", &[]).expect("target");
+    lower(
+        g,
+        &LowerOptions {
+            target: target.spec(),
+            model: model.into(),
+            donate_state,
+        },
+    )
+    .expect("lowers")
+}
+
+/// `program` JIT-compiled (opt level 0), ready to run.
+fn jit(mlir: &Mlir, program: &Program) -> Runner {
+    Runner::new(
+        mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        program.weight_tensors().expect("weights"),
+        0,
+    )
+    .expect("compiles")
+}
+
 /// glibc's allocator statistics (`mallinfo2`): `uordblks` is the bytes in use.
 #[repr(C)]
 #[derive(Default)]
@@ -208,25 +234,9 @@ fn result_buffers_are_freed() {
           %k = const @c : f32[2]\n  \
           return %y, %x, %k, %y\n}\n";
     let g = text::parse(src, None).expect("parses");
-    let target = tessera_targets::resolve("cpu", &[]).expect("target");
-    let program = lower(
-        &g,
-        &LowerOptions {
-            target: target.spec(),
-            model: "free".into(),
-            donate_state: true,
-        },
-    )
-    .expect("lowers");
+    let program = lower_cpu(&g, "free", true);
     let mlir = Mlir::new();
-    let runner = Runner::new(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        program.weight_tensors().expect("weights"),
-        0,
-    )
-    .expect("compiles");
+    let runner = jit(&mlir, &program);
     let xs = inputs(&g);
     let want = interp::run(&g, &xs).expect("interprets");
     assert_eq!(runner.run(&xs).expect("runs"), want);
@@ -246,25 +256,9 @@ fn result_buffers_are_freed() {
 /// Compiles and runs a one-input graph (`src`, input `x: f32[N]`) on `xs`; its outputs.
 fn run_compiled(src: &str, xs: &[f32]) -> Vec<Tensor> {
     let g = text::parse(src, None).expect("parses");
-    let target = tessera_targets::resolve("cpu", &[]).expect("target");
-    let program = lower(
-        &g,
-        &LowerOptions {
-            target: target.spec(),
-            model: "math".into(),
-            donate_state: false,
-        },
-    )
-    .expect("lowers");
+    let program = lower_cpu(&g, "math", false);
     let mlir = Mlir::new();
-    let runner = Runner::new(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        program.weight_tensors().expect("weights"),
-        0,
-    )
-    .expect("compiles");
+    let runner = jit(&mlir, &program);
     let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     let x = Tensor::from_le_bytes(ElemType::F32, &[xs.len()], &bytes).expect("input");
     runner.run(&[x]).expect("runs")
@@ -394,16 +388,7 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
         vals(3, n)
     );
     let g = text::parse(&src, None).expect("parses");
-    let target = tessera_targets::resolve("cpu", &[]).expect("target");
-    let program = lower(
-        &g,
-        &LowerOptions {
-            target: target.spec(),
-            model: "packed".into(),
-            donate_state: false,
-        },
-    )
-    .expect("lowers");
+    let program = lower_cpu(&g, "packed", false);
     let names: Vec<&String> = program.weights.keys().collect();
     // 250 columns, 5 and 7 rows: panels of 48 lanes (3 vectors), 6 panels, the last
     // holding 10 columns and 38 zeros.
@@ -422,14 +407,7 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
         "{module}"
     );
     let mlir = Mlir::new();
-    let runner = Runner::new(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        program.weight_tensors().expect("weights"),
-        0,
-    )
-    .expect("compiles");
+    let runner = jit(&mlir, &program);
     let xs = inputs(&g);
     let want = interp::run(&g, &xs).expect("interprets");
     let got = runner.run(&xs).expect("runs");
