@@ -918,6 +918,76 @@ fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
     assert_eq!(left, ["build"], "temporary folders left behind");
 }
 
+/// Whether a process runs (exists and is not a zombie).
+fn process_runs(pid: &str) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_killed_compile_leaves_no_clang_running() {
+    // A clang that records its pid and hangs: the compile is killed while it runs.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let prefix = scratch.path().join("llvm");
+    fs::create_dir_all(prefix.join("bin")).expect("bin");
+    let clang = prefix.join("bin/clang");
+    let pidfile = scratch.path().join("clang.pid");
+    fs::write(
+        &clang,
+        format!(
+            "#!/bin/sh\necho $$ > '{}'\nexec sleep 60\n",
+            pidfile.display()
+        ),
+    )
+    .expect("fake clang");
+    fs::set_permissions(&clang, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .current_dir(repo())
+        .args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(scratch.path().join("build"))
+        .env("TESSERA_LLVM_PREFIX", &prefix)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawns");
+    let waited = std::time::Instant::now();
+    let pid = loop {
+        if let Ok(pid) = fs::read_to_string(&pidfile)
+            && pid.ends_with('\n')
+        {
+            break pid.trim().to_string();
+        }
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(120),
+            "the compile never ran clang"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(process_runs(&pid), "clang {pid} is not running");
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    let killed = std::time::Instant::now();
+    while process_runs(&pid) {
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(10),
+            "clang {pid} outlived the killed compile by 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn output_directories_that_are_not_compile_outputs_are_not_replaced() {
     let scratch = tempfile::tempdir().expect("tempdir");

@@ -24,9 +24,12 @@ fn io(what: &Path, e: std::io::Error) -> Error {
     }
 }
 
-/// Runs a command; its error names the command and shows what it printed.
+/// Runs a command; its error names the command and shows what it printed. The command dies
+/// with tessera: a compile killed while clang runs leaves no clang behind writing into the
+/// temporary folder that the next compile removes.
 pub fn run_tool(cmd: &mut Command) -> Result<(), Error> {
     let shown = format!("{cmd:?}");
+    die_with_parent(cmd);
     let out = cmd.output().map_err(|e| Error::Run {
         message: format!("cannot run {shown}: {e} (run `make deps` to install LLVM 22 and MPICH)"),
     })?;
@@ -41,6 +44,29 @@ pub fn run_tool(cmd: &mut Command) -> Result<(), Error> {
                 String::from_utf8_lossy(&out.stderr)
             ),
         })
+    }
+}
+
+/// Makes `cmd`'s process receive SIGKILL when the thread that starts it ends (Linux's
+/// parent-death signal). [`run_tool`] waits for the command on that thread, so this happens
+/// only when tessera itself is killed. A parent killed before the child set the signal is
+/// caught by comparing the parent's pid after setting it.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = rustix::process::getpid();
+    #[allow(unsafe_code)]
+    // SAFETY: the hook runs in the forked child before `exec`; it makes two system calls
+    // (prctl, getppid), both async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::from_raw_os_error(
+                    rustix::io::Errno::SRCH.raw_os_error(),
+                ));
+            }
+            Ok(())
+        });
     }
 }
 
