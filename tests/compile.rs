@@ -850,6 +850,20 @@ fn dir_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// Fails naming the files that differ between two [`dir_files`] (not their bytes).
+fn same_files(
+    got: &std::collections::BTreeMap<String, Vec<u8>>,
+    want: &std::collections::BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    let differ: Vec<&String> = got
+        .keys()
+        .chain(want.keys())
+        .filter(|n| got.get(*n) != want.get(*n))
+        .collect();
+    assert!(differ.is_empty(), "{what}: {differ:?} differ");
+}
+
 #[test]
 fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
     let scratch = tempfile::tempdir().expect("tempdir");
@@ -898,7 +912,11 @@ fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         if out.exists() {
-            assert_eq!(dir_files(&out), whole, "kill {k}: a mix of files");
+            same_files(
+                &dir_files(&out),
+                &whole,
+                &format!("kill {k}: a mix of files"),
+            );
             outcomes.insert("whole");
         } else {
             assert!(!existed, "kill {k}: the old output is gone");
@@ -910,7 +928,7 @@ fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
     let mut cmd = tessera();
     compile(&mut cmd);
     ok(&mut cmd);
-    assert_eq!(dir_files(&out), whole);
+    same_files(&dir_files(&out), &whole, "the compile after the kills");
     let left: Vec<String> = fs::read_dir(scratch.path())
         .expect("scratch")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

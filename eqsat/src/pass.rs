@@ -441,13 +441,12 @@ pub fn run_eqsat(
                 "regions also extracted by integer programming",
                 1,
             );
-            let limit = settings.time_limit.min(Duration::from_secs(1));
             match exact_ilp(
                 &egraph,
                 &roots,
                 |eg, n| costs.node(eg, n),
                 settings.exact_nodes,
-                ExactBudget::BySize(limit),
+                ExactBudget::BySize,
                 extraction.as_ref().map(|g| g.cost),
             ) {
                 Exact::Found(exact)
@@ -469,7 +468,7 @@ pub fn run_eqsat(
                 ),
                 Exact::GaveUp => stats.add(
                     "exact-gave-up",
-                    "regions whose exact search ran out of its time budget",
+                    "regions whose exact search found no solution within its node budget",
                     1,
                 ),
                 Exact::Found(_) | Exact::TooLarge => {}
