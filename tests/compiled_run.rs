@@ -1310,3 +1310,73 @@ fn threads_share_a_large_matmul_and_agree_with_one_thread() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A weight the CPU lowering packs into panels is in the weights file once, packed, and
+/// `placed.tir`'s sidecar (a link to that file) still gives it back whole: the placed IR
+/// computes what the model computes, and the compiled directory agrees.
+#[test]
+fn a_packed_weight_is_stored_once_and_placed_ir_reads_it_back() {
+    let (k, n) = (300usize, 250usize);
+    let vals = |seed: usize, count: usize| -> String {
+        (0..count)
+            .map(|i| format!("{:?}", ((i * 7919 + seed) % 23) as f32 / 8.0 - 1.375))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("packed.tir");
+    fs::write(
+        &model,
+        format!(
+            "const @w : f32[{k}, {n}] = [{}]\n\n\
+             graph @packed(%x: f32[5, {k}]) {{\n  \
+               %w = const @w : f32[{k}, {n}]\n  \
+               %a = matmul %x, %w : f32[5, {n}]\n  \
+               %y = relu %a : f32[5, {n}]\n  \
+               return %y\n}}\n",
+            vals(1, k * n)
+        ),
+    )
+    .expect("model");
+    let x: Vec<u8> = (0..5 * k)
+        .flat_map(|i| (((i * 31) % 17) as f32 / 4.0 - 2.0).to_le_bytes())
+        .collect();
+    let x = Tensor::from_le_bytes(tessera_ir::ElemType::F32, &[5, k], &x).expect("x");
+    let xpath = dir.path().join("x.npy");
+    tessera::npy::write(&xpath, &x).expect("x.npy");
+    let out = dir.path().join("build");
+    ok(tessera().arg("compile").arg(&model).arg("-o").arg(&out));
+    let weights = tessera_mlir::weights::read(&out.join("weights.safetensors")).expect("weights");
+    let names: Vec<&String> = weights.keys().collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let (name, p) = tessera_ir::panels::parse(names[0]).expect("packed");
+    assert_eq!(name, "w");
+    assert_eq!(
+        weights[names[0]].shape(),
+        [n.div_ceil(p as usize), k, p as usize]
+    );
+    assert_eq!(
+        fs::read_link(out.join("placed.safetensors")).expect("a link"),
+        Path::new("weights.safetensors")
+    );
+    let run = |what: &Path, results: &str| {
+        let to = dir.path().join(results);
+        ok(tessera()
+            .arg("run")
+            .arg(what)
+            .arg("--input")
+            .arg(format!("x={}", xpath.display()))
+            .arg("--output-dir")
+            .arg(&to));
+        tessera::npy::read(&to.join("y.npy")).expect("output")
+    };
+    let want = run(&model, "model");
+    let placed = run(&out.join("placed.tir"), "placed");
+    assert_eq!(placed.to_le_bytes(), want.to_le_bytes());
+    let compiled = run(&out, "compiled");
+    assert!(
+        max_diff(&compiled, &want) < 1e-3,
+        "{}",
+        max_diff(&compiled, &want)
+    );
+}

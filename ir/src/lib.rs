@@ -7,7 +7,9 @@
 //! - [`verify`]: the verifier (its module doc lists the invariants);
 //! - [`text`]: the text format, printer and parser, with a safetensors sidecar for large
 //!   constants;
-//! - [`interp`]: the reference interpreter, the correctness oracle of every pass.
+//! - [`interp`]: the reference interpreter, the correctness oracle of every pass;
+//! - [`panels`]: the panel layout of packed weights, which a sidecar may hold in place of
+//!   the original.
 //!
 //! The crate knows nothing of ONNX, egg or MLIR.
 
@@ -16,6 +18,7 @@ pub mod infer;
 pub mod interp;
 pub mod names;
 mod op;
+pub mod panels;
 mod tensor;
 pub mod text;
 mod types;

@@ -267,3 +267,42 @@ fn load_errors_name_the_file() {
         "{err}"
     );
 }
+
+/// A sidecar may hold a `[K, N]` `f32` only packed into panels (`<name>@panels<p>`, as
+/// `compile -o`'s weights file holds the weights its CPU code reads packed): the constant
+/// is read back unpacked, and a declared type its panels cannot hold is a clear error.
+#[test]
+fn a_constant_held_packed_into_panels_is_unpacked() {
+    let (k, n, p) = (3u64, 10u64, 4u64);
+    let data: Vec<u8> = (0..k * n)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
+    let packed = tessera_ir::panels::pack(&data, k, n, p);
+    let shape: Vec<usize> = tessera_ir::panels::dims(k, n, p)
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &packed)
+        .expect("view");
+    let file = safetensors::serialize([("w@panels4", view)], None).expect("serializes");
+    let side = Sidecar::from_bytes(Bytes::from(file), "weights.safetensors").expect("reads");
+    let src = |ty: &str| {
+        format!(
+            "const @w : {ty} = external\n\ngraph @g(%x: f32[2, 3]) {{\n  %w = const @w : {ty}\n  \
+             %y = matmul %x, %w : f32[2, 10]\n  return %y\n}}\n"
+        )
+    };
+    let g = text::parse(&src("f32[3, 10]"), Some(&side)).unwrap_or_else(|e| panic!("{e}"));
+    let (_, w) = g.consts().next().expect("w");
+    assert_eq!(&w.data[..], &data[..]);
+    let e = text::parse(&src("f32[3, 13]"), Some(&side)).expect_err("13 columns");
+    assert!(
+        e.to_string().contains(
+            "declared f32[3, 13], so its panels `w@panels4` should be F32[4, 3, 4], \
+             but weights.safetensors holds F32[3, 3, 4]"
+        ),
+        "{e}"
+    );
+    let e = text::parse(&src("f16[3, 10]"), Some(&side)).expect_err("f16");
+    assert!(e.to_string().contains("only an f32 matrix can be"), "{e}");
+}

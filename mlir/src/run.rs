@@ -286,10 +286,20 @@ impl Runner {
             }
         }
         let mut encoded: Vec<Buffer> = inputs.iter().map(Buffer::from_tensor).collect();
-        self.run_buffers(&mut encoded)?
-            .iter()
+        let outs = self.run_buffers(&mut encoded)?;
+        Runner::decode(&encoded, &outs)
+    }
+
+    /// The output tensors of a [`Runner::run_buffers`] call on `inputs`.
+    pub fn decode(inputs: &[Buffer], outs: &[OutBuf]) -> Result<Vec<Tensor>, Error> {
+        outs.iter()
             .map(|o| match o {
-                OutBuf::Input(i) => encoded[*i].to_tensor(),
+                OutBuf::Input(i) => inputs
+                    .get(*i)
+                    .ok_or_else(|| Error::Run {
+                        message: format!("an output names input {i}, which is not there"),
+                    })?
+                    .to_tensor(),
                 OutBuf::Buffer(b) => b.to_tensor(),
             })
             .collect()

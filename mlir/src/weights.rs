@@ -35,31 +35,16 @@ pub fn serialize(
     })
 }
 
-/// Writes [`serialize`]'s file to `path` without holding it in memory: streamed into a
-/// temporary file next to `path` (a plain create's permissions), synced, renamed over
-/// `path`, so a reader never sees half of it. GPT-2 small's weights are 0.5 GB, twice that
-/// with their packed copies.
+/// Writes [`serialize`]'s file to `path` without holding it in memory
+/// ([`tessera_ir::text::write_safetensors`]: streamed, synced, renamed over `path`).
+/// GPT-2 small's weights are 0.5 GB.
 pub fn write(
     weights: &BTreeMap<String, (tessera_ir::TensorType, tessera_ir::Bytes)>,
     path: &Path,
 ) -> Result<(), Error> {
-    let fail = |e: String| Error::Run {
+    tessera_ir::text::write_safetensors(path, views(weights)?).map_err(|e| Error::Run {
         message: format!("{}: {e}", path.display()),
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let staging = tempfile::Builder::new()
-        .prefix(".tessera-")
-        .tempdir_in(dir)
-        .map_err(|e| fail(e.to_string()))?;
-    let staged = staging.path().join("weights.safetensors");
-    safetensors::serialize_to_file(views(weights)?, None, &staged)
-        .map_err(|e| fail(e.to_string()))?;
-    let file = std::fs::File::open(&staged).map_err(|e| fail(e.to_string()))?;
-    file.sync_all().map_err(|e| fail(e.to_string()))?;
-    std::fs::rename(&staged, path).map_err(|e| fail(e.to_string()))
+    })
 }
 
 /// The safetensors views of named constants, in the map's order.

@@ -239,10 +239,19 @@ pub fn write(
         Vec::new()
     } else {
         // The placed graph's large constants too, so that `placed.tir`'s sidecar can be a
-        // link to this file instead of a second copy of the weights.
+        // link to this file instead of a second copy of the weights; one held packed into
+        // panels is there once, packed, and the sidecar's reader unpacks it.
         let mut all = program.weights.clone();
+        let packed: BTreeSet<&str> = program
+            .weights
+            .keys()
+            .filter_map(|k| tessera_ir::panels::parse(k).map(|(c, _)| c))
+            .collect();
         for (_, c) in graph.consts() {
-            if tessera_ir::text::is_external(c) && !all.contains_key(&c.name) {
+            if tessera_ir::text::is_external(c)
+                && !all.contains_key(&c.name)
+                && !packed.contains(c.name.as_str())
+            {
                 all.insert(c.name.clone(), (c.ty.clone(), c.data.clone()));
             }
         }

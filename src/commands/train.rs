@@ -164,6 +164,7 @@ fn load_dir(req: &TrainRequest<'_>) -> Result<Step> {
     let exec = if req.interpret {
         Exec::Interp(graph.clone())
     } else {
+        tessera_mlir::jit::retain_freed_memory();
         Exec::Jit(
             tessera_mlir::Runner::load(dir, req.opt_level)
                 .with_context(|| format!("{}: loading the compiled program", dir.display()))?,

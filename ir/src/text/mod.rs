@@ -169,6 +169,7 @@ pub use dot::to_dot;
 pub use printer::{const_names, output_names, value_names};
 pub use sidecar::{
     LoadError, SaveError, Sidecar, dtype_of, save_sharing, sidecar_path, write_atomically,
+    write_safetensors,
 };
 
 /// Constants with at most this many elements print their data inline; larger ones are

@@ -94,8 +94,11 @@ pub fn sidecar_path(path: &Path) -> PathBuf {
 pub struct Sidecar {
     origin: String,
     data: Bytes,
-    tensors: BTreeMap<String, (Dtype, Vec<usize>, Range<usize>)>,
+    tensors: BTreeMap<String, Entry>,
 }
+
+/// A tensor of a safetensors file: its dtype, shape and byte range in the file.
+type Entry = (Dtype, Vec<usize>, Range<usize>);
 
 impl Sidecar {
     /// Memory-maps a safetensors file.
@@ -137,17 +140,62 @@ impl Sidecar {
         self.tensors.keys().map(String::as_str)
     }
 
-    /// The data of tensor `name`, checked against the declared type `ty`.
+    /// The copy of `name` packed into panels ([`crate::panels`]) that the file holds, with
+    /// its panel width: the first in name order when there are several.
+    fn packed(&self, name: &str) -> Option<(u64, &Entry)> {
+        let prefix = format!("{name}@panels");
+        self.tensors
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .find_map(|(k, t)| match crate::panels::parse(k) {
+                Some((c, p)) if c == name => Some((p, t)),
+                _ => None,
+            })
+    }
+
+    /// The data of tensor `name`, checked against the declared type `ty`; a `[K, N]` `f32`
+    /// that the file holds only packed into panels is unpacked.
     pub(crate) fn lookup(&self, name: &str, ty: &TensorType) -> Result<Bytes, String> {
-        let Some((dtype, shape, range)) = self.tensors.get(name) else {
-            return Err(format!(
-                "external constant `@{name}` is not in {}",
-                self.origin
-            ));
-        };
         let want: Option<Vec<usize>> = ty
             .static_dims()
             .and_then(|d| d.into_iter().map(|x| usize::try_from(x).ok()).collect());
+        let Some((dtype, shape, range)) = self.tensors.get(name) else {
+            let Some((p, (dtype, shape, range))) = self.packed(name) else {
+                return Err(format!(
+                    "external constant `@{name}` is not in {}",
+                    self.origin
+                ));
+            };
+            let packed = crate::panels::name(name, p);
+            let (k, n) = match want.as_deref() {
+                Some(&[k, n]) if ty.elem == ElemType::F32 => (k as u64, n as u64),
+                _ => {
+                    return Err(format!(
+                        "external constant `@{name}` is declared {}, but {} holds it packed \
+                         into panels (`{packed}`), which only an f32 matrix can be",
+                        super::printer::ty(ty),
+                        self.origin
+                    ));
+                }
+            };
+            let dims = crate::panels::dims(k, n, p);
+            if *dtype != Dtype::F32 || !shape.iter().map(|&d| d as u64).eq(dims) {
+                return Err(format!(
+                    "external constant `@{name}` is declared {}, so its panels `{packed}` \
+                     should be F32{dims:?}, but {} holds {dtype:?}{shape:?}",
+                    super::printer::ty(ty),
+                    self.origin
+                ));
+            }
+            return crate::panels::unpack(&self.data[range.clone()], k, n, p)
+                .map(Bytes::from)
+                .ok_or_else(|| {
+                    format!(
+                        "`{packed}` in {} has nonzero padding past column {n}",
+                        self.origin
+                    )
+                });
+        };
         if *dtype != dtype_of(ty.elem) || want.as_ref() != Some(shape) {
             return Err(format!(
                 "external constant `@{name}` is declared {} but {} holds {dtype:?}{shape:?}",
@@ -280,7 +328,8 @@ pub(crate) fn save(graph: &Graph, path: &Path) -> Result<(), SaveError> {
 
 /// [`save`](super::save), sharing the data with `shared`, a safetensors file in the same
 /// folder as `path` that already holds every external constant of the graph (under its
-/// name, with its type and bytes; it may hold more): the sidecar is then a relative
+/// name, with its type and bytes, or packed into panels as [`crate::panels`] stores it and
+/// [`Sidecar`] reads it back; it may hold more): the sidecar is then a relative
 /// symbolic link to `shared`, so the weights are on disk once. Otherwise the sidecar is
 /// written as `save` writes it. Returns whether the data was shared.
 pub fn save_sharing(graph: &Graph, path: &Path, shared: &Path) -> Result<bool, SaveError> {
@@ -329,7 +378,7 @@ fn save_impl(graph: &Graph, path: &Path, shared: Option<&Path>) -> Result<bool, 
             // metadata, so equal graphs give equal bytes.
             // The serializer streams tensor data to the file, so saving needs no second copy
             // of the weights in memory.
-            None => write_sidecar(&side, views).map_err(side_err)?,
+            None => write_safetensors(&side, views).map_err(side_err)?,
         }
     }
     write_atomic(path, text.as_bytes())?;
@@ -355,10 +404,27 @@ fn link_target(side: &Path, shared: &Path, views: &[(String, ConstView<'_>)]) ->
         return None;
     }
     let sidecar = Sidecar::open(shared).ok()?;
-    let all = views.iter().all(|(n, v)| {
-        sidecar.tensors.get(n).is_some_and(|(dtype, shape, range)| {
+    let all = views.iter().all(|(n, v)| match sidecar.tensors.get(n) {
+        Some((dtype, shape, range)) => {
             *dtype == v.dtype && *shape == v.shape && sidecar.data[range.clone()] == *v.data
-        })
+        }
+        // Held only packed into panels, as [`Sidecar::lookup`] reads it back.
+        None => match (sidecar.packed(n), v.shape.as_slice()) {
+            (Some((p, (dtype, shape, range))), &[k, cols]) => {
+                let dims = crate::panels::dims(k as u64, cols as u64, p);
+                v.dtype == Dtype::F32
+                    && *dtype == Dtype::F32
+                    && shape.iter().map(|&d| d as u64).eq(dims)
+                    && crate::panels::holds(
+                        &sidecar.data[range.clone()],
+                        v.data,
+                        k as u64,
+                        cols as u64,
+                        p,
+                    )
+            }
+            _ => false,
+        },
     });
     all.then(|| PathBuf::from(name))
 }
@@ -385,12 +451,14 @@ fn link_atomically(path: &Path, target: &Path) -> Result<(), String> {
     std::fs::rename(&staged, path).map_err(|e| e.to_string())
 }
 
-/// Streams the safetensors file into a private temporary folder next to `path`, gives it the
-/// permissions a plain create would (or those of the file it replaces), syncs it and renames
-/// it over `path`.
-fn write_sidecar(path: &Path, views: Vec<(String, ConstView<'_>)>) -> Result<(), String> {
+/// Writes the safetensors file of `views` (in name order; no other metadata, so equal
+/// views give equal bytes) at `path` without a copy of the data in memory: streamed into a
+/// private temporary folder next to `path`, given the permissions a plain create would (or
+/// those of the file it replaces), synced and renamed over `path`, so that no reader sees
+/// half of it.
+pub fn write_safetensors<V: View>(path: &Path, views: Vec<(String, V)>) -> Result<(), String> {
     let tmp = staging_dir(path)?;
-    let staged = tmp.path().join("sidecar.safetensors");
+    let staged = tmp.path().join("staged.safetensors");
     safetensors::serialize_to_file(views, None, &staged).map_err(|e| e.to_string())?;
     // A plain create's mode (the umask applied) unless an existing file's mode is kept.
     let mode = match std::fs::metadata(path) {

@@ -12,11 +12,11 @@
 
 use tessera_ir::{BinaryOp, ConvAttrs, ElemType, Op, TensorType};
 
-use super::body::{Body, In, LResult, Val, affine_map, dims, err, identity_map};
+use super::body::{Body, In, LResult, Val, affine_map, dims, err, identity_map, tensor_ty};
 use super::elementwise;
 
 /// Lowers a contraction op; `panels`: its `B` (a matmul's or an untransposed gemm's second
-/// operand, `[K, N]`) is a weight packed into panels ([`pack_panels`]).
+/// operand, `[K, N]`) is a weight packed into panels ([`tessera_ir::panels`]).
 pub fn lower(
     b: &mut Body,
     op: &Op,
@@ -51,34 +51,14 @@ pub fn acc_type(e: ElemType) -> ElemType {
     }
 }
 
-/// The type of a `[K, N]` `f32` weight packed into panels of `p` columns:
-/// `[ceil(N / p), K, p]`.
+/// The type of a `[K, N]` `f32` weight packed into panels of `p` columns
+/// ([`tessera_ir::panels`]): `[ceil(N / p), K, p]`.
 pub fn panels_type(k: u64, n: u64, p: u64) -> TensorType {
-    TensorType::fixed(ElemType::F32, &[n.div_ceil(p), k, p])
-}
-
-/// A row-major `[K, N]` `f32` weight's bytes packed into panels of `p` columns
-/// ([`panels_type`]): panel `j` holds columns `j*p .. j*p + p` of every row, one row of `p`
-/// after the other, zeros past `N`. A product reads each panel as one contiguous run (the
-/// row-major weight's columns are `4N` bytes apart, which the cache's prefetchers do not
-/// follow), as onnxruntime's prepacked and IREE's data-tiled weights do.
-pub fn pack_panels(data: &[u8], k: u64, n: u64, p: u64) -> Vec<u8> {
-    let (k, n, p) = (k as usize, n as usize, p as usize);
-    let panels = n.div_ceil(p);
-    let mut out = vec![0u8; panels * k * p * 4];
-    for j in 0..panels {
-        let cols = p.min(n - j * p);
-        for r in 0..k {
-            let src = (r * n + j * p) * 4;
-            let dst = ((j * k + r) * p) * 4;
-            out[dst..dst + cols * 4].copy_from_slice(&data[src..src + cols * 4]);
-        }
-    }
-    out
+    TensorType::fixed(ElemType::F32, &tessera_ir::panels::dims(k, n, p))
 }
 
 /// `a @ b` with numpy semantics, result type `out`; `panels`: `b` is packed
-/// ([`pack_panels`]).
+/// ([`tessera_ir::panels`]).
 pub fn matmul(b: &mut Body, x: &Val, y: &Val, out: &TensorType, panels: bool) -> LResult<String> {
     let xd = dims(&x.ty)?;
     let od = dims(out)?;
@@ -225,7 +205,7 @@ fn multiply_accumulate(
 }
 
 /// `out = sum_k x[x_exprs] * y_panels[n / p, k, n % p]`, the product with a weight packed
-/// into panels of `p` columns ([`pack_panels`]), `f32`. `x_exprs` index `x` by the result's
+/// into panels of `p` columns ([`tessera_ir::panels`]), `f32`. `x_exprs` index `x` by the result's
 /// axes but the last (`d0 ..`) and `k` as `d<r>` (`r` the result's rank).
 ///
 /// The product is a generic over the result's axes but `n`, then the panel `j`, the column
@@ -528,7 +508,6 @@ fn conv_core(
 ) -> LResult<String> {
     let wd = dims(&w.ty)?;
     let od = dims(out)?;
-    let s = od.len() - 2;
     let (m, cg) = (wd[0], wd[1]);
     if groups == 0 || m % groups != 0 {
         return err(format!(
@@ -536,56 +515,17 @@ fn conv_core(
         ));
     }
     let mg = m / groups;
-    // Loops: n, m, o_0..o_{s-1}, c, k_0..k_{s-1}.
-    let nl = 2 + s + 1 + s;
-    let c_loop = 2 + s;
-    let chan = if groups == 1 {
-        format!("d{c_loop}")
-    } else {
-        format!("(d1 floordiv {mg}) * {cg} + d{c_loop}")
-    };
-    let mut x_exprs = vec!["d0".to_string(), chan];
-    for j in 0..s {
-        x_exprs.push(g.tap_expr(j, 2 + j, c_loop + 1 + j));
-    }
-    let mut w_exprs = vec!["d1".to_string(), format!("d{c_loop}")];
-    w_exprs.extend((0..s).map(|j| format!("d{}", c_loop + 1 + j)));
-    let o_exprs: Vec<String> = (0..2 + s).map(|i| format!("d{i}")).collect();
-    let mut its = vec!["parallel"; 2 + s];
-    its.extend(vec!["reduction"; 1 + s]);
     let e = out.elem;
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
-    let init = b.filled(&acc_ty, 0.0)?;
-    let (xe, we) = (x.ty.elem, w.ty.elem);
-    let r = b.generic(
-        &[
-            In {
-                val: x,
-                map: affine_map(nl, &x_exprs),
-            },
-            In {
-                val: w,
-                map: affine_map(nl, &w_exprs),
-            },
-        ],
-        &[(acc_ty.clone(), affine_map(nl, &o_exprs), Some(init))],
-        &its,
-        |b, a| {
-            let p = elementwise::cast(b, xe, acc, &a[0]);
-            let q = elementwise::cast(b, we, acc, &a[1]);
-            let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
-            Ok(vec![elementwise::binary(
-                b,
-                &BinaryOp::Add,
-                acc,
-                &a[2],
-                &m,
-            )?])
-        },
-    )?;
+    let taps: u64 = wd[2..].iter().product();
+    let r = if cg == 1 && mg == 1 && taps <= DEPTHWISE_TAPS {
+        depthwise(b, x, w, g, &wd[2..], &acc_ty)?
+    } else {
+        grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
+    };
     let res = Val {
-        name: r[0].clone(),
+        name: r,
         ty: acc_ty,
     };
     if bias.is_none() && acc == e {
@@ -614,6 +554,166 @@ fn conv_core(
                 v = elementwise::binary(b, &BinaryOp::Add, acc, &v, &bb)?;
             }
             Ok(vec![elementwise::cast(b, acc, e, &v)])
+        },
+    )?;
+    Ok(r[0].clone())
+}
+
+/// Convolutions of more taps than this are not unrolled by [`depthwise`].
+const DEPTHWISE_TAPS: u64 = 64;
+
+/// The accumulation of a grouped convolution into `acc_ty` (see [`conv_core`]): parallel
+/// loops over the result, reduction loops over the group's input channels and the taps.
+#[allow(clippy::too_many_arguments)]
+fn grouped(
+    b: &mut Body,
+    x: &Val,
+    w: &Val,
+    g: &Geom,
+    cg: u64,
+    mg: u64,
+    groups: u64,
+    acc_ty: &TensorType,
+) -> LResult<String> {
+    let s = acc_ty.rank() - 2;
+    // Loops: n, m, o_0..o_{s-1}, c, k_0..k_{s-1}.
+    let nl = 2 + s + 1 + s;
+    let c_loop = 2 + s;
+    let chan = if groups == 1 {
+        format!("d{c_loop}")
+    } else {
+        format!("(d1 floordiv {mg}) * {cg} + d{c_loop}")
+    };
+    let mut x_exprs = vec!["d0".to_string(), chan];
+    for j in 0..s {
+        x_exprs.push(g.tap_expr(j, 2 + j, c_loop + 1 + j));
+    }
+    let mut w_exprs = vec!["d1".to_string(), format!("d{c_loop}")];
+    w_exprs.extend((0..s).map(|j| format!("d{}", c_loop + 1 + j)));
+    let o_exprs: Vec<String> = (0..2 + s).map(|i| format!("d{i}")).collect();
+    let mut its = vec!["parallel"; 2 + s];
+    its.extend(vec!["reduction"; 1 + s]);
+    let acc = acc_ty.elem;
+    let init = b.filled(acc_ty, 0.0)?;
+    let (xe, we) = (x.ty.elem, w.ty.elem);
+    let r = b.generic(
+        &[
+            In {
+                val: x,
+                map: affine_map(nl, &x_exprs),
+            },
+            In {
+                val: w,
+                map: affine_map(nl, &w_exprs),
+            },
+        ],
+        &[(acc_ty.clone(), affine_map(nl, &o_exprs), Some(init))],
+        &its,
+        |b, a| {
+            let p = elementwise::cast(b, xe, acc, &a[0]);
+            let q = elementwise::cast(b, we, acc, &a[1]);
+            let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
+            Ok(vec![elementwise::binary(
+                b,
+                &BinaryOp::Add,
+                acc,
+                &a[2],
+                &m,
+            )?])
+        },
+    )?;
+    Ok(r[0].clone())
+}
+
+/// The accumulation of a depthwise convolution (one input channel per output channel) into
+/// `acc_ty`: parallel loops over the result only, every tap of the kernel (`k`, at most
+/// [`DEPTHWISE_TAPS`]) an operand of its own, the tap's window of the input (a strided
+/// slice, a view) and the weight at the tap, summed in the order of the reduction loops
+/// [`grouped`] runs.
+/// The innermost loop then runs along a row of the output and the input (contiguous at
+/// stride 1), which LLVM vectorizes; the reduction form's innermost loop ran over the
+/// kernel's 3 columns. The same sums, in the same order, as [`grouped`].
+fn depthwise(
+    b: &mut Body,
+    x: &Val,
+    w: &Val,
+    g: &Geom,
+    k: &[u64],
+    acc_ty: &TensorType,
+) -> LResult<String> {
+    let s = k.len();
+    let nl = 2 + s;
+    let mut taps: Vec<Vec<u64>> = vec![Vec::new()];
+    for &kj in k {
+        taps = taps
+            .into_iter()
+            .flat_map(|t| {
+                (0..kj).map(move |i| {
+                    let mut t = t.clone();
+                    t.push(i);
+                    t
+                })
+            })
+            .collect();
+    }
+    // Each tap's window of the input: a strided slice the shape of the result.
+    let od = dims(acc_ty)?;
+    let xt = tensor_ty(&x.ty)?;
+    let slice_ty = TensorType::fixed(x.ty.elem, &od);
+    let st = tensor_ty(&slice_ty)?;
+    let mut windows = Vec::with_capacity(taps.len());
+    for t in &taps {
+        let mut offs = vec!["0".to_string(); 2];
+        offs.extend(
+            t.iter()
+                .enumerate()
+                .map(|(j, &kj)| (kj * g.dils[j]).to_string()),
+        );
+        let sizes: Vec<String> = od.iter().map(u64::to_string).collect();
+        let mut steps = vec!["1".to_string(); 2];
+        steps.extend(g.strides.iter().map(u64::to_string));
+        let name = b.assign(format!(
+            "tensor.extract_slice {}[{}] [{}] [{}] : {xt} to {st}",
+            x.name,
+            offs.join(", "),
+            sizes.join(", "),
+            steps.join(", ")
+        ));
+        windows.push(Val {
+            name,
+            ty: slice_ty.clone(),
+        });
+    }
+    let mut ins = Vec::with_capacity(2 * taps.len());
+    for (t, win) in taps.iter().zip(&windows) {
+        let mut w_exprs = vec!["d1".to_string(), "0".to_string()];
+        w_exprs.extend(t.iter().map(|kj| kj.to_string()));
+        ins.push(In {
+            val: win,
+            map: identity_map(nl),
+        });
+        ins.push(In {
+            val: w,
+            map: affine_map(nl, &w_exprs),
+        });
+    }
+    let acc = acc_ty.elem;
+    let init = b.filled(acc_ty, 0.0)?;
+    let (xe, we) = (x.ty.elem, w.ty.elem);
+    let n = taps.len();
+    let r = b.generic(
+        &ins,
+        &[(acc_ty.clone(), identity_map(nl), Some(init))],
+        &vec!["parallel"; nl],
+        |b, a| {
+            let mut sum = a[2 * n].clone();
+            for t in 0..n {
+                let p = elementwise::cast(b, xe, acc, &a[2 * t]);
+                let q = elementwise::cast(b, we, acc, &a[2 * t + 1]);
+                let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
+                sum = elementwise::binary(b, &BinaryOp::Add, acc, &sum, &m)?;
+            }
+            Ok(vec![sum])
         },
     )?;
     Ok(r[0].clone())

@@ -389,14 +389,14 @@ fn arrival_type(g: &Graph, v: ValueId, producer_on_mesh: bool) -> LResult<Tensor
     }
 }
 
-/// Weights packed into panels, by value: the panel width ([`linalg::pack_panels`]).
+/// Weights packed into panels, by value: the panel width ([`tessera_ir::panels`]).
 type Packed = BTreeMap<ValueId, u64>;
 
 /// Weights of at least this many bytes are packed into panels; smaller ones stay in the
 /// cache whatever their layout.
 const PACK_BYTES: u64 = 256 << 10;
 
-/// The weights that are packed into panels ([`linalg::pack_panels`]) for the products that
+/// The weights that are packed into panels ([`tessera_ir::panels`]) for the products that
 /// read them: a constant `f32` `[K, N]` of at least [`PACK_BYTES`] that every op of the
 /// graph reading it reads as `B`, the second operand only, of a matmul with a `>= 2`-D first
 /// operand or of a gemm that does not transpose `B`, on a `cpu` device and on no mesh. The
@@ -466,7 +466,7 @@ fn panels_weight(g: &Graph, c: ConstId, p: u64) -> (String, TensorType) {
         d.get(1).copied().unwrap_or(0),
     );
     (
-        format!("{}@panels{p}", k.name),
+        tessera_ir::panels::name(&k.name, p),
         linalg::panels_type(rows, cols, p),
     )
 }
@@ -634,7 +634,9 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
                         let data = match packed.get(&v) {
                             Some(&p) => {
                                 let d = dims(&k.ty)?;
-                                tessera_ir::Bytes::from(linalg::pack_panels(&k.data, d[0], d[1], p))
+                                tessera_ir::Bytes::from(tessera_ir::panels::pack(
+                                    &k.data, d[0], d[1], p,
+                                ))
                             }
                             None => k.data.clone(),
                         };

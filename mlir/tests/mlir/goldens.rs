@@ -359,6 +359,69 @@ fn compiled_pow_by_small_whole_numbers_is_products() {
     }
 }
 
+/// `count` values for a constant's data, as text: eighths from -1.375 to 1.375 in a
+/// pattern `seed` shifts.
+fn constant_values(seed: usize, count: usize) -> String {
+    (0..count)
+        .map(|i| format!("{:?}", ((i * 7919 + seed) % 23) as f32 / 8.0 - 1.375))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// JIT-compiles `program` (lowered from `g`) and checks its outputs against the
+/// interpreter's on [`inputs`].
+fn agrees_with_the_interpreter(g: &Graph, program: &Program) {
+    let mlir = Mlir::new();
+    let runner = jit(&mlir, program);
+    let xs = inputs(g);
+    let want = interp::run(g, &xs).expect("interprets");
+    let got = runner.run(&xs).expect("runs");
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!(close(a, b), "output {i}: {:?} vs {:?}", a.ty(), b.ty());
+    }
+}
+
+/// Depthwise convolutions (one input channel per output channel) are lowered with every
+/// tap's window a strided slice and no reduction loop; with padding, strides 1 and 2, a
+/// dilation, a bias, one spatial axis and a ReLU fused after, they agree with the
+/// interpreter; a grouped convolution of two channels per group keeps its reduction loops.
+#[test]
+fn depthwise_convolutions_agree_with_the_interpreter() {
+    let src = format!(
+        "const @w : f32[6, 1, 3, 3] = [{}]\nconst @b : f32[6] = [{}]\n\
+         const @v : f32[4, 1, 5] = [{}]\nconst @g : f32[6, 2, 3, 3] = [{}]\n\n\
+         graph @dw(%x: f32[2, 6, 11, 9], %s: f32[1, 4, 13]) {{\n  \
+           %w = const @w : f32[6, 1, 3, 3]\n  %b = const @b : f32[6]\n  \
+           %v = const @v : f32[4, 1, 5]\n  %g = const @g : f32[6, 2, 3, 3]\n  \
+           %a = conv %x, %w, %b {{dilations = [1, 1], groups = 6, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[2, 6, 11, 9]\n  \
+           %r = relu %a : f32[2, 6, 11, 9]\n  \
+           %c = conv %x, %w {{dilations = [1, 1], groups = 6, pads = [1, 0, 1, 2], strides = [2, 2]}} : f32[2, 6, 6, 5]\n  \
+           %d = conv %x, %w {{dilations = [2, 3], groups = 6, pads = [0, 0, 0, 0], strides = [1, 2]}} : f32[2, 6, 7, 2]\n  \
+           %e = conv %s, %v {{dilations = [1], groups = 4, pads = [2, 2], strides = [1]}} : f32[1, 4, 13]\n  \
+           %f = conv %x, %g {{dilations = [1, 1], groups = 3, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[2, 6, 11, 9]\n  \
+           return %r, %c, %d, %e, %f\n}}\n",
+        constant_values(1, 54),
+        constant_values(2, 6),
+        constant_values(3, 20),
+        constant_values(4, 108)
+    );
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "dw", false);
+    let module = &program.modules[0].1;
+    assert!(
+        module.contains("[1, 1, 2, 2] : tensor<2x6x13x11xf32> to tensor<2x6x6x5xf32>"),
+        "{module}"
+    );
+    // Only the grouped convolution's generic reduces.
+    let reducing = module
+        .lines()
+        .filter(|l| l.contains("\"reduction\""))
+        .count();
+    assert_eq!(reducing, 1, "{module}");
+    agrees_with_the_interpreter(&g, &program);
+}
+
 /// Large `f32` weights that only products read as `B` are packed into panels at compile
 /// time (`<name>@panels<p>` in the weights, `[ceil(N/p), K, p]`): a matmul with a 3-D first
 /// operand and a gemm with a bias, `N` not a multiple of the panel, agree with the
@@ -366,12 +429,6 @@ fn compiled_pow_by_small_whole_numbers_is_products() {
 #[test]
 fn weights_packed_into_panels_agree_with_the_interpreter() {
     let (k, n) = (300usize, 250usize);
-    let vals = |seed: usize, count: usize| -> String {
-        (0..count)
-            .map(|i| format!("{:?}", ((i * 7919 + seed) % 23) as f32 / 8.0 - 1.375))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let src = format!(
         "const @w : f32[{k}, {n}] = [{}]\nconst @v : f32[{k}, {n}] = [{}]\n\
          const @bias : f32[{n}] = [{}]\n\n\
@@ -383,9 +440,9 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
            %b = matmul %y, %v : f32[7, {n}]\n  \
            %s = add %v, %v : f32[{k}, {n}]\n  \
            return %a, %g, %b, %s\n}}\n",
-        vals(1, k * n),
-        vals(5, k * n),
-        vals(3, n)
+        constant_values(1, k * n),
+        constant_values(5, k * n),
+        constant_values(3, n)
     );
     let g = text::parse(&src, None).expect("parses");
     let program = lower_cpu(&g, "packed", false);
@@ -406,15 +463,73 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
         module.contains("d2 floordiv 48, d0, d1, d2 mod 48"),
         "{module}"
     );
-    let mlir = Mlir::new();
-    let runner = jit(&mlir, &program);
-    let xs = inputs(&g);
-    let want = interp::run(&g, &xs).expect("interprets");
-    let got = runner.run(&xs).expect("runs");
-    assert_eq!(got.len(), want.len());
-    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert!(close(a, b), "output {i}: {:?} vs {:?}", a.ty(), b.ty());
+    agrees_with_the_interpreter(&g, &program);
+}
+
+/// The compiled `erf` of `f32` (a Taylor series below 1, `1 - e^(-a^2) R(a)` above, no libm
+/// `erff`) is within 1.5 ulp of the exact value (the interpreter's `f64` erf), keeps the sign
+/// and `-0`, saturates to +-1, and keeps NaN; GELU built on it follows.
+#[test]
+fn compiled_erf_is_within_two_ulp() {
+    let n = 300_001;
+    let mut xs: Vec<f32> = (0..n)
+        .map(|i| -6.0 + 12.0 * i as f32 / (n - 1) as f32)
+        .collect();
+    xs.extend((0..2000).map(|i| 10f32.powf(-38.0 + 38.0 * i as f32 / 1999.0)));
+    xs.extend([0.0, -0.0, 0.999_999_94, 1.0, 3.9, 4.0, 4.1, 1e30, -1e30]);
+    xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    let len = xs.len();
+    let src = format!(
+        "graph @e(%x: f32[{len}]) {{\n  %y = erf %x : f32[{len}]\n  \
+         %g = gelu %x {{tanh = false}} : f32[{len}]\n  return %y, %g\n}}\n"
+    );
+    let out = run_compiled(&src, &xs);
+    let (ys, gs) = (out[0].to_f64_vec(), out[1].to_f64_vec());
+    // The exact values: the interpreter's erf and GELU of f64.
+    let exact = text::parse(
+        &format!(
+            "graph @e(%x: f64[{len}]) {{\n  %y = erf %x : f64[{len}]\n  \
+             %g = gelu %x {{tanh = false}} : f64[{len}]\n  return %y, %g\n}}\n"
+        ),
+        None,
+    )
+    .expect("parses");
+    let wide: Vec<u8> = xs
+        .iter()
+        .flat_map(|&x| f64::from(x).to_le_bytes())
+        .collect();
+    let x64 = Tensor::from_le_bytes(ElemType::F64, &[len], &wide).expect("input");
+    let exact = interp::run(&exact, &[x64]).expect("interprets");
+    let (want, gelu) = (exact[0].to_f64_vec(), exact[1].to_f64_vec());
+    let mut worst = 0.0f64;
+    for (i, &x) in xs.iter().enumerate() {
+        let (y, g) = (ys[i] as f32, gs[i] as f32);
+        if x.is_nan() {
+            assert!(y.is_nan() && g.is_nan(), "erf(NaN) = {y}, gelu(NaN) = {g}");
+            continue;
+        }
+        assert_eq!(
+            y.is_sign_negative(),
+            x.is_sign_negative(),
+            "erf({x:e}) = {y:e}"
+        );
+        let u = ulps(y, want[i]);
+        worst = worst.max(u);
+        assert!(u <= 1.5, "erf({x:e}) = {y:e}, want {:e}: {u} ulp", want[i]);
+        // GELU, 0.5 x (1 + erf(x / sqrt 2)): within 2 ulp and the rounding of `1 + erf`
+        // times x (the cancellation far below zero).
+        if x.is_finite() {
+            let w = (gelu[i] as f32).abs();
+            let spacing = f64::from(f32::from_bits(w.to_bits() + 1) - w);
+            let tol = 1.2e-7 * f64::from(x.abs()) + 2.0 * spacing;
+            assert!(
+                (f64::from(g) - gelu[i]).abs() <= tol,
+                "gelu({x:e}) = {g:e}, want {:e}",
+                gelu[i]
+            );
+        }
     }
+    assert!(worst > 0.1, "worst {worst} ulp: not the f32 code?");
 }
 
 /// The compiled `exp` of `f32` (`2^k e^r`, a Taylor series for `e^r`, no libm `expf`) is
