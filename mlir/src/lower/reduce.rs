@@ -542,9 +542,16 @@ pub fn softmax(b: &mut Body, x: &Val, axis: usize, log: bool) -> LResult<String>
     let m = reduce_with(b, x, &[axis], acc, f64::NEG_INFINITY, |b, p, q| {
         elementwise::binary(b, &BinaryOp::Max, acc, p, q)
     })?;
+    // `x - max` and its exponential in one parallel generic (LLVM vectorizes it), the
+    // exponentials then summed in a reduction of plain adds: each `exp` is computed once,
+    // not once in the sum and again for the quotient.
     let shifted_ty = x.ty.with_elem(acc);
     let its = vec!["parallel"; rank];
-    let sh = b.generic(
+    let mut outs = vec![(shifted_ty.clone(), identity_map(rank), None)];
+    if log {
+        outs.push((shifted_ty.clone(), identity_map(rank), None));
+    }
+    let shifted = b.generic(
         &[
             In {
                 val: x,
@@ -555,31 +562,36 @@ pub fn softmax(b: &mut Body, x: &Val, axis: usize, log: bool) -> LResult<String>
                 map: dropped_map(rank, &[axis]),
             },
         ],
-        &[(shifted_ty.clone(), identity_map(rank), None)],
+        &outs,
         &its,
         |b, a| {
             let v = elementwise::cast(b, e, acc, &a[0]);
-            Ok(vec![elementwise::binary(
-                b,
-                &BinaryOp::Sub,
-                acc,
-                &v,
-                &a[1],
-            )?])
+            let d = elementwise::binary(b, &BinaryOp::Sub, acc, &v, &a[1])?;
+            let ex = elementwise::unary(b, &tessera_ir::UnaryOp::Exp, acc, &d)?;
+            Ok(if log { vec![ex, d] } else { vec![ex] })
         },
     )?;
-    let sh = Val {
-        name: sh[0].clone(),
+    let ex = Val {
+        name: shifted[0].clone(),
         ty: shifted_ty.clone(),
     };
-    let s = reduce_with(b, &sh, &[axis], acc, 0.0, |b, p, q| {
-        let ex = elementwise::unary(b, &tessera_ir::UnaryOp::Exp, acc, q)?;
-        elementwise::binary(b, &BinaryOp::Add, acc, p, &ex)
+    let s = reduce_with(b, &ex, &[axis], acc, 0.0, |b, p, q| {
+        elementwise::binary(b, &BinaryOp::Add, acc, p, q)
     })?;
+    // Softmax divides the exponentials by the sum, log-softmax subtracts the sum's log from
+    // the shifted values.
+    let num = if log {
+        Val {
+            name: shifted[1].clone(),
+            ty: shifted_ty,
+        }
+    } else {
+        ex
+    };
     let r = b.generic(
         &[
             In {
-                val: &sh,
+                val: &num,
                 map: identity_map(rank),
             },
             In {
@@ -594,8 +606,7 @@ pub fn softmax(b: &mut Body, x: &Val, axis: usize, log: bool) -> LResult<String>
                 let l = elementwise::unary(b, &tessera_ir::UnaryOp::Log, acc, &a[1])?;
                 elementwise::binary(b, &BinaryOp::Sub, acc, &a[0], &l)?
             } else {
-                let ex = elementwise::unary(b, &tessera_ir::UnaryOp::Exp, acc, &a[0])?;
-                elementwise::binary(b, &BinaryOp::Div, acc, &ex, &a[1])?
+                elementwise::binary(b, &BinaryOp::Div, acc, &a[0], &a[1])?
             };
             Ok(vec![elementwise::cast(b, acc, e, &v)])
         },
