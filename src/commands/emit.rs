@@ -242,10 +242,25 @@ pub fn write(
         // link to this file instead of a second copy of the weights; one held packed into
         // panels is there once, packed, and the sidecar's reader unpacks it.
         let mut all = program.weights.clone();
+        // (A packed copy is recognized by its name and its shape, the panels of the
+        // constant's `[K, N]`, so a constant that only happens to be named like one is not
+        // taken for it.)
         let packed: BTreeSet<&str> = program
             .weights
-            .keys()
-            .filter_map(|k| tessera_ir::panels::parse(k).map(|(c, _)| c))
+            .iter()
+            .filter_map(|(k, (ty, _))| {
+                let (c, p) = tessera_ir::panels::parse(k)?;
+                let (_, orig) = graph.consts().find(|(_, g)| g.name == c)?;
+                match orig.ty.static_dims().as_deref() {
+                    Some(&[rows, cols])
+                        if ty.static_dims().as_deref()
+                            == Some(&tessera_ir::panels::dims(rows, cols, p)[..]) =>
+                    {
+                        Some(c)
+                    }
+                    _ => None,
+                }
+            })
             .collect();
         for (_, c) in graph.consts() {
             if tessera_ir::text::is_external(c)

@@ -519,7 +519,7 @@ fn conv_core(
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
     let taps: u64 = wd[2..].iter().product();
-    let r = if cg == 1 && mg == 1 && taps <= DEPTHWISE_TAPS {
+    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) {
         depthwise(b, x, w, g, &wd[2..], &acc_ty)?
     } else {
         grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
