@@ -1370,6 +1370,12 @@ fn a_packed_weight_is_stored_once_and_placed_ir_reads_it_back() {
             .arg(&to));
         tessera::npy::read(&to.join("y.npy")).expect("output")
     };
+    // `fmt` keeps it external: the sidecar gives it.
+    let text = ok(tessera().arg("fmt").arg(out.join("placed.tir")));
+    assert!(
+        text.contains(&format!("const @w : f32[{k}, {n}] = external")),
+        "{text}"
+    );
     let want = run(&model, "model");
     let placed = run(&out.join("placed.tir"), "placed");
     assert_eq!(placed.to_le_bytes(), want.to_le_bytes());

@@ -305,13 +305,14 @@ pub fn exact_ilp(
         cyclic: has_cycle(egraph, &classes, &index, &nodes),
     };
     if let Some(g) = greedy {
-        match program.solve(true, None) {
+        match program.solve(true, None, budget.backstop()) {
             Some((bound, _)) if g <= bound * (1.0 + 1e-9) + 1e-18 => return Exact::GreedyOptimal,
             Some(_) => {}
             None => return Exact::GaveUp,
         }
     }
-    let Some((_, picked)) = program.solve(false, budget.for_size(nodes.len())) else {
+    let Some((_, picked)) = program.solve(false, budget.for_size(nodes.len()), budget.backstop())
+    else {
         return Exact::GaveUp;
     };
     let mut choice: BTreeMap<Id, TNode> = BTreeMap::new();
@@ -376,7 +377,22 @@ impl ExactBudget {
             ExactBudget::BySize => Some(exact_node_budget(nodes)),
         }
     }
+
+    /// The wall-clock backstop of each solver call ([`EXACT_BACKSTOP`]), none when
+    /// unlimited.
+    fn backstop(self) -> Option<std::time::Duration> {
+        match self {
+            ExactBudget::Unlimited => None,
+            ExactBudget::BySize => Some(EXACT_BACKSTOP),
+        }
+    }
 }
+
+/// A solver call that runs this long stops (the node budget ends the search long before on
+/// every model measured: BERT tiny's, the largest, in 0.13 s), so that a degenerate
+/// problem, or a large `exact-nodes`, cannot hang the compile. Only there would the result
+/// depend on the machine's speed.
+pub const EXACT_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The branch and bound's nodes for a problem of `nodes` usable e-nodes: one per e-node, at
 /// least 64. Small regions, where exact extraction pays, are solved in full (the test
@@ -399,9 +415,14 @@ struct Program<'a> {
 
 impl Program<'_> {
     /// Solves the program (its LP relaxation when `relaxed`, else within `node_limit`
-    /// branch-and-bound nodes): the objective's value in seconds and each node's `x`; `None`
-    /// when the solver found no solution.
-    fn solve(&self, relaxed: bool, node_limit: Option<u64>) -> Option<(f64, Vec<f64>)> {
+    /// branch-and-bound nodes, and `backstop` of wall-clock time): the objective's value in
+    /// seconds and each node's `x`; `None` when the solver found no solution.
+    fn solve(
+        &self,
+        relaxed: bool,
+        node_limit: Option<u64>,
+        backstop: Option<std::time::Duration>,
+    ) -> Option<(f64, Vec<f64>)> {
         use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions};
         let (egraph, classes, index, nodes) = (self.egraph, self.classes, self.index, self.nodes);
         let nc = classes.len();
@@ -449,6 +470,7 @@ impl Program<'_> {
         }
         let mut options = SolveOptions::default();
         options.node_limit = node_limit;
+        options.time_limit = backstop;
         // microlp is a third-party solver: an assertion inside it (it checks its numerics)
         // must not take the process down; it counts as no solution, as running out of
         // nodes without one does. The problem is dropped whatever happens.

@@ -434,6 +434,7 @@ pub fn retain_freed_memory() {
     ONCE.call_once(|| {
         // SAFETY: `mallopt` only changes glibc's allocation thresholds; it takes no
         // pointers, and glibc serializes it with allocations.
+        #[cfg(target_env = "gnu")]
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
             libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);

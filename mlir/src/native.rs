@@ -26,7 +26,8 @@ fn io(what: &Path, e: std::io::Error) -> Error {
 
 /// Runs a command; its error names the command and shows what it printed. The command dies
 /// with tessera: a compile killed while clang runs leaves no clang behind writing into the
-/// temporary folder that the next compile removes.
+/// temporary folder that the next compile removes (the processes clang itself starts, the
+/// linker, do not inherit this; they finish or fail on their own).
 pub fn run_tool(cmd: &mut Command) -> Result<(), Error> {
     let shown = format!("{cmd:?}");
     die_with_parent(cmd);

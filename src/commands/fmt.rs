@@ -14,16 +14,13 @@ use super::InputShape;
 pub fn run(path: &Path, shapes: &[InputShape]) -> Result<()> {
     let graph = super::load_model(path, shapes)?;
     let sidecar = text::sidecar_path(path);
-    let in_sidecar: std::collections::BTreeSet<String> =
-        if path.extension().is_some_and(|e| e == "tir") && sidecar.exists() {
-            text::Sidecar::open(&sidecar)?
-                .names()
-                .map(str::to_string)
-                .collect()
-        } else {
-            Default::default()
-        };
+    // A constant the sidecar holds packed into panels (`compile -o`'s weights) counts.
+    let side = if path.extension().is_some_and(|e| e == "tir") && sidecar.exists() {
+        Some(text::Sidecar::open(&sidecar)?)
+    } else {
+        None
+    };
     super::print_stdout(&text::print_with_externals(&graph, &|c| {
-        text::is_external(c) && in_sidecar.contains(&c.name)
+        text::is_external(c) && side.as_ref().is_some_and(|s| s.gives(&c.name))
     }))
 }

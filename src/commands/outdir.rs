@@ -143,6 +143,20 @@ impl Drop for OutputDir {
     }
 }
 
+/// Removes a killed compile's folder. A tool it ran may still be finishing a file there
+/// for a moment (clang dies with tessera, but the linker clang started does not), which
+/// makes one removal fail with the folder not empty: it is tried again, a few times.
+fn remove_tree(path: &Path) {
+    for _ in 0..10 {
+        match std::fs::remove_dir_all(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            _ => return,
+        }
+    }
+}
+
 /// Removes `.<name>.tessera-tmp-<pid>` and `.<name>.tessera-old-<pid>` folders in `parent`
 /// whose process no longer runs (a killed compile's). An aside folder whose target is missing
 /// is the only whole copy left by a swap cut short: it is put back instead.
@@ -174,7 +188,7 @@ fn remove_stale(parent: &Path, name: &str) {
         if old && std::fs::symlink_metadata(&target).is_err() {
             let _ = std::fs::rename(&path, &target);
         } else {
-            let _ = std::fs::remove_dir_all(&path);
+            remove_tree(&path);
         }
     }
 }

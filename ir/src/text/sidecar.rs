@@ -140,6 +140,12 @@ impl Sidecar {
         self.tensors.keys().map(String::as_str)
     }
 
+    /// Whether the file gives constant `name`: under its name, or packed into panels
+    /// ([`crate::panels`]), which [`Sidecar::lookup`] unpacks.
+    pub fn gives(&self, name: &str) -> bool {
+        self.tensors.contains_key(name) || self.packed(name).is_some()
+    }
+
     /// The copy of `name` packed into panels ([`crate::panels`]) that the file holds, with
     /// its panel width: the first in name order when there are several.
     fn packed(&self, name: &str) -> Option<(u64, &Entry)> {

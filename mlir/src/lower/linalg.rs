@@ -519,7 +519,9 @@ fn conv_core(
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
     let taps: u64 = wd[2..].iter().product();
-    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) {
+    // (A result with no elements keeps the reduction form: a window's slice would start
+    // past the end of an empty input.)
+    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
         depthwise(b, x, w, g, &wd[2..], &acc_ty)?
     } else {
         grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
