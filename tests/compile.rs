@@ -836,6 +836,15 @@ fn dot_shows_the_placed_graph_with_devices_as_clusters() {
     );
 }
 
+/// `tessera compile` of the test MLP into the folder given next (`-o`).
+const COMPILE_MLP_TO: [&str; 5] = [
+    "compile",
+    "testdata/models/mlp.tir",
+    "--input-shape",
+    "x=4x16",
+    "-o",
+];
+
 /// The files of a directory with their bytes, by name.
 fn dir_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     fs::read_dir(dir)
@@ -868,15 +877,10 @@ fn same_files(
 fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let out = scratch.path().join("build");
-    const ARGS: [&str; 5] = [
-        "compile",
-        "testdata/models/mlp.tir",
-        "--input-shape",
-        "x=4x16",
-        "-o",
-    ];
     let compile = |cmd: &mut assert_cmd::Command| {
-        cmd.args(ARGS).arg(&out).env("SOURCE_DATE_EPOCH", "0");
+        cmd.args(COMPILE_MLP_TO)
+            .arg(&out)
+            .env("SOURCE_DATE_EPOCH", "0");
     };
     let mut cmd = tessera();
     compile(&mut cmd);
@@ -902,7 +906,7 @@ fn a_killed_compile_leaves_the_old_output_or_the_new_one() {
         let existed = out.exists();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
         cmd.current_dir(repo());
-        cmd.args(ARGS)
+        cmd.args(COMPILE_MLP_TO)
             .arg(&out)
             .env("SOURCE_DATE_EPOCH", "0")
             .stdout(std::process::Stdio::null())
@@ -967,13 +971,7 @@ fn a_killed_compile_leaves_no_clang_running() {
         .expect("chmod");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
         .current_dir(repo())
-        .args([
-            "compile",
-            "testdata/models/mlp.tir",
-            "--input-shape",
-            "x=4x16",
-            "-o",
-        ])
+        .args(COMPILE_MLP_TO)
         .arg(scratch.path().join("build"))
         .env("TESSERA_LLVM_PREFIX", &prefix)
         .stdout(std::process::Stdio::null())
@@ -1010,17 +1008,7 @@ fn a_killed_compile_leaves_no_clang_running() {
 fn output_directories_that_are_not_compile_outputs_are_not_replaced() {
     let scratch = tempfile::tempdir().expect("tempdir");
     fs::write(scratch.path().join("notes.txt"), "mine").expect("write");
-    let err = fails(
-        tessera()
-            .args([
-                "compile",
-                "testdata/models/mlp.tir",
-                "--input-shape",
-                "x=4x16",
-                "-o",
-            ])
-            .arg(scratch.path()),
-    );
+    let err = fails(tessera().args(COMPILE_MLP_TO).arg(scratch.path()));
     assert!(
         err.contains("is not empty and is not a tessera compile's output"),
         "{err}"
