@@ -24,7 +24,7 @@ use crate::{Error, Mlir, PipelineOptions};
 /// thousands of its kernels' results at its end, and the pass took 5.2 s of a 6.7 s
 /// pipeline. The frees it would have proven unconditional are checked at run time against
 /// the step's few results.
-pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+pub const CPU: &str = "builtin.module(convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
 /// Whether [`crate::Mlir::run_pipeline`] applies the CPU code generation schedule
 /// ([`crate::schedule`]) to a module before `pipeline`'s passes: it does for [`CPU`] and
@@ -48,7 +48,7 @@ pub fn schedule_file(device: &str) -> String {
 
 /// `pipeline` as `mlir-opt` runs it on `device`'s module: for a [`scheduled`] pipeline,
 /// its schedule ([`schedule_file`], loaded by `transform-preload-library`) applied first by
-/// `transform-interpreter`, one pass per named sequence; any other pipeline as it is.
+/// `transform-interpreter`; any other pipeline as it is.
 pub fn with_schedule(pipeline: &str, device: &str) -> String {
     if !scheduled(pipeline) {
         return pipeline.to_string();
@@ -59,9 +59,8 @@ pub fn with_schedule(pipeline: &str, device: &str) -> String {
         .unwrap_or(pipeline);
     format!(
         "builtin.module(transform-preload-library{{transform-library-paths={}}},\
-         transform-interpreter{{entry-point={}}},transform-interpreter{{entry-point={}}},{inner})",
+         transform-interpreter{{entry-point={}}},{inner})",
         schedule_file(device),
-        crate::schedule::CONVOLUTIONS,
         crate::schedule::CONTRACTIONS
     )
 }
@@ -82,7 +81,7 @@ pub fn with_schedule(pipeline: &str, device: &str) -> String {
 /// (0.6 s without); GPT-2 small's compile was still in it after 9 minutes. Without it,
 /// more frees stay conditional (checked at run time), so fewer move up
 /// ([`crate::dealloc`]), and GPT-2 tiny's steps take about 12% longer.
-pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize)";
+pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize)";
 
 /// The second part of the MPI program's pipeline (see [`CPU_MPI_BUFFERS`]). Buffers are
 /// allocated and freed by the generic functions (`_mlir_memref_to_llvm_alloc` and `_free`),

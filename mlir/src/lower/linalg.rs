@@ -4,8 +4,11 @@
 //! A convolution is one `linalg.generic` with parallel loops over the result
 //! `[N, M, O...]` and reduction loops over the input channels of the group and the kernel
 //! taps, reading the input through `o * stride + k * dilation` (the group's channel through
-//! `(m floordiv M/groups) * C/groups + c`). Padding is materialized first ([`spread`]: a
-//! zero-filled copy just large enough for every window). A transposed convolution is the
+//! `(m floordiv M/groups) * C/groups + c`), except two forms the CPU schedule makes fast:
+//! an ungrouped `f32` one is an im2col product ([`im2col`]) and a depthwise one sums its
+//! taps' windows without reduction loops ([`depthwise`]), in the same order. Padding is
+//! materialized first ([`spread`]: a zero-filled copy just large enough for every window).
+//! A transposed convolution is the
 //! convolution (stride 1) of the input spread out by its strides and padded by
 //! `dilation * (K - 1) - pad_begin`, with the kernel flipped and its channel axes swapped per
 //! group. 16-bit floats accumulate in f32, as the interpreter computes them.
@@ -384,6 +387,13 @@ pub(super) fn spread(
             ty: out.clone(),
         });
     }
+    let od = dims(out)?;
+    if axes
+        .iter()
+        .all(|a| a.stride == 1 && a.off >= 0 && a.off as u64 <= od[a.axis])
+    {
+        return pad(b, x, out, axes, fill);
+    }
     let name = b.index_generic(out, |b, idx| {
         let mut src: Vec<String> = idx.to_vec();
         let mut ok: Option<String> = None;
@@ -423,6 +433,99 @@ pub(super) fn spread(
             }
         }
     })?;
+    Ok(Val {
+        name,
+        ty: out.clone(),
+    })
+}
+
+/// [`spread`] where every axis has stride 1 and a start in the result: the result filled
+/// with `fill`, then the part of `x` that lands in it copied into its place (a `linalg.copy`
+/// into a slice of the filled tensor, which bufferization keeps in place; an identity
+/// generic would be folded into the `insert_slice`, a `memref.copy` through the slow
+/// strided `memrefCopy`), row by row in loops LLVM vectorizes.
+fn pad(b: &mut Body, x: &Val, out: &TensorType, axes: &[SpreadAxis], fill: f64) -> LResult<Val> {
+    let xd = dims(&x.ty)?;
+    let od = dims(out)?;
+    let mut keep = xd.clone();
+    let mut offs = vec![0u64; xd.len()];
+    for a in axes {
+        offs[a.axis] = a.off as u64;
+        keep[a.axis] = xd[a.axis].min(od[a.axis] - offs[a.axis]);
+    }
+    let filled = b.filled(out, fill)?;
+    if keep.contains(&0) {
+        return Ok(Val {
+            name: filled,
+            ty: out.clone(),
+        });
+    }
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let ones = vec![1u64; xd.len()];
+    let part_ty = TensorType::fixed(x.ty.elem, &keep);
+    let (pt, ot) = (tensor_ty(&part_ty)?, tensor_ty(out)?);
+    let src = if keep == xd {
+        x.clone()
+    } else {
+        let name = b.assign(format!(
+            "tensor.extract_slice {}[{}] [{}] [{}] : {} to {pt}",
+            x.name,
+            list(&vec![0; xd.len()]),
+            list(&keep),
+            list(&ones),
+            tensor_ty(&x.ty)?
+        ));
+        Val {
+            name,
+            ty: part_ty.clone(),
+        }
+    };
+    // The copy goes through views with a trailing unit axis: a window of the result with the
+    // same place as the copy (a stride-1 convolution's centre tap) would otherwise fold to
+    // the copy itself, which bufferization may then give a buffer of its own.
+    let unit = |d: &[u64]| {
+        let mut d = d.to_vec();
+        d.push(1);
+        d
+    };
+    let r = xd.len();
+    let (out1, part1) = (
+        TensorType::fixed(out.elem, &unit(&od)),
+        TensorType::fixed(x.ty.elem, &unit(&keep)),
+    );
+    let (ot1, pt1) = (tensor_ty(&out1)?, tensor_ty(&part1)?);
+    let groups = |d: &[u64]| -> (String, String) {
+        let mut g: Vec<String> = (0..r - 1).map(|i| format!("[{i}]")).collect();
+        g.push(format!("[{}, {}]", r - 1, r));
+        (format!("[{}]", g.join(", ")), list(&unit(d)))
+    };
+    let (g, shape) = groups(&od);
+    let filled1 = b.assign(format!(
+        "tensor.expand_shape {filled} {g} output_shape [{shape}] : {ot} into {ot1}"
+    ));
+    let (g, shape) = groups(&keep);
+    let src1 = b.assign(format!(
+        "tensor.expand_shape {} {g} output_shape [{shape}] : {pt} into {pt1}",
+        src.name
+    ));
+    let place = format!(
+        "[{}, 0] [{}, 1] [{}, 1]",
+        list(&offs),
+        list(&keep),
+        list(&ones)
+    );
+    let dst = b.assign(format!(
+        "tensor.extract_slice {filled1}{place} : {ot1} to {pt1}"
+    ));
+    let copied = b.assign(format!(
+        "linalg.copy ins({src1} : {pt1}) outs({dst} : {pt1}) -> {pt1}"
+    ));
+    let placed = b.assign(format!(
+        "tensor.insert_slice {copied} into {filled1}{place} : {pt1} into {ot1}"
+    ));
+    let name = b.assign(format!(
+        "tensor.collapse_shape {placed} {g} : {ot1} into {ot}"
+    ));
     Ok(Val {
         name,
         ty: out.clone(),
@@ -521,8 +624,11 @@ fn conv_core(
     let taps: u64 = wd[2..].iter().product();
     // (A result with no elements keeps the reduction form: a window's slice would start
     // past the end of an empty input.)
+    let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
     let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
         depthwise(b, x, w, g, &wd[2..], &acc_ty)?
+    } else if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) {
+        im2col(b, x, w, g, &acc_ty)?
     } else {
         grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
     };
@@ -627,14 +733,98 @@ fn grouped(
     Ok(r[0].clone())
 }
 
+/// The accumulation of an ungrouped `f32` convolution into `acc_ty` as a product: the
+/// input's patches copied into columns (`cols[n, c, k..., o...] = x[n, c, o * stride + k *
+/// dil]`, one generic of affine reads whose innermost loop runs along a row of the input),
+/// viewed as `[N, C·K, O]`, times the filter viewed as `[M, C·K]`: `out[n, m, o] = sum_r
+/// w[m, r] * cols[n, r, o]`, a contraction the schedule tiles with `o` (all output pixels)
+/// as its vector loop. A convolution whose every window is one pixel of the input in place
+/// (1×1, stride 1, no padding) reads the input itself as its columns. Each element sums its
+/// products in the order of [`grouped`]'s reduction loops (`c`, then the taps).
+fn im2col(b: &mut Body, x: &Val, w: &Val, g: &Geom, acc_ty: &TensorType) -> LResult<String> {
+    let (xd, wd, od) = (dims(&x.ty)?, dims(&w.ty)?, dims(acc_ty)?);
+    let s = od.len() - 2;
+    let (n, c, m) = (od[0], xd[1], od[1]);
+    let taps: u64 = wd[2..].iter().product();
+    let pixels: u64 = od[2..].iter().product();
+    let in_place = taps == 1 && g.strides.iter().all(|&t| t == 1) && xd[2..] == od[2..];
+    let group = |from: usize, to: usize| -> String {
+        let v: Vec<String> = (from..to).map(|i| i.to_string()).collect();
+        format!("[{}]", v.join(", "))
+    };
+    let collapse = |b: &mut Body, v: &Val, groups: &[String], to: &[u64]| -> LResult<Val> {
+        let ty = TensorType::fixed(v.ty.elem, to);
+        let name = b.assign(format!(
+            "tensor.collapse_shape {} [{}] : {} into {}",
+            v.name,
+            groups.join(", "),
+            tensor_ty(&v.ty)?,
+            tensor_ty(&ty)?
+        ));
+        Ok(Val { name, ty })
+    };
+    let cols = if in_place {
+        x.clone()
+    } else {
+        // Loops n, c, k_0..k_{s-1}, o_0..o_{s-1}.
+        let nl = 2 + 2 * s;
+        let mut x_exprs = vec!["d0".to_string(), "d1".to_string()];
+        x_exprs.extend((0..s).map(|j| g.tap_expr(j, 2 + s + j, 2 + j)));
+        let mut cd = vec![n, c];
+        cd.extend(&wd[2..]);
+        cd.extend(&od[2..]);
+        let ty = TensorType::fixed(x.ty.elem, &cd);
+        let r = b.generic(
+            &[In {
+                val: x,
+                map: affine_map(nl, &x_exprs),
+            }],
+            &[(ty.clone(), identity_map(nl), None)],
+            &vec!["parallel"; nl],
+            |_, a| Ok(vec![a[0].clone()]),
+        )?;
+        Val {
+            name: r[0].clone(),
+            ty,
+        }
+    };
+    // The columns as [N, C·K, O]: the taps follow c, the output pixels follow them.
+    let rank = cols.ty.rank();
+    let cols = collapse(
+        b,
+        &cols,
+        &[group(0, 1), group(1, rank - s), group(rank - s, rank)],
+        &[n, c * taps, pixels],
+    )?;
+    let filter = collapse(b, w, &[group(0, 1), group(1, 2 + s)], &[m, c * taps])?;
+    let flat = TensorType::fixed(acc_ty.elem, &[n, m, pixels]);
+    let prod = contract(
+        b,
+        &filter,
+        &cols,
+        &flat,
+        vec!["d1".into(), "d3".into()],
+        vec!["d0".into(), "d3".into(), "d2".into()],
+        3,
+    )?;
+    let shape: Vec<String> = od.iter().map(u64::to_string).collect();
+    Ok(b.assign(format!(
+        "tensor.expand_shape {prod} [[0], [1], {}] output_shape [{}] : {} into {}",
+        group(2, 2 + s),
+        shape.join(", "),
+        tensor_ty(&flat)?,
+        tensor_ty(acc_ty)?
+    )))
+}
+
 /// The accumulation of a depthwise convolution (one input channel per output channel) into
 /// `acc_ty`: parallel loops over the result only, every tap of the kernel (`k`, at most
 /// [`DEPTHWISE_TAPS`]) an operand of its own, the tap's window of the input (a strided
-/// slice, a view) and the weight at the tap, summed in the order of the reduction loops
-/// [`grouped`] runs.
+/// slice, a view) and the tap's column of the filter (`[M]`, a view), summed from the first
+/// product in the order of the reduction loops [`grouped`] runs.
 /// The innermost loop then runs along a row of the output and the input (contiguous at
-/// stride 1), which LLVM vectorizes; the reduction form's innermost loop ran over the
-/// kernel's 3 columns. The same sums, in the same order, as [`grouped`].
+/// stride 1), which the schedule vectorizes (`schedule::depthwise`); the reduction form's
+/// innermost loop ran over the kernel's 3 columns.
 fn depthwise(
     b: &mut Body,
     x: &Val,
@@ -686,36 +876,59 @@ fn depthwise(
             ty: slice_ty.clone(),
         });
     }
+    // Each tap's weights, one per channel: a column of the filter, `[M]`.
+    let wd = dims(&w.ty)?;
+    let wt = tensor_ty(&w.ty)?;
+    let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
+    let ct = tensor_ty(&col_ty)?;
+    let mut columns = Vec::with_capacity(taps.len());
+    for t in &taps {
+        let mut offs = vec!["0".to_string(); 2];
+        offs.extend(t.iter().map(u64::to_string));
+        let mut sizes = vec![wd[0].to_string()];
+        sizes.extend(vec!["1".to_string(); 1 + s]);
+        let name = b.assign(format!(
+            "tensor.extract_slice {}[{}] [{}] [{}] : {wt} to {ct}",
+            w.name,
+            offs.join(", "),
+            sizes.join(", "),
+            vec!["1"; 2 + s].join(", ")
+        ));
+        columns.push(Val {
+            name,
+            ty: col_ty.clone(),
+        });
+    }
     let mut ins = Vec::with_capacity(2 * taps.len());
-    for (t, win) in taps.iter().zip(&windows) {
-        let mut w_exprs = vec!["d1".to_string(), "0".to_string()];
-        w_exprs.extend(t.iter().map(|kj| kj.to_string()));
+    for (win, col) in windows.iter().zip(&columns) {
         ins.push(In {
             val: win,
             map: identity_map(nl),
         });
         ins.push(In {
-            val: w,
-            map: affine_map(nl, &w_exprs),
+            val: col,
+            map: affine_map(nl, &["d1".to_string()]),
         });
     }
     let acc = acc_ty.elem;
-    let init = b.filled(acc_ty, 0.0)?;
     let (xe, we) = (x.ty.elem, w.ty.elem);
     let n = taps.len();
     let r = b.generic(
         &ins,
-        &[(acc_ty.clone(), identity_map(nl), Some(init))],
+        &[(acc_ty.clone(), identity_map(nl), None)],
         &vec!["parallel"; nl],
         |b, a| {
-            let mut sum = a[2 * n].clone();
+            let mut sum: Option<String> = None;
             for t in 0..n {
                 let p = elementwise::cast(b, xe, acc, &a[2 * t]);
                 let q = elementwise::cast(b, we, acc, &a[2 * t + 1]);
                 let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
-                sum = elementwise::binary(b, &BinaryOp::Add, acc, &sum, &m)?;
+                sum = Some(match sum {
+                    None => m,
+                    Some(s) => elementwise::binary(b, &BinaryOp::Add, acc, &s, &m)?,
+                });
             }
-            Ok(vec![sum])
+            Ok(vec![sum.expect("a depthwise convolution has taps")])
         },
     )?;
     Ok(r[0].clone())

@@ -384,14 +384,14 @@ fn agrees_with_the_interpreter(g: &Graph, program: &Program) {
 
 /// Depthwise convolutions (one input channel per output channel) are lowered with every
 /// tap's window a strided slice and no reduction loop; with padding, strides 1 and 2, a
-/// dilation, a bias, one spatial axis and a ReLU fused after, they agree with the
-/// interpreter; a grouped convolution of two channels per group keeps its reduction loops.
+/// dilation, a bias, one spatial axis, rows of 150 (vectorized in pieces) and a ReLU fused
+/// after, they agree with the interpreter; a grouped convolution of two channels per group keeps its reduction loops.
 #[test]
 fn depthwise_convolutions_agree_with_the_interpreter() {
     let src = format!(
         "const @w : f32[6, 1, 3, 3] = [{}]\nconst @b : f32[6] = [{}]\n\
          const @v : f32[4, 1, 5] = [{}]\nconst @g : f32[6, 2, 3, 3] = [{}]\n\n\
-         graph @dw(%x: f32[2, 6, 11, 9], %s: f32[1, 4, 13]) {{\n  \
+         graph @dw(%x: f32[2, 6, 11, 9], %s: f32[1, 4, 13], %y: f32[1, 6, 3, 150]) {{\n  \
            %w = const @w : f32[6, 1, 3, 3]\n  %b = const @b : f32[6]\n  \
            %v = const @v : f32[4, 1, 5]\n  %g = const @g : f32[6, 2, 3, 3]\n  \
            %a = conv %x, %w, %b {{dilations = [1, 1], groups = 6, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[2, 6, 11, 9]\n  \
@@ -400,7 +400,8 @@ fn depthwise_convolutions_agree_with_the_interpreter() {
            %d = conv %x, %w {{dilations = [2, 3], groups = 6, pads = [0, 0, 0, 0], strides = [1, 2]}} : f32[2, 6, 7, 2]\n  \
            %e = conv %s, %v {{dilations = [1], groups = 4, pads = [2, 2], strides = [1]}} : f32[1, 4, 13]\n  \
            %f = conv %x, %g {{dilations = [1, 1], groups = 3, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[2, 6, 11, 9]\n  \
-           return %r, %c, %d, %e, %f\n}}\n",
+           %h = conv %y, %w, %b {{dilations = [1, 1], groups = 6, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[1, 6, 3, 150]\n  \
+           return %r, %c, %d, %e, %f, %h\n}}\n",
         constant_values(1, 54),
         constant_values(2, 6),
         constant_values(3, 20),
@@ -419,6 +420,63 @@ fn depthwise_convolutions_agree_with_the_interpreter() {
         .filter(|l| l.contains("\"reduction\""))
         .count();
     assert_eq!(reducing, 1, "{module}");
+    agrees_with_the_interpreter(&g, &program);
+}
+
+/// Ungrouped `f32` convolutions are im2col products: the input's patches copied into
+/// columns by one generic of affine reads, times the filter viewed as a matrix, a
+/// contraction the schedule tiles. A 1×1 convolution of stride 1 without padding reads its
+/// input in place as the columns; padding is a `linalg.copy` into a filled tensor. With
+/// padding, strides, a dilation, a bias, one and three spatial axes, they agree with the
+/// interpreter.
+#[test]
+fn ungrouped_convolutions_are_im2col_products_that_agree_with_the_interpreter() {
+    let src = format!(
+        "const @w : f32[4, 3, 3, 3] = [{}]\nconst @b : f32[4] = [{}]\n\
+         const @p : f32[5, 3, 1, 1] = [{}]\nconst @v : f32[3, 2, 4] = [{}]\n\
+         const @u : f32[2, 2, 2, 3, 2] = [{}]\n\n\
+         graph @cv(%x: f32[2, 3, 10, 9], %s: f32[1, 2, 13], %t: f32[1, 2, 4, 5, 6]) {{\n  \
+           %w = const @w : f32[4, 3, 3, 3]\n  %b = const @b : f32[4]\n  \
+           %p = const @p : f32[5, 3, 1, 1]\n  %v = const @v : f32[3, 2, 4]\n  \
+           %u = const @u : f32[2, 2, 2, 3, 2]\n  \
+           %a = conv %x, %w, %b {{dilations = [1, 1], groups = 1, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[2, 4, 10, 9]\n  \
+           %c = conv %x, %w {{dilations = [2, 1], groups = 1, pads = [0, 1, 2, 0], strides = [2, 3]}} : f32[2, 4, 4, 3]\n  \
+           %d = conv %x, %p {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [1, 1]}} : f32[2, 5, 10, 9]\n  \
+           %e = conv %x, %p {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [2, 2]}} : f32[2, 5, 5, 5]\n  \
+           %f = conv %s, %v {{dilations = [1], groups = 1, pads = [1, 2], strides = [1]}} : f32[1, 3, 13]\n  \
+           %h = conv %t, %u {{dilations = [1, 1, 1], groups = 1, pads = [0, 0, 0, 0, 0, 0], strides = [1, 1, 1]}} : f32[1, 2, 3, 3, 5]\n  \
+           return %a, %c, %d, %e, %f, %h\n}}\n",
+        constant_values(1, 108),
+        constant_values(2, 4),
+        constant_values(3, 15),
+        constant_values(4, 24),
+        constant_values(5, 48)
+    );
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "cv", false);
+    let module = &program.modules[0].1;
+    // The 1×1 convolution of stride 1 reads its input as [N, C, H·W].
+    assert!(
+        module.contains(
+            "tensor.collapse_shape %arg0 [[0], [1], [2, 3]] : tensor<2x3x10x9xf32> into \
+             tensor<2x3x90xf32>"
+        ),
+        "{module}"
+    );
+    // The padded ones: two 2-D and the 1-D one.
+    assert_eq!(module.matches("linalg.copy").count(), 3, "{module}");
+    // Every convolution is one contraction: a generic with one reduction loop.
+    let reducing: Vec<&str> = module
+        .lines()
+        .filter(|l| l.contains("\"reduction\""))
+        .collect();
+    assert_eq!(reducing.len(), 6, "{module}");
+    assert!(
+        reducing
+            .iter()
+            .all(|l| l.matches("\"reduction\"").count() == 1),
+        "{module}"
+    );
     agrees_with_the_interpreter(&g, &program);
 }
 

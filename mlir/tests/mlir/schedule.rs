@@ -1,8 +1,9 @@
 //! `schedule::apply`: the CPU code generation schedule written for a module and applied to
 //! it. Contractions are split where their tile does not divide them, tiled and vectorized
-//! (the block of C hoisted out of the `k` loop); convolutions become im2col and a
-//! contraction; a dilated convolution and an elementwise generic are left alone; large
-//! contractions' outer tiles are parallel only when the pipeline has threads. What the
+//! (the block of C hoisted out of the `k` loop); depthwise convolutions of stride 1 are
+//! vectorized along their rows; a convolution in reduction form and an elementwise generic
+//! are left alone; large contractions' outer tiles are parallel only when the pipeline has
+//! threads. What the
 //! scheduled code computes is checked elsewhere: every model against onnxruntime and the
 //! ONNX node tests against the interpreter, through the same pipeline.
 
@@ -11,8 +12,9 @@ use tessera_mlir::{Mlir, schedule};
 use crate::filecheck::{Check, check};
 
 /// An einsum's diagonal (`iij,jk->ik`, not a projected permutation: left alone), a 20×64 by
-/// 64×50 matmul (rows 16 + 4, lanes 32 + 18), a convolution, a dilated one, an elementwise
-/// generic, and a 128×256 by 256×512 matmul (67 MFLOP).
+/// 64×50 matmul (rows 16 + 4, lanes 32 + 18), two convolutions in reduction form (the
+/// lowering writes them as im2col products), an elementwise generic, a 128×256 by 256×512 matmul (67 MFLOP), and two depthwise convolutions as the
+/// lowering writes them: two taps at stride 1 along rows of 150, one tap at stride 2.
 const MODULE: &str = "#mm_a = affine_map<(d0, d1, d2) -> (d0, d1)>
 #mm_b = affine_map<(d0, d1, d2) -> (d1, d2)>
 #mm_c = affine_map<(d0, d1, d2) -> (d0, d2)>
@@ -24,6 +26,8 @@ const MODULE: &str = "#mm_a = affine_map<(d0, d1, d2) -> (d0, d1)>
 #dg_a = affine_map<(d0, d1, d2) -> (d0, d0, d2)>
 #dg_b = affine_map<(d0, d1, d2) -> (d2, d1)>
 #dg_c = affine_map<(d0, d1, d2) -> (d0, d1)>
+#dw_i = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#dw_w = affine_map<(d0, d1, d2, d3) -> (d1)>
 module {
   func.func @diag(%a: tensor<4x4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4x16xf32>) -> tensor<4x16xf32> {
     %r = linalg.generic {indexing_maps = [#dg_a, #dg_b, #dg_c], iterator_types = [\"parallel\", \"parallel\", \"reduction\"]} ins(%a, %b : tensor<4x4x8xf32>, tensor<8x16xf32>) outs(%c : tensor<4x16xf32>) {
@@ -75,6 +79,26 @@ module {
     } -> tensor<128x512xf32>
     return %r : tensor<128x512xf32>
   }
+  func.func @dw(%x: tensor<1x2x6x152xf32>, %w: tensor<2xf32>, %v: tensor<2xf32>) -> (tensor<1x2x4x150xf32>, tensor<1x2x2x9xf32>) {
+    %a = tensor.extract_slice %x[0, 0, 0, 0] [1, 2, 4, 150] [1, 1, 1, 1] : tensor<1x2x6x152xf32> to tensor<1x2x4x150xf32>
+    %b = tensor.extract_slice %x[0, 0, 1, 2] [1, 2, 4, 150] [1, 1, 1, 1] : tensor<1x2x6x152xf32> to tensor<1x2x4x150xf32>
+    %e = tensor.empty() : tensor<1x2x4x150xf32>
+    %r = linalg.generic {indexing_maps = [#dw_i, #dw_w, #dw_i, #dw_w, #dw_i], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%a, %w, %b, %v : tensor<1x2x4x150xf32>, tensor<2xf32>, tensor<1x2x4x150xf32>, tensor<2xf32>) outs(%e : tensor<1x2x4x150xf32>) {
+    ^bb0(%p: f32, %q: f32, %s: f32, %t: f32, %o: f32):
+      %m = arith.mulf %p, %q : f32
+      %n = arith.mulf %s, %t : f32
+      %z = arith.addf %m, %n : f32
+      linalg.yield %z : f32
+    } -> tensor<1x2x4x150xf32>
+    %c = tensor.extract_slice %x[0, 0, 0, 0] [1, 2, 2, 9] [1, 1, 2, 2] : tensor<1x2x6x152xf32> to tensor<1x2x2x9xf32>
+    %f = tensor.empty() : tensor<1x2x2x9xf32>
+    %d = linalg.generic {indexing_maps = [#dw_i, #dw_w, #dw_i], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%c, %w : tensor<1x2x2x9xf32>, tensor<2xf32>) outs(%f : tensor<1x2x2x9xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %m = arith.mulf %p, %q : f32
+      linalg.yield %m : f32
+    } -> tensor<1x2x2x9xf32>
+    return %r, %d : tensor<1x2x4x150xf32>, tensor<1x2x2x9xf32>
+  }
 }
 ";
 
@@ -103,13 +127,6 @@ fn contractions_are_split_tiled_and_vectorized() {
     check(
         &library,
         &[
-            here("transform.named_sequence @tessera_convolutions("),
-            // The undilated convolution (the second generic of @conv is dilated).
-            here("attributes{sym_name = \"conv\"}"),
-            here("%v0_0, %v0_1 = transform.split_handle %v0_all"),
-            next("%v0_0_s = transform.structured.specialize %v0_0"),
-            not("specialize %v0_1"),
-            here("transform.structured.convert_conv2d_to_img2col %convs"),
             here("transform.named_sequence @tessera_contractions("),
             // 20×50: lanes 32 + 18, the 18 as 16 + 2, then rows 16 + 4 of each; tiles of
             // 8 rows by 32 lanes.
@@ -129,9 +146,7 @@ fn contractions_are_split_tiled_and_vectorized() {
             next("transform.structured.vectorize %c0_0_0_0_t_k"),
             // The rest of the rows, 4 by 32: no row loop.
             here("tile_using_for %c0_0_0_1 tile_sizes [0, 1, 0]"),
-            // The im2col contraction of @conv: 4 filters by 64 pixels, lanes of 64.
-            here("attributes{sym_name = \"conv\"}"),
-            here("tile_using_for %c1_1 tile_sizes [0, 0, 0, 1]"),
+            not("\"conv\""),
             not("@add"),
             here("transform.loop.hoist_loop_invariant_subsets"),
             here("lowering_strategy = \"outerproduct\""),
@@ -151,10 +166,8 @@ fn contractions_are_split_tiled_and_vectorized() {
             here("scf.yield"),
             here("vector.transfer_write"),
             here("func.func @conv("),
-            here("tensor.collapse_shape %arg1"),
-            here("vector.fma"),
-            // The dilated one stays a generic.
-            here("linalg.generic"),
+            next("linalg.generic"),
+            not("vector."),
             here("func.func @add("),
             next("linalg.generic"),
         ],
@@ -182,13 +195,13 @@ fn only_large_contractions_run_in_parallel_and_only_with_threads() {
             not("tile_using_forall"),
             here("attributes{sym_name = \"big\"}"),
             // 128 rows by 512 lanes: tiles of 32 lanes across threads, rows of 8 inside.
-            next("%c2_all ="),
-            next("%c2_0 = transform.split_handle"),
+            next("%c1_all ="),
+            next("%c1_0 = transform.split_handle"),
             next(
-                "%c2_0_p, %c2_0_forall = transform.structured.tile_using_forall %c2_0 \
+                "%c1_0_p, %c1_0_forall = transform.structured.tile_using_forall %c1_0 \
                  tile_sizes [0, 0, 32]",
             ),
-            next("%c2_0_p_r, %c2_0_p_rl = transform.structured.tile_using_for %c2_0_p tile_sizes [8, 0, 0]"),
+            next("%c1_0_p_r, %c1_0_p_rl = transform.structured.tile_using_for %c1_0_p tile_sizes [8, 0, 0]"),
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -211,9 +224,44 @@ fn a_module_without_contractions_gets_empty_sequences() {
     assert_eq!(
         library,
         "module attributes {transform.with_named_sequence} {\n  \
-         transform.named_sequence @tessera_convolutions(%root: !transform.any_op \
-         {transform.readonly}) {\n    transform.yield\n  }\n  \
          transform.named_sequence @tessera_contractions(%root: !transform.any_op \
          {transform.readonly}) {\n    transform.yield\n  }\n}\n"
     );
+}
+
+#[test]
+fn depthwise_convolutions_are_vectorized_along_their_rows() {
+    let (library, module) = scheduled(false);
+    check(
+        &library,
+        &[
+            here("attributes{sym_name = \"dw\"}"),
+            next("%c2_all ="),
+            next("%c2_0, %c2_1 = transform.split_handle %c2_all"),
+            // Rows of 150: 128 in vectors of 64, the rest of 22 one vector.
+            next("transform.structured.split %c2_0 after 128 {dimension = 3}"),
+            here("tile_using_for %c2_0_0 tile_sizes [0, 1, 1, 64]"),
+            next("transform.structured.vectorize %c2_0_0_t"),
+            next("tile_using_for %c2_0_1 tile_sizes [0, 1, 1, 0]"),
+            next("transform.structured.vectorize %c2_0_1_t"),
+            // The stride-2 one is left to LLVM.
+            not("%c2_1"),
+            // Its function gets none of the contractions' clean-up patterns.
+            here("%funcs = transform.merge_handles %c0_f, %c1_f {deduplicate}"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    check(
+        &module,
+        &[
+            here("func.func @dw("),
+            here("vector.transfer_read"),
+            here("vector<1x1x1x64xf32>"),
+            here("vector<1x1x1x22xf32>"),
+            here("tensor.extract_slice %arg0[0, 0, 0, 0] [1, 2, 2, 9] [1, 1, 2, 2]"),
+            next("tensor.empty"),
+            next("linalg.generic"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
