@@ -14,7 +14,8 @@ use crate::filecheck::{Check, check};
 /// An einsum's diagonal (`iij,jk->ik`, not a projected permutation: left alone), a 20×64 by
 /// 64×50 matmul (rows 16 + 4, lanes 32 + 18), two convolutions in reduction form (the
 /// lowering writes them as im2col products), an elementwise generic, a 128×256 by 256×512 matmul (67 MFLOP), and two depthwise convolutions as the
-/// lowering writes them: two taps at stride 1 along rows of 150, one tap at stride 2.
+/// lowering writes them: two taps at stride 1 along rows of 150, one tap at stride 2; and
+/// the 128×256 by 256×512 matmul again from a filled C, as the lowering writes products.
 const MODULE: &str = "#mm_a = affine_map<(d0, d1, d2) -> (d0, d1)>
 #mm_b = affine_map<(d0, d1, d2) -> (d1, d2)>
 #mm_c = affine_map<(d0, d1, d2) -> (d0, d2)>
@@ -98,6 +99,18 @@ module {
       linalg.yield %m : f32
     } -> tensor<1x2x2x9xf32>
     return %r, %d : tensor<1x2x4x150xf32>, tensor<1x2x2x9xf32>
+  }
+  func.func @filled(%a: tensor<128x256xf32>, %b: tensor<256x512xf32>) -> tensor<128x512xf32> {
+    %z = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<128x512xf32>
+    %c = linalg.fill ins(%z : f32) outs(%e : tensor<128x512xf32>) -> tensor<128x512xf32>
+    %r = linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types = [\"parallel\", \"reduction\", \"parallel\"]} ins(%a, %b : tensor<128x256xf32>, tensor<256x512xf32>) outs(%c : tensor<128x512xf32>) {
+    ^bb0(%x: f32, %y: f32, %z2: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z2, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<128x512xf32>
+    return %r : tensor<128x512xf32>
   }
 }
 ";
@@ -205,7 +218,8 @@ fn only_large_contractions_run_in_parallel_and_only_with_threads() {
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(module.matches("scf.forall (").count(), 1, "{module}");
+    // @big's and @filled's.
+    assert_eq!(module.matches("scf.forall (").count(), 2, "{module}");
     // Without threads, the same contraction is a loop like the others.
     let (library, _) = scheduled(false);
     assert!(!library.contains("tile_using_forall"), "{library}");
@@ -247,7 +261,7 @@ fn depthwise_convolutions_are_vectorized_along_their_rows() {
             // The stride-2 one is left to LLVM.
             not("%c2_1"),
             // Its function gets none of the contractions' clean-up patterns.
-            here("%funcs = transform.merge_handles %c0_f, %c1_f {deduplicate}"),
+            here("%funcs = transform.merge_handles %c0_f, %c1_f, %c3_f {deduplicate}"),
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -264,4 +278,57 @@ fn depthwise_convolutions_are_vectorized_along_their_rows() {
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A contraction that starts from a `linalg.fill` gets the fill fused into its tile loops
+/// (`transform.structured.fuse`, or `fuse_into_containing_op` into the parallel loop and
+/// then `fuse` into the row loop): each block of C starts as a vector of zeros in
+/// registers, and no fill of all of C is left.
+#[test]
+fn a_filled_c_is_zeroed_in_registers() {
+    for parallel in [false, true] {
+        let (library, module) = scheduled(parallel);
+        let tiling = if parallel {
+            vec![
+                next("%c3_0_fill = transform.get_producer_of_operand %c3_0[2]"),
+                next("%c3_0_p, %c3_0_forall = transform.structured.tile_using_forall %c3_0"),
+                next(
+                    "%c3_0_ff, %c3_0_fn = transform.structured.fuse_into_containing_op \
+                     %c3_0_fill into %c3_0_forall",
+                ),
+                next(
+                    "%c3_0_p_r, %c3_0_p_rl = transform.structured.fuse %c3_0_p tile_sizes [8, 0, 0]",
+                ),
+                next("transform.structured.match ops{[\"linalg.fill\"]} in %c3_0_p_rl"),
+            ]
+        } else {
+            vec![
+                next("%c3_0_fill = transform.get_producer_of_operand %c3_0[2]"),
+                next(
+                    "%c3_0_t, %c3_0_l0, %c3_0_l1 = transform.structured.fuse %c3_0 tile_sizes \
+                     [8, 0, 32] interchange [2, 0, 1]",
+                ),
+                next("transform.structured.match ops{[\"linalg.fill\"]} in %c3_0_l0"),
+            ]
+        };
+        let mut checks = vec![
+            here("attributes{sym_name = \"filled\"}"),
+            next("%c3_all ="),
+            next("%c3_0 = transform.split_handle %c3_all"),
+        ];
+        checks.extend(tiling);
+        checks.push(next("transform.structured.vectorize %c3_0_fills"));
+        check(&library, &checks).unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        check(
+            &module,
+            &[
+                here("func.func @filled("),
+                not("linalg.fill"),
+                here("arith.constant dense<0.000000e+00> : vector<8x32xf32>"),
+                here("vector.fma"),
+                here("return"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+    }
 }
