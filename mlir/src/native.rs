@@ -123,17 +123,25 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The C source of the runtime functions a CPU library defines itself: `memrefCopy`, which
+/// bufferized copies between layouts call, copying whole contiguous runs (MLIR's runner
+/// utilities copy element by element: with them, strided copies were 11% of GPT-2 tiny's
+/// time).
+pub const RUNTIME: &str = include_str!("runtime.c");
+
 /// What a library is built from, as a SHA-256 in hex: the library convention, the CPU
 /// pipeline, its schedule (the digest of [`crate::schedule::SOURCE`], and whether OpenMP's
-/// runtime is there for its threads) and the module's text. A library names it, so that a module changed since (or a
+/// runtime is there for its threads), its runtime functions ([`RUNTIME`]) and the module's
+/// text. A library names it, so that a module changed since (or a
 /// tessera with another pipeline) does not run through an old library.
 pub fn library_digest(module: &str) -> String {
     sha256_hex(
         format!(
-            "{LIBRARY_ABI}\0{}\0{}\0{}\0{module}",
+            "{LIBRARY_ABI}\0{}\0{}\0{}\0{}\0{module}",
             pipelines::CPU,
             sha256_hex(crate::schedule::SOURCE.as_bytes()),
-            crate::jit::openmp_runtime().is_some()
+            crate::jit::openmp_runtime().is_some(),
+            sha256_hex(RUNTIME.as_bytes())
         )
         .as_bytes(),
     )
@@ -158,7 +166,8 @@ pub const UNKNOWN_CPU: &str = "unknown";
 /// Compiles a CPU module's LLVM IR to a shared library at `out` (written atomically), with a
 /// packed entry ([`packed_symbol`]) for each of `entries`: a function with the C interface
 /// and how many parameters its `_mlir_ciface_` function takes (results first, as one
-/// pointer). The library links MLIR's C runner utilities (`memrefCopy`) by their full path.
+/// pointer). The library defines its own `memrefCopy` ([`RUNTIME`]) and links MLIR's C
+/// runner utilities for the rest by their full path.
 /// The files are compiled under relative names, so the bytes depend only on the input.
 /// `object`: also keep the module's object file there (what [`object_file`] writes).
 pub fn shared_library(
@@ -188,14 +197,22 @@ pub fn shared_library(
             args.join(", ")
         ));
     }
-    for (name, text) in [("module.ll", llvm_ir), ("entries.c", c.as_str())] {
+    for (name, text) in [
+        ("module.ll", llvm_ir),
+        ("entries.c", c.as_str()),
+        ("runtime.c", RUNTIME),
+    ] {
         let p = tmp.path().join(name);
         std::fs::write(&p, text).map_err(|e| io(&p, e))?;
     }
     // Absolute, as the compiles run in the temporary folder and the rpath is read at load.
     let prefix = std::fs::canonicalize(llvm_prefix()).unwrap_or_else(|_| llvm_prefix());
     let cc = prefix.join("bin/clang");
-    for (src, obj) in [("module.ll", "module.o"), ("entries.c", "entries.o")] {
+    for (src, obj) in [
+        ("module.ll", "module.o"),
+        ("entries.c", "entries.o"),
+        ("runtime.c", "runtime.o"),
+    ] {
         run_tool(
             Command::new(&cc)
                 .current_dir(tmp.path())
@@ -209,7 +226,7 @@ pub fn shared_library(
             .current_dir(tmp.path())
             // Every symbol resolved at link time; calls inside the library stay in it.
             .args(["-shared", "-Wl,-z,defs", "-Wl,-Bsymbolic"])
-            .args(["module.o", "entries.o", "-o", "library.so"])
+            .args(["module.o", "entries.o", "runtime.o", "-o", "library.so"])
             .arg(format!("-L{}", utils.display()))
             .arg(format!("-Wl,-rpath,{}", utils.display()))
             .args(["-lmlir_c_runner_utils", "-lm"])

@@ -1,7 +1,8 @@
 //! tessera-mlir's tests, in one binary (MLIR links statically, so each test binary is large):
 //! the lowering goldens (`goldens`), the ONNX backend node tests through the compiled
-//! path (`onnx_nodes`), two module rewrites the MPI program uses (`define`, `dealloc`), and
-//! the CPU code generation schedule (`schedule`).
+//! path (`onnx_nodes`), two module rewrites the MPI program uses (`define`, `dealloc`),
+//! the CPU code generation schedule (`schedule`) and the CPU library's runtime functions
+//! (`runtime`).
 
 #[path = "../../../onnx/tests/common/mod.rs"]
 mod common;
@@ -11,4 +12,5 @@ mod define;
 mod filecheck;
 mod goldens;
 mod onnx_nodes;
+mod runtime;
 mod schedule;
