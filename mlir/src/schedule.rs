@@ -17,8 +17,10 @@
 //! (`lowering_strategy = "outerproduct"`), and the block of C is hoisted out of the `k` loop
 //! (`transform.loop.hoist_loop_invariant_subsets`): it is read and written once per tile
 //! instead of once per step. Where C starts as a `linalg.fill` (every product tessera
-//! lowers) and the contraction is not split, the fill is fused into the tile loops
-//! (`transform.structured.fuse`): each block of C starts as zeros in registers, and no
+//! lowers), the contraction is not split and its operands are not computed in its function
+//! (`fuse` would pull their producers in and compute them again in every tile), the fill is
+//! fused into the tile loops (`transform.structured.fuse`): each block of C starts as zeros
+//! in registers, and no
 //! memset of all of C precedes the product (MobileNetV2 12.1 -> 11.2 ms). With `n`
 //! outside `m`, a panel of B (`K × nt`) is read from memory once and reused from the cache
 //! by every row tile. Extents that the tile does not
@@ -97,8 +99,10 @@ pub struct Contraction {
     /// Whether `k`, not `n`, is the innermost loop of both operands (`C = A·Bᵀ`): each
     /// element of C is then a dot product, vectorized along `k` (see the module doc).
     pub dot: bool,
-    /// Whether C starts as a `linalg.fill` (tessera's contractions start from zeros): the
-    /// schedule then fills each block of C in registers instead (see [`piece`]).
+    /// Whether C starts as a `linalg.fill` (tessera's contractions start from zeros) and A
+    /// and B come from no op `transform.structured.fuse` would pull into the tile loops
+    /// ([`untileable`]): the schedule then fills each block of C in registers instead
+    /// (see [`piece`]).
     pub filled: bool,
 }
 
@@ -221,6 +225,29 @@ fn rows_and_lanes(mx: u64) -> (u64, u64) {
     (mt, vectors * LANES)
 }
 
+/// Whether an operand comes from no op that `transform.structured.fuse` would tile into a
+/// contraction's loops (a `linalg` op or a `tensor.pad`, through slices): a block argument,
+/// a constant or a reshape. `fuse` fuses every producer it reaches, and one of those would
+/// be computed again in every tile.
+fn untileable(v: melior::ir::Value<'_, '_>) -> bool {
+    let mut v = v;
+    loop {
+        let Ok(r) = melior::ir::operation::OperationResult::try_from(v) else {
+            return true;
+        };
+        let producer = r.owner();
+        let name = op_name(&producer);
+        if name == "tensor.extract_slice" {
+            match producer.operand(0) {
+                Ok(source) => v = source,
+                Err(_) => return false,
+            }
+            continue;
+        }
+        return !(name.starts_with("linalg.") || name == "tensor.pad");
+    }
+}
+
 /// The contraction a `linalg.generic` computes, if it is one the schedule tiles (see the
 /// module doc).
 pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contraction> {
@@ -285,7 +312,8 @@ pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contra
         .then(|| c[c.len() - 2])
         .filter(|d| other.contains(d) && !vector.contains(d));
     let filled = melior::ir::operation::OperationResult::try_from(op.operand(2).ok()?)
-        .is_ok_and(|r| op_name(&r.owner()) == "linalg.fill");
+        .is_ok_and(|r| op_name(&r.owner()) == "linalg.fill")
+        && (0..2).all(|i| op.operand(i).is_ok_and(untileable));
     Some(Contraction {
         extents,
         n,
@@ -627,9 +655,9 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
     let mut loops = Vec::new();
     let mut funcs = Vec::new();
     for (i, g) in gs.iter().enumerate() {
-        // Only functions with contractions get the clean-up patterns: canonicalization
-        // would fold a depthwise convolution's padded copy into the window that reads it
-        // back, which bufferization then copies once more (see `lower`'s `pad`).
+        // Only functions with contractions get the clean-up patterns. A depthwise
+        // convolution's kernel has none (a kernel is one op and the elementwise ops around
+        // it), and its vectorized rows need no clean-up.
         if g.picked
             .iter()
             .any(|(_, p)| matches!(p, Pick::Contraction(_)))
@@ -739,13 +767,19 @@ pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>
     let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
     let out = f32_shape(op.result(0).ok()?.r#type())?;
     let identity = map_dims(&maps.element(inputs).ok()?.to_string())?;
-    if identity != (0..out.len()).collect::<Vec<_>>() || out.is_empty() {
+    // (A zero extent does not vectorize.)
+    if identity != (0..out.len()).collect::<Vec<_>>() || out.is_empty() || out.contains(&0) {
         return None;
     }
     for i in 0..inputs {
         let shape = f32_shape(op.operand(i).ok()?.r#type())?;
         let map = map_dims(&maps.element(i).ok()?.to_string())?;
-        if i % 2 == 0 && (shape != out || map != identity || !unit_rows(op.operand(i).ok()?)) {
+        let mut distinct = map.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != map.len()
+            || (i % 2 == 0 && (shape != out || map != identity || !unit_rows(op.operand(i).ok()?)))
+        {
             return None;
         }
     }

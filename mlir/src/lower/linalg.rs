@@ -447,7 +447,9 @@ pub(super) fn spread(
 fn pad(b: &mut Body, x: &Val, out: &TensorType, axes: &[SpreadAxis], fill: f64) -> LResult<Val> {
     let xd = dims(&x.ty)?;
     let od = dims(out)?;
-    let mut keep = xd.clone();
+    // What of `x` lands in the result: an axis not listed keeps its start, and ends where
+    // the result does (trailing input no window reaches is not read).
+    let mut keep: Vec<u64> = xd.iter().zip(&od).map(|(&x, &o)| x.min(o)).collect();
     let mut offs = vec![0u64; xd.len()];
     for a in axes {
         offs[a.axis] = a.off as u64;

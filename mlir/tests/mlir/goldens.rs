@@ -427,15 +427,16 @@ fn depthwise_convolutions_agree_with_the_interpreter() {
 /// columns by one generic of affine reads, times the filter viewed as a matrix, a
 /// contraction the schedule tiles. A 1×1 convolution of stride 1 without padding reads its
 /// input in place as the columns; padding is a `linalg.copy` into a filled tensor. With
-/// padding, strides, a dilation, a bias, one and three spatial axes, they agree with the
-/// interpreter.
+/// padding, strides, a dilation, a bias, one and three spatial axes, and padded along one
+/// axis while a stride leaves the other's last column unread (a max pool too), they agree
+/// with the interpreter.
 #[test]
 fn ungrouped_convolutions_are_im2col_products_that_agree_with_the_interpreter() {
     let src = format!(
         "const @w : f32[4, 3, 3, 3] = [{}]\nconst @b : f32[4] = [{}]\n\
          const @p : f32[5, 3, 1, 1] = [{}]\nconst @v : f32[3, 2, 4] = [{}]\n\
          const @u : f32[2, 2, 2, 3, 2] = [{}]\n\n\
-         graph @cv(%x: f32[2, 3, 10, 9], %s: f32[1, 2, 13], %t: f32[1, 2, 4, 5, 6]) {{\n  \
+         graph @cv(%x: f32[2, 3, 10, 9], %s: f32[1, 2, 13], %t: f32[1, 2, 4, 5, 6], %y: f32[1, 3, 8, 8]) {{\n  \
            %w = const @w : f32[4, 3, 3, 3]\n  %b = const @b : f32[4]\n  \
            %p = const @p : f32[5, 3, 1, 1]\n  %v = const @v : f32[3, 2, 4]\n  \
            %u = const @u : f32[2, 2, 2, 3, 2]\n  \
@@ -445,7 +446,9 @@ fn ungrouped_convolutions_are_im2col_products_that_agree_with_the_interpreter() 
            %e = conv %x, %p {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [2, 2]}} : f32[2, 5, 5, 5]\n  \
            %f = conv %s, %v {{dilations = [1], groups = 1, pads = [1, 2], strides = [1]}} : f32[1, 3, 13]\n  \
            %h = conv %t, %u {{dilations = [1, 1, 1], groups = 1, pads = [0, 0, 0, 0, 0, 0], strides = [1, 1, 1]}} : f32[1, 2, 3, 3, 5]\n  \
-           return %a, %c, %d, %e, %f, %h\n}}\n",
+           %i = conv %y, %w {{dilations = [1, 1], groups = 1, pads = [1, 0, 1, 0], strides = [1, 2]}} : f32[1, 4, 8, 3]\n  \
+           %j = max-pool %y {{ceil-mode = false, count-include-pad = false, dilations = [1, 1], kernel = [3, 3], pads = [1, 0, 1, 0], strides = [1, 2]}} : f32[1, 3, 8, 3]\n  \
+           return %a, %c, %d, %e, %f, %h, %i, %j\n}}\n",
         constant_values(1, 108),
         constant_values(2, 4),
         constant_values(3, 15),
@@ -463,20 +466,27 @@ fn ungrouped_convolutions_are_im2col_products_that_agree_with_the_interpreter() 
         ),
         "{module}"
     );
-    // The padded ones: two 2-D and the 1-D one.
-    assert_eq!(module.matches("linalg.copy").count(), 3, "{module}");
-    // Every convolution is one contraction: a generic with one reduction loop.
-    let reducing: Vec<&str> = module
+    // The padded ones: three 2-D (one padded along its rows only, its last input column
+    // read by no window), the 1-D one and the pool.
+    assert_eq!(module.matches("linalg.copy").count(), 5, "{module}");
+    // Every convolution is one contraction, a generic with one reduction loop; the pool's
+    // generic reduces over its window's two axes.
+    let reductions: Vec<usize> = module
         .lines()
-        .filter(|l| l.contains("\"reduction\""))
+        .map(|l| l.matches("\"reduction\"").count())
+        .filter(|&n| n > 0)
         .collect();
-    assert_eq!(reducing.len(), 6, "{module}");
-    assert!(
-        reducing
-            .iter()
-            .all(|l| l.matches("\"reduction\"").count() == 1),
+    assert_eq!(
+        reductions.iter().filter(|&&n| n == 1).count(),
+        7,
         "{module}"
     );
+    assert_eq!(
+        reductions.iter().filter(|&&n| n == 2).count(),
+        1,
+        "{module}"
+    );
+    assert_eq!(reductions.len(), 8, "{module}");
     agrees_with_the_interpreter(&g, &program);
 }
 

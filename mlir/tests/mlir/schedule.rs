@@ -15,7 +15,8 @@ use crate::filecheck::{Check, check};
 /// 64×50 matmul (rows 16 + 4, lanes 32 + 18), two convolutions in reduction form (the
 /// lowering writes them as im2col products), an elementwise generic, a 128×256 by 256×512 matmul (67 MFLOP), and two depthwise convolutions as the
 /// lowering writes them: two taps at stride 1 along rows of 150, one tap at stride 2; and
-/// the 128×256 by 256×512 matmul again from a filled C, as the lowering writes products.
+/// the 128×256 by 256×512 matmul again from a filled C, as the lowering writes products;
+/// and a filled product whose A an elementwise generic of its function computes.
 const MODULE: &str = "#mm_a = affine_map<(d0, d1, d2) -> (d0, d1)>
 #mm_b = affine_map<(d0, d1, d2) -> (d1, d2)>
 #mm_c = affine_map<(d0, d1, d2) -> (d0, d2)>
@@ -111,6 +112,24 @@ module {
       linalg.yield %s : f32
     } -> tensor<128x512xf32>
     return %r : tensor<128x512xf32>
+  }
+  func.func @fed(%a: tensor<32x64xf32>, %b: tensor<64x64xf32>) -> tensor<32x64xf32> {
+    %z = arith.constant 0.0 : f32
+    %ea = tensor.empty() : tensor<32x64xf32>
+    %a2 = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\", \"parallel\"]} ins(%a : tensor<32x64xf32>) outs(%ea : tensor<32x64xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %s = arith.addf %x, %x : f32
+      linalg.yield %s : f32
+    } -> tensor<32x64xf32>
+    %e = tensor.empty() : tensor<32x64xf32>
+    %c = linalg.fill ins(%z : f32) outs(%e : tensor<32x64xf32>) -> tensor<32x64xf32>
+    %r = linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types = [\"parallel\", \"reduction\", \"parallel\"]} ins(%a2, %b : tensor<32x64xf32>, tensor<64x64xf32>) outs(%c : tensor<32x64xf32>) {
+    ^bb0(%x: f32, %y: f32, %z2: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z2, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<32x64xf32>
+    return %r : tensor<32x64xf32>
   }
 }
 ";
@@ -261,7 +280,7 @@ fn depthwise_convolutions_are_vectorized_along_their_rows() {
             // The stride-2 one is left to LLVM.
             not("%c2_1"),
             // Its function gets none of the contractions' clean-up patterns.
-            here("%funcs = transform.merge_handles %c0_f, %c1_f, %c3_f {deduplicate}"),
+            here("%funcs = transform.merge_handles %c0_f, %c1_f, %c3_f, %c4_f {deduplicate}"),
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -283,7 +302,8 @@ fn depthwise_convolutions_are_vectorized_along_their_rows() {
 /// A contraction that starts from a `linalg.fill` gets the fill fused into its tile loops
 /// (`transform.structured.fuse`, or `fuse_into_containing_op` into the parallel loop and
 /// then `fuse` into the row loop): each block of C starts as a vector of zeros in
-/// registers, and no fill of all of C is left.
+/// registers, and no fill of all of C is left. Not when an op of its function computes an
+/// operand: `fuse` would pull that op into the loops too.
 #[test]
 fn a_filled_c_is_zeroed_in_registers() {
     for parallel in [false, true] {
@@ -319,6 +339,30 @@ fn a_filled_c_is_zeroed_in_registers() {
         checks.extend(tiling);
         checks.push(next("transform.structured.vectorize %c3_0_fills"));
         check(&library, &checks).unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        // A computed in the function: the elementwise generic stays outside the loops and
+        // the fill with it (`fuse` would compute the generic again in every tile).
+        assert!(
+            !library.contains("get_producer_of_operand %c4_"),
+            "{library}"
+        );
+        check(
+            &library,
+            &[
+                here("attributes{sym_name = \"fed\"}"),
+                here("%c4_1_t, %c4_1_l0, %c4_1_l1 = transform.structured.tile_using_for %c4_1"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        check(
+            &module,
+            &[
+                here("func.func @fed("),
+                here("linalg.generic"),
+                here("linalg.fill"),
+                here("scf.for"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
         check(
             &module,
             &[
