@@ -197,22 +197,17 @@ pub fn shared_library(
             args.join(", ")
         ));
     }
-    for (name, text) in [
-        ("module.ll", llvm_ir),
-        ("entries.c", c.as_str()),
-        ("runtime.c", RUNTIME),
-    ] {
-        let p = tmp.path().join(name);
-        std::fs::write(&p, text).map_err(|e| io(&p, e))?;
-    }
     // Absolute, as the compiles run in the temporary folder and the rpath is read at load.
     let prefix = std::fs::canonicalize(llvm_prefix()).unwrap_or_else(|_| llvm_prefix());
     let cc = prefix.join("bin/clang");
-    for (src, obj) in [
-        ("module.ll", "module.o"),
-        ("entries.c", "entries.o"),
-        ("runtime.c", "runtime.o"),
-    ] {
+    let sources = [
+        ("module.ll", "module.o", llvm_ir),
+        ("entries.c", "entries.o", c.as_str()),
+        ("runtime.c", "runtime.o", RUNTIME),
+    ];
+    for (src, obj, text) in sources {
+        let p = tmp.path().join(src);
+        std::fs::write(&p, text).map_err(|e| io(&p, e))?;
         run_tool(
             Command::new(&cc)
                 .current_dir(tmp.path())
@@ -226,7 +221,8 @@ pub fn shared_library(
             .current_dir(tmp.path())
             // Every symbol resolved at link time; calls inside the library stay in it.
             .args(["-shared", "-Wl,-z,defs", "-Wl,-Bsymbolic"])
-            .args(["module.o", "entries.o", "runtime.o", "-o", "library.so"])
+            .args(sources.map(|(_, obj, _)| obj))
+            .args(["-o", "library.so"])
             .arg(format!("-L{}", utils.display()))
             .arg(format!("-Wl,-rpath,{}", utils.display()))
             .args(["-lmlir_c_runner_utils", "-lm"])

@@ -225,6 +225,21 @@ fn rows_and_lanes(mx: u64) -> (u64, u64) {
     (mt, vectors * LANES)
 }
 
+/// The op whose result `v` is, if it is one (not a block argument).
+fn producer<'c, 'a>(v: melior::ir::Value<'c, 'a>) -> Option<melior::ir::OperationRef<'c, 'a>> {
+    melior::ir::operation::OperationResult::try_from(v)
+        .ok()
+        .map(|r| r.owner())
+}
+
+/// Whether a map's results are distinct loops (a projected permutation, not `(d0, d0)`).
+fn distinct(map: &[usize]) -> bool {
+    let mut d = map.to_vec();
+    d.sort_unstable();
+    d.dedup();
+    d.len() == map.len()
+}
+
 /// Whether an operand comes from no op that `transform.structured.fuse` would tile into a
 /// contraction's loops (a `linalg` op or a `tensor.pad`, through slices): a block argument,
 /// a constant or a reshape. `fuse` fuses every producer it reaches, and one of those would
@@ -232,13 +247,12 @@ fn rows_and_lanes(mx: u64) -> (u64, u64) {
 fn untileable(v: melior::ir::Value<'_, '_>) -> bool {
     let mut v = v;
     loop {
-        let Ok(r) = melior::ir::operation::OperationResult::try_from(v) else {
+        let Some(op) = producer(v) else {
             return true;
         };
-        let producer = r.owner();
-        let name = op_name(&producer);
+        let name = op_name(&op);
         if name == "tensor.extract_slice" {
-            match producer.operand(0) {
+            match op.operand(0) {
                 Ok(source) => v = source,
                 Err(_) => return false,
             }
@@ -271,12 +285,6 @@ pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contra
     let [a, b, c] = [&maps[0], &maps[1], &maps[2]];
     // Every operand a projected permutation: a repeated loop (an einsum's diagonal,
     // `iij,jk->ik`) is not vectorized.
-    let distinct = |m: &Vec<usize>| {
-        let mut d = m.clone();
-        d.sort_unstable();
-        d.dedup();
-        d.len() == m.len()
-    };
     if !distinct(a) || !distinct(b) {
         return None;
     }
@@ -311,8 +319,7 @@ pub fn contraction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Contra
     let m = (c.len() >= 2)
         .then(|| c[c.len() - 2])
         .filter(|d| other.contains(d) && !vector.contains(d));
-    let filled = melior::ir::operation::OperationResult::try_from(op.operand(2).ok()?)
-        .is_ok_and(|r| op_name(&r.owner()) == "linalg.fill")
+    let filled = producer(op.operand(2).ok()?).is_some_and(|f| op_name(&f) == "linalg.fill")
         && (0..2).all(|i| op.operand(i).is_ok_and(untileable));
     Some(Contraction {
         extents,
@@ -774,10 +781,7 @@ pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>
     for i in 0..inputs {
         let shape = f32_shape(op.operand(i).ok()?.r#type())?;
         let map = map_dims(&maps.element(i).ok()?.to_string())?;
-        let mut distinct = map.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() != map.len()
+        if !distinct(&map)
             || (i % 2 == 0 && (shape != out || map != identity || !unit_rows(op.operand(i).ok()?)))
         {
             return None;
@@ -807,10 +811,9 @@ pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>
 /// a `tensor.extract_slice` whose innermost stride is 1 (a row of a window at stride 2
 /// would be read element by element; such a convolution is left to LLVM).
 fn unit_rows(window: melior::ir::Value<'_, '_>) -> bool {
-    let Ok(result) = melior::ir::operation::OperationResult::try_from(window) else {
+    let Some(slice) = producer(window) else {
         return false;
     };
-    let slice = result.owner();
     if op_name(&slice) != "tensor.extract_slice" {
         return false;
     }

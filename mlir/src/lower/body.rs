@@ -402,6 +402,32 @@ impl Body {
         )))
     }
 
+    /// `tensor.extract_slice x[offsets] [sizes] [strides]` of type `to` (of lower rank than
+    /// `x` for a rank-reducing slice): a view.
+    pub fn extract_slice(
+        &mut self,
+        x: &Val,
+        offsets: &[u64],
+        sizes: &[u64],
+        strides: &[u64],
+        to: &TensorType,
+    ) -> LResult<Val> {
+        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        let name = self.assign(format!(
+            "tensor.extract_slice {}[{}] [{}] [{}] : {} to {}",
+            x.name,
+            list(offsets),
+            list(sizes),
+            list(strides),
+            tensor_ty(&x.ty)?,
+            tensor_ty(to)?
+        ));
+        Ok(Val {
+            name,
+            ty: to.clone(),
+        })
+    }
+
     /// An `index` from an integer scalar of element type `e` (sign- or zero-extended).
     pub fn index_of(&mut self, v: &str, e: ElemType) -> String {
         let op = if matches!(e, ElemType::U8 | ElemType::Bool) {

@@ -469,18 +469,7 @@ fn pad(b: &mut Body, x: &Val, out: &TensorType, axes: &[SpreadAxis], fill: f64) 
     let src = if keep == xd {
         x.clone()
     } else {
-        let name = b.assign(format!(
-            "tensor.extract_slice {}[{}] [{}] [{}] : {} to {pt}",
-            x.name,
-            list(&vec![0; xd.len()]),
-            list(&keep),
-            list(&ones),
-            tensor_ty(&x.ty)?
-        ));
-        Val {
-            name,
-            ty: part_ty.clone(),
-        }
+        b.extract_slice(x, &vec![0; xd.len()], &keep, &ones, &part_ty)?
     };
     // The copy goes through views with a trailing unit axis: a window of the result with the
     // same place as the copy (a stride-1 convolution's centre tap) would otherwise fold to
@@ -850,56 +839,27 @@ fn depthwise(
             })
             .collect();
     }
-    // Each tap's window of the input: a strided slice the shape of the result.
+    // Each tap's window of the input, a strided slice the shape of the result, and its
+    // weights, one per channel: a column of the filter, `[M]`.
     let od = dims(acc_ty)?;
-    let xt = tensor_ty(&x.ty)?;
     let slice_ty = TensorType::fixed(x.ty.elem, &od);
-    let st = tensor_ty(&slice_ty)?;
-    let mut windows = Vec::with_capacity(taps.len());
-    for t in &taps {
-        let mut offs = vec!["0".to_string(); 2];
-        offs.extend(
-            t.iter()
-                .enumerate()
-                .map(|(j, &kj)| (kj * g.dils[j]).to_string()),
-        );
-        let sizes: Vec<String> = od.iter().map(u64::to_string).collect();
-        let mut steps = vec!["1".to_string(); 2];
-        steps.extend(g.strides.iter().map(u64::to_string));
-        let name = b.assign(format!(
-            "tensor.extract_slice {}[{}] [{}] [{}] : {xt} to {st}",
-            x.name,
-            offs.join(", "),
-            sizes.join(", "),
-            steps.join(", ")
-        ));
-        windows.push(Val {
-            name,
-            ty: slice_ty.clone(),
-        });
-    }
-    // Each tap's weights, one per channel: a column of the filter, `[M]`.
     let wd = dims(&w.ty)?;
-    let wt = tensor_ty(&w.ty)?;
     let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
-    let ct = tensor_ty(&col_ty)?;
+    let mut steps = vec![1u64; 2];
+    steps.extend(&g.strides);
+    let mut col_sizes = vec![wd[0]];
+    col_sizes.extend(vec![1; 1 + s]);
+    let mut windows = Vec::with_capacity(taps.len());
     let mut columns = Vec::with_capacity(taps.len());
     for t in &taps {
-        let mut offs = vec!["0".to_string(); 2];
-        offs.extend(t.iter().map(u64::to_string));
-        let mut sizes = vec![wd[0].to_string()];
-        sizes.extend(vec!["1".to_string(); 1 + s]);
-        let name = b.assign(format!(
-            "tensor.extract_slice {}[{}] [{}] [{}] : {wt} to {ct}",
-            w.name,
-            offs.join(", "),
-            sizes.join(", "),
-            vec!["1"; 2 + s].join(", ")
-        ));
-        columns.push(Val {
-            name,
-            ty: col_ty.clone(),
-        });
+        let mut offs = vec![0u64; 2];
+        offs.extend(t.iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
+        windows.push(b.extract_slice(x, &offs, &od, &steps, &slice_ty)?);
+    }
+    for t in &taps {
+        let mut offs = vec![0u64; 2];
+        offs.extend(t);
+        columns.push(b.extract_slice(w, &offs, &col_sizes, &vec![1; 2 + s], &col_ty)?);
     }
     let mut ins = Vec::with_capacity(2 * taps.len());
     for (win, col) in windows.iter().zip(&columns) {
