@@ -169,8 +169,10 @@ impl Mlir {
     /// takes it) on a module in-process. The result is the same in every run: where the
     /// pipeline named constants in a run-dependent order or recorded a time, the module is
     /// made canonical ([`crate::canonical`]). A pipeline with the CPU code generation
-    /// schedule ([`crate::pipelines::scheduled`]) gets it applied first; the schedule, as a
-    /// transform library, is returned (empty for other pipelines).
+    /// schedule ([`crate::pipelines::scheduled`]) gets its contraction sequence applied
+    /// first and, where the pipeline starts by fusing elementwise ops, its threads sequence
+    /// after that fusion ([`crate::pipelines::fusion_first`]); the schedule, as a transform
+    /// library, is returned (empty for other pipelines).
     pub fn run_pipeline<'c>(
         &'c self,
         module: &mut Module<'c>,
@@ -178,11 +180,31 @@ impl Mlir {
         options: &PipelineOptions,
         what: &str,
     ) -> Result<String, Error> {
-        let schedule = if crate::pipelines::scheduled(pipeline) {
-            crate::schedule::apply(self, module, crate::pipelines::threaded(pipeline), what)?
-        } else {
-            String::new()
+        if !crate::pipelines::scheduled(pipeline) {
+            self.run_passes(module, pipeline, options, what)?;
+            return Ok(String::new());
+        }
+        let parallel = crate::pipelines::threaded(pipeline);
+        let contractions = crate::schedule::apply(self, module, parallel, what)?;
+        let Some((fusion, rest)) = crate::pipelines::fusion_first(pipeline) else {
+            self.run_passes(module, pipeline, options, what)?;
+            return Ok(crate::schedule::library(&contractions, None));
         };
+        self.run_passes(module, &fusion, options, what)?;
+        let threads = crate::schedule::apply_threads(self, module, parallel, what)?;
+        self.run_passes(module, &rest, options, what)?;
+        Ok(crate::schedule::library(&contractions, Some(&threads)))
+    }
+
+    /// Runs a textual pass pipeline on a module in-process (see [`Mlir::run_pipeline`]),
+    /// without a schedule.
+    fn run_passes<'c>(
+        &'c self,
+        module: &mut Module<'c>,
+        pipeline: &str,
+        options: &PipelineOptions,
+        what: &str,
+    ) -> Result<(), Error> {
         self.diagnostics.borrow_mut().clear();
         let pm = PassManager::new(&self.context);
         pm.enable_verifier(true);
@@ -234,7 +256,7 @@ impl Mlir {
         {
             *module = self.parse(&text, what)?;
         }
-        Ok(schedule)
+        Ok(())
     }
 
     /// Applies the transform dialect's named sequence `entry` of `schedule` to `module`

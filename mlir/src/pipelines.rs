@@ -48,9 +48,25 @@ pub fn schedule_file(device: &str) -> String {
     format!("{device}.schedule.mlir")
 }
 
+/// The pass that fuses elementwise ops, which [`CPU`] starts with.
+const FUSION: &str = "linalg-fuse-elementwise-ops";
+
+/// A pipeline that starts by fusing elementwise ops ([`CPU`]) as two pipelines, the fusion
+/// and the rest: the schedule's threads sequence runs between them, on the fused ops
+/// ([`crate::schedule::apply_threads`]). `None` for a pipeline that starts otherwise.
+pub fn fusion_first(pipeline: &str) -> Option<(String, String)> {
+    let rest = pipeline.strip_prefix(&format!("builtin.module({FUSION},"))?;
+    Some((
+        format!("builtin.module({FUSION})"),
+        format!("builtin.module({rest}"),
+    ))
+}
+
 /// `pipeline` as `mlir-opt` runs it on `device`'s module: for a [`scheduled`] pipeline,
 /// its schedule ([`schedule_file`], loaded by `transform-preload-library`) applied first by
-/// `transform-interpreter`; any other pipeline as it is.
+/// `transform-interpreter` (the contraction sequence; for [`CPU`], then the fusion of
+/// elementwise ops and the threads sequence, as [`crate::Mlir::run_pipeline`] runs them);
+/// any other pipeline as it is.
 pub fn with_schedule(pipeline: &str, device: &str) -> String {
     if !scheduled(pipeline) {
         return pipeline.to_string();
@@ -59,6 +75,13 @@ pub fn with_schedule(pipeline: &str, device: &str) -> String {
         .strip_prefix("builtin.module(")
         .and_then(|p| p.strip_suffix(')'))
         .unwrap_or(pipeline);
+    let inner = match inner.strip_prefix(&format!("{FUSION},")) {
+        Some(rest) => format!(
+            "{FUSION},transform-interpreter{{entry-point={}}},{rest}",
+            crate::schedule::THREADS
+        ),
+        None => inner.to_string(),
+    };
     format!(
         "builtin.module(transform-preload-library{{transform-library-paths={}}},\
          transform-interpreter{{entry-point={}}},{inner})",

@@ -37,24 +37,32 @@
 //! from 34.7 ms to 1.65 ms.
 //!
 //! With threads ([`crate::pipelines::threaded`]), a contraction of at least
-//! `PARALLEL_FLOPS` (2^23 FLOPs) runs its outer tiles (or, with one, its row tiles) as an
-//! `scf.forall`, which the CPU pipeline lowers to OpenMP. `k` stays in one thread, so every
-//! element sums its products in the same order on any number of threads.
+//! `PARALLEL_FLOPS` (2^23 FLOPs) runs its outer and row tiles as an `scf.forall`, which the
+//! CPU pipeline lowers to OpenMP; its loops are put in the order batch, `n`, `m`, `k` first
+//! (`transform.structured.interchange`), so that OpenMP's static schedule gives each thread
+//! a run of tiles that reuse one panel of B. `k` stays in one thread, so every element sums
+//! its products in the same order on any number of threads. Every other op with work
+//! enough runs its outer loops on threads too: the second named sequence, [`THREADS`],
+//! applied after the CPU pipeline has fused elementwise ops ([`apply_threads`], [`spread`]).
 //!
 //! Convolutions arrive as contractions already: the lowering writes an ungrouped one as an
 //! im2col copy and a product with the filter (`F × C·KH·KW` by `C·KH·KW × OH·OW`). A
 //! depthwise convolution, all-parallel loops over its result with each tap's window a
 //! slice ([`depthwise`]), is vectorized along the result's rows, each row of each window a
 //! contiguous read at stride 1 (`stencil`); LLVM left it scalar (MobileNetV2's stride-1
-//! depthwise convolutions took about a third less time vectorized). At stride 2 a row of
-//! a window is read element by element, so those are left to LLVM.
+//! depthwise convolutions took about a third less time vectorized). A max pooling is
+//! written the same way, the maximum of its taps' windows ([`max_taps`]): YOLO-shaped
+//! net's 5×5 pools of stride 1 took 3.4 ms of its 20 as a reduction over the window. At
+//! stride 2 a row of a window is read element by element, so those are left to LLVM.
 //!
-//! The schedule is a transform library written for the module at hand ([`apply`]): the
-//! named sequence [`CONTRACTIONS`]. It finds its ops by function name and place among the
-//! function's generics, so `mlir-opt` with `transform-preload-library` and `transform-interpreter`
-//! applies it to the module as `compile -o` wrote it ([`crate::pipelines::with_schedule`]).
-//! [`crate::Mlir::run_pipeline`] applies it before [`crate::pipelines::CPU`] and
-//! [`crate::pipelines::CPU_MPI_BUFFERS`] (see [`crate::pipelines::scheduled`]).
+//! The schedule is a transform library written for the module at hand ([`apply`],
+//! [`apply_threads`], [`library`]): the named sequences [`CONTRACTIONS`] and [`THREADS`].
+//! They find their ops by function name and place among the function's ops of the names
+//! they look at, so `mlir-opt` with `transform-preload-library` and `transform-interpreter`
+//! applies them to the module as `compile -o` wrote it
+//! ([`crate::pipelines::with_schedule`]). [`crate::Mlir::run_pipeline`] applies them with
+//! [`crate::pipelines::CPU`] and [`crate::pipelines::CPU_MPI_BUFFERS`] (see
+//! [`crate::pipelines::scheduled`]).
 
 use std::fmt::Write as _;
 
@@ -132,16 +140,11 @@ fn map_dims(map: &str) -> Option<Vec<usize>> {
 
 /// A static `f32` tensor's shape.
 fn f32_shape(t: melior::ir::Type<'_>) -> Option<Vec<u64>> {
-    let t = RankedTensorType::try_from(t).ok()?;
-    if !t.element().is_f32() {
+    let ranked = RankedTensorType::try_from(t).ok()?;
+    if !ranked.element().is_f32() {
         return None;
     }
-    (0..t.rank())
-        .map(|i| match t.dim_size(i).ok()? {
-            melior::ir::r#type::DimSize::Static(s) => Some(s),
-            melior::ir::r#type::DimSize::Dynamic => None,
-        })
-        .collect()
+    static_shape(t)
 }
 
 fn op_name<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> String {
@@ -431,20 +434,40 @@ fn piece(
         .fold(1u64, u64::saturating_mul);
     let flops = t.extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
     let mut op = h.to_string();
+    // Loops over the batch, then n tiles, then row tiles, then k: a panel of B is reused
+    // from the cache by the row tiles that follow each other.
+    let mut order: Vec<usize> = (0..rank)
+        .filter(|&d| d != c.n && Some(d) != c.m && d != c.k)
+        .collect();
+    order.push(c.n);
+    order.extend(c.m);
+    order.push(c.k);
+    // Where k is among the loops (it moves last when the loops are interchanged).
+    let mut kd = c.k;
     if parallel && tiles.saturating_mul(row_tiles) >= 2 && flops >= PARALLEL_FLOPS {
-        // The outer tiles in parallel (`scf.forall`, to OpenMP), each thread its own
-        // panels of B and blocks of C, the row tiles inside; or, with one outer tile (a
-        // narrow C: resnet18's last convolutions have 49 pixels), the row tiles too.
-        let mut shared = outer.clone();
-        if tiles < 2 {
-            for d in 0..rank {
-                shared[d] = shared[d].max(rows[d]);
-            }
-            rows = vec![0; rank];
+        // The outer and row tiles in parallel (`scf.forall`, to OpenMP, whose static
+        // schedule gives each thread a run of tiles in the order above: its own panels of
+        // B and blocks of C). The forall's dimensions are the op's loops in their order,
+        // so the op's loops are put in that order first. With the row tiles inside each
+        // thread's outer tile instead, a few outer tiles split unevenly (SqueezeNet's
+        // classifier: five tiles of 32 pixels, three on one thread and two on the other).
+        let mut shared: Vec<u64> = (0..rank).map(|d| outer[d].max(rows[d])).collect();
+        if order.iter().enumerate().any(|(i, &d)| i != d) {
+            let perm: Vec<String> = order.iter().map(usize::to_string).collect();
+            let _ = writeln!(
+                s,
+                "    %{h}_i = transform.structured.interchange %{h} iterator_interchange = [{}] \
+                 : (!transform.any_op) -> !transform.any_op",
+                perm.join(", ")
+            );
+            shared = order.iter().map(|&d| shared[d]).collect();
+            k = order.iter().map(|&d| k[d]).collect();
+            kd = rank - 1;
+            op = format!("{h}_i");
         }
         let _ = writeln!(
             s,
-            "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{h} \
+            "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{op} \
              tile_sizes [{}] : (!transform.any_op) -> ({})",
             list(&shared),
             any(2)
@@ -459,19 +482,6 @@ fn piece(
             );
             fill_loop = Some(format!("{h}_forall"));
         }
-        if count(&rows) > 0 {
-            let _ = writeln!(
-                s,
-                "    %{op}_r, %{op}_rl = {tile_op} %{op} tile_sizes [{}] \
-                 : (!transform.any_op) -> ({})",
-                list(&rows),
-                any(2)
-            );
-            if fused {
-                fill_loop = Some(format!("{op}_rl"));
-            }
-            op = format!("{op}_r");
-        }
     } else {
         let mut sizes = outer.clone();
         for d in 0..rank {
@@ -479,14 +489,6 @@ fn piece(
         }
         let tiled = count(&sizes);
         if tiled > 0 {
-            // Loops over the batch, then n tiles, then row tiles: a panel of B is reused
-            // from the cache by every row tile.
-            let mut order: Vec<usize> = (0..rank)
-                .filter(|&d| d != c.n && Some(d) != c.m && d != c.k)
-                .collect();
-            order.push(c.n);
-            order.extend(c.m);
-            order.push(c.k);
             let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
             let interchange = order.iter().map(usize::to_string).collect::<Vec<_>>();
             // (`fuse` spells its interchange without `=`.)
@@ -519,7 +521,7 @@ fn piece(
         // added up (`tile_reduction_using_for`); a piece of at most LANES is one vector.
         if t.extents[c.k] > LANES {
             let mut lanes = vec![0u64; rank];
-            lanes[c.k] = LANES;
+            lanes[kd] = LANES;
             let _ = writeln!(
                 s,
                 "    %{op}_fill, %{op}_part, %{op}_merge, %{op}_kl = \
@@ -567,17 +569,23 @@ fn split(s: &mut String, h: &str, dim: usize, main: u64) {
 /// The named sequence that tiles and vectorizes contractions.
 pub const CONTRACTIONS: &str = "tessera_contractions";
 
-/// The `linalg.generic` ops of one function, in walk order, and what the schedule makes of
-/// the ones it picked (by their place among them).
+/// The ops the contraction sequence looks at.
+const GENERIC: &[&str] = &["linalg.generic"];
+
+/// The ops of one function with one of the names a sequence looks at (`linalg.generic`, or
+/// also `linalg.copy` and `linalg.fill`), in walk order, and what the schedule makes of the
+/// ones it picked (by their place among them).
 struct Generics<T> {
     function: String,
     count: usize,
     picked: Vec<(usize, T)>,
 }
 
-/// Each function of the module with a generic `pick` takes (see [`Generics`]).
+/// Each function of the module with an op named in `ops` that `pick` takes (see
+/// [`Generics`]).
 fn generics<T>(
     module: &Module<'_>,
+    ops: &[&str],
     pick: impl Fn(&melior::ir::OperationRef<'_, '_>) -> Option<T>,
 ) -> Vec<Generics<T>> {
     let mut out = Vec::new();
@@ -590,7 +598,7 @@ fn generics<T>(
         };
         let (mut count, mut picked) = (0, Vec::new());
         func.walk(WalkOrder::PreOrder, |op| {
-            if op_name(&op) == "linalg.generic" {
+            if ops.contains(&op_name(&op).as_str()) {
                 if let Some(t) = pick(&op) {
                     picked.push((count, t));
                 }
@@ -613,14 +621,25 @@ fn generics<T>(
 /// script needs no mark on the module, so `mlir-opt` runs it on the module as written) and
 /// returns a handle to each picked one, `%{prefix}{i}_{place}`, with what was picked. The
 /// handles of the function are `%{prefix}{i}_f`.
-fn find<'t, T>(s: &mut String, prefix: &str, i: usize, g: &'t Generics<T>) -> Vec<(String, &'t T)> {
+fn find<'t, T>(
+    s: &mut String,
+    prefix: &str,
+    ops: &[&str],
+    i: usize,
+    g: &'t Generics<T>,
+) -> Vec<(String, &'t T)> {
     let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
     let h = format!("{prefix}{i}");
+    let names = ops
+        .iter()
+        .map(|o| format!("\"{o}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     let _ = writeln!(
         s,
         "    %{h}_f = transform.structured.match ops{{[\"func.func\"]}} \
          attributes{{sym_name = \"{}\"}} in %root : (!transform.any_op) -> !transform.any_op\n    \
-         %{h}_all = transform.structured.match ops{{[\"linalg.generic\"]}} in %{h}_f \
+         %{h}_all = transform.structured.match ops{{[{names}]}} in %{h}_f \
          : (!transform.any_op) -> !transform.any_op",
         g.function
     );
@@ -648,8 +667,9 @@ fn sequence(name: &str, body: &str) -> String {
 enum Pick {
     /// Tiled and vectorized as a contraction (see the module doc).
     Contraction(Contraction),
-    /// A depthwise convolution of these extents, vectorized along its rows ([`stencil`]).
-    Depthwise(Vec<u64>),
+    /// A depthwise convolution or a max pooling ([`depthwise`], [`max_taps`]) of these
+    /// extents and inputs, vectorized along its rows ([`stencil`]).
+    Stencil(Vec<u64>, usize),
 }
 
 /// The ops that tile and vectorize the picked contractions (see the module doc) and
@@ -671,11 +691,11 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
         {
             funcs.push(format!("%c{i}_f"));
         }
-        for (h, pick) in find(&mut s, "c", i, g) {
+        for (h, pick) in find(&mut s, "c", GENERIC, i, g) {
             let c = match pick {
                 Pick::Contraction(c) => c,
-                Pick::Depthwise(extents) => {
-                    stencil(&mut s, &h, extents);
+                Pick::Stencil(extents, inputs) => {
+                    stencil(&mut s, &h, extents, *inputs, parallel);
                     continue;
                 }
             };
@@ -744,13 +764,179 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
     s
 }
 
-/// The schedule file: the named sequence in a transform library, what
-/// `transform-preload-library` loads for `mlir-opt` ([`crate::pipelines::with_schedule`]).
-fn library(contractions: &str) -> String {
+/// The schedule file: the named sequences in a transform library, what
+/// `transform-preload-library` loads for `mlir-opt` ([`crate::pipelines::with_schedule`]):
+/// the contractions' ([`apply`]) and, for a pipeline that fuses elementwise ops between
+/// them, the threads' ([`apply_threads`]).
+pub fn library(contractions: &str, threads: Option<&str>) -> String {
+    let threads = threads.map(|t| sequence(THREADS, t)).unwrap_or_default();
     format!(
-        "module attributes {{transform.with_named_sequence}} {{\n{}}}\n",
+        "module attributes {{transform.with_named_sequence}} {{\n{}{threads}}}\n",
         sequence(CONTRACTIONS, contractions)
     )
+}
+
+/// The named sequence that runs the outer loops of the ops the contraction sequence left
+/// on threads.
+pub const THREADS: &str = "tessera_threads";
+
+/// The ops the threads sequence looks at.
+const SPREAD: &[&str] = &["linalg.generic", "linalg.copy", "linalg.fill"];
+
+/// The work (loop iterations, estimated by the largest operand's elements) from which an op
+/// the contraction sequence left runs its outer loops on threads: a few tens of
+/// microseconds of one core for a copy or an elementwise op, against a few microseconds
+/// to start and join the threads.
+const PARALLEL_ITERATIONS: u64 = 1 << 16;
+
+/// The work from which an op runs its outer loops on threads in a function whose other ops
+/// do not (no contraction large enough to run in parallel): its result is then read by one
+/// core, which has to fetch what the other threads wrote from their caches. resnet_small's
+/// first convolution (an im2col copy of 150k elements, a product of 2.4 MFLOP) took 0.48
+/// ms on two threads against 0.42 on one with its copy on threads.
+const LONE_ITERATIONS: u64 = 1 << 18;
+
+/// The outer tiles a threaded op is cut into at least, if its outer loops have as many:
+/// enough for the threads to share evenly.
+const THREAD_TILES: u64 = 16;
+
+/// A static tensor's shape, of any element type.
+fn static_shape(t: melior::ir::Type<'_>) -> Option<Vec<u64>> {
+    let t = RankedTensorType::try_from(t).ok()?;
+    (0..t.rank())
+        .map(|i| match t.dim_size(i).ok()? {
+            melior::ir::r#type::DimSize::Static(s) => Some(s),
+            melior::ir::r#type::DimSize::Dynamic => None,
+        })
+        .collect()
+}
+
+/// The tile sizes with which [`THREADS`] runs an op on threads (`tile_using_forall`), if
+/// it does: a `linalg.generic`, `linalg.copy` or `linalg.fill` of one static tensor result,
+/// not inside a loop the contraction sequence made parallel, with at least
+/// [`PARALLEL_ITERATIONS`] of work. Its outer parallel loops that the result has, in loop
+/// order, are tiled by 1 until there are [`THREAD_TILES`] tiles; the innermost loop and the
+/// result's innermost dimension (a contiguous run, and the vector loop) stay whole.
+pub fn spread<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
+    let name = op_name(op);
+    if op.result_count() != 1 {
+        return None;
+    }
+    let out = static_shape(op.result(0).ok()?.r#type())?;
+    // Each loop's parallel or not, the result's map, and the operands' maps (where each
+    // result is a plain loop), which give the extents of the loops.
+    let (parallel, out_map, maps): (Vec<bool>, Vec<usize>, Vec<Option<Vec<usize>>>) =
+        match name.as_str() {
+            "linalg.generic" => {
+                let its = op.attribute("iterator_types").ok()?.to_string();
+                let parallel = its.split(',').map(|t| t.contains("parallel")).collect();
+                let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+                let maps: Vec<Option<Vec<usize>>> = (0..maps.len())
+                    .map(|i| maps.element(i).ok().and_then(|m| map_dims(&m.to_string())))
+                    .collect();
+                (parallel, maps.last()?.clone()?, maps)
+            }
+            "linalg.copy" | "linalg.fill" => {
+                let identity: Vec<usize> = (0..out.len()).collect();
+                (
+                    vec![true; out.len()],
+                    identity.clone(),
+                    vec![Some(identity)],
+                )
+            }
+            _ => return None,
+        };
+    let rank = parallel.len();
+    if out_map.len() != out.len() || out_map.iter().any(|&d| d >= rank) {
+        return None;
+    }
+    // Not inside a parallel loop; and whether the function has one (a contraction's).
+    let mut parent = op.parent_operation();
+    let mut threaded = false;
+    while let Some(p) = parent {
+        let name = op_name(&p);
+        if name == "scf.forall" {
+            return None;
+        }
+        if name == "func.func" {
+            p.walk(WalkOrder::PreOrder, |o| {
+                if op_name(&o) == "scf.forall" {
+                    threaded = true;
+                    return WalkResult::Interrupt;
+                }
+                WalkResult::Advance
+            });
+        }
+        parent = p.parent_operation();
+    }
+    // The work: every loop's extent, from the operands whose map gives it (a pool's
+    // window gives its reduction loops).
+    let mut extents = vec![1u64; rank];
+    let operands = op.operand_count();
+    for (i, map) in maps.iter().enumerate() {
+        // A fill's map is its result's; its operand is the scalar.
+        let v = if maps.len() == 1 {
+            op.result(0).ok().map(|r| r.into())
+        } else {
+            (i < operands).then(|| op.operand(i).ok()).flatten()
+        };
+        let (Some(map), Some(shape)) = (
+            map,
+            v.and_then(|v: melior::ir::Value| static_shape(v.r#type())),
+        ) else {
+            continue;
+        };
+        for (&d, &e) in map.iter().zip(&shape) {
+            if d < rank {
+                extents[d] = extents[d].max(e);
+            }
+        }
+    }
+    // Each input read once per iteration (a pool's taps are inputs of their own).
+    let inputs = maps.len().saturating_sub(1).max(1) as u64;
+    let work = extents.iter().fold(inputs, |n, &e| n.saturating_mul(e));
+    let least = if threaded {
+        PARALLEL_ITERATIONS
+    } else {
+        LONE_ITERATIONS
+    };
+    if work < least {
+        return None;
+    }
+    let mut sizes = vec![0u64; rank];
+    let mut tiles = 1u64;
+    for d in 0..rank.saturating_sub(1) {
+        if tiles >= THREAD_TILES {
+            break;
+        }
+        let Some(pos) = out_map.iter().position(|&o| o == d) else {
+            continue;
+        };
+        if !parallel[d] || pos + 1 == out.len() || out[pos] < 2 {
+            continue;
+        }
+        sizes[d] = 1;
+        tiles = tiles.saturating_mul(out[pos]);
+    }
+    (tiles >= 2).then_some(sizes)
+}
+
+/// The ops of the threads sequence: each op [`spread`] picks tiled by its sizes into an
+/// `scf.forall`, which the CPU pipeline lowers to OpenMP.
+fn threads(gs: &[Generics<Vec<u64>>]) -> String {
+    let mut s = String::new();
+    for (i, g) in gs.iter().enumerate() {
+        for (h, sizes) in find(&mut s, "t", SPREAD, i, g) {
+            let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                s,
+                "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{h} \
+                 tile_sizes [{}] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+                list.join(", ")
+            );
+        }
+    }
+    s
 }
 
 /// The extents of a depthwise convolution's generic as the lowering writes it (`lower`'s
@@ -760,33 +946,9 @@ fn library(contractions: &str) -> String {
 /// with a map of plain loop dimensions. The schedule vectorizes it along the result's rows
 /// (`stencil`).
 pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
-    if op_name(op) != "linalg.generic" || op.result_count() != 1 {
-        return None;
-    }
-    let inputs = op.operand_count().checked_sub(1)?;
-    if inputs < 2 || inputs % 2 != 0 {
-        return None;
-    }
-    let its = op.attribute("iterator_types").ok()?.to_string();
-    if its.contains("reduction") {
-        return None;
-    }
-    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
-    let out = f32_shape(op.result(0).ok()?.r#type())?;
-    let identity = map_dims(&maps.element(inputs).ok()?.to_string())?;
-    // (A zero extent does not vectorize.)
-    if identity != (0..out.len()).collect::<Vec<_>>() || out.is_empty() || out.contains(&0) {
-        return None;
-    }
-    for i in 0..inputs {
-        let shape = f32_shape(op.operand(i).ok()?.r#type())?;
-        let map = map_dims(&maps.element(i).ok()?.to_string())?;
-        if !distinct(&map)
-            || (i % 2 == 0 && (shape != out || map != identity || !unit_rows(op.operand(i).ok()?)))
-        {
-            return None;
-        }
-    }
+    // Inputs in pairs, the first of each pair a window.
+    let out = windowed(op, |i, inputs| inputs >= 2 && inputs % 2 == 0 && i % 2 == 0)?;
+    let inputs = op.operand_count() - 1;
     // The body: the first pair's product, then (mulf, addf) per further pair, then the
     // yield of the last sum.
     let block = op.region(0).ok()?.first_block()?;
@@ -805,6 +967,72 @@ pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>
     }
     let ret = next?;
     (op_name(&ret) == "linalg.yield" && ret.next_in_block().is_none()).then_some(out)
+}
+
+/// The extents of a max pooling's generic as the lowering writes it (`lower`'s `pool`):
+/// all loops parallel, every input a tap's window (read like the result, at stride 1),
+/// the body a chain of `arith.maximumf` from the first window, each step taking the next.
+/// Vectorized like a depthwise convolution (`stencil`).
+pub fn max_taps<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
+    let out = windowed(op, |_, inputs| inputs >= 1)?;
+    let inputs = op.operand_count() - 1;
+    let block = op.region(0).ok()?.first_block()?;
+    let arg = |i: usize| block.argument(i).ok().map(|a| a.to_raw().ptr);
+    let mut acc = arg(0)?;
+    let mut next = block.first_operation();
+    for i in 1..inputs {
+        let max = next?;
+        let operands: Option<Vec<_>> = (0..max.operand_count())
+            .map(|j| max.operand(j).ok().map(|v| v.to_raw().ptr))
+            .collect();
+        if op_name(&max) != "arith.maximumf" || operands? != [acc, arg(i)?] {
+            return None;
+        }
+        acc = max.result(0).ok()?.to_raw().ptr;
+        next = max.next_in_block();
+    }
+    let ret = next?;
+    let yields = ret.operand(0).ok()?.to_raw().ptr == acc;
+    (op_name(&ret) == "linalg.yield" && ret.next_in_block().is_none() && yields).then_some(out)
+}
+
+/// The result's shape of an all-parallel generic of static `f32` operands whose result
+/// has the identity map, every input's map plain loop dimensions, and the inputs that
+/// `window(input, inputs)` names read like the result: the same shape, the identity map,
+/// rows at stride 1 ([`unit_rows`]). What [`depthwise`] and [`max_taps`] start from.
+fn windowed<'c: 'a, 'a>(
+    op: &impl OperationLike<'c, 'a>,
+    window: impl Fn(usize, usize) -> bool,
+) -> Option<Vec<u64>> {
+    if op_name(op) != "linalg.generic" || op.result_count() != 1 {
+        return None;
+    }
+    let inputs = op.operand_count().checked_sub(1)?;
+    if !(0..inputs).any(|i| window(i, inputs)) {
+        return None;
+    }
+    let its = op.attribute("iterator_types").ok()?.to_string();
+    if its.contains("reduction") {
+        return None;
+    }
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let out = f32_shape(op.result(0).ok()?.r#type())?;
+    let identity = map_dims(&maps.element(inputs).ok()?.to_string())?;
+    // (A zero extent does not vectorize.)
+    if identity != (0..out.len()).collect::<Vec<_>>() || out.is_empty() || out.contains(&0) {
+        return None;
+    }
+    for i in 0..inputs {
+        let shape = f32_shape(op.operand(i).ok()?.r#type())?;
+        let map = map_dims(&maps.element(i).ok()?.to_string())?;
+        if !distinct(&map)
+            || (window(i, inputs)
+                && (shape != out || map != identity || !unit_rows(op.operand(i).ok()?)))
+        {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 /// Whether a window of a depthwise convolution reads rows of its input contiguously: it is
@@ -836,10 +1064,39 @@ const STENCIL_LANES: u64 = 64;
 /// Writes the transform ops that vectorize the depthwise convolution `%{h}` of `extents`
 /// along its innermost loop (a row of the result, and of each window: contiguous at stride
 /// 1): every other loop tiled by 1, the row one vector (a row longer than [`STENCIL_ROW`]
-/// in pieces of [`STENCIL_LANES`], its rest a piece of its own).
-fn stencil(s: &mut String, h: &str, extents: &[u64]) {
+/// in pieces of [`STENCIL_LANES`], its rest a piece of its own). With threads and at least
+/// [`PARALLEL_ITERATIONS`] of work, the loops outside the result's rows (batch and
+/// channels) are an `scf.forall` first.
+fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bool) {
     let rank = extents.len();
     let row = extents[rank - 1];
+    let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
+    let outer = &extents[..rank.saturating_sub(2)];
+    let work = extents
+        .iter()
+        .fold(inputs as u64, |n, &e| n.saturating_mul(e));
+    // The extents of each tile of the forall, if there is one.
+    let mut inner = extents.to_vec();
+    let h = if parallel
+        && work >= PARALLEL_ITERATIONS
+        && outer.iter().fold(1u64, |n, &e| n.saturating_mul(e)) >= 2
+    {
+        let sizes: Vec<String> = (0..rank)
+            .map(|d| u64::from(d + 2 < rank && extents[d] > 1).to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{h} \
+             tile_sizes [{}] : (!transform.any_op) -> ({})",
+            sizes.join(", "),
+            any(2)
+        );
+        inner[..rank - 2].fill(1);
+        format!("{h}_p")
+    } else {
+        h.to_string()
+    };
+    let h = h.as_str();
     // Each piece, and whether its row is tiled.
     let mut pieces = vec![(h.to_string(), row > STENCIL_ROW)];
     if row > STENCIL_ROW {
@@ -849,9 +1106,8 @@ fn stencil(s: &mut String, h: &str, extents: &[u64]) {
             pieces = vec![(format!("{h}_0"), true), (format!("{h}_1"), false)];
         }
     }
-    let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
     for (ph, tiled_row) in pieces {
-        let mut sizes: Vec<u64> = extents[..rank - 1]
+        let mut sizes: Vec<u64> = inner[..rank - 1]
             .iter()
             .map(|&e| u64::from(e > 1))
             .collect();
@@ -902,28 +1158,46 @@ fn run_sequence(
     })
 }
 
-/// Applies the schedule to a module of the CPU pipeline (see the module doc): every
-/// contraction tiled and vectorized, every depthwise convolution of stride 1 vectorized.
-/// Returns the schedule as a transform library, which `mlir-opt` applies the same way
-/// ([`crate::pipelines::with_schedule`]); its sequence is empty where the module has
-/// nothing to schedule.
+/// Applies the contraction sequence to a module of the CPU pipeline (see the module doc):
+/// every contraction tiled and vectorized, every depthwise convolution of stride 1
+/// vectorized. Returns the sequence's body, for [`library`]; it is empty where the module
+/// has nothing to schedule.
 pub fn apply(
     mlir: &Mlir,
     module: &mut Module<'_>,
     parallel: bool,
     what: &str,
 ) -> Result<String, Error> {
-    let picks = generics(module, |op| {
-        contraction(op)
-            .map(Pick::Contraction)
-            .or_else(|| depthwise(op).map(Pick::Depthwise))
+    let picks = generics(module, GENERIC, |op| {
+        contraction(op).map(Pick::Contraction).or_else(|| {
+            let extents = depthwise(op).or_else(|| max_taps(op))?;
+            Some(Pick::Stencil(extents, op.operand_count().saturating_sub(1)))
+        })
     });
     let contracts = contractions(&picks, parallel);
-    let text = library(&contracts);
     if !contracts.is_empty() {
-        run_sequence(mlir, module, &text, CONTRACTIONS, what)?;
+        run_sequence(mlir, module, &library(&contracts, None), CONTRACTIONS, what)?;
     }
-    Ok(text)
+    Ok(contracts)
+}
+
+/// Applies the threads sequence to a module the contraction sequence and the fusion of
+/// elementwise ops have been through: every op [`spread`] picks runs its outer loops on
+/// threads. Returns the sequence's body, for [`library`] (empty without `parallel`).
+pub fn apply_threads(
+    mlir: &Mlir,
+    module: &mut Module<'_>,
+    parallel: bool,
+    what: &str,
+) -> Result<String, Error> {
+    if !parallel {
+        return Ok(String::new());
+    }
+    let body = threads(&generics(module, SPREAD, |op| spread(op)));
+    if !body.is_empty() {
+        run_sequence(mlir, module, &library("", Some(&body)), THREADS, what)?;
+    }
+    Ok(body)
 }
 
 #[cfg(test)]

@@ -659,7 +659,7 @@ fn conv_core(
 }
 
 /// Convolutions of more taps than this are not unrolled by [`depthwise`].
-const DEPTHWISE_TAPS: u64 = 64;
+pub(super) const DEPTHWISE_TAPS: u64 = 64;
 
 /// The accumulation of a grouped convolution into `acc_ty` (see [`conv_core`]): parallel
 /// loops over the result, reduction loops over the group's input channels and the taps.
@@ -808,6 +808,46 @@ fn im2col(b: &mut Body, x: &Val, w: &Val, g: &Geom, acc_ty: &TensorType) -> LRes
     )))
 }
 
+/// The taps of a kernel of extents `k`, each as its index along every spatial axis, the
+/// last axis fastest.
+pub(super) fn taps(k: &[u64]) -> Vec<Vec<u64>> {
+    let mut taps: Vec<Vec<u64>> = vec![Vec::new()];
+    for &kj in k {
+        taps = taps
+            .into_iter()
+            .flat_map(|t| {
+                (0..kj).map(move |i| {
+                    let mut t = t.clone();
+                    t.push(i);
+                    t
+                })
+            })
+            .collect();
+    }
+    taps
+}
+
+/// Each tap's window of `x` (`[N, C, D...]`, padded): the strided slice of the input that
+/// the tap reads for every position of a result of shape `od`, a view.
+pub(super) fn windows(
+    b: &mut Body,
+    x: &Val,
+    g: &Geom,
+    taps: &[Vec<u64>],
+    od: &[u64],
+) -> LResult<Vec<Val>> {
+    let slice_ty = TensorType::fixed(x.ty.elem, od);
+    let mut steps = vec![1u64; 2];
+    steps.extend(&g.strides);
+    taps.iter()
+        .map(|t| {
+            let mut offs = vec![0u64; 2];
+            offs.extend(t.iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
+            b.extract_slice(x, &offs, od, &steps, &slice_ty)
+        })
+        .collect()
+}
+
 /// The accumulation of a depthwise convolution (one input channel per output channel) into
 /// `acc_ty`: parallel loops over the result only, every tap of the kernel (`k`, at most
 /// [`DEPTHWISE_TAPS`]) an operand of its own, the tap's window of the input (a strided
@@ -826,36 +866,16 @@ fn depthwise(
 ) -> LResult<String> {
     let s = k.len();
     let nl = 2 + s;
-    let mut taps: Vec<Vec<u64>> = vec![Vec::new()];
-    for &kj in k {
-        taps = taps
-            .into_iter()
-            .flat_map(|t| {
-                (0..kj).map(move |i| {
-                    let mut t = t.clone();
-                    t.push(i);
-                    t
-                })
-            })
-            .collect();
-    }
+    let taps = taps(k);
     // Each tap's window of the input, a strided slice the shape of the result, and its
     // weights, one per channel: a column of the filter, `[M]`.
     let od = dims(acc_ty)?;
-    let slice_ty = TensorType::fixed(x.ty.elem, &od);
+    let windows = windows(b, x, g, &taps, &od)?;
     let wd = dims(&w.ty)?;
     let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
-    let mut steps = vec![1u64; 2];
-    steps.extend(&g.strides);
     let mut col_sizes = vec![wd[0]];
     col_sizes.extend(vec![1; 1 + s]);
-    let mut windows = Vec::with_capacity(taps.len());
     let mut columns = Vec::with_capacity(taps.len());
-    for t in &taps {
-        let mut offs = vec![0u64; 2];
-        offs.extend(t.iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
-        windows.push(b.extract_slice(x, &offs, &od, &steps, &slice_ty)?);
-    }
     for t in &taps {
         let mut offs = vec![0u64; 2];
         offs.extend(t);

@@ -6,12 +6,18 @@
 //! padded copy of the input (padding never wins a max; average pooling divides by the
 //! per-axis counts of the taps it counts, a constant table per axis) in a generic whose
 //! window loops get their extents from a dummy "window" operand, as `linalg.pooling_*` do.
+//! A float max pooling of at most 64 taps is instead one generic of parallel loops over the
+//! result, each tap's window of the padded input an operand (a strided slice), the maximum
+//! taken from the first window on: the form of a depthwise convolution, which the CPU
+//! schedule vectorizes along rows at stride 1 (`schedule::max_taps`).
 
 use tessera_ir::{BinaryOp, ElemType, Op, PoolAttrs, PoolKind, TensorType, UnaryOp};
 
 use super::body::{Body, In, LResult, Val, affine_map, broadcast_map, dims, err, identity_map};
 use super::elementwise;
-use super::linalg::{Geom, SpreadAxis, acc_type, narrow, pad_for_windows, spread};
+use super::linalg::{
+    DEPTHWISE_TAPS, Geom, SpreadAxis, acc_type, narrow, pad_for_windows, spread, taps, windows,
+};
 use super::reduce::{bounds, dropped_map, reduce_with};
 
 /// Lowers a normalization or pooling op.
@@ -384,6 +390,37 @@ fn pool(b: &mut Body, x: &Val, attrs: &PoolAttrs, out: &TensorType) -> LResult<S
     }
     let fill = if max { bounds(e).0 } else { 0.0 };
     let xp = pad_for_windows(b, x, &k, &od[2..], &g, fill)?;
+    let count = k.iter().try_fold(1u64, |n, &e| n.checked_mul(e));
+    if max
+        && e.is_float()
+        && count.is_some_and(|n| (1..=DEPTHWISE_TAPS).contains(&n))
+        && !od.contains(&0)
+    {
+        // Each tap's window an operand of its own and the maximum taken from the first, in
+        // parallel loops over the result only (as a depthwise convolution: the schedule
+        // vectorizes it along the rows at stride 1, and the threads run its channels).
+        let wins = windows(b, &xp, &g, &taps(&k), &od)?;
+        let ins: Vec<In> = wins
+            .iter()
+            .map(|v| In {
+                val: v,
+                map: identity_map(rank),
+            })
+            .collect();
+        let r = b.generic(
+            &ins,
+            &[(out.clone(), identity_map(rank), None)],
+            &vec!["parallel"; rank],
+            |b, a| {
+                let mut m = a[0].clone();
+                for v in &a[1..wins.len()] {
+                    m = elementwise::binary(b, &BinaryOp::Max, e, &m, v)?;
+                }
+                Ok(vec![m])
+            },
+        )?;
+        return Ok(r[0].clone());
+    }
     let win = window(b, &k)?;
     // Loops: n, c, o..., k....
     let nl = rank + s;

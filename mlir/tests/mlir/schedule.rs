@@ -148,9 +148,9 @@ fn not(s: &str) -> Check {
 fn scheduled(parallel: bool) -> (String, String) {
     let mlir = Mlir::new();
     let mut m = mlir.parse(MODULE, "schedule").expect("parses");
-    let library = schedule::apply(&mlir, &mut m, parallel, "schedule").expect("applies");
+    let body = schedule::apply(&mlir, &mut m, parallel, "schedule").expect("applies");
     mlir.verify(&m, "schedule").expect("verifies");
-    (library, Mlir::print(&m))
+    (schedule::library(&body, None), Mlir::print(&m))
 }
 
 #[test]
@@ -226,14 +226,19 @@ fn only_large_contractions_run_in_parallel_and_only_with_threads() {
             here("attributes{sym_name = \"mm\"}"),
             not("tile_using_forall"),
             here("attributes{sym_name = \"big\"}"),
-            // 128 rows by 512 lanes: tiles of 32 lanes across threads, rows of 8 inside.
+            // 128 rows by 512 lanes: the loops put in the order n, m, k, then tiles of 32
+            // lanes by 8 rows across threads, k inside.
             next("%c1_all ="),
             next("%c1_0 = transform.split_handle"),
             next(
-                "%c1_0_p, %c1_0_forall = transform.structured.tile_using_forall %c1_0 \
-                 tile_sizes [0, 0, 32]",
+                "%c1_0_i = transform.structured.interchange %c1_0 \
+                 iterator_interchange = [2, 0, 1]",
             ),
-            next("%c1_0_p_r, %c1_0_p_rl = transform.structured.tile_using_for %c1_0_p tile_sizes [8, 0, 0]"),
+            next(
+                "%c1_0_p, %c1_0_forall = transform.structured.tile_using_forall %c1_0_i \
+                 tile_sizes [32, 8, 0]",
+            ),
+            next("transform.structured.tile_using_for %c1_0_p tile_sizes [0, 0, 1]"),
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -249,13 +254,15 @@ fn a_module_without_contractions_gets_empty_sequences() {
     let mlir = Mlir::new();
     let text = "module {\n  func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n    return %a : tensor<4xf32>\n  }\n}\n";
     let mut m = mlir.parse(text, "none").expect("parses");
-    let library = schedule::apply(&mlir, &mut m, true, "none").expect("applies");
+    let body = schedule::apply(&mlir, &mut m, true, "none").expect("applies");
+    let threads = schedule::apply_threads(&mlir, &mut m, true, "none").expect("applies");
+    assert!(threads.is_empty(), "{threads}");
     assert_eq!(
         Mlir::print(&m),
         Mlir::print(&mlir.parse(text, "none").expect("parses"))
     );
     assert_eq!(
-        library,
+        schedule::library(&body, None),
         "module attributes {transform.with_named_sequence} {\n  \
          transform.named_sequence @tessera_contractions(%root: !transform.any_op \
          {transform.readonly}) {\n    transform.yield\n  }\n}\n"
@@ -311,15 +318,16 @@ fn a_filled_c_is_zeroed_in_registers() {
         let tiling = if parallel {
             vec![
                 next("%c3_0_fill = transform.get_producer_of_operand %c3_0[2]"),
-                next("%c3_0_p, %c3_0_forall = transform.structured.tile_using_forall %c3_0"),
+                next("%c3_0_i = transform.structured.interchange %c3_0"),
+                next(
+                    "%c3_0_p, %c3_0_forall = transform.structured.tile_using_forall %c3_0_i \
+                     tile_sizes [32, 8, 0]",
+                ),
                 next(
                     "%c3_0_ff, %c3_0_fn = transform.structured.fuse_into_containing_op \
                      %c3_0_fill into %c3_0_forall",
                 ),
-                next(
-                    "%c3_0_p_r, %c3_0_p_rl = transform.structured.fuse %c3_0_p tile_sizes [8, 0, 0]",
-                ),
-                next("transform.structured.match ops{[\"linalg.fill\"]} in %c3_0_p_rl"),
+                next("transform.structured.match ops{[\"linalg.fill\"]} in %c3_0_forall"),
             ]
         } else {
             vec![
@@ -374,5 +382,133 @@ fn a_filled_c_is_zeroed_in_registers() {
             ],
         )
         .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+    }
+}
+
+/// What the threads sequence gets: a bias over 64×64×64 (2^18 elements, enough in a
+/// function with no parallel loop), the same over 4×8×8 (too little), a 3×3 max pooling in
+/// reduction form over 64 channels; and, for the contraction sequence, a max pooling of
+/// two taps in the form the lowering writes (vectorized along rows of 64, its channels on
+/// threads).
+const THREADS_MODULE: &str = "#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#ch = affine_map<(d0, d1, d2, d3) -> (d1)>
+#pi = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2 + d4, d3 + d5)>
+#pw = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#po = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+module {
+  func.func @bias(%x: tensor<1x64x64x64xf32>, %b: tensor<64xf32>) -> tensor<1x64x64x64xf32> {
+    %e = tensor.empty() : tensor<1x64x64x64xf32>
+    %r = linalg.generic {indexing_maps = [#id4, #ch, #id4], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%x, %b : tensor<1x64x64x64xf32>, tensor<64xf32>) outs(%e : tensor<1x64x64x64xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %s = arith.addf %p, %q : f32
+      linalg.yield %s : f32
+    } -> tensor<1x64x64x64xf32>
+    return %r : tensor<1x64x64x64xf32>
+  }
+  func.func @small(%x: tensor<1x4x8x8xf32>, %b: tensor<4xf32>) -> tensor<1x4x8x8xf32> {
+    %e = tensor.empty() : tensor<1x4x8x8xf32>
+    %r = linalg.generic {indexing_maps = [#id4, #ch, #id4], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%x, %b : tensor<1x4x8x8xf32>, tensor<4xf32>) outs(%e : tensor<1x4x8x8xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %s = arith.addf %p, %q : f32
+      linalg.yield %s : f32
+    } -> tensor<1x4x8x8xf32>
+    return %r : tensor<1x4x8x8xf32>
+  }
+  func.func @pool(%x: tensor<1x64x34x34xf32>, %w: tensor<3x3xi8>, %o: tensor<1x64x32x32xf32>) -> tensor<1x64x32x32xf32> {
+    %r = linalg.generic {indexing_maps = [#pi, #pw, #po], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\", \"reduction\"]} ins(%x, %w : tensor<1x64x34x34xf32>, tensor<3x3xi8>) outs(%o : tensor<1x64x32x32xf32>) {
+    ^bb0(%p: f32, %q: i8, %a: f32):
+      %m = arith.maximumf %a, %p : f32
+      linalg.yield %m : f32
+    } -> tensor<1x64x32x32xf32>
+    return %r : tensor<1x64x32x32xf32>
+  }
+  func.func @taps(%x: tensor<1x16x65x64xf32>) -> tensor<1x16x64x64xf32> {
+    %a = tensor.extract_slice %x[0, 0, 0, 0] [1, 16, 64, 64] [1, 1, 1, 1] : tensor<1x16x65x64xf32> to tensor<1x16x64x64xf32>
+    %b = tensor.extract_slice %x[0, 0, 1, 0] [1, 16, 64, 64] [1, 1, 1, 1] : tensor<1x16x65x64xf32> to tensor<1x16x64x64xf32>
+    %e = tensor.empty() : tensor<1x16x64x64xf32>
+    %r = linalg.generic {indexing_maps = [#id4, #id4, #id4], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%a, %b : tensor<1x16x64x64xf32>, tensor<1x16x64x64xf32>) outs(%e : tensor<1x16x64x64xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %m = arith.maximumf %p, %q : f32
+      linalg.yield %m : f32
+    } -> tensor<1x16x64x64xf32>
+    return %r : tensor<1x16x64x64xf32>
+  }
+}
+";
+
+/// With threads, the ops the contraction sequence leaves run their outer loops on threads
+/// (`tile_using_forall`, tiled by 1 until there are 16 tiles, the innermost loop whole)
+/// when they have work enough; a max pooling in taps form is vectorized along its rows
+/// like a depthwise convolution, its channels on threads. Without threads, nothing is.
+#[test]
+fn large_ops_run_their_outer_loops_on_threads() {
+    let mlir = Mlir::new();
+    for parallel in [true, false] {
+        let mut m = mlir.parse(THREADS_MODULE, "threads").expect("parses");
+        let body = schedule::apply(&mlir, &mut m, parallel, "threads").expect("applies");
+        let threads = schedule::apply_threads(&mlir, &mut m, parallel, "threads").expect("applies");
+        mlir.verify(&m, "threads").expect("verifies");
+        let module = Mlir::print(&m);
+        let library = schedule::library(&body, Some(&threads));
+        let stencil = if parallel {
+            vec![
+                here("attributes{sym_name = \"taps\"}"),
+                next("%c0_all ="),
+                next("%c0_0 = transform.split_handle"),
+                next(
+                    "%c0_0_p, %c0_0_forall = transform.structured.tile_using_forall %c0_0 tile_sizes [0, 1, 0, 0]",
+                ),
+                next("tile_using_for %c0_0_p tile_sizes [0, 0, 1, 0]"),
+                next("transform.structured.vectorize %c0_0_p_t"),
+            ]
+        } else {
+            vec![
+                here("attributes{sym_name = \"taps\"}"),
+                next("%c0_all ="),
+                next("%c0_0 = transform.split_handle"),
+                next("tile_using_for %c0_0 tile_sizes [0, 1, 1, 0]"),
+                next("transform.structured.vectorize %c0_0_t"),
+            ]
+        };
+        check(&library, &stencil).unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        check(
+            &module,
+            &[
+                here("func.func @taps("),
+                here("vector<1x1x1x64xf32>"),
+                here("arith.maximumf"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        if !parallel {
+            assert!(threads.is_empty(), "{threads}");
+            assert!(!module.contains("scf.forall"), "{module}");
+            continue;
+        }
+        check(
+            &library,
+            &[
+                here("transform.named_sequence @tessera_threads("),
+                next("attributes{sym_name = \"bias\"}"),
+                next("ops{[\"linalg.generic\", \"linalg.copy\", \"linalg.fill\"]}"),
+                next("%t0_0 = transform.split_handle"),
+                next("tile_using_forall %t0_0 tile_sizes [0, 1, 0, 0]"),
+                not("\"small\""),
+                here("attributes{sym_name = \"pool\"}"),
+                here("tile_using_forall %t1_0 tile_sizes [0, 1, 0, 0, 0, 0]"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // @bias's, @pool's and @taps's.
+        assert_eq!(module.matches("scf.forall (").count(), 3, "{module}");
+        check(
+            &module,
+            &[
+                here("func.func @small("),
+                next("tensor.empty"),
+                next("linalg.generic"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }
