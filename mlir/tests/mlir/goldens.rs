@@ -426,7 +426,8 @@ fn depthwise_convolutions_agree_with_the_interpreter() {
 /// Ungrouped `f32` convolutions are im2col products: the input's patches copied into
 /// columns by one generic of affine reads, times the filter viewed as a matrix, a
 /// contraction the schedule tiles. A 1×1 convolution of stride 1 without padding reads its
-/// input in place as the columns; padding is a `linalg.copy` into a filled tensor. With
+/// input in place as the columns; padding is a `linalg.copy` into a tensor whose border
+/// alone is filled. With
 /// padding, strides, a dilation, a bias, one and three spatial axes, and padded along one
 /// axis while a stride leaves the other's last column unread (a max pool too, in taps
 /// form), they agree with the interpreter.
@@ -469,6 +470,16 @@ fn ungrouped_convolutions_are_im2col_products_that_agree_with_the_interpreter() 
     // The padded ones: three 2-D (one padded along its rows only, its last input column
     // read by no window), the 1-D one and the pool.
     assert_eq!(module.matches("linalg.copy").count(), 5, "{module}");
+    // Only the border is filled: the first one's rows above and below the input
+    // (`2x3x1x11`), then its columns left and right within the input's rows (`2x3x10x1`),
+    // never all of the padded tensor.
+    for slab in ["tensor<2x3x1x11x1xf32>", "tensor<2x3x10x1x1xf32>"] {
+        assert!(
+            module.matches(&format!("-> {slab}\n")).count() >= 2,
+            "{slab}: {module}"
+        );
+    }
+    assert!(!module.contains("-> tensor<2x3x12x11xf32>"), "{module}");
     // Every convolution is one contraction, a generic with one reduction loop; the pool is
     // a generic of parallel loops only, its 9 taps' windows its inputs, the maximum taken
     // from the first (8 `maximumf`).
