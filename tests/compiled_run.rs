@@ -753,8 +753,9 @@ fn dump_pass_pipeline_prints_what_mlir_opt_runs() {
     let model = tmp.path().join("mm.tir");
     fs::write(
         &model,
-        "graph @g(%a: f32[8, 16], %b: f32[16, 4]) {\n  %0 = matmul %a, %b : f32[8, 4] \
-         loc(\"fc\")\n  %1 = relu %0 : f32[8, 4]\n  return %1\n}\n",
+        "graph @g(%a: f32[8, 16], %b: f32[16, 4], %c: f32[512, 512]) {\n  \
+         %0 = matmul %a, %b : f32[8, 4] loc(\"fc\")\n  %1 = relu %0 : f32[8, 4]\n  \
+         %2 = relu %c : f32[512, 512]\n  return %1, %2\n}\n",
     )
     .expect("write");
     let out = tmp.path().join("o");
@@ -813,6 +814,14 @@ fn dump_pass_pipeline_prints_what_mlir_opt_runs() {
         String::from_utf8_lossy(&opt.stderr)
     );
     let lowered = fs::read_to_string(out.join("cpu0.lowered.mlir")).expect("lowered");
+    // The second relu (2^18 elements) runs its rows on threads: the schedule's threads
+    // sequence, applied after the fusion of elementwise ops, is not empty.
+    let schedule = fs::read_to_string(out.join("cpu0.schedule.mlir")).expect("schedule");
+    let threads = schedule
+        .split_once("transform.named_sequence @tessera_threads(")
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| panic!("no threads sequence in\n{schedule}"));
+    assert!(threads.contains("tile_using_forall"), "{schedule}");
     // mlir-opt ends its output with one more newline.
     let printed = String::from_utf8_lossy(&opt.stdout);
     assert!(

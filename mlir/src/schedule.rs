@@ -60,9 +60,10 @@
 //! They find their ops by function name and place among the function's ops of the names
 //! they look at, so `mlir-opt` with `transform-preload-library` and `transform-interpreter`
 //! applies them to the module as `compile -o` wrote it
-//! ([`crate::pipelines::with_schedule`]). [`crate::Mlir::run_pipeline`] applies them with
-//! [`crate::pipelines::CPU`] and [`crate::pipelines::CPU_MPI_BUFFERS`] (see
-//! [`crate::pipelines::scheduled`]).
+//! ([`crate::pipelines::with_schedule`]). [`crate::Mlir::run_pipeline`] applies the
+//! contraction sequence with [`crate::pipelines::CPU`] and
+//! [`crate::pipelines::CPU_MPI_BUFFERS`] (see [`crate::pipelines::scheduled`]), and the
+//! threads sequence with `CPU`, after its fusion of elementwise ops.
 
 use std::fmt::Write as _;
 
@@ -672,8 +673,8 @@ enum Pick {
     Stencil(Vec<u64>, usize),
 }
 
-/// The ops that tile and vectorize the picked contractions (see the module doc) and
-/// depthwise convolutions.
+/// The ops that tile and vectorize the picked contractions (see the module doc), depthwise
+/// convolutions and max poolings.
 fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
     let mut s = String::new();
     if gs.is_empty() {
@@ -783,8 +784,9 @@ pub const THREADS: &str = "tessera_threads";
 /// The ops the threads sequence looks at.
 const SPREAD: &[&str] = &["linalg.generic", "linalg.copy", "linalg.fill"];
 
-/// The work (loop iterations, estimated by the largest operand's elements) from which an op
-/// the contraction sequence left runs its outer loops on threads: a few tens of
+/// The work (the product of the op's loop extents, times its inputs) from which an op the
+/// contraction sequence left runs its outer loops on threads, in a function that has a
+/// parallel loop already ([`LONE_ITERATIONS`] otherwise): a few tens of
 /// microseconds of one core for a copy or an elementwise op, against a few microseconds
 /// to start and join the threads.
 const PARALLEL_ITERATIONS: u64 = 1 << 16;
@@ -814,9 +816,10 @@ fn static_shape(t: melior::ir::Type<'_>) -> Option<Vec<u64>> {
 /// The tile sizes with which [`THREADS`] runs an op on threads (`tile_using_forall`), if
 /// it does: a `linalg.generic`, `linalg.copy` or `linalg.fill` of one static tensor result,
 /// not inside a loop the contraction sequence made parallel, with at least
-/// [`PARALLEL_ITERATIONS`] of work. Its outer parallel loops that the result has, in loop
-/// order, are tiled by 1 until there are [`THREAD_TILES`] tiles; the innermost loop and the
-/// result's innermost dimension (a contiguous run, and the vector loop) stay whole.
+/// [`PARALLEL_ITERATIONS`] of work ([`LONE_ITERATIONS`] in a function with no parallel
+/// loop). Its outer parallel loops that the result has, in loop order, are tiled by 1 until
+/// there are [`THREAD_TILES`] tiles; the innermost loop and the result's innermost
+/// dimension of more than one element (a contiguous run, and the vector loop) stay whole.
 pub fn spread<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
     let name = op_name(op);
     if op.result_count() != 1 {
@@ -850,22 +853,16 @@ pub fn spread<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
     if out_map.len() != out.len() || out_map.iter().any(|&d| d >= rank) {
         return None;
     }
-    // Not inside a parallel loop; and whether the function has one (a contraction's).
+    // Not inside a parallel loop.
     let mut parent = op.parent_operation();
-    let mut threaded = false;
+    let mut function = None;
     while let Some(p) = parent {
         let name = op_name(&p);
         if name == "scf.forall" {
             return None;
         }
         if name == "func.func" {
-            p.walk(WalkOrder::PreOrder, |o| {
-                if op_name(&o) == "scf.forall" {
-                    threaded = true;
-                    return WalkResult::Interrupt;
-                }
-                WalkResult::Advance
-            });
+            function = Some(p);
         }
         parent = p.parent_operation();
     }
@@ -895,14 +892,29 @@ pub fn spread<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
     // Each input read once per iteration (a pool's taps are inputs of their own).
     let inputs = maps.len().saturating_sub(1).max(1) as u64;
     let work = extents.iter().fold(inputs, |n, &e| n.saturating_mul(e));
-    let least = if threaded {
-        PARALLEL_ITERATIONS
-    } else {
-        LONE_ITERATIONS
-    };
-    if work < least {
+    if work < PARALLEL_ITERATIONS {
         return None;
     }
+    // Below LONE_ITERATIONS, only in a function that has a parallel loop already (a
+    // contraction's). The walk is only taken for ops between the two thresholds.
+    if work < LONE_ITERATIONS {
+        let mut threaded = false;
+        if let Some(f) = function {
+            f.walk(WalkOrder::PreOrder, |o| {
+                if op_name(&o) == "scf.forall" {
+                    threaded = true;
+                    return WalkResult::Interrupt;
+                }
+                WalkResult::Advance
+            });
+        }
+        if !threaded {
+            return None;
+        }
+    }
+    // The result's innermost dimension of more than one element (a copy's views end in a
+    // unit axis) stays whole, and so does every dimension after it.
+    let row = out.iter().rposition(|&e| e > 1)?;
     let mut sizes = vec![0u64; rank];
     let mut tiles = 1u64;
     for d in 0..rank.saturating_sub(1) {
@@ -912,7 +924,7 @@ pub fn spread<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
         let Some(pos) = out_map.iter().position(|&o| o == d) else {
             continue;
         };
-        if !parallel[d] || pos + 1 == out.len() || out[pos] < 2 {
+        if !parallel[d] || pos >= row || out[pos] < 2 {
             continue;
         }
         sizes[d] = 1;
@@ -1071,7 +1083,10 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
     let rank = extents.len();
     let row = extents[rank - 1];
     let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
-    let outer = &extents[..rank.saturating_sub(2)];
+    // The loops outside the rows: batch and channels (and the depth of a 3-D one), never
+    // the row loop.
+    let lead = rank.saturating_sub(2).max(2).min(rank.saturating_sub(1));
+    let outer = &extents[..lead];
     let work = extents
         .iter()
         .fold(inputs as u64, |n, &e| n.saturating_mul(e));
@@ -1082,7 +1097,7 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
         && outer.iter().fold(1u64, |n, &e| n.saturating_mul(e)) >= 2
     {
         let sizes: Vec<String> = (0..rank)
-            .map(|d| u64::from(d + 2 < rank && extents[d] > 1).to_string())
+            .map(|d| u64::from(d < lead && extents[d] > 1).to_string())
             .collect();
         let _ = writeln!(
             s,
@@ -1091,7 +1106,7 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
             sizes.join(", "),
             any(2)
         );
-        inner[..rank - 2].fill(1);
+        inner[..lead].fill(1);
         format!("{h}_p")
     } else {
         h.to_string()

@@ -442,9 +442,8 @@ pub(super) fn spread(
 /// [`spread`] where every axis has stride 1 and a start in the result: the result's border
 /// filled with `fill`, slab by slab, then the part of `x` that lands in it copied into its
 /// place (a `linalg.copy` into a slice of the result, which bufferization keeps in place;
-/// an identity
-/// generic would be folded into the `insert_slice`, a `memref.copy` through the slow
-/// strided `memrefCopy`), row by row in loops LLVM vectorizes.
+/// an identity generic would be folded into the `insert_slice`, a `memref.copy` through
+/// the slow strided `memrefCopy`), row by row in loops LLVM vectorizes.
 fn pad(b: &mut Body, x: &Val, out: &TensorType, axes: &[SpreadAxis], fill: f64) -> LResult<Val> {
     let xd = dims(&x.ty)?;
     let od = dims(out)?;
