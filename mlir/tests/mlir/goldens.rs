@@ -518,20 +518,20 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
     let g = text::parse(&src, None).expect("parses");
     let program = lower_cpu(&g, "packed", false);
     let names: Vec<&String> = program.weights.keys().collect();
-    // 250 columns, 5 and 7 rows: panels of 48 lanes (3 vectors), 6 panels, the last
-    // holding 10 columns and 38 zeros.
-    assert_eq!(names, ["bias", "v", "w@panels48"], "{names:?}");
+    // 250 columns, 5 and 7 rows: panels of 32 lanes (2 vectors: a tile's vectors are a
+    // power of two of registers), 8 panels, the last holding 26 columns and 6 zeros.
+    assert_eq!(names, ["bias", "v", "w@panels32"], "{names:?}");
     assert_eq!(
-        program.weights["w@panels48"].0.to_string(),
-        "f32[6, 300, 48]"
+        program.weights["w@panels32"].0.to_string(),
+        "f32[8, 300, 32]"
     );
     let module = &program.modules[0].1;
     assert!(
-        module.contains("tessera.weight = \"w@panels48\""),
+        module.contains("tessera.weight = \"w@panels32\""),
         "{module}"
     );
     assert!(
-        module.contains("d2 floordiv 48, d0, d1, d2 mod 48"),
+        module.contains("d2 floordiv 32, d0, d1, d2 mod 32"),
         "{module}"
     );
     agrees_with_the_interpreter(&g, &program);
