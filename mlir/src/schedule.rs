@@ -477,13 +477,7 @@ fn piece(
             kd = rank - 1;
             op = format!("{h}_i");
         }
-        let _ = writeln!(
-            s,
-            "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{op} \
-             tile_sizes [{}] : (!transform.any_op) -> ({})",
-            list(&shared),
-            any(2)
-        );
+        forall(s, h, &op, &shared);
         op = format!("{h}_p");
         if fused {
             let _ = writeln!(
@@ -565,6 +559,18 @@ fn piece(
     let _ = writeln!(
         s,
         "    transform.structured.vectorize %{op} : !transform.any_op"
+    );
+}
+
+/// Writes `%{h}_p, %{h}_forall = transform.structured.tile_using_forall %{target}` with
+/// `sizes`: the tiled op and its `scf.forall`.
+fn forall(s: &mut String, h: &str, target: &str, sizes: &[u64]) {
+    let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        s,
+        "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{target} \
+         tile_sizes [{}] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+        list.join(", ")
     );
 }
 
@@ -950,13 +956,7 @@ fn threads(gs: &[Generics<Vec<u64>>]) -> String {
     let mut s = String::new();
     for (i, g) in gs.iter().enumerate() {
         for (h, sizes) in find(&mut s, "t", SPREAD, i, g) {
-            let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
-            let _ = writeln!(
-                s,
-                "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{h} \
-                 tile_sizes [{}] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
-                list.join(", ")
-            );
+            forall(&mut s, &h, &h, sizes);
         }
     }
     s
@@ -1107,16 +1107,10 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
         && work >= PARALLEL_ITERATIONS
         && outer.iter().fold(1u64, |n, &e| n.saturating_mul(e)) >= 2
     {
-        let sizes: Vec<String> = (0..rank)
-            .map(|d| u64::from(d < lead && extents[d] > 1).to_string())
+        let sizes: Vec<u64> = (0..rank)
+            .map(|d| u64::from(d < lead && extents[d] > 1))
             .collect();
-        let _ = writeln!(
-            s,
-            "    %{h}_p, %{h}_forall = transform.structured.tile_using_forall %{h} \
-             tile_sizes [{}] : (!transform.any_op) -> ({})",
-            sizes.join(", "),
-            any(2)
-        );
+        forall(s, h, h, &sizes);
         inner[..lead].fill(1);
         format!("{h}_p")
     } else {

@@ -400,26 +400,14 @@ fn pool(b: &mut Body, x: &Val, attrs: &PoolAttrs, out: &TensorType) -> LResult<S
         // parallel loops over the result only (as a depthwise convolution: the schedule
         // vectorizes it along the rows at stride 1, and the threads run its channels).
         let wins = windows(b, &xp, &g, &taps(&k), &od)?;
-        let ins: Vec<In> = wins
-            .iter()
-            .map(|v| In {
-                val: v,
-                map: identity_map(rank),
-            })
-            .collect();
-        let r = b.generic(
-            &ins,
-            &[(out.clone(), identity_map(rank), None)],
-            &vec!["parallel"; rank],
-            |b, a| {
-                let mut m = a[0].clone();
-                for v in &a[1..wins.len()] {
-                    m = elementwise::binary(b, &BinaryOp::Max, e, &m, v)?;
-                }
-                Ok(vec![m])
-            },
-        )?;
-        return Ok(r[0].clone());
+        let ins: Vec<&Val> = wins.iter().collect();
+        return b.elementwise(&ins, out, |b, a| {
+            let mut m = a[0].clone();
+            for v in &a[1..] {
+                m = elementwise::binary(b, &BinaryOp::Max, e, &m, v)?;
+            }
+            Ok(m)
+        });
     }
     let win = window(b, &k)?;
     // Loops: n, c, o..., k....
