@@ -55,6 +55,13 @@
 //! net's 5×5 pools of stride 1 took 3.4 ms of its 20 as a reduction over the window. At
 //! stride 2 a row of a window is read element by element, so those are left to LLVM.
 //!
+//! A reduction along its innermost loop ([`row_reduction`]: softmax's maximum and sum,
+//! layer norm's sums, `Reduce*` over the last axis) keeps 16 partial results per row in a
+//! vector and folds them into one at the end of the row ([`reduce_rows`]); the CPU
+//! pipeline lowers that last fold as a tree (`reassociate-fp-reductions`). LLVM, which may
+//! not reorder a floating-point sum, had folded every element in turn. The order is fixed
+//! by the schedule, so results do not depend on the number of threads.
+//!
 //! The schedule is a transform library written for the module at hand ([`apply`],
 //! [`apply_threads`], [`library`]): the named sequences [`CONTRACTIONS`] and [`THREADS`].
 //! They find their ops by function name and place among the function's ops of the names
@@ -688,6 +695,9 @@ enum Pick {
     /// A depthwise convolution or a max pooling ([`depthwise`], [`max_taps`]) of these
     /// extents and inputs, vectorized along its rows ([`stencil`]).
     Stencil(Vec<u64>, usize),
+    /// A reduction along rows ([`row_reduction`]) of these extents and inputs, vectorized
+    /// with partial results ([`reduce_rows`]).
+    Rows(Vec<u64>, usize),
 }
 
 /// The ops that tile and vectorize the picked contractions (see the module doc), depthwise
@@ -705,7 +715,7 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
         // it), and its vectorized rows need no clean-up.
         if g.picked
             .iter()
-            .any(|(_, p)| matches!(p, Pick::Contraction(_)))
+            .any(|(_, p)| matches!(p, Pick::Contraction(_) | Pick::Rows(..)))
         {
             funcs.push(format!("%c{i}_f"));
         }
@@ -714,6 +724,10 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
                 Pick::Contraction(c) => c,
                 Pick::Stencil(extents, inputs) => {
                     stencil(&mut s, &h, extents, *inputs, parallel);
+                    continue;
+                }
+                Pick::Rows(extents, inputs) => {
+                    reduce_rows(&mut s, &h, extents, *inputs, parallel);
                     continue;
                 }
             };
@@ -1058,6 +1072,144 @@ fn windowed<'c: 'a, 'a>(
     Some(out)
 }
 
+/// The extents of a reduction along rows: a `linalg.generic` of static `f32` operands and
+/// one result whose innermost loop, a multiple of [`LANES`] long, is its only reduction,
+/// the result that of the other loops in order (`(d0, d1, d2) -> (d0, d1)`), each input's
+/// map loops in increasing order (a row of every input that has the innermost loop is
+/// contiguous; one without it is read once per row), and whose body folds each element
+/// into the result by one `arith.addf`, `arith.mulf`, `arith.maximumf` or
+/// `arith.minimumf` with the result's argument (a sum, a sum of squares, a maximum).
+/// Softmax, layer norm and `Reduce*` over the last axis lower to these; the schedule keeps
+/// [`LANES`] partial results per row in a vector ([`reduce_rows`]), which LLVM did not:
+/// without reassociation, it folded every element in turn.
+pub fn row_reduction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
+    if op_name(op) != "linalg.generic" || op.result_count() != 1 {
+        return None;
+    }
+    let inputs = op.operand_count().checked_sub(1)?;
+    let its = op.attribute("iterator_types").ok()?.to_string();
+    let reduction: Vec<bool> = its.split(',').map(|t| t.contains("reduction")).collect();
+    let rank = reduction.len();
+    if rank == 0 || !reduction[rank - 1] || reduction[..rank - 1].iter().any(|&r| r) {
+        return None;
+    }
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let out_map = map_dims(&maps.element(inputs).ok()?.to_string())?;
+    if out_map != (0..rank - 1).collect::<Vec<_>>() {
+        return None;
+    }
+    let mut extents = f32_shape(op.result(0).ok()?.r#type())?;
+    let mut row = None;
+    for i in 0..inputs {
+        let shape = f32_shape(op.operand(i).ok()?.r#type())?;
+        let map = map_dims(&maps.element(i).ok()?.to_string())?;
+        if shape.len() != map.len() || map.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        for (&d, &e) in map.iter().zip(&shape) {
+            if d == rank - 1 {
+                row = Some(e);
+            } else if extents.get(d) != Some(&e) {
+                return None;
+            }
+        }
+    }
+    let row = row?;
+    if row % LANES != 0 || extents.contains(&0) {
+        return None;
+    }
+    extents.push(row);
+    // The body: its last op before the yield folds into the result's argument, which
+    // nothing else reads.
+    let block = op.region(0).ok()?.first_block()?;
+    let acc = block.argument(inputs).ok()?;
+    let ret = block.terminator()?;
+    let fold = producer(ret.operand(0).ok()?)?;
+    let combiners = [
+        "arith.addf",
+        "arith.mulf",
+        "arith.maximumf",
+        "arith.minimumf",
+    ];
+    if op_name(&ret) != "linalg.yield"
+        || !combiners.contains(&op_name(&fold).as_str())
+        || fold.next_in_block().map(|n| n.to_raw().ptr) != Some(ret.to_raw().ptr)
+    {
+        return None;
+    }
+    let acc_ptr = acc.to_raw().ptr;
+    let reads = |o: &melior::ir::OperationRef<'_, '_>| {
+        (0..o.operand_count())
+            .filter(|&j| o.operand(j).is_ok_and(|v| v.to_raw().ptr == acc_ptr))
+            .count()
+    };
+    if reads(&fold) != 1 {
+        return None;
+    }
+    let mut others = 0;
+    let mut o = block.first_operation();
+    while let Some(x) = o {
+        if x.to_raw().ptr != fold.to_raw().ptr {
+            others += reads(&x);
+        }
+        o = x.next_in_block();
+    }
+    (others == 0).then_some(extents)
+}
+
+/// Writes the transform ops that vectorize the row reduction `%{h}` of `extents`
+/// ([`row_reduction`]): every other loop tiled by 1 (with threads and at least
+/// [`PARALLEL_ITERATIONS`] of work, as an `scf.forall`), each row folded into [`LANES`]
+/// partial results, one vector, a step of [`LANES`] elements at a time
+/// (`transform.structured.tile_reduction_using_for`), which are then folded into one. The
+/// order of the sum is fixed by the schedule, the same on any number of threads.
+fn reduce_rows(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bool) {
+    let rank = extents.len();
+    let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let rows: Vec<u64> = (0..rank)
+        .map(|d| u64::from(d + 1 < rank && extents[d] > 1))
+        .collect();
+    let tiled = rows.iter().filter(|&&t| t > 0).count();
+    let work = extents
+        .iter()
+        .fold(inputs as u64, |n, &e| n.saturating_mul(e));
+    let mut op = h.to_string();
+    if tiled > 0 {
+        if parallel && work >= PARALLEL_ITERATIONS {
+            forall(s, h, h, &rows);
+            op = format!("{h}_p");
+        } else {
+            let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
+            let _ = writeln!(
+                s,
+                "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}] \
+                 : (!transform.any_op) -> ({})",
+                names.join(", "),
+                list(&rows),
+                any(tiled + 1)
+            );
+            op = format!("{h}_t");
+        }
+    }
+    let mut lanes = vec![0u64; rank];
+    lanes[rank - 1] = LANES;
+    let _ = writeln!(
+        s,
+        "    %{op}_fill, %{op}_part, %{op}_merge, %{op}_kl = \
+         transform.structured.tile_reduction_using_for %{op} by tile_sizes = [{}] \
+         : (!transform.any_op) -> ({})",
+        list(&lanes),
+        any(4)
+    );
+    for part in ["part", "merge", "fill"] {
+        let _ = writeln!(
+            s,
+            "    transform.structured.vectorize %{op}_{part} : !transform.any_op"
+        );
+    }
+}
+
 /// Whether a window of a depthwise convolution reads rows of its input contiguously: it is
 /// a `tensor.extract_slice` whose innermost stride is 1 (a row of a window at stride 2
 /// would be read element by element; such a convolution is left to LLVM).
@@ -1189,10 +1341,14 @@ pub fn apply(
     what: &str,
 ) -> Result<String, Error> {
     let picks = generics(module, GENERIC, |op| {
-        contraction(op).map(Pick::Contraction).or_else(|| {
-            let extents = depthwise(op).or_else(|| max_taps(op))?;
-            Some(Pick::Stencil(extents, op.operand_count().saturating_sub(1)))
-        })
+        let inputs = op.operand_count().saturating_sub(1);
+        contraction(op)
+            .map(Pick::Contraction)
+            .or_else(|| {
+                let extents = depthwise(op).or_else(|| max_taps(op))?;
+                Some(Pick::Stencil(extents, inputs))
+            })
+            .or_else(|| Some(Pick::Rows(row_reduction(op)?, inputs)))
     });
     let contracts = contractions(&picks, parallel);
     if !contracts.is_empty() {

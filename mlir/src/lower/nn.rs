@@ -46,6 +46,9 @@ fn layer_norm(
     eps: f64,
     out: &TensorType,
 ) -> LResult<String> {
+    if args.len() < 2 {
+        return err("layer norm needs a scale operand");
+    }
     let x = &args[0];
     let e = x.ty.elem;
     let acc = acc_type(e);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use tessera_ir::{ElemType, Graph, Tensor, interp, text};
 use tessera_mlir::lower::{LowerOptions, Program, lower};
-use tessera_mlir::{Mlir, Runner};
+use tessera_mlir::{Mlir, Runner, schedule};
 
 use crate::filecheck::{check, parse_test_file};
 
@@ -380,6 +380,50 @@ fn agrees_with_the_interpreter(g: &Graph, program: &Program) {
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
         assert!(close(a, b), "output {i}: {:?} vs {:?}", a.ty(), b.ty());
     }
+}
+
+/// Reductions along the innermost loop of a multiple of 16 elements (softmax's maximum
+/// and sum, log-softmax's, layer norm's sum and sum of squares, a maximum over the last
+/// axis) are vectorized by the schedule with 16 partial results per row, the rows of a
+/// large one on threads where there are threads; a sum over the first axis and a mean over
+/// 20 elements are not. Every one agrees with the interpreter.
+#[test]
+fn row_reductions_are_vectorized_and_agree_with_the_interpreter() {
+    let src = "graph @rows(%x: f32[3, 5, 32], %y: f32[4, 48], %z: f32[6, 64], %w: f32[2, 20], %s: f32[48], %v: f32[128, 1024]) {\n  \
+           %a = softmax %x {axis = 2} : f32[3, 5, 32]\n  \
+           %b = log-softmax %y {axis = 1} : f32[4, 48]\n  \
+           %c = layer-norm %y, %s {axis = 1, epsilon = 0.00001} : f32[4, 48]\n  \
+           %d = reduce-max %z {axes = [1], keep-dims = false} : f32[6]\n  \
+           %e = reduce-sum %z {axes = [0], keep-dims = false} : f32[64]\n  \
+           %f = reduce-mean %w {axes = [1], keep-dims = true} : f32[2, 1]\n  \
+           %h = reduce-max %v {axes = [1], keep-dims = false} : f32[128]\n  \
+           return %a, %b, %c, %d, %e, %f, %h\n}\n";
+    let g = text::parse(src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "rows", false);
+    let mlir = Mlir::new();
+    let mut m = mlir.parse(&program.modules[0].1, "rows").expect("parses");
+    let body = schedule::apply(&mlir, &mut m, false, "rows").expect("applies");
+    mlir.verify(&m, "rows").expect("verifies");
+    // Two per softmax, two for layer norm, two for the maxima.
+    assert_eq!(
+        body.matches("tile_reduction_using_for").count(),
+        8,
+        "{body}"
+    );
+    assert!(body.contains("by tile_sizes = [0, 0, 16]"), "{body}");
+    assert!(body.contains("by tile_sizes = [0, 16]"), "{body}");
+    assert!(!body.contains("tile_using_forall"), "{body}");
+    // With threads, the rows of the large maximum (2^17 elements) are an `scf.forall`.
+    let mut m = mlir.parse(&program.modules[0].1, "rows").expect("parses");
+    let body = schedule::apply(&mlir, &mut m, true, "rows").expect("applies");
+    mlir.verify(&m, "rows").expect("verifies");
+    assert_eq!(body.matches("tile_using_forall").count(), 1, "{body}");
+    assert_eq!(
+        body.matches("tile_reduction_using_for").count(),
+        8,
+        "{body}"
+    );
+    agrees_with_the_interpreter(&g, &program);
 }
 
 /// Depthwise convolutions (one input channel per output channel) are lowered with every
