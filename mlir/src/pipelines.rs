@@ -19,7 +19,10 @@ use crate::{Error, Mlir, PipelineOptions};
 /// `scf.while`/`scf.for` bodies may yield new buffers, as region ops' loops do), then
 /// free what is no longer used, linalg to loops, vectors (the schedule's, see
 /// [`scheduled`]; a vector's sum or product folded as a tree, `reassociate-fp-reductions`:
-/// the schedule's row reductions end in one per row) and everything else to LLVM.
+/// the schedule's row reductions end in one per row; transfers of more than one dimension
+/// unrolled into rows, `full-unroll`, not staged through a temporary on the stack, which
+/// code built at -O0 allocated again in every iteration of the loops around it: GPT-2 tiny's
+/// LM head overflowed a 2 MiB thread stack) and everything else to LLVM.
 ///
 /// The deallocation is `buffer-deallocation-pipeline`'s passes without
 /// `buffer-deallocation-simplification`, which compares every pair of buffers a block frees
@@ -27,7 +30,7 @@ use crate::{Error, Mlir, PipelineOptions};
 /// thousands of its kernels' results at its end, and the pass took 5.2 s of a 6.7 s
 /// pipeline. The frees it would have proven unconditional are checked at run time against
 /// the step's few results.
-pub const CPU: &str = "builtin.module(linalg-fuse-elementwise-ops,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+pub const CPU: &str = "builtin.module(linalg-fuse-elementwise-ops,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
 /// Whether [`crate::Mlir::run_pipeline`] applies the CPU code generation schedule
 /// ([`crate::schedule`]) to a module before `pipeline`'s passes: it does for [`CPU`] and
@@ -112,7 +115,7 @@ pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,
 /// The second part of the MPI program's pipeline (see [`CPU_MPI_BUFFERS`]). Buffers are
 /// allocated and freed by the generic functions (`_mlir_memref_to_llvm_alloc` and `_free`),
 /// which the program's C driver defines to count each rank's bytes.
-pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf,convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
+pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
 /// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
 /// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA

@@ -562,20 +562,20 @@ fn weights_packed_into_panels_agree_with_the_interpreter() {
     let g = text::parse(&src, None).expect("parses");
     let program = lower_cpu(&g, "packed", false);
     let names: Vec<&String> = program.weights.keys().collect();
-    // 250 columns, 5 and 7 rows: panels of 32 lanes (2 vectors: a tile's vectors are a
-    // power of two of registers), 8 panels, the last holding 26 columns and 6 zeros.
-    assert_eq!(names, ["bias", "v", "w@panels32"], "{names:?}");
+    // 250 columns, 5 and 7 rows: tiles of 4 rows, panels of 64 lanes (4 vectors), 4
+    // panels, the last holding 58 columns and 6 zeros.
+    assert_eq!(names, ["bias", "v", "w@panels64"], "{names:?}");
     assert_eq!(
-        program.weights["w@panels32"].0.to_string(),
-        "f32[8, 300, 32]"
+        program.weights["w@panels64"].0.to_string(),
+        "f32[4, 300, 64]"
     );
     let module = &program.modules[0].1;
     assert!(
-        module.contains("tessera.weight = \"w@panels32\""),
+        module.contains("tessera.weight = \"w@panels64\""),
         "{module}"
     );
     assert!(
-        module.contains("d2 floordiv 32, d0, d1, d2 mod 32"),
+        module.contains("d2 floordiv 64, d0, d1, d2 mod 64"),
         "{module}"
     );
     agrees_with_the_interpreter(&g, &program);
