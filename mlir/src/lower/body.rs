@@ -341,6 +341,36 @@ impl Body {
         }
     }
 
+    /// `f` of each element of `x`, a `linalg.map`: the CPU pipeline's fusion of elementwise
+    /// generics leaves it alone, so a value per row of a reduction (a mean, a reciprocal
+    /// standard deviation) is computed once per row, not again for every element of the row
+    /// that reads it.
+    pub fn map(
+        &mut self,
+        x: &Val,
+        f: impl FnOnce(&mut Body, &str) -> LResult<String>,
+    ) -> LResult<Val> {
+        let init = self.empty(&x.ty)?;
+        let res = self.fresh();
+        let ty = tensor_ty(&x.ty)?;
+        let e = elem(x.ty.elem);
+        self.line(format!(
+            "{res} = linalg.map ins({} : {ty}) outs({init} : {ty})",
+            x.name
+        ));
+        let (a, out) = (self.fresh(), self.fresh());
+        self.line(format!("({a}: {e}, {out}: {e}) {{"));
+        self.indent += 1;
+        let y = f(self, &a)?;
+        self.line(format!("linalg.yield {y} : {e}"));
+        self.indent -= 1;
+        self.line("}");
+        Ok(Val {
+            name: res,
+            ty: x.ty.clone(),
+        })
+    }
+
     /// An elementwise generic over `ins` broadcast to the result type `out`; `f` maps the
     /// operands' scalars to the result scalar.
     pub fn elementwise(
