@@ -72,26 +72,13 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 /// clang's flags for an object file of tessera's code: for this machine's CPU, position
-/// independent (a library's part). On x86, loops LLVM vectorizes itself use the widest
-/// vectors the CPU has: LLVM's tuning for recent Intel CPUs prefers 256-bit vectors where
-/// it chooses (the schedule's vectors are 512-bit either way), and an elementwise loop of
-/// `exp`, `erf` or a sigmoid over 65,536 elements took 30% less time with 512-bit ones.
-/// (`-mprefer-vector-width` sets a function attribute in clang's own front end, which LLVM
-/// IR input does not go through; the tuning feature is turned off instead.)
-const COMPILE: &[&str] = &[
+/// independent (a library's part).
+const COMPILE: [&str; 5] = [
     "-c",
     "-O2",
     "-march=native",
     "-fPIC",
     "-Wno-override-module",
-    #[cfg(target_arch = "x86_64")]
-    "-Xclang",
-    #[cfg(target_arch = "x86_64")]
-    "-target-feature",
-    #[cfg(target_arch = "x86_64")]
-    "-Xclang",
-    #[cfg(target_arch = "x86_64")]
-    "-prefer-256-bit",
 ];
 
 /// Compiles LLVM IR text to an object file for this machine's CPU (`-march=native`, as the
