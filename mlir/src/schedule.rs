@@ -546,23 +546,7 @@ fn piece(
         // Partial sums of LANES products per element, carried in registers along k, then
         // added up (`tile_reduction_using_for`); a piece of at most LANES is one vector.
         if t.extents[c.k] > LANES {
-            let mut lanes = vec![0u64; rank];
-            lanes[kd] = LANES;
-            let _ = writeln!(
-                s,
-                "    %{op}_fill, %{op}_part, %{op}_merge, %{op}_kl = \
-                 transform.structured.tile_reduction_using_for %{op} by tile_sizes = [{}] \
-                 : (!transform.any_op) -> ({})",
-                list(&lanes),
-                any(4)
-            );
-            for h in ["part", "merge", "fill"] {
-                let _ = writeln!(
-                    s,
-                    "    transform.structured.vectorize %{op}_{h} : !transform.any_op"
-                );
-            }
-            loops.push(format!("%{op}_kl"));
+            loops.push(partial_results(s, &op, rank, kd));
             return;
         }
     } else if count(&k) > 0 {
@@ -592,6 +576,52 @@ fn forall(s: &mut String, h: &str, target: &str, sizes: &[u64]) {
          tile_sizes [{}] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)",
         list.join(", ")
     );
+}
+
+/// Writes `%{h}_t, %{h}_l0, .. = transform.structured.tile_using_for %{h}` with `sizes`
+/// (one loop per nonzero size) and returns the tiled op's handle, `{h}_t`; `h` itself where
+/// no size is nonzero.
+fn tile_for(s: &mut String, h: &str, sizes: &[u64]) -> String {
+    let tiled = sizes.iter().filter(|&&t| t > 0).count();
+    if tiled == 0 {
+        return h.to_string();
+    }
+    let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
+    let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let any = vec!["!transform.any_op"; tiled + 1].join(", ");
+    let _ = writeln!(
+        s,
+        "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}] \
+         : (!transform.any_op) -> ({any})",
+        names.join(", "),
+        list.join(", ")
+    );
+    format!("{h}_t")
+}
+
+/// Writes the ops that fold loop `dim` (of `rank`) of `%{op}` into [`LANES`] partial
+/// results carried in one vector, [`LANES`] elements a step, then into one
+/// (`transform.structured.tile_reduction_using_for`), each part vectorized; returns the
+/// handle of the loop of steps, `%{op}_kl`.
+fn partial_results(s: &mut String, op: &str, rank: usize, dim: usize) -> String {
+    let mut lanes = vec![0u64; rank];
+    lanes[dim] = LANES;
+    let lanes: Vec<String> = lanes.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        s,
+        "    %{op}_fill, %{op}_part, %{op}_merge, %{op}_kl = \
+         transform.structured.tile_reduction_using_for %{op} by tile_sizes = [{}] \
+         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, \
+         !transform.any_op, !transform.any_op)",
+        lanes.join(", ")
+    );
+    for part in ["part", "merge", "fill"] {
+        let _ = writeln!(
+            s,
+            "    transform.structured.vectorize %{op}_{part} : !transform.any_op"
+        );
+    }
+    format!("%{op}_kl")
 }
 
 /// Splits `%{h}` along `dim` after `main`, writes its two pieces' handles `%{h}_0`, `%{h}_1`.
@@ -1158,18 +1188,13 @@ pub fn row_reduction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<
             .filter(|&j| o.operand(j).is_ok_and(|v| v.to_raw().ptr == acc_ptr))
             .count()
     };
-    if reads(&fold) != 1 {
-        return None;
-    }
-    let mut others = 0;
+    let mut total = 0;
     let mut o = block.first_operation();
     while let Some(x) = o {
-        if x.to_raw().ptr != fold.to_raw().ptr {
-            others += reads(&x);
-        }
+        total += reads(&x);
         o = x.next_in_block();
     }
-    (others == 0).then_some(extents)
+    (reads(&fold) == 1 && total == 1).then_some(extents)
 }
 
 /// Writes the transform ops that vectorize the row reduction `%{h}` of `extents`
@@ -1180,49 +1205,19 @@ pub fn row_reduction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<
 /// order of the sum is fixed by the schedule, the same on any number of threads.
 fn reduce_rows(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bool) {
     let rank = extents.len();
-    let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
-    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     let rows: Vec<u64> = (0..rank)
         .map(|d| u64::from(d + 1 < rank && extents[d] > 1))
         .collect();
-    let tiled = rows.iter().filter(|&&t| t > 0).count();
     let work = extents
         .iter()
         .fold(inputs as u64, |n, &e| n.saturating_mul(e));
-    let mut op = h.to_string();
-    if tiled > 0 {
-        if parallel && work >= PARALLEL_ITERATIONS {
-            forall(s, h, h, &rows);
-            op = format!("{h}_p");
-        } else {
-            let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
-            let _ = writeln!(
-                s,
-                "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}] \
-                 : (!transform.any_op) -> ({})",
-                names.join(", "),
-                list(&rows),
-                any(tiled + 1)
-            );
-            op = format!("{h}_t");
-        }
-    }
-    let mut lanes = vec![0u64; rank];
-    lanes[rank - 1] = LANES;
-    let _ = writeln!(
-        s,
-        "    %{op}_fill, %{op}_part, %{op}_merge, %{op}_kl = \
-         transform.structured.tile_reduction_using_for %{op} by tile_sizes = [{}] \
-         : (!transform.any_op) -> ({})",
-        list(&lanes),
-        any(4)
-    );
-    for part in ["part", "merge", "fill"] {
-        let _ = writeln!(
-            s,
-            "    transform.structured.vectorize %{op}_{part} : !transform.any_op"
-        );
-    }
+    let op = if parallel && work >= PARALLEL_ITERATIONS && rows.contains(&1) {
+        forall(s, h, h, &rows);
+        format!("{h}_p")
+    } else {
+        tile_for(s, h, &rows)
+    };
+    partial_results(s, &op, rank, rank - 1);
 }
 
 /// Whether a window of a depthwise convolution reads rows of its input contiguously: it is
@@ -1260,7 +1255,6 @@ const STENCIL_LANES: u64 = 64;
 fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bool) {
     let rank = extents.len();
     let row = extents[rank - 1];
-    let any = |n: usize| vec!["!transform.any_op"; n].join(", ");
     // The loops outside the rows: batch and channels (and the depth of a 3-D one), never
     // the row loop.
     let lead = rank.saturating_sub(2).max(2).min(rank.saturating_sub(1));
@@ -1299,21 +1293,7 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
             .map(|&e| u64::from(e > 1))
             .collect();
         sizes.push(if tiled_row { STENCIL_LANES } else { 0 });
-        let tiled = sizes.iter().filter(|&&t| t > 0).count();
-        let mut op = ph.clone();
-        if tiled > 0 {
-            let names: Vec<String> = (0..tiled).map(|i| format!("%{ph}_l{i}")).collect();
-            let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
-            let _ = writeln!(
-                s,
-                "    %{ph}_t, {} = transform.structured.tile_using_for %{ph} tile_sizes [{}] \
-                 : (!transform.any_op) -> ({})",
-                names.join(", "),
-                list.join(", "),
-                any(tiled + 1)
-            );
-            op = format!("{ph}_t");
-        }
+        let op = tile_for(s, &ph, &sizes);
         let _ = writeln!(
             s,
             "    transform.structured.vectorize %{op} : !transform.any_op"
