@@ -111,6 +111,50 @@ pub struct In<'a> {
     pub map: String,
 }
 
+/// A value written as `tensor.expand_shape` of `source` by `groups` (the reassociation: the
+/// source's dimension `i` is the result's dimensions `groups[i]`).
+#[derive(Clone, Debug)]
+pub struct Expansion {
+    /// The collapsed value.
+    pub source: Val,
+    /// The reassociation.
+    pub groups: Vec<Vec<usize>>,
+}
+
+/// A reassociation as MLIR prints it: `[[0], [1], [2, 3]]`.
+fn reassociation(groups: &[Vec<usize>]) -> String {
+    let g: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let d: Vec<String> = g.iter().map(usize::to_string).collect();
+            format!("[{}]", d.join(", "))
+        })
+        .collect();
+    format!("[{}]", g.join(", "))
+}
+
+/// Whether each of `ins` (numpy-broadcast to `od`) is, within each group of `groups`,
+/// either all there or all broadcast (ignoring dimensions of extent 1), so that the
+/// elementwise op can run on the collapsed shapes.
+fn collapses(ins: &[&Val], od: &[u64], groups: &[Vec<usize>]) -> bool {
+    ins.iter().all(|v| {
+        let Some(d) = v.ty.static_dims() else {
+            return false;
+        };
+        let Some(offset) = od.len().checked_sub(d.len()) else {
+            return false;
+        };
+        groups.iter().all(|g| {
+            let mut class = None;
+            g.iter().filter(|&&j| od[j] > 1).all(|&j| {
+                let full = j >= offset && d[j - offset] == od[j];
+                let c = *class.get_or_insert(full);
+                c == full && (full || j < offset || d[j - offset] == 1)
+            })
+        })
+    })
+}
+
 /// The function body being written.
 ///
 /// While an op of the model is lowered ([`Body::with_loc`]), every MLIR op written at its
@@ -120,6 +164,10 @@ pub struct In<'a> {
 #[derive(Default)]
 pub struct Body {
     lines: Vec<String>,
+    /// The values written as `tensor.expand_shape` of another ([`Body::expand_shape`]), by
+    /// name: elementwise ops on them are written on the collapsed value
+    /// ([`Body::elementwise`]).
+    expansions: std::collections::BTreeMap<String, Expansion>,
     next: usize,
     indent: usize,
     /// How many regions (`{` ... `}`) are open at the end of the written lines.
@@ -252,6 +300,59 @@ impl Body {
         )))
     }
 
+    /// `tensor.expand_shape` of `src` by `groups` into `to`, remembered as an [`Expansion`].
+    pub fn expand_shape(
+        &mut self,
+        src: &Val,
+        groups: &[Vec<usize>],
+        to: &TensorType,
+    ) -> LResult<String> {
+        let shape: Vec<String> = dims(to)?.iter().map(u64::to_string).collect();
+        let r = self.assign(format!(
+            "tensor.expand_shape {} {} output_shape [{}] : {} into {}",
+            src.name,
+            reassociation(groups),
+            shape.join(", "),
+            tensor_ty(&src.ty)?,
+            tensor_ty(to)?
+        ));
+        self.expansions.insert(
+            r.clone(),
+            Expansion {
+                source: src.clone(),
+                groups: groups.to_vec(),
+            },
+        );
+        Ok(r)
+    }
+
+    /// The expansion `v` was written as, if it was one ([`Body::expand_shape`]).
+    pub fn expansion(&self, v: &Val) -> Option<&Expansion> {
+        self.expansions.get(&v.name)
+    }
+
+    /// `tensor.collapse_shape` of `v` by `groups` (`v`'s dimensions), or `v` where every
+    /// group is one dimension.
+    pub fn collapse_shape(&mut self, v: &Val, groups: &[Vec<usize>]) -> LResult<Val> {
+        if groups.iter().all(|g| g.len() == 1) {
+            return Ok(v.clone());
+        }
+        let d = dims(&v.ty)?;
+        let to: Vec<u64> = groups
+            .iter()
+            .map(|g| g.iter().map(|&i| d[i]).product())
+            .collect();
+        let ty = TensorType::fixed(v.ty.elem, &to);
+        let name = self.assign(format!(
+            "tensor.collapse_shape {} {} : {} into {}",
+            v.name,
+            reassociation(groups),
+            tensor_ty(&v.ty)?,
+            tensor_ty(&ty)?
+        ));
+        Ok(Val { name, ty })
+    }
+
     /// A `linalg.generic`: `ins` with their maps, results of types `outs` with maps
     /// `out_maps` and initial values `inits` (`None`: `tensor.empty`), `iterators` (`parallel`
     /// or `reduction` per loop). `body` gets the block arguments (one scalar per input, then
@@ -373,7 +474,32 @@ impl Body {
 
     /// An elementwise generic over `ins` broadcast to the result type `out`; `f` maps the
     /// operands' scalars to the result scalar.
+    ///
+    /// Where an input of the result's shape was written as an expansion
+    /// ([`Body::expand_shape`]: a convolution's product, `[N, M, pixels]` as `[N, M, H, W]`)
+    /// and every input collapses the same way, the op runs on the collapsed shapes, reading
+    /// that value's source itself, and its result is expanded back: a chain of elementwise
+    /// ops after a product is then written on the product's own shape, where the schedule
+    /// fuses it into the product's tiles (and a row of 14 pixels is not a loop of its own).
     pub fn elementwise(
+        &mut self,
+        ins: &[&Val],
+        out: &TensorType,
+        f: impl FnOnce(&mut Body, &[String]) -> LResult<String>,
+    ) -> LResult<String> {
+        let od = dims(out)?;
+        let groups = ins.iter().find_map(|v| {
+            let e = self.expansion(v)?;
+            (v.ty.static_dims()? == od && collapses(ins, &od, &e.groups)).then(|| e.groups.clone())
+        });
+        if let Some(groups) = groups {
+            return self.collapsed_elementwise(ins, out, &od, &groups, f);
+        }
+        self.plain_elementwise(ins, out, f)
+    }
+
+    /// [`Body::elementwise`] on the shapes as they are.
+    fn plain_elementwise(
         &mut self,
         ins: &[&Val],
         out: &TensorType,
@@ -396,6 +522,47 @@ impl Body {
             |b, args| Ok(vec![f(b, &args[..ins.len()])?]),
         )?;
         Ok(r.into_iter().next().unwrap_or_default())
+    }
+
+    /// [`Body::elementwise`] on the shapes collapsed by `groups` (of `od`, the result's
+    /// dimensions), its result expanded back to `out`.
+    fn collapsed_elementwise(
+        &mut self,
+        ins: &[&Val],
+        out: &TensorType,
+        od: &[u64],
+        groups: &[Vec<usize>],
+        f: impl FnOnce(&mut Body, &[String]) -> LResult<String>,
+    ) -> LResult<String> {
+        let mut flat = Vec::new();
+        for v in ins {
+            if let Some(e) = self.expansion(v).filter(|e| e.groups == groups) {
+                flat.push(e.source.clone());
+                continue;
+            }
+            // The input's own dimensions of each group (numpy broadcasting aligns them at
+            // the end).
+            let offset = od.len() - v.ty.rank();
+            let own: Vec<Vec<usize>> = groups
+                .iter()
+                .map(|g| {
+                    g.iter()
+                        .filter(|&&j| j >= offset)
+                        .map(|&j| j - offset)
+                        .collect()
+                })
+                .filter(|g: &Vec<usize>| !g.is_empty())
+                .collect();
+            flat.push(self.collapse_shape(v, &own)?);
+        }
+        let to: Vec<u64> = groups
+            .iter()
+            .map(|g| g.iter().map(|&j| od[j]).product())
+            .collect();
+        let ty = TensorType::fixed(out.elem, &to);
+        let refs: Vec<&Val> = flat.iter().collect();
+        let r = self.plain_elementwise(&refs, &ty, f)?;
+        self.expand_shape(&Val { name: r, ty }, groups, out)
     }
 
     /// An "index" generic: a result of type `out` whose element at coordinates `idx`

@@ -668,7 +668,20 @@ fn conv_core(
     if bias.is_none() && acc == e {
         return Ok(res.name);
     }
-    let rank = od.len();
+    // On the product's own shape where it has one (`[N, M, pixels]`, see
+    // `Body::elementwise`), the bias read by channel (`(d1)`: vectorized in a tile of the
+    // product, a vector of channels broadcast along the pixels; a `[1, M, 1]` operand read
+    // with a broadcast map instead was lowered lane by lane through the stack, the CNN
+    // 0.056 -> 0.065 ms).
+    let flat = b
+        .expansion(&res)
+        .filter(|e| e.groups.get(1).is_some_and(|g| g == &[1]))
+        .cloned();
+    let (res, res_out) = match &flat {
+        Some(x) => (x.source.clone(), x.source.ty.with_elem(e)),
+        None => (res, out.clone()),
+    };
+    let rank = res.ty.rank();
     let mut ins = vec![In {
         val: &res,
         map: identity_map(rank),
@@ -682,7 +695,7 @@ fn conv_core(
     let be = bias.map(|v| v.ty.elem);
     let r = b.generic(
         &ins,
-        &[(out.clone(), identity_map(rank), None)],
+        &[(res_out.clone(), identity_map(rank), None)],
         &vec!["parallel"; rank],
         |b, a| {
             let mut v = a[0].clone();
@@ -693,7 +706,16 @@ fn conv_core(
             Ok(vec![elementwise::cast(b, acc, e, &v)])
         },
     )?;
-    Ok(r[0].clone())
+    match flat {
+        Some(x) => {
+            let r = Val {
+                name: r[0].clone(),
+                ty: res_out,
+            };
+            b.expand_shape(&r, &x.groups, out)
+        }
+        None => Ok(r[0].clone()),
+    }
 }
 
 /// Convolutions of more taps than this are not unrolled by [`depthwise`].
@@ -777,21 +799,6 @@ fn im2col(b: &mut Body, x: &Val, w: &Val, g: &Geom, acc_ty: &TensorType) -> LRes
     let taps: u64 = wd[2..].iter().product();
     let pixels: u64 = od[2..].iter().product();
     let in_place = taps == 1 && g.strides.iter().all(|&t| t == 1) && xd[2..] == od[2..];
-    let group = |from: usize, to: usize| -> String {
-        let v: Vec<String> = (from..to).map(|i| i.to_string()).collect();
-        format!("[{}]", v.join(", "))
-    };
-    let collapse = |b: &mut Body, v: &Val, groups: &[String], to: &[u64]| -> LResult<Val> {
-        let ty = TensorType::fixed(v.ty.elem, to);
-        let name = b.assign(format!(
-            "tensor.collapse_shape {} [{}] : {} into {}",
-            v.name,
-            groups.join(", "),
-            tensor_ty(&v.ty)?,
-            tensor_ty(&ty)?
-        ));
-        Ok(Val { name, ty })
-    };
     let cols = if in_place {
         x.clone()
     } else {
@@ -819,13 +826,11 @@ fn im2col(b: &mut Body, x: &Val, w: &Val, g: &Geom, acc_ty: &TensorType) -> LRes
     };
     // The columns as [N, C·K, O]: the taps follow c, the output pixels follow them.
     let rank = cols.ty.rank();
-    let cols = collapse(
-        b,
+    let cols = b.collapse_shape(
         &cols,
-        &[group(0, 1), group(1, rank - s), group(rank - s, rank)],
-        &[n, c * taps, pixels],
+        &[vec![0], (1..rank - s).collect(), (rank - s..rank).collect()],
     )?;
-    let filter = collapse(b, w, &[group(0, 1), group(1, 2 + s)], &[m, c * taps])?;
+    let filter = b.collapse_shape(w, &[vec![0], (1..2 + s).collect()])?;
     let flat = TensorType::fixed(acc_ty.elem, &[n, m, pixels]);
     let prod = contract(
         b,
@@ -836,14 +841,11 @@ fn im2col(b: &mut Body, x: &Val, w: &Val, g: &Geom, acc_ty: &TensorType) -> LRes
         vec!["d0".into(), "d3".into(), "d2".into()],
         3,
     )?;
-    let shape: Vec<String> = od.iter().map(u64::to_string).collect();
-    Ok(b.assign(format!(
-        "tensor.expand_shape {prod} [[0], [1], {}] output_shape [{}] : {} into {}",
-        group(2, 2 + s),
-        shape.join(", "),
-        tensor_ty(&flat)?,
-        tensor_ty(acc_ty)?
-    )))
+    let prod = Val {
+        name: prod,
+        ty: flat,
+    };
+    b.expand_shape(&prod, &[vec![0], vec![1], (2..2 + s).collect()], acc_ty)
 }
 
 /// The taps of a kernel of extents `k`, each as its index along every spatial axis, the

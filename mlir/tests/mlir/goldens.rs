@@ -426,6 +426,64 @@ fn row_reductions_are_vectorized_and_agree_with_the_interpreter() {
     agrees_with_the_interpreter(&g, &program);
 }
 
+/// A product's elementwise ops after it (a convolution's bias and ReLU, a matmul's bias and
+/// clip) are computed in the product's tiles, from its block of C in registers: the last
+/// one is split and tiled like C, and the others, the product and its fill are fused into
+/// its loops (the convolution's 100 pixels as 96 + 4; the matmul's 20 rows as 16 + 4 and
+/// 50 columns as 32 + 16 + 2). After the schedule, no generic but the im2col copy and no
+/// fill but the padding's is left, with threads or without; a product whose result is read twice keeps its
+/// elementwise op apart. Every result agrees with the interpreter.
+#[test]
+fn epilogues_are_fused_into_product_tiles_and_agree_with_the_interpreter() {
+    let src = format!(
+        "const @w : f32[24, 8, 3, 3] = [{}]\nconst @b : f32[24] = [{}]\n\
+         const @c : f32[50] = [{}]\n\n\
+         graph @ep(%x: f32[1, 8, 10, 10], %y: f32[20, 64], %v: f32[64, 50]) {{\n  \
+           %w = const @w : f32[24, 8, 3, 3]\n  %b = const @b : f32[24]\n  \
+           %c = const @c : f32[50]\n  \
+           %a = conv %x, %w, %b {{dilations = [1, 1], groups = 1, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[1, 24, 10, 10]\n  \
+           %r = relu %a : f32[1, 24, 10, 10]\n  \
+           %m = matmul %y, %v : f32[20, 50]\n  \
+           %n = add %m, %c : f32[20, 50]\n  \
+           %k = clip %n {{max = 1.5, min = -0.5}} : f32[20, 50]\n  \
+           return %r, %k\n}}\n",
+        constant_values(1, 24 * 8 * 9),
+        constant_values(2, 24),
+        constant_values(3, 50)
+    );
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "ep", false);
+    let mlir = Mlir::new();
+    for parallel in [false, true] {
+        let mut m = mlir.parse(&program.modules[0].1, "ep").expect("parses");
+        let body = schedule::apply(&mlir, &mut m, parallel, "ep").expect("applies");
+        mlir.verify(&m, "ep").expect("verifies");
+        // The convolution: its bias, product and fill into each of 2 pieces; the matmul:
+        // its product and fill into each of 6.
+        assert_eq!(
+            body.matches("fuse_into_containing_op").count(),
+            2 * 3 + 6 * 2,
+            "{body}"
+        );
+        let module = Mlir::print(&m);
+        assert_eq!(module.matches("linalg.generic").count(), 1, "{module}");
+        // The four fills of the padded input's border.
+        assert_eq!(module.matches("linalg.fill").count(), 4, "{module}");
+    }
+    agrees_with_the_interpreter(&g, &program);
+    // The product returned as well as clipped: nothing is fused.
+    let src = "graph @two(%y: f32[20, 64], %v: f32[64, 50]) {\n  \
+           %m = matmul %y, %v : f32[20, 50]\n  \
+           %k = clip %m {max = 1.5, min = -0.5} : f32[20, 50]\n  \
+           return %m, %k\n}\n";
+    let g = text::parse(src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "two", false);
+    let mut m = mlir.parse(&program.modules[0].1, "two").expect("parses");
+    let body = schedule::apply(&mlir, &mut m, true, "two").expect("applies");
+    assert!(!body.contains("fuse_into_containing_op"), "{body}");
+    agrees_with_the_interpreter(&g, &program);
+}
+
 /// Depthwise convolutions (one input channel per output channel) are lowered with every
 /// tap's window a strided slice and no reduction loop; with padding, strides 1 and 2, a
 /// dilation, a bias, one spatial axis, rows of 150 (vectorized in pieces) and a ReLU fused
