@@ -431,8 +431,10 @@ fn row_reductions_are_vectorized_and_agree_with_the_interpreter() {
 /// one is split and tiled like C, and the others, the product and its fill are fused into
 /// its loops (the convolution's 100 pixels as 96 + 4; the matmul's 20 rows as 16 + 4 and
 /// 50 columns as 32 + 16 + 2). After the schedule, no generic but the im2col copy and no
-/// fill but the padding's is left, with threads or without; a product whose result is read twice keeps its
-/// elementwise op apart. Every result agrees with the interpreter.
+/// fill but the padding's is left, with threads or without; a product whose A does not fit
+/// a core's L2 cache and whose B does runs its row tiles outermost, each computing all of
+/// `n` in pieces; a product whose result is read twice keeps its elementwise op apart.
+/// Every result agrees with the interpreter.
 #[test]
 fn epilogues_are_fused_into_product_tiles_and_agree_with_the_interpreter() {
     let src = format!(
@@ -469,6 +471,37 @@ fn epilogues_are_fused_into_product_tiles_and_agree_with_the_interpreter() {
         assert_eq!(module.matches("linalg.generic").count(), 1, "{module}");
         // The four fills of the padded input's border.
         assert_eq!(module.matches("linalg.fill").count(), 4, "{module}");
+    }
+    agrees_with_the_interpreter(&g, &program);
+    // A of more than a core's L2 cache (1024 × 520), B of 49 columns: row tiles of all
+    // 49 columns outermost, each split into 32 + 16 + 1 columns within.
+    let src = format!(
+        "const @a : f32[1024, 520] = [{}]\nconst @c : f32[1024, 1] = [{}]\n\n\
+         graph @rows(%x: f32[520, 49]) {{\n  \
+           %a = const @a : f32[1024, 520]\n  %c = const @c : f32[1024, 1]\n  \
+           %m = matmul %a, %x : f32[1024, 49]\n  \
+           %n = add %m, %c : f32[1024, 49]\n  \
+           %r = relu %n : f32[1024, 49]\n  \
+           return %r\n}}\n",
+        constant_values(4, 1024 * 520),
+        constant_values(5, 1024)
+    );
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "rows", false);
+    for parallel in [false, true] {
+        let mut m = mlir.parse(&program.modules[0].1, "rows").expect("parses");
+        let body = schedule::apply(&mlir, &mut m, parallel, "rows").expect("applies");
+        mlir.verify(&m, "rows").expect("verifies");
+        let rows = if parallel {
+            "tile_using_forall %c0_1 tile_sizes [8, 0]"
+        } else {
+            "tile_using_for %c0_1 tile_sizes [8, 0]"
+        };
+        assert!(body.contains(rows), "{body}");
+        assert!(body.contains("after 32 {dimension = 1}"), "{body}");
+        assert!(body.contains("after 16 {dimension = 1}"), "{body}");
+        let module = Mlir::print(&m);
+        assert!(!module.contains("linalg."), "{module}");
     }
     agrees_with_the_interpreter(&g, &program);
     // The product returned as well as clipped: nothing is fused.
