@@ -110,6 +110,10 @@ const ACCUMULATORS: u64 = 16;
 /// two (the fork and join cost more than they save).
 const PARALLEL_FLOPS: u64 = 1 << 23;
 
+/// The operands' bytes from which a contraction's tiles run in parallel, when the pipeline
+/// has threads, whatever its work ([`Contraction::threaded`]).
+const PARALLEL_BYTES: u64 = 2 << 20;
+
 /// Rows of C per tile when the contraction has more than [`ACCUMULATORS`] rows: 8 rows of
 /// 2 vectors, 8 broadcasts and 2 loads per 16 FMAs.
 const ROWS: u64 = 8;
@@ -386,6 +390,27 @@ impl Contraction {
         (lanes.min(nx), mt)
     }
 
+    /// Whether the contraction's tiles run on threads where the pipeline has them: at
+    /// least [`PARALLEL_FLOPS`] of work or [`PARALLEL_BYTES`] of operands (a matrix-vector
+    /// product reads its matrix at the speed of memory, faster from two cores). Every
+    /// piece of such a contraction with two tiles or more does, the pieces that the tile
+    /// does not divide too: they follow the main piece while the threads are up, and
+    /// their narrow vectors make them slower than their work says (MobileNetV2's 49
+    /// pixels: 32, 16 and 1).
+    fn threaded(&self) -> bool {
+        let flops = self.extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
+        let batch: u64 = (0..self.extents.len())
+            .filter(|&d| d != self.n && d != self.k && Some(d) != self.m)
+            .map(|d| self.extents[d])
+            .fold(1, u64::saturating_mul);
+        let rows = self.m.map_or(1, |m| self.extents[m]);
+        let bytes = (rows.saturating_add(self.extents[self.n]))
+            .saturating_mul(self.extents[self.k])
+            .saturating_mul(batch)
+            .saturating_mul(4);
+        flops >= PARALLEL_FLOPS || bytes >= PARALLEL_BYTES
+    }
+
     /// [`Contraction::tile`] of the whole contraction, which every piece keeps.
     fn tile_of_whole(&self) -> (u64, u64) {
         self.tile(self.extents[self.n], self.m.map_or(1, |m| self.extents[m]))
@@ -475,7 +500,6 @@ fn piece(
         .filter(|&d| rows[d] > 0)
         .map(|d| t.extents[d].div_ceil(rows[d]))
         .fold(1u64, u64::saturating_mul);
-    let flops = t.extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
     let mut op = h.to_string();
     // Loops over the batch, then n tiles, then row tiles, then k: a panel of B is reused
     // from the cache by the row tiles that follow each other.
@@ -487,7 +511,7 @@ fn piece(
     order.push(c.k);
     // Where k is among the loops (it moves last when the loops are interchanged).
     let mut kd = c.k;
-    if parallel && tiles.saturating_mul(row_tiles) >= 2 && flops >= PARALLEL_FLOPS {
+    if parallel && tiles.saturating_mul(row_tiles) >= 2 && c.threaded() {
         // The outer and row tiles in parallel (`scf.forall`, to OpenMP, whose static
         // schedule gives each thread a run of tiles in the order above: its own panels of
         // B and blocks of C). The forall's dimensions are the op's loops in their order,
@@ -868,8 +892,7 @@ fn fused_piece(
         .collect();
     order.extend(pos(c.n));
     order.extend(c.m.and_then(pos));
-    let flops = t.extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
-    let forall = parallel && tiles.saturating_mul(row_tiles) >= 2 && flops >= PARALLEL_FLOPS;
+    let forall = parallel && tiles.saturating_mul(row_tiles) >= 2 && c.threaded();
     // One tile: a loop of one step all the same, to fuse into.
     if !forall
         && sizes.iter().all(|&x| x == 0)
@@ -971,8 +994,7 @@ fn rows_first(
             mt: rows_mt,
         };
         let (mut sizes, tiles, row_tiles) = epilogue_sizes(c, ep, &t);
-        let flops = extents.iter().fold(2u64, |f, &e| f.saturating_mul(e));
-        let forall = parallel && tiles.saturating_mul(row_tiles) >= 2 && flops >= PARALLEL_FLOPS;
+        let forall = parallel && tiles.saturating_mul(row_tiles) >= 2 && c.threaded();
         if !forall && sizes.iter().all(|&x| x == 0) {
             sizes[dim(m)] = rows_mt;
         }
