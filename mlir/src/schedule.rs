@@ -44,12 +44,15 @@
 //! split and tiled like C, and the others, the product and its fill are fused into its
 //! loops (`transform.structured.fuse_into_containing_op`). Each tile then starts its block
 //! of C as zeros, runs `k`, and computes the epilogue from the block in registers: C is
-//! never stored and read back, and no memset precedes it (MobileNetV2 11.4 -> 9.9 ms,
-//! YOLO-shaped net 16.1 -> 13.8, SqueezeNet 9.35 -> 8.38 on one thread).
+//! never stored and read back, and no memset precedes it (one thread: MobileNetV2 11.05 ->
+//! 9.39 ms, SqueezeNet 9.64 -> 8.62, YOLO-shaped net 15.6 -> 13.3). Where A does not fit a
+//! core's L2 cache and B does, the row tiles go outermost and `n` is split and tiled within
+//! each ([`rows_first`]), so A is read once.
 //!
 //! With threads ([`crate::pipelines::threaded`]), a contraction of at least
-//! `PARALLEL_FLOPS` (2^23 FLOPs) runs its outer and row tiles as an `scf.forall`, which the
-//! CPU pipeline lowers to OpenMP; its loops are put in the order batch, `n`, `m`, `k` first
+//! `PARALLEL_FLOPS` (2^23 FLOPs) or `PARALLEL_BYTES` (2 MiB of operands) runs the outer and
+//! row tiles of each of its pieces as an `scf.forall`, which the CPU pipeline lowers to
+//! OpenMP; its loops are put in the order batch, `n`, `m`, `k` first
 //! (`transform.structured.interchange`), so that OpenMP's static schedule gives each thread
 //! a run of tiles that reuse one panel of B. `k` stays in one thread, so every element sums
 //! its products in the same order on any number of threads. Every other op with work
