@@ -617,19 +617,23 @@ fn forall(s: &mut String, h: &str, target: &str, sizes: &[u64]) {
 }
 
 /// Writes `%{h}_t, %{h}_l0, .. = transform.structured.tile_using_for %{h}` with `sizes`
-/// (one loop per nonzero size) and returns the tiled op's handle, `{h}_t`; `h` itself where
-/// no size is nonzero.
-fn tile_for(s: &mut String, h: &str, sizes: &[u64]) -> String {
+/// (one loop per nonzero size) and, if given, the loops' `order` (its `interchange`), and
+/// returns the tiled op's handle, `{h}_t`; `h` itself where no size is nonzero.
+fn tile_for(s: &mut String, h: &str, sizes: &[u64], order: Option<&[usize]>) -> String {
     let tiled = sizes.iter().filter(|&&t| t > 0).count();
     if tiled == 0 {
         return h.to_string();
     }
     let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
     let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let interchange = order.map_or(String::new(), |o| {
+        let o: Vec<String> = o.iter().map(usize::to_string).collect();
+        format!(" interchange = [{}]", o.join(", "))
+    });
     let any = vec!["!transform.any_op"; tiled + 1].join(", ");
     let _ = writeln!(
         s,
-        "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}] \
+        "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}]{interchange} \
          : (!transform.any_op) -> ({any})",
         names.join(", "),
         list.join(", ")
@@ -804,19 +808,7 @@ fn tile_and_fuse(
     } else {
         undo = None;
         let tiled = tiling.sizes.iter().filter(|&&x| x > 0).count();
-        let names: Vec<String> = (0..tiled).map(|i| format!("%{h}_l{i}")).collect();
-        let list: Vec<String> = tiling.sizes.iter().map(u64::to_string).collect();
-        let perm: Vec<String> = tiling.order.iter().map(usize::to_string).collect();
-        let _ = writeln!(
-            s,
-            "    %{h}_t, {} = transform.structured.tile_using_for %{h} tile_sizes [{}] \
-             interchange = [{}] : (!transform.any_op) -> ({})",
-            names.join(", "),
-            list.join(", "),
-            perm.join(", "),
-            any(tiled + 1)
-        );
-        root = format!("{h}_t");
+        root = tile_for(s, h, &tiling.sizes, Some(&tiling.order));
         within = format!("{h}_l{}", tiled.saturating_sub(1));
     }
     // The piece's slices of the generic before it, slices of the split's slices, made
@@ -1146,11 +1138,50 @@ fn elementwise_reads<'c: 'a, 'a>(
         .collect()
 }
 
+/// The [`Uses`] of function `func`, whose ops named in `ops` are placed in walk order.
+fn function_uses(func: &melior::ir::OperationRef<'_, '_>, ops: &[&str]) -> Uses {
+    let mut uses = Uses::default();
+    let mut place = 0;
+    // Reshapes, as (operand, result): one whose result nothing reads does not count as
+    // a use (the lowering leaves a convolution's expanded product unread where the ops
+    // after it read the product itself, see `Body::elementwise`).
+    let mut reshapes = Vec::new();
+    func.walk(WalkOrder::PreOrder, |op| {
+        for i in 0..op.operand_count() {
+            if let Ok(v) = op.operand(i) {
+                *uses.count.entry(ptr(v.to_raw().ptr)).or_default() += 1;
+            }
+        }
+        let name = op_name(&op);
+        if (name == "tensor.expand_shape" || name == "tensor.collapse_shape")
+            && let (Ok(v), Ok(r)) = (op.operand(0), op.result(0))
+        {
+            reshapes.push((ptr(v.to_raw().ptr), ptr(r.to_raw().ptr)));
+        }
+        if ops.contains(&name.as_str()) {
+            for (v, r) in elementwise_reads(&op, place).unwrap_or_default() {
+                uses.readers.entry(v).or_default().push(r);
+            }
+            place += 1;
+        }
+        WalkResult::Advance
+    });
+    for (v, r) in reshapes {
+        if !uses.count.contains_key(&r)
+            && let Some(n) = uses.count.get_mut(&v)
+        {
+            *n -= 1;
+        }
+    }
+    uses
+}
+
 /// Each function of the module with an op named in `ops` that `pick` takes (see
-/// [`Generics`]); `pick` also gets the function's [`Uses`].
+/// [`Generics`]); with `wanted`, `pick` also gets the function's [`Uses`] (empty without).
 fn generics<T>(
     module: &Module<'_>,
     ops: &[&str],
+    wanted: bool,
     pick: impl Fn(&melior::ir::OperationRef<'_, '_>, &Uses) -> Option<T>,
 ) -> Vec<Generics<T>> {
     let mut out = Vec::new();
@@ -1161,39 +1192,11 @@ fn generics<T>(
         let Some(function) = crate::context::func_name(&func) else {
             continue;
         };
-        let mut uses = Uses::default();
-        let mut place = 0;
-        // Reshapes, as (operand, result): one whose result nothing reads does not count as
-        // a use (the lowering leaves a convolution's expanded product unread where the ops
-        // after it read the product itself, see `Body::elementwise`).
-        let mut reshapes = Vec::new();
-        func.walk(WalkOrder::PreOrder, |op| {
-            for i in 0..op.operand_count() {
-                if let Ok(v) = op.operand(i) {
-                    *uses.count.entry(ptr(v.to_raw().ptr)).or_default() += 1;
-                }
-            }
-            let name = op_name(&op);
-            if (name == "tensor.expand_shape" || name == "tensor.collapse_shape")
-                && let (Ok(v), Ok(r)) = (op.operand(0), op.result(0))
-            {
-                reshapes.push((ptr(v.to_raw().ptr), ptr(r.to_raw().ptr)));
-            }
-            if ops.contains(&op_name(&op).as_str()) {
-                for (v, r) in elementwise_reads(&op, place).unwrap_or_default() {
-                    uses.readers.entry(v).or_default().push(r);
-                }
-                place += 1;
-            }
-            WalkResult::Advance
-        });
-        for (v, r) in reshapes {
-            if !uses.count.contains_key(&r)
-                && let Some(n) = uses.count.get_mut(&v)
-            {
-                *n -= 1;
-            }
-        }
+        let uses = if wanted {
+            function_uses(&func, ops)
+        } else {
+            Uses::default()
+        };
         let (mut count, mut picked) = (0, Vec::new());
         func.walk(WalkOrder::PreOrder, |op| {
             if ops.contains(&op_name(&op).as_str()) {
@@ -1810,7 +1813,7 @@ fn reduce_rows(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel
         forall(s, h, h, &rows);
         format!("{h}_p")
     } else {
-        tile_for(s, h, &rows)
+        tile_for(s, h, &rows, None)
     };
     partial_results(s, &op, rank, rank - 1);
 }
@@ -1888,7 +1891,7 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
             .map(|&e| u64::from(e > 1))
             .collect();
         sizes.push(if tiled_row { STENCIL_LANES } else { 0 });
-        let op = tile_for(s, &ph, &sizes);
+        let op = tile_for(s, &ph, &sizes, None);
         let _ = writeln!(
             s,
             "    transform.structured.vectorize %{op} : !transform.any_op"
@@ -1930,7 +1933,7 @@ pub fn apply(
     parallel: bool,
     what: &str,
 ) -> Result<String, Error> {
-    let picks = generics(module, GENERIC, |op, uses| {
+    let picks = generics(module, GENERIC, true, |op, uses| {
         let inputs = op.operand_count().saturating_sub(1);
         contraction(op)
             .map(|c| {
@@ -1962,7 +1965,7 @@ pub fn apply_threads(
     if !parallel {
         return Ok(String::new());
     }
-    let body = threads(&generics(module, SPREAD, |op, _| spread(op)));
+    let body = threads(&generics(module, SPREAD, false, |op, _| spread(op)));
     if !body.is_empty() {
         run_sequence(mlir, module, &library("", Some(&body)), THREADS, what)?;
     }
