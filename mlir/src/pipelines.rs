@@ -16,7 +16,9 @@ use crate::{Error, Mlir, PipelineOptions};
 /// Tensors to the LLVM dialect for the CPU: fuse the elementwise generics the schedule left
 /// (a convolution's bias and the activation after it become one loop over the result:
 /// MobileNetV2 13.9 -> 12.1 ms), bufferize (function boundaries with identity layouts;
-/// `scf.while`/`scf.for` bodies may yield new buffers, as region ops' loops do), then
+/// `scf.while`/`scf.for` bodies may yield new buffers, as region ops' loops do; a result
+/// that is an argument's buffer, a kernel's destination, dropped, so the caller's buffer is
+/// written and nothing is cloned), then
 /// free what is no longer used, linalg to loops, vectors (the schedule's, see
 /// [`scheduled`]; a vector's sum or product folded as a tree, `reassociate-fp-reductions`:
 /// the schedule's row reductions end in one per row; transfers of more than one dimension
@@ -30,7 +32,7 @@ use crate::{Error, Mlir, PipelineOptions};
 /// thousands of its kernels' results at its end, and the pass took 5.2 s of a 6.7 s
 /// pipeline. The frees it would have proven unconditional are checked at run time against
 /// the step's few results.
-pub const CPU: &str = "builtin.module(linalg-fuse-elementwise-ops,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
+pub const CPU: &str = "builtin.module(linalg-fuse-elementwise-ops,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,drop-equivalent-buffer-results,cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,convert-scf-to-openmp,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm,convert-scf-to-cf,convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-ub-to-llvm,convert-openmp-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-index-to-llvm,reconcile-unrealized-casts)";
 
 /// Whether [`crate::Mlir::run_pipeline`] applies the CPU code generation schedule
 /// ([`crate::schedule`]) to a module before `pipeline`'s passes: it does for [`CPU`] and
@@ -110,7 +112,7 @@ pub fn with_schedule(pipeline: &str, device: &str) -> String {
 /// (0.6 s without); GPT-2 small's compile was still in it after 9 minutes. Without it,
 /// more frees stay conditional (checked at run time), so fewer move up
 /// ([`crate::dealloc`]), and GPT-2 tiny's steps take about 12% longer.
-pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize)";
+pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,drop-equivalent-buffer-results,cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize)";
 
 /// The second part of the MPI program's pipeline (see [`CPU_MPI_BUFFERS`]). Buffers are
 /// allocated and freed by the generic functions (`_mlir_memref_to_llvm_alloc` and `_free`),

@@ -76,6 +76,12 @@
 //! not reorder a floating-point sum, had folded every element in turn. The order is fixed
 //! by the schedule, so results do not depend on the number of threads.
 //!
+//! A kernel that writes its result into a block of its last argument and gives that back
+//! (the lowering's destinations: a concatenation's pieces) has its ops made to compute
+//! there at the end of the contraction sequence ([`in_place_functions`], [`in_place`]), so
+//! bufferization copies nothing (SqueezeNet, one thread: 8.25 -> 7.89 ms; two threads:
+//! 5.80 -> 5.16).
+//!
 //! The schedule is a transform library written for the module at hand ([`apply`],
 //! [`apply_threads`], [`library`]): the named sequences [`CONTRACTIONS`] and [`THREADS`].
 //! They find their ops by function name and place among the function's ops of the names
@@ -1946,11 +1952,86 @@ pub fn apply(
             })
             .or_else(|| Some(Pick::Rows(row_reduction(op)?, inputs)))
     });
-    let contracts = contractions(&picks, parallel);
+    let mut contracts = contractions(&picks, parallel);
+    contracts.push_str(&in_place(&in_place_functions(module)));
     if !contracts.is_empty() {
         run_sequence(mlir, module, &library(&contracts, None), CONTRACTIONS, what)?;
     }
     Ok(contracts)
+}
+
+/// Rounds of [`in_place`]: each makes one more level of the pieces that splitting a loop
+/// left (the part tiles do not divide, its own rest) write into the destination.
+const IN_PLACE_ROUNDS: usize = 4;
+
+/// The functions of the module that return one of their arguments with their result
+/// written into it (`tensor.insert_slice`, through reshapes): the lowering's kernels with a
+/// destination (a concatenation's pieces), by name.
+fn in_place_functions(module: &Module<'_>) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut op = module.body().first_operation();
+    while let Some(f) = op {
+        op = f.next_in_block();
+        let ret = (op_name(&f) == "func.func")
+            .then(|| f.region(0).ok()?.first_block()?.terminator())
+            .flatten();
+        let Some(mut v) = ret.and_then(|r| r.operand(0).ok()) else {
+            continue;
+        };
+        // Back from the returned value to an argument, through the destinations of
+        // insertions and through reshapes.
+        let mut inserted = false;
+        let into_argument = loop {
+            let Some(p) = producer(v) else {
+                break inserted;
+            };
+            let through = match op_name(&p).as_str() {
+                "tensor.insert_slice" => {
+                    inserted = true;
+                    1
+                }
+                "tensor.expand_shape" | "tensor.collapse_shape" => 0,
+                _ => break false,
+            };
+            match p.operand(through) {
+                Ok(next) => v = next,
+                Err(_) => break false,
+            }
+        };
+        if let (true, Some(name)) = (into_argument, crate::context::sym_name(&f)) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The end of the contraction sequence for the functions [`in_place_functions`] finds:
+/// the `tensor.empty` that each op (each of its tiles' loops) writes and the function then
+/// inserts into its argument becomes that block of the argument
+/// (`transform.bufferization.eliminate_empty_tensors`), so nothing is copied.
+/// `eliminate_empty_tensors` replaces an empty tensor only where the insertion reads it:
+/// where a split loop's first part writes a slice of the empty tensor that the rest is
+/// inserted into, that slice is made an empty tensor of its own first
+/// (`fold_tensor_empty`), and the next round replaces it.
+fn in_place(functions: &[String]) -> String {
+    let mut s = String::new();
+    for (i, name) in functions.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "    %in_place{i} = transform.structured.match ops{{[\"func.func\"]}} \
+             attributes{{sym_name = \"{name}\"}} in %root : (!transform.any_op) -> !transform.any_op"
+        );
+        for _ in 0..IN_PLACE_ROUNDS {
+            let _ = writeln!(s, "    transform.apply_patterns to %in_place{i} {{");
+            s.push_str("      transform.apply_patterns.tensor.fold_tensor_empty\n");
+            s.push_str("    } : !transform.any_op\n");
+            let _ = writeln!(
+                s,
+                "    transform.bufferization.eliminate_empty_tensors %in_place{i} : !transform.any_op"
+            );
+        }
+    }
+    s
 }
 
 /// Applies the threads sequence to a module the contraction sequence and the fusion of

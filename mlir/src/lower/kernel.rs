@@ -24,6 +24,9 @@
 //!   kernel's own ops have none, since one
 //!   kernel serves many model nodes (the ops of an `if`'s or a `loop`'s body keep their
 //!   nodes', so such kernels are rarely shared).
+//! - **Destinations.** A kernel whose result is a piece of a concatenation ([`Dest`]) takes
+//!   the concatenation's result as its last argument, inserts its result there and gives it
+//!   back; the schedule makes its ops compute in that block, so no piece is copied.
 //! - **Kept whole by LLVM.** Kernels have internal linkage and `noinline`: LLVM would
 //!   otherwise inline a kernel called once back into its step.
 
@@ -32,7 +35,7 @@ use std::fmt::Write as _;
 
 use tessera_ir::{Op, TensorType};
 
-use super::body::{Body, LResult, Val, tensor_ty};
+use super::body::{Body, LResult, Val, dims, err, tensor_ty};
 
 /// The kernels of a program, shared by all its steps and devices.
 #[derive(Default)]
@@ -143,18 +146,35 @@ fn views_only(line: &str) -> bool {
     .any(|p| rhs.starts_with(p))
 }
 
+/// Where a kernel writes its one result: a block of a larger tensor that the step passes
+/// it and gets back (destination-passing style). A concatenation's pieces are written so,
+/// each into its place in the concatenation (see the lowering's `in_place_pieces`).
+#[derive(Clone, Debug)]
+pub struct Dest {
+    /// The whole tensor's type: the kernel's last argument and its result.
+    pub ty: TensorType,
+    /// Where the block starts in it.
+    pub offsets: Vec<u64>,
+}
+
 /// One op's code as a kernel: `code` writes it into a fresh body given the kernel's
 /// arguments (one per `params` type, `%arg<k>`), and returns its result names. Returns the
 /// kernel's number and name, or `None` when the code only views, makes constants or gives
 /// back an argument (the op then stays in its step).
+///
+/// With a [`Dest`], the kernel takes the destination as one more argument after `params`
+/// and returns it with its one result inserted at the offsets (`tensor.insert_slice`):
+/// bufferized in place, the result's code writes straight into the destination's buffer
+/// (the end of the schedule's contraction sequence, `crate::schedule`). Such a kernel always computes.
 pub fn make(
     kernels: &mut Kernels,
     op: &str,
     params: &[TensorType],
     results: &[TensorType],
+    dest: Option<&Dest>,
     code: impl FnOnce(&mut Body, &[Val]) -> LResult<Vec<String>>,
 ) -> LResult<Option<(usize, String)>> {
-    let args: Vec<Val> = params
+    let mut args: Vec<Val> = params
         .iter()
         .enumerate()
         .map(|(k, ty)| Val {
@@ -163,7 +183,27 @@ pub fn make(
         })
         .collect();
     let mut b = Body::default();
-    let names = code(&mut b, &args)?;
+    let mut names = code(&mut b, &args)?;
+    let dest_results;
+    let results = match dest {
+        None => results,
+        Some(d) => {
+            let [piece] = results else {
+                return err(format!(
+                    "a kernel with a destination has one result, not {}",
+                    results.len()
+                ));
+            };
+            let arg = Val {
+                name: format!("%arg{}", args.len()),
+                ty: d.ty.clone(),
+            };
+            names = vec![insert_block(&mut b, &names, piece, &arg, &d.offsets)?];
+            args.push(arg);
+            dest_results = [d.ty.clone()];
+            &dest_results[..]
+        }
+    };
     let lines = b.into_lines();
     if lines.iter().all(|l| views_only(l)) || names.iter().any(|n| n.starts_with("%arg")) {
         return Ok(None);
@@ -191,6 +231,87 @@ pub fn make(
     let _ = writeln!(s, "    return {} : {}", names.join(", "), tys.join(", "));
     s.push_str("  }\n");
     Ok(Some(kernels.intern(s, op)))
+}
+
+/// Writes `names`' one tensor of type `piece` into `dest` at `offsets` (unit strides);
+/// returns the result's name.
+pub fn insert_block(
+    b: &mut Body,
+    names: &[String],
+    piece: &TensorType,
+    dest: &Val,
+    offsets: &[u64],
+) -> LResult<String> {
+    let [name] = names else {
+        return err(format!(
+            "a kernel with a destination has one result, not {}",
+            names.len()
+        ));
+    };
+    let sizes = dims(piece)?;
+    if offsets.len() != sizes.len() {
+        return err(format!(
+            "a block of rank {} at offsets of rank {}",
+            sizes.len(),
+            offsets.len()
+        ));
+    }
+    let list = |xs: &[u64]| xs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    // A block written as an expansion (a convolution's result, computed on
+    // `[N, M, pixels]`) goes into the destination collapsed alike, where that keeps it one
+    // block: the op that computes it then writes into the destination
+    // (`eliminate-empty-tensors` needs the types to match).
+    let whole = dims(&dest.ty)?;
+    let block = Val {
+        name: name.clone(),
+        ty: piece.clone(),
+    };
+    if let Some(e) = b.expansion(&block).cloned()
+        && e.groups.iter().all(|grp| {
+            grp.iter()
+                .skip(1)
+                .all(|&d| offsets[d] == 0 && sizes[d] == whole[d])
+        })
+    {
+        let flat = b.collapse_shape(dest, &e.groups)?;
+        let inner = |xs: &[u64]| -> Vec<u64> {
+            e.groups
+                .iter()
+                .map(|grp| xs[grp[0]] * grp[1..].iter().map(|&d| whole[d]).product::<u64>())
+                .collect()
+        };
+        let sizes_in: Vec<u64> = e
+            .groups
+            .iter()
+            .map(|grp| grp.iter().map(|&d| sizes[d]).product())
+            .collect();
+        let ones = vec![1u64; sizes_in.len()];
+        let inserted = b.assign(format!(
+            "tensor.insert_slice {} into {}[{}] [{}] [{}] : {} into {}",
+            e.source.name,
+            flat.name,
+            list(&inner(offsets)),
+            list(&sizes_in),
+            list(&ones),
+            tensor_ty(&e.source.ty)?,
+            tensor_ty(&flat.ty)?
+        ));
+        let flat = Val {
+            name: inserted,
+            ty: flat.ty,
+        };
+        return b.expand_shape(&flat, &e.groups, &dest.ty);
+    }
+    let ones = vec![1u64; sizes.len()];
+    Ok(b.assign(format!(
+        "tensor.insert_slice {name} into {}[{}] [{}] [{}] : {} into {}",
+        dest.name,
+        list(offsets),
+        list(&sizes),
+        list(&ones),
+        tensor_ty(piece)?,
+        tensor_ty(&dest.ty)?
+    )))
 }
 
 /// Writes the call of function `name` (a kernel, a step's part) on `args`; returns its

@@ -411,35 +411,51 @@ pub fn transpose(b: &mut Body, x: &Val, perm: &[usize], out: &TensorType) -> LRe
 
 /// Concatenation along `axis` by inserting each operand into an empty result.
 pub fn concat(b: &mut Body, xs: &[Val], axis: usize, out: &TensorType) -> LResult<String> {
-    let od = dims(out)?;
-    let ot = tensor_ty(out)?;
-    let mut acc = b.empty(out)?;
+    let acc = b.empty(out)?;
+    let shapes = xs
+        .iter()
+        .map(|x| dims(&x.ty))
+        .collect::<LResult<Vec<_>>>()?;
+    let pieces: Vec<(Val, Vec<u64>)> = xs
+        .iter()
+        .zip(concat_offsets(&shapes, axis))
+        .filter_map(|(x, at)| Some((x.clone(), at?)))
+        .collect();
+    concat_into(b, acc, &pieces, out)
+}
+
+/// Where each operand of a concatenation along `axis` (of these shapes) starts in its
+/// result; `None` for an operand with nothing along `axis`.
+pub fn concat_offsets(shapes: &[Vec<u64>], axis: usize) -> Vec<Option<Vec<u64>>> {
     let mut at = 0u64;
-    for x in xs {
-        let xd = dims(&x.ty)?;
-        if xd[axis] == 0 {
-            continue;
-        }
-        let offs: Vec<String> = (0..od.len())
-            .map(|a| {
-                if a == axis {
-                    at.to_string()
-                } else {
-                    "0".into()
-                }
+    shapes
+        .iter()
+        .map(|d| {
+            (d[axis] != 0).then(|| {
+                let offsets = (0..d.len())
+                    .map(|a| if a == axis { at } else { 0 })
+                    .collect();
+                at += d[axis];
+                offsets
             })
-            .collect();
-        let sizes: Vec<String> = xd.iter().map(|d| d.to_string()).collect();
-        let ones = vec!["1"; od.len()];
-        acc = b.assign(format!(
-            "tensor.insert_slice {} into {acc}[{}] [{}] [{}] : {} into {ot}",
-            x.name,
-            offs.join(", "),
-            sizes.join(", "),
-            ones.join(", "),
-            tensor_ty(&x.ty)?
-        ));
-        at += xd[axis];
+        })
+        .collect()
+}
+
+/// `pieces` (each with its offsets) inserted into `acc`, a tensor of type `out`; returns
+/// the result's name.
+pub fn concat_into(
+    b: &mut Body,
+    mut acc: String,
+    pieces: &[(Val, Vec<u64>)],
+    out: &TensorType,
+) -> LResult<String> {
+    for (x, offsets) in pieces {
+        let dest = Val {
+            name: acc,
+            ty: out.clone(),
+        };
+        acc = super::kernel::insert_block(b, std::slice::from_ref(&x.name), &x.ty, &dest, offsets)?;
     }
     Ok(acc)
 }

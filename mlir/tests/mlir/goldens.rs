@@ -790,3 +790,95 @@ fn compiled_exp_is_within_two_ulp() {
     }
     assert!(compared > 300_000, "only {compared} values compared");
 }
+
+/// A concatenation's pieces are written into its result in place: each piece whose
+/// producer is a kernel, which nothing else reads, gets the result as a destination (its
+/// last argument, given back) and inserts its block into it; the concatenation then inserts only
+/// its other pieces (here a graph input, and a product the graph also returns), in a kernel
+/// of its own. Bufferized, those kernels return nothing and copy nothing into the
+/// result (the pieces' own ops write there, in every tile), with threads or without. The
+/// results agree with the interpreter.
+#[test]
+fn concatenated_pieces_are_written_in_place_and_agree_with_the_interpreter() {
+    let src = format!(
+        "const @w : f32[8, 4, 3, 3] = [{}]\nconst @v : f32[8, 4, 1, 1] = [{}]\n\
+         const @u : f32[8, 16, 1, 1] = [{}]\n\n\
+         graph @cat(%x: f32[1, 4, 8, 8]) {{\n  \
+           %w = const @w : f32[8, 4, 3, 3]\n  %v = const @v : f32[8, 4, 1, 1]\n  \
+           %u = const @u : f32[8, 16, 1, 1]\n  \
+           %a = conv %x, %w {{dilations = [1, 1], groups = 1, pads = [1, 1, 1, 1], strides = [1, 1]}} : f32[1, 8, 8, 8]\n  \
+           %r = relu %a : f32[1, 8, 8, 8]\n  \
+           %b = conv %x, %v {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [1, 1]}} : f32[1, 8, 8, 8]\n  \
+           %s = relu %b : f32[1, 8, 8, 8]\n  \
+           %c = concat %r, %s {{axis = 1}} : f32[1, 16, 8, 8]\n  \
+           %d = conv %x, %v {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [1, 1]}} : f32[1, 8, 8, 8]\n  \
+           %e = conv %c, %u {{dilations = [1, 1], groups = 1, pads = [0, 0, 0, 0], strides = [1, 1]}} : f32[1, 8, 8, 8]\n  \
+           %f = concat %x, %e, %d {{axis = 1}} : f32[1, 20, 8, 8]\n  \
+           return %f, %d\n}}\n",
+        constant_values(6, 8 * 4 * 9),
+        constant_values(7, 8 * 4),
+        constant_values(8, 8 * 16)
+    );
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "cat", false);
+    let text = &program.modules[0].1;
+    // Kernels that take a result and give it back: the two convolutions of %c; the one of
+    // %f that reads %c, and %f's own, which inserts %x and %d.
+    let takes = |ty: &str| {
+        text.lines()
+            .filter(|l| l.contains("func.func private @k"))
+            .filter(|l| l.contains(&format!("{ty}) -> ({ty})")))
+            .count()
+    };
+    assert_eq!(takes("tensor<1x16x8x8xf32>"), 2, "{text}");
+    assert_eq!(takes("tensor<1x20x8x8xf32>"), 2, "{text}");
+    let concats: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("func.func private @k") && l.contains("concat"))
+        .collect();
+    assert_eq!(concats.len(), 1, "{text}");
+    assert!(
+        concats[0].contains(
+            "(%arg0: tensor<1x4x8x8xf32>, %arg1: tensor<1x8x8x8xf32>, %arg2: tensor<1x20x8x8xf32>)"
+        ),
+        "{text}"
+    );
+    let mlir = Mlir::new();
+    for parallel in [false, true] {
+        let mut m = mlir.parse(text, "cat").expect("parses");
+        schedule::apply(&mlir, &mut m, parallel, "cat").expect("applies");
+        mlir.run_pipeline(
+            &mut m,
+            "builtin.module(linalg-fuse-elementwise-ops,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,drop-equivalent-buffer-results,cse,canonicalize)",
+            &tessera_mlir::PipelineOptions::default(),
+            "cat",
+        )
+        .expect("bufferizes");
+        let module = Mlir::print(&m);
+        // Every kernel writes into its destination and gives back nothing.
+        let kernels: Vec<&str> = module
+            .lines()
+            .filter(|l| l.contains("func.func private @k"))
+            .collect();
+        assert_eq!(kernels.len(), 5, "{module}");
+        for f in kernels {
+            assert!(
+                !f.contains("-> memref<1x16x8x8xf32>") && !f.contains("-> memref<1x20x8x8xf32>"),
+                "returns a buffer: {f}"
+            );
+        }
+        // Nothing is copied into either result (1024 and 1280 floats per image), but the
+        // pieces %f's own kernel inserts (%x and %d).
+        let copies: Vec<&str> = module
+            .lines()
+            .filter(|l| l.contains("memref.copy") && l.contains("strided<[1024,"))
+            .collect();
+        assert!(copies.is_empty(), "{copies:?}");
+        let copies: Vec<&str> = module
+            .lines()
+            .filter(|l| l.contains("memref.copy") && l.contains("strided<[1280,"))
+            .collect();
+        assert_eq!(copies.len(), 2, "{copies:?}");
+    }
+    agrees_with_the_interpreter(&g, &program);
+}
