@@ -66,8 +66,15 @@
 //! contiguous read at stride 1 (`stencil`); LLVM left it scalar (MobileNetV2's stride-1
 //! depthwise convolutions took about a third less time vectorized). A max pooling is
 //! written the same way, the maximum of its taps' windows ([`max_taps`]): YOLO-shaped
-//! net's 5×5 pools of stride 1 took 3.4 ms of its 20 as a reduction over the window. At
-//! stride 2 a row of a window is read element by element, so those are left to LLVM.
+//! net's 5×5 pools of stride 1 took 3.4 ms of its 20 as a reduction over the window. A
+//! max pooling of stride 2 or more along its rows reads its input deinterleaved in phases,
+//! which the lowering makes in the same pass as the padding, one generic that swaps the
+//! last two axes of `[.., columns, s]` ([`deinterleave`]): each tile reads `16 × s`
+//! contiguous floats and shuffles them ([`phases`]), and the taps' windows are then rows
+//! at stride 1 (SqueezeNet's three 3×3 pools of stride 2: 1.6 -> 0.9 ms, the whole model
+//! 8.4 -> 7.4 on one thread). A depthwise convolution of stride 2 is still LLVM's: with
+//! phases MobileNetV2's first one took 1.47 ms against 1.05 (the `[16, 2]` read is
+//! unrolled into 16 reads of 8 bytes, see `convert-vector-to-scf`).
 //!
 //! A reduction along its innermost loop ([`row_reduction`]: softmax's maximum and sum,
 //! layer norm's sums, `Reduce*` over the last axis) keeps 16 partial results per row in a
@@ -1325,6 +1332,9 @@ enum Pick {
     /// A reduction along rows ([`row_reduction`]) of these extents and inputs, vectorized
     /// with partial results ([`reduce_rows`]).
     Rows(Vec<u64>, usize),
+    /// A deinterleaving copy ([`deinterleave`]) of these extents, vectorized along its
+    /// phases and columns together ([`phases`]).
+    Phases(Vec<u64>),
 }
 
 /// The ops that tile and vectorize the picked contractions (see the module doc), depthwise
@@ -1336,6 +1346,8 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
     }
     let mut loops = Vec::new();
     let mut funcs = Vec::new();
+    // Functions with deinterleaving copies, whose transposes become shuffles.
+    let mut shuffled = Vec::new();
     // Whether an epilogue was fused (its tiles then read C's block from the registers once
     // the block is hoisted out of the `k` loop, which canonicalization after the hoisting
     // sees).
@@ -1359,6 +1371,11 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
                 }
                 Pick::Rows(extents, inputs) => {
                     reduce_rows(&mut s, &h, extents, *inputs, parallel);
+                    continue;
+                }
+                Pick::Phases(extents) => {
+                    phases(&mut s, &h, extents, parallel);
+                    shuffled.push(format!("%c{i}_f"));
                     continue;
                 }
             };
@@ -1405,6 +1422,17 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
                 );
             }
         }
+    }
+    for f in shuffled {
+        // A transposing read as a read and a transpose, the transpose as one shuffle of
+        // the flattened vector (LLVM: two-source lane permutations).
+        let _ = writeln!(
+            s,
+            "    transform.apply_patterns to {f} {{\n      \
+             transform.apply_patterns.vector.transfer_permutation_patterns\n      \
+             transform.apply_patterns.vector.lower_transpose lowering_strategy = \"shuffle_1d\"\n    \
+             }} : !transform.any_op"
+        );
     }
     if funcs.is_empty() {
         return s;
@@ -1721,6 +1749,83 @@ fn windowed<'c: 'a, 'a>(
     Some(out)
 }
 
+/// The extents of a deinterleaving copy as the lowering writes it (`linalg.rs`'s
+/// `deinterleave`: a window's columns at a stride of 2 or more made rows at stride 1): an
+/// all-parallel generic of one static `f32` input and result, the result `[.., s, w]` with
+/// the identity map, the input `[.., w, s]` read with its last two axes swapped, the body
+/// the input's element.
+pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
+    if op_name(op) != "linalg.generic" || op.operand_count() != 2 || op.result_count() != 1 {
+        return None;
+    }
+    if op
+        .attribute("iterator_types")
+        .ok()?
+        .to_string()
+        .contains("reduction")
+    {
+        return None;
+    }
+    let out = f32_shape(op.result(0).ok()?.r#type())?;
+    let input = f32_shape(op.operand(0).ok()?.r#type())?;
+    let rank = out.len();
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let mut swapped: Vec<usize> = (0..rank).collect();
+    if rank < 2 || out.contains(&0) {
+        return None;
+    }
+    swapped.swap(rank - 2, rank - 1);
+    let mut transposed = out.clone();
+    transposed.swap(rank - 2, rank - 1);
+    if map_dims(&maps.element(0).ok()?.to_string())? != swapped
+        || map_dims(&maps.element(1).ok()?.to_string())? != (0..rank).collect::<Vec<_>>()
+        || input != transposed
+    {
+        return None;
+    }
+    let block = op.region(0).ok()?.first_block()?;
+    let ret = block.first_operation()?;
+    let yields_input = op_name(&ret) == "linalg.yield"
+        && ret.operand_count() == 1
+        && ret.operand(0).ok()?.to_raw().ptr == block.argument(0).ok()?.to_raw().ptr;
+    yields_input.then_some(out)
+}
+
+/// Columns of a deinterleaving copy per vector: one register of each phase (two, read as
+/// 32 contiguous floats and shuffled into two of 16, at stride 2).
+const PHASE_COLUMNS: u64 = LANES;
+
+/// Writes the transform ops that vectorize the deinterleaving copy `%{h}` of `extents`
+/// (`[.., s, w]`, [`deinterleave`]): every loop but the last two tiled by 1 (with threads
+/// and at least [`PARALLEL_ITERATIONS`] of work, the outer two as an `scf.forall`), the
+/// columns in tiles of [`PHASE_COLUMNS`] (the rest a tile of its own), each tile one
+/// vector read of its `[columns, s]` block of the input, transposed.
+fn phases(s: &mut String, h: &str, extents: &[u64], parallel: bool) {
+    let rank = extents.len();
+    let lead = rank - 2;
+    let columns = extents[rank - 1];
+    let work = extents.iter().fold(1u64, |n, &e| n.saturating_mul(e));
+    let mut inner = extents.to_vec();
+    let h = lead_forall(s, h, lead.min(2), work, parallel, &mut inner);
+    let h = h.as_str();
+    let main = columns - columns % PHASE_COLUMNS;
+    let mut pieces = vec![(h.to_string(), columns > PHASE_COLUMNS)];
+    if columns > PHASE_COLUMNS && main != columns {
+        split(s, h, rank - 1, main);
+        pieces = vec![(format!("{h}_0"), true), (format!("{h}_1"), false)];
+    }
+    for (ph, tiled) in pieces {
+        let mut sizes: Vec<u64> = inner[..lead].iter().map(|&e| u64::from(e > 1)).collect();
+        sizes.push(0);
+        sizes.push(if tiled { PHASE_COLUMNS } else { 0 });
+        let op = tile_for(s, &ph, &sizes, None);
+        let _ = writeln!(
+            s,
+            "    transform.structured.vectorize %{op} : !transform.any_op"
+        );
+    }
+}
+
 /// The extents of a reduction along rows: a `linalg.generic` of static `f32` operands and
 /// one result whose innermost loop, a multiple of [`LANES`] long, is its only reduction,
 /// the result that of the other loops in order (`(d0, d1, d2) -> (d0, d1)`), each input's
@@ -1824,13 +1929,22 @@ fn reduce_rows(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel
     partial_results(s, &op, rank, rank - 1);
 }
 
-/// Whether a window of a depthwise convolution reads rows of its input contiguously: it is
-/// a `tensor.extract_slice` whose innermost stride is 1 (a row of a window at stride 2
-/// would be read element by element; such a convolution is left to LLVM).
+/// Whether a window of a depthwise convolution or a max pooling reads rows of its input
+/// contiguously: it is a `tensor.extract_slice` whose innermost stride is 1, or such a
+/// slice of a deinterleaved input with its unit phase axis folded away (a row of a window
+/// at stride 2 would be read element by element; such a convolution is left to LLVM).
 fn unit_rows(window: melior::ir::Value<'_, '_>) -> bool {
-    let Some(slice) = producer(window) else {
+    let Some(mut slice) = producer(window) else {
         return false;
     };
+    // A window of a deinterleaved input (`linalg.rs`'s `windows`): its unit phase axis
+    // folded into the row.
+    if op_name(&slice) == "tensor.collapse_shape" {
+        match slice.operand(0).ok().and_then(producer) {
+            Some(p) => slice = p,
+            None => return false,
+        }
+    }
     if op_name(&slice) != "tensor.extract_slice" {
         return false;
     }
@@ -1862,25 +1976,12 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
     // The loops outside the rows: batch and channels (and the depth of a 3-D one), never
     // the row loop.
     let lead = rank.saturating_sub(2).max(2).min(rank.saturating_sub(1));
-    let outer = &extents[..lead];
     let work = extents
         .iter()
         .fold(inputs as u64, |n, &e| n.saturating_mul(e));
     // The extents of each tile of the forall, if there is one.
     let mut inner = extents.to_vec();
-    let h = if parallel
-        && work >= PARALLEL_ITERATIONS
-        && outer.iter().fold(1u64, |n, &e| n.saturating_mul(e)) >= 2
-    {
-        let sizes: Vec<u64> = (0..rank)
-            .map(|d| u64::from(d < lead && extents[d] > 1))
-            .collect();
-        forall(s, h, h, &sizes);
-        inner[..lead].fill(1);
-        format!("{h}_p")
-    } else {
-        h.to_string()
-    };
+    let h = lead_forall(s, h, lead, work, parallel, &mut inner);
     let h = h.as_str();
     // Each piece, and whether its row is tiled.
     let mut pieces = vec![(h.to_string(), row > STENCIL_ROW)];
@@ -1903,6 +2004,30 @@ fn stencil(s: &mut String, h: &str, extents: &[u64], inputs: usize, parallel: bo
             "    transform.structured.vectorize %{op} : !transform.any_op"
         );
     }
+}
+
+/// With threads and at least [`PARALLEL_ITERATIONS`] of `work`, the first `lead` loops of
+/// `%{h}` (of extents `inner`) as an `scf.forall` of tiles of 1, where they make two tiles
+/// or more: returns the handle of the op to tile further (`{h}_p`, or `h`) and leaves
+/// `inner` the extents of each of its tiles.
+fn lead_forall(
+    s: &mut String,
+    h: &str,
+    lead: usize,
+    work: u64,
+    parallel: bool,
+    inner: &mut [u64],
+) -> String {
+    let tiles = inner[..lead].iter().fold(1u64, |n, &e| n.saturating_mul(e));
+    if !parallel || work < PARALLEL_ITERATIONS || tiles < 2 {
+        return h.to_string();
+    }
+    let sizes: Vec<u64> = (0..inner.len())
+        .map(|d| u64::from(d < lead && inner[d] > 1))
+        .collect();
+    forall(s, h, h, &sizes);
+    inner[..lead].fill(1);
+    format!("{h}_p")
 }
 
 /// Applies the named sequence `entry` of the transform library `text` to `module`.
@@ -1951,6 +2076,7 @@ pub fn apply(
                 Some(Pick::Stencil(extents, inputs))
             })
             .or_else(|| Some(Pick::Rows(row_reduction(op)?, inputs)))
+            .or_else(|| Some(Pick::Phases(deinterleave(op)?)))
     });
     let mut contracts = contractions(&picks, parallel);
     contracts.push_str(&in_place(&in_place_functions(module)));

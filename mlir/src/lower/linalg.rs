@@ -627,11 +627,25 @@ pub(super) fn pad_for_windows(
     spread(b, x, &t, &axes, fill)
 }
 
+/// Whether a convolution of weight `wd` and result `od` in `groups` groups is lowered as
+/// [`depthwise`]: one input channel per output channel, at most [`DEPTHWISE_TAPS`] taps.
+/// (A result with no elements keeps the reduction form: a window's slice would start past
+/// the end of an empty input.)
+fn is_depthwise(wd: &[u64], od: &[u64], groups: u64) -> bool {
+    let taps: u64 = wd[2..].iter().product();
+    wd[1] == 1
+        && groups != 0
+        && wd[0] / groups == 1
+        && wd[0].is_multiple_of(groups)
+        && (1..=DEPTHWISE_TAPS).contains(&taps)
+        && !od.contains(&0)
+}
+
 /// The core of a convolution: `out[n, m, o...] = sum_{c, k...} x[n, g(m) * cg + c,
 /// o * stride + k * dil] * w[m, c, k...] (+ bias[m])` on an input already padded.
 fn conv_core(
     b: &mut Body,
-    x: &Val,
+    x: &Source,
     w: &Val,
     bias: Option<&Val>,
     g: &Geom,
@@ -650,16 +664,16 @@ fn conv_core(
     let e = out.elem;
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
-    let taps: u64 = wd[2..].iter().product();
-    // (A result with no elements keeps the reduction form: a window's slice would start
-    // past the end of an empty input.)
-    let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
-    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
-        depthwise(b, x, w, g, &wd[2..], &acc_ty)?
-    } else if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) {
-        im2col(b, x, w, g, &acc_ty)?
-    } else {
-        grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
+    let f32s = [&x.val().ty, &w.ty, out]
+        .iter()
+        .all(|t| t.elem == ElemType::F32);
+    let r = match x {
+        _ if is_depthwise(&wd, &od, groups) => depthwise(b, x, w, g, &wd[2..], &acc_ty)?,
+        Source::Padded(x) if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) => {
+            im2col(b, x, w, g, &acc_ty)?
+        }
+        Source::Padded(x) => grouped(b, x, w, g, cg, mg, groups, &acc_ty)?,
+        Source::Phases(..) => return err("a convolution of phases is depthwise"),
     };
     let res = Val {
         name: r,
@@ -867,25 +881,268 @@ pub(super) fn taps(k: &[u64]) -> Vec<Vec<u64>> {
     taps
 }
 
-/// Each tap's window of `x` (`[N, C, D...]`, padded): the strided slice of the input that
-/// the tap reads for every position of a result of shape `od`, a view.
-pub(super) fn windows(
+/// The input of a windowed op (a max pooling's taps, a depthwise convolution), padded:
+/// as it is ([`pad_for_windows`]), or with its last axis deinterleaved in phases
+/// ([`phases`]).
+pub(super) enum Source {
+    /// `[N, C, D...]`, padded.
+    Padded(Val),
+    /// `[N, C, D..., s, ceil(W / s)]`: the padded input's last axis in `s` phases.
+    Phases(Val, u64),
+}
+
+impl Source {
+    /// The tensor.
+    fn val(&self) -> &Val {
+        match self {
+            Source::Padded(v) | Source::Phases(v, _) => v,
+        }
+    }
+}
+
+/// `x` padded for windows of extents `k` over a result of spatial extents `o`, as
+/// [`Source::Phases`] where the last axis has a stride of 2 or more (`f32` elements, every
+/// extent nonzero) and as [`Source::Padded`] otherwise.
+pub(super) fn window_source(
     b: &mut Body,
     x: &Val,
+    k: &[u64],
+    o: &[u64],
+    g: &Geom,
+    fill: f64,
+) -> LResult<Source> {
+    let last = g.strides.len().saturating_sub(1);
+    let stride = g.strides.get(last).copied().unwrap_or(1);
+    let xd = dims(&x.ty)?;
+    if stride > 1
+        && x.ty.elem == ElemType::F32
+        && xd.len() == last + 3
+        && !o.contains(&0)
+        && !k.contains(&0)
+        && !xd.contains(&0)
+    {
+        return Ok(Source::Phases(phases(b, x, k, o, g, fill)?, stride));
+    }
+    Ok(Source::Padded(pad_for_windows(b, x, k, o, g, fill)?))
+}
+
+/// Each tap's window of the input: the strided slice of it that the tap reads for every
+/// position of a result of shape `od`, a view. From [`Source::Phases`], a tap at column `c`
+/// of each window reads phase `c % s` from column `c / s` at stride 1: its rows are
+/// contiguous, and the schedule vectorizes the taps like those of stride 1.
+pub(super) fn windows(
+    b: &mut Body,
+    x: &Source,
     g: &Geom,
     taps: &[Vec<u64>],
     od: &[u64],
 ) -> LResult<Vec<Val>> {
-    let slice_ty = TensorType::fixed(x.ty.elem, od);
     let mut steps = vec![1u64; 2];
     steps.extend(&g.strides);
+    let (x, stride) = match x {
+        Source::Padded(x) => (x, None),
+        Source::Phases(p, s) => (p, Some(*s)),
+    };
+    let slice_ty = TensorType::fixed(x.ty.elem, od);
+    let Some(stride) = stride else {
+        return taps
+            .iter()
+            .map(|t| {
+                let mut offs = vec![0u64; 2];
+                offs.extend(t.iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
+                b.extract_slice(x, &offs, od, &steps, &slice_ty)
+            })
+            .collect();
+    };
+    // The phase axis goes in before the last, a unit one in each window.
+    let last = g.strides.len() - 1;
+    let (before, row) = od.split_at(od.len() - 1);
+    let mut sizes = before.to_vec();
+    sizes.push(1);
+    sizes.extend(row);
+    steps.truncate(steps.len() - 1);
+    steps.extend([1, 1]);
+    // Not rank-reducing: the phase axis is folded into the row by a reshape (MLIR's
+    // `expand-strided-metadata` crashed on a rank-reducing slice whose other axes are
+    // units too, which would not say which axis goes).
+    let unit_ty = TensorType::fixed(x.ty.elem, &sizes);
+    let mut groups: Vec<Vec<usize>> = (0..sizes.len() - 2).map(|i| vec![i]).collect();
+    groups.push(vec![sizes.len() - 2, sizes.len() - 1]);
     taps.iter()
         .map(|t| {
             let mut offs = vec![0u64; 2];
-            offs.extend(t.iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
-            b.extract_slice(x, &offs, od, &steps, &slice_ty)
+            offs.extend(t[..last].iter().enumerate().map(|(j, &kj)| kj * g.dils[j]));
+            let c = t[last] * g.dils[last];
+            offs.extend([c % stride, c / stride]);
+            let win = b.extract_slice(x, &offs, &sizes, &steps, &unit_ty)?;
+            let v = b.collapse_shape(&win, &groups)?;
+            debug_assert_eq!(v.ty, slice_ty);
+            Ok(v)
         })
         .collect()
+}
+
+/// `x` (`[N, C, D...]`) padded for windows of extents `k` over a result of spatial extents
+/// `o` (as [`pad_for_windows`], with `fill`) and deinterleaved along its last axis in `s`
+/// phases, `s` its stride: `[N, C, D'..., s, ceil(W' / s)]`, phase `p` at column `c`
+/// holding the padded input's column `s * c + p` (a phase's last column past the padded
+/// width is not written). One pass over the input, not a padded copy and then its phases:
+/// - the border, slab by slab along the leading spatial axes (as [`pad`]) and column by
+///   column along the last, filled;
+/// - the input's columns before the first that lands on phase 0, and after the last whole
+///   group of `s` from there, copied one by one;
+/// - the whole groups, last (a slice of a tensor that is no longer empty, which
+///   bufferization writes in place), one generic that reads them as `[.., groups, s]` and
+///   swaps the last two axes: the schedule vectorizes it, whole vectors read and their
+///   lanes shuffled (`schedule::deinterleave`).
+fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> LResult<Val> {
+    let xd = dims(&x.ty)?;
+    let e = x.ty.elem;
+    let r = xd.len();
+    let sp = r - 2;
+    let last = sp - 1;
+    let s = g.strides[last];
+    // Per spatial axis: the padded extent, where the input starts in it, how much of the
+    // input lands in it.
+    let need: Vec<u64> = (0..sp)
+        .map(|j| (o[j] - 1) * g.strides[j] + (k[j] - 1) * g.dils[j] + 1)
+        .collect();
+    let lo: Vec<u64> = (0..sp).map(|j| g.pads[j].min(need[j])).collect();
+    let keep: Vec<u64> = (0..sp).map(|j| xd[2 + j].min(need[j] - lo[j])).collect();
+    let (wp, l, w) = (need[last], lo[last], keep[last]);
+    let mut pd = vec![xd[0], xd[1]];
+    pd.extend(&need[..last]);
+    pd.extend([s, wp.div_ceil(s)]);
+    let pt = TensorType::fixed(e, &pd);
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let ones = |n: usize| vec![1u64; n];
+    let mut p = Val {
+        name: b.empty(&pt)?,
+        ty: pt.clone(),
+    };
+    // `piece` (of the block's type) into `p` at `at`.
+    let insert = |b: &mut Body, p: &Val, piece: &str, at: &[u64], size: &[u64]| -> LResult<Val> {
+        let bt = tensor_ty(&TensorType::fixed(e, size))?;
+        let name = b.assign(format!(
+            "tensor.insert_slice {piece} into {}[{}] [{}] [{}] : {bt} into {}",
+            p.name,
+            list(at),
+            list(size),
+            list(&ones(size.len())),
+            tensor_ty(&p.ty)?
+        ));
+        Ok(Val {
+            name,
+            ty: p.ty.clone(),
+        })
+    };
+    let fill_block = |b: &mut Body, p: &Val, at: &[u64], size: &[u64]| -> LResult<Val> {
+        let bt = TensorType::fixed(e, size);
+        let slab = b.extract_slice(p, at, size, &ones(size.len()), &bt)?;
+        let c = b.scalar(e, fill);
+        let ty = tensor_ty(&bt)?;
+        let filled = b.assign(format!(
+            "linalg.fill ins({c} : {}) outs({} : {ty}) -> {ty}",
+            super::body::elem(e),
+            slab.name
+        ));
+        insert(b, p, &filled, at, size)
+    };
+    // Where the input's rows land: every leading axis at its offset, the kept extents.
+    let mut inner_at = vec![0u64, 0];
+    inner_at.extend(&lo[..last]);
+    let mut inner_size = vec![xd[0], xd[1]];
+    inner_size.extend(&keep[..last]);
+    // The border of the leading spatial axes: below and above the input's place, within
+    // it on the axes before, whole on the axes after (the phases and columns too).
+    for j in 0..last {
+        for (from, to) in [(0, lo[j]), (lo[j] + keep[j], need[j])] {
+            if from >= to {
+                continue;
+            }
+            let (mut at, mut size) = (inner_at.clone(), inner_size.clone());
+            at[2 + j] = from;
+            size[2 + j] = to - from;
+            for i in j + 1..last {
+                at[2 + i] = 0;
+                size[2 + i] = need[i];
+            }
+            at.extend([0, 0]);
+            size.extend([s, pd[r]]);
+            p = fill_block(b, &p, &at, &size)?;
+        }
+    }
+    // A column of the padded input, `c`, in the input's rows: where it goes in `p`.
+    let column = |c: u64| {
+        let (mut at, mut size) = (inner_at.clone(), inner_size.clone());
+        at.extend([c % s, c / s]);
+        size.extend([1, 1]);
+        (at, size)
+    };
+    for c in (0..l).chain(l + w..wp) {
+        let (at, size) = column(c);
+        p = fill_block(b, &p, &at, &size)?;
+    }
+    // The input's columns from which whole groups start on phase 0.
+    let first = ((s - l % s) % s).min(w);
+    let groups = (w - first) / s;
+    let mut xs_at = vec![0u64; r];
+    let mut xs_size = inner_size.clone();
+    let mut grouping: Vec<Vec<usize>> = (0..r - 1).map(|i| vec![i]).collect();
+    grouping.push(vec![r - 1, r]);
+    for c in (0..first).chain(first + groups * s..w) {
+        xs_at[r - 1] = c;
+        xs_size.truncate(r - 1);
+        xs_size.push(1);
+        let col_ty = TensorType::fixed(e, &xs_size);
+        let col = b.extract_slice(x, &xs_at, &xs_size, &ones(r), &col_ty)?;
+        let (at, size) = column(c + l);
+        let unit_ty = TensorType::fixed(e, &size);
+        let col = Val {
+            name: b.expand_shape(&col, &grouping, &unit_ty)?,
+            ty: unit_ty.clone(),
+        };
+        let dest = b.extract_slice(&p, &at, &size, &ones(r + 1), &unit_ty)?;
+        let ut = tensor_ty(&unit_ty)?;
+        let copied = b.assign(format!(
+            "linalg.copy ins({} : {ut}) outs({} : {ut}) -> {ut}",
+            col.name, dest.name
+        ));
+        p = insert(b, &p, &copied, &at, &size)?;
+    }
+    if groups > 0 {
+        xs_at[r - 1] = first;
+        xs_size.truncate(r - 1);
+        xs_size.push(groups * s);
+        let main_ty = TensorType::fixed(e, &xs_size);
+        let main = b.extract_slice(x, &xs_at, &xs_size, &ones(r), &main_ty)?;
+        let mut pairs_d = xs_size[..r - 1].to_vec();
+        pairs_d.extend([groups, s]);
+        let pairs_ty = TensorType::fixed(e, &pairs_d);
+        let pairs = Val {
+            name: b.expand_shape(&main, &grouping, &pairs_ty)?,
+            ty: pairs_ty,
+        };
+        let mut at = inner_at.clone();
+        at.extend([0, (first + l) / s]);
+        let mut size = inner_size.clone();
+        size.extend([s, groups]);
+        let block_ty = TensorType::fixed(e, &size);
+        let block = b.extract_slice(&p, &at, &size, &ones(r + 1), &block_ty)?;
+        let mut swapped: Vec<String> = (0..r - 1).map(|i| format!("d{i}")).collect();
+        swapped.extend([format!("d{r}"), format!("d{}", r - 1)]);
+        let t = b.generic(
+            &[In {
+                val: &pairs,
+                map: affine_map(r + 1, &swapped),
+            }],
+            &[(block_ty, identity_map(r + 1), Some(block.name))],
+            &vec!["parallel"; r + 1],
+            |_, a| Ok(vec![a[0].clone()]),
+        )?;
+        p = insert(b, &p, &t[0], &at, &size)?;
+    }
+    Ok(p)
 }
 
 /// The accumulation of a depthwise convolution (one input channel per output channel) into
@@ -898,7 +1155,7 @@ pub(super) fn windows(
 /// innermost loop ran over the kernel's 3 columns.
 fn depthwise(
     b: &mut Body,
-    x: &Val,
+    x: &Source,
     w: &Val,
     g: &Geom,
     k: &[u64],
@@ -933,7 +1190,7 @@ fn depthwise(
         });
     }
     let acc = acc_ty.elem;
-    let (xe, we) = (x.ty.elem, w.ty.elem);
+    let (xe, we) = (x.val().ty.elem, w.ty.elem);
     let n = taps.len();
     let r = b.generic(
         &ins,
@@ -966,7 +1223,7 @@ fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LRes
         return err("conv needs [N, C, D...] operands with a weight of the same rank");
     }
     let g = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
-    let xp = pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?;
+    let xp = Source::Padded(pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?);
     conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out)
 }
 
@@ -1034,7 +1291,7 @@ fn conv_transpose(
         dils,
         pads: vec![0; 2 * s],
     };
-    conv_core(b, &xu, &wf, args.get(2), &g, groups, out)
+    conv_core(b, &Source::Padded(xu), &wf, args.get(2), &g, groups, out)
 }
 
 /// `einsum`: one generic with a loop per letter (the output's, then the summed ones in

@@ -16,7 +16,8 @@ use tessera_ir::{BinaryOp, ElemType, Op, PoolAttrs, PoolKind, TensorType, UnaryO
 use super::body::{Body, In, LResult, Val, affine_map, broadcast_map, dims, err, identity_map};
 use super::elementwise;
 use super::linalg::{
-    DEPTHWISE_TAPS, Geom, SpreadAxis, acc_type, narrow, pad_for_windows, spread, taps, windows,
+    DEPTHWISE_TAPS, Geom, SpreadAxis, acc_type, narrow, pad_for_windows, spread, taps,
+    window_source, windows,
 };
 use super::reduce::{bounds, dropped_map, reduce_with};
 
@@ -400,7 +401,6 @@ fn pool(b: &mut Body, x: &Val, attrs: &PoolAttrs, out: &TensorType) -> LResult<S
         return err("average pooling needs a float operand");
     }
     let fill = if max { bounds(e).0 } else { 0.0 };
-    let xp = pad_for_windows(b, x, &k, &od[2..], &g, fill)?;
     let count = k.iter().try_fold(1u64, |n, &e| n.checked_mul(e));
     if max
         && e.is_float()
@@ -410,7 +410,8 @@ fn pool(b: &mut Body, x: &Val, attrs: &PoolAttrs, out: &TensorType) -> LResult<S
         // Each tap's window an operand of its own and the maximum taken from the first, in
         // parallel loops over the result only (as a depthwise convolution: the schedule
         // vectorizes it along the rows at stride 1, and the threads run its channels).
-        let wins = windows(b, &xp, &g, &taps(&k), &od)?;
+        let src = window_source(b, x, &k, &od[2..], &g, fill)?;
+        let wins = windows(b, &src, &g, &taps(&k), &od)?;
         let ins: Vec<&Val> = wins.iter().collect();
         return b.elementwise(&ins, out, |b, a| {
             let mut m = a[0].clone();
@@ -420,6 +421,7 @@ fn pool(b: &mut Body, x: &Val, attrs: &PoolAttrs, out: &TensorType) -> LResult<S
             Ok(m)
         });
     }
+    let xp = pad_for_windows(b, x, &k, &od[2..], &g, fill)?;
     let win = window(b, &k)?;
     // Loops: n, c, o..., k....
     let nl = rank + s;

@@ -882,3 +882,74 @@ fn concatenated_pieces_are_written_in_place_and_agree_with_the_interpreter() {
     }
     agrees_with_the_interpreter(&g, &program);
 }
+
+/// Max poolings of stride 2 or more along their rows read their input deinterleaved in
+/// phases (`[.., s, columns]`, padded in the same pass): whole groups of `s` columns are one
+/// generic that swaps the last two axes, which the schedule vectorizes into shuffles, and
+/// the taps' windows are rows at stride 1, vectorized like those of stride 1. With odd and
+/// even widths, padding, a window narrower than the stride, strides 2 and 3 with a
+/// dilation, ceil mode (windows past the input), one spatial axis and rows of more than 16
+/// groups, they agree with the interpreter.
+#[test]
+fn strided_max_poolings_read_phases_and_agree_with_the_interpreter() {
+    // Input; kernel; pads; strides; dilations; ceil mode; result.
+    let pools = [
+        "x; [3, 3]; [0, 0, 0, 0]; [2, 2]; [1, 1]; false; [1, 3, 5, 5]",
+        "x; [3, 3]; [1, 1, 1, 1]; [2, 2]; [1, 1]; false; [1, 3, 6, 6]",
+        "x; [2, 2]; [0, 0, 0, 0]; [2, 2]; [1, 1]; false; [1, 3, 5, 5]",
+        "x; [2, 3]; [0, 1, 0, 1]; [2, 3]; [1, 2]; false; [1, 3, 5, 3]",
+        "y; [3, 3]; [0, 0, 0, 0]; [2, 2]; [1, 1]; true; [1, 2, 2, 2]",
+        "s; [3]; [1, 0]; [2]; [1]; false; [1, 2, 6]",
+        "w; [3, 3]; [0, 0, 0, 0]; [1, 2]; [1, 1]; false; [1, 2, 3, 34]",
+    ];
+    let mut src = String::from(
+        "graph @mp(%x: f32[1, 3, 11, 11], %y: f32[1, 2, 4, 4], %s: f32[1, 2, 13], \
+         %w: f32[1, 2, 5, 70]) {\n",
+    );
+    for (i, pool) in pools.iter().enumerate() {
+        let [x, k, pads, strides, dils, ceil, ty] = pool.split("; ").collect::<Vec<_>>()[..] else {
+            panic!("{pool}")
+        };
+        src.push_str(&format!(
+            "  %p{i} = max-pool %{x} {{ceil-mode = {ceil}, count-include-pad = false, \
+             dilations = {dils}, kernel = {k}, pads = {pads}, strides = {strides}}} : f32{ty}\n"
+        ));
+    }
+    let results: Vec<String> = (0..pools.len()).map(|i| format!("%p{i}")).collect();
+    src.push_str(&format!("  return {}\n}}\n", results.join(", ")));
+    let g = text::parse(&src, None).unwrap_or_else(|e| panic!("{e}"));
+    let program = lower_cpu(&g, "mp", false);
+    let module = &program.modules[0].1;
+    // One swapping generic per pool: 2-D ones read `[.., groups, s]` as `(d0, d1, d2, d4,
+    // d3)`, the 1-D one as `(d0, d1, d3, d2)`.
+    assert_eq!(
+        module.matches("-> (d0, d1, d2, d4, d3)>").count(),
+        6,
+        "{module}"
+    );
+    assert_eq!(
+        module.matches("-> (d0, d1, d3, d2)>").count(),
+        1,
+        "{module}"
+    );
+    let mlir = Mlir::new();
+    for parallel in [false, true] {
+        let mut m = mlir.parse(module, "mp").expect("parses");
+        let body = schedule::apply(&mlir, &mut m, parallel, "mp").expect("applies");
+        mlir.verify(&m, "mp").expect("verifies");
+        // Every swap and every pool vectorized: no linalg op but the fills and the copies
+        // of single columns is left.
+        assert_eq!(
+            body.matches("lower_transpose lowering_strategy = \"shuffle_1d\"")
+                .count(),
+            7,
+            "{body}"
+        );
+        // 70 columns: 35 groups, 32 in tiles of 16 and the rest of 3 a tile of its own.
+        assert!(body.contains("after 32 {dimension = 4}"), "{body}");
+        let printed = Mlir::print(&m);
+        assert!(!printed.contains("linalg.generic"), "{printed}");
+        assert!(printed.contains("vector.shuffle"), "{printed}");
+    }
+    agrees_with_the_interpreter(&g, &program);
+}
