@@ -301,7 +301,7 @@ def bench_iree(model, args, work):
             np.save(f, np.ascontiguousarray(a))
             inputs.append(f"--input=@{f}")
         res["run_ms"] = min(iree_benchmark(vmfb, names[0], inputs, args)
-                            for _ in range(max(1, args.rounds)))
+                            for _ in range(args.rounds))
     except StepError as e:
         res["notes"].append(f"IREE run failed: {e}")
     except Exception as e:  # runtime errors from iree.runtime
@@ -365,7 +365,7 @@ def bench_ort(model, args):
         for _ in range(1 + args.warmup):
             sess.run(None, feeds)
         medians = []
-        for _ in range(max(1, args.rounds)):
+        for _ in range(args.rounds):
             times = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
@@ -426,7 +426,7 @@ def bench_tessera(model, args, work):
         cmd += ["--repeat", str(args.repeat), "--threads", str(threads)]
         try:
             # The least median of --rounds runs.
-            runs = [run_timed(cmd, args.timeout) for _ in range(max(1, args.rounds))]
+            runs = [run_timed(cmd, args.timeout) for _ in range(args.rounds)]
         except StepError as e:
             res[key] = "n/a (run failed)"
             res["notes"].append(f"tessera run --threads {threads} failed: {e}")
@@ -476,9 +476,9 @@ def machine_notes(args):
         pass
     lines.append("- versions: " + ", ".join(vers))
     lines.append(
-        f"- run times: tessera (--threads 1, and --threads 2 in its own column) and onnxruntime median of {args.repeat} calls after {args.warmup} warmup call(s), the least of {max(1, args.rounds)} such median(s); "
+        f"- run times: tessera (--threads 1, and --threads 2 in its own column) and onnxruntime median of {args.repeat} calls after {args.warmup} warmup call(s), the least of {args.rounds} such median(s); "
         f"onnxruntime CPU EP intra_op_num_threads={args.ort_threads or 'default'}, ORT_SEQUENTIAL; "
-        f"IREE iree-benchmark-module --device={args.iree_driver}, median of {args.repeat} repetitions (least of {max(1, args.rounds)}); "
+        f"IREE iree-benchmark-module --device={args.iree_driver}, median of {args.repeat} repetitions (least of {args.rounds}); "
         f"compile times: median of {args.compile_repeats} run(s), wall clock")
     lines.append(
         f"- IREE: iree-import-onnx (input shapes {args.iree_shapes}"
@@ -511,6 +511,7 @@ def main():
     ap.add_argument("--tmpdir", help="parent folder for temporary files")
     ap.add_argument("--keep-tmp", action="store_true", help="keep temporary files (path printed)")
     args = ap.parse_args()
+    args.rounds = max(1, args.rounds)
 
     models = discover(args)
     tmp_root = Path(tempfile.mkdtemp(prefix="tessera-bench-", dir=args.tmpdir))

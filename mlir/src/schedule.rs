@@ -1750,7 +1750,7 @@ fn windowed<'c: 'a, 'a>(
 }
 
 /// The extents of a deinterleaving copy as the lowering writes it (`linalg.rs`'s
-/// `deinterleave`: a window's columns at a stride of 2 or more made rows at stride 1): an
+/// `phases`: a window's columns at a stride of 2 or more made rows at stride 1): an
 /// all-parallel generic of one static `f32` input and result, the result `[.., s, w]` with
 /// the identity map, the input `[.., w, s]` read with its last two axes swapped, the body
 /// the input's element.
@@ -1769,11 +1769,11 @@ pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u
     let out = f32_shape(op.result(0).ok()?.r#type())?;
     let input = f32_shape(op.operand(0).ok()?.r#type())?;
     let rank = out.len();
-    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
-    let mut swapped: Vec<usize> = (0..rank).collect();
     if rank < 2 || out.contains(&0) {
         return None;
     }
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let mut swapped: Vec<usize> = (0..rank).collect();
     swapped.swap(rank - 2, rank - 1);
     let mut transposed = out.clone();
     transposed.swap(rank - 2, rank - 1);
@@ -2141,21 +2141,30 @@ fn in_place_functions(module: &Module<'_>) -> Vec<String> {
 /// (`fold_tensor_empty`), and the next round replaces it.
 fn in_place(functions: &[String]) -> String {
     let mut s = String::new();
+    if functions.is_empty() {
+        return s;
+    }
+    let mut handles = Vec::new();
     for (i, name) in functions.iter().enumerate() {
         let _ = writeln!(
             s,
             "    %in_place{i} = transform.structured.match ops{{[\"func.func\"]}} \
              attributes{{sym_name = \"{name}\"}} in %root : (!transform.any_op) -> !transform.any_op"
         );
-        for _ in 0..IN_PLACE_ROUNDS {
-            let _ = writeln!(s, "    transform.apply_patterns to %in_place{i} {{");
-            s.push_str("      transform.apply_patterns.tensor.fold_tensor_empty\n");
-            s.push_str("    } : !transform.any_op\n");
-            let _ = writeln!(
-                s,
-                "    transform.bufferization.eliminate_empty_tensors %in_place{i} : !transform.any_op"
-            );
-        }
+        handles.push(format!("%in_place{i}"));
+    }
+    let _ = writeln!(
+        s,
+        "    %in_place = transform.merge_handles {} {{deduplicate}} : !transform.any_op",
+        handles.join(", ")
+    );
+    for _ in 0..IN_PLACE_ROUNDS {
+        s.push_str(
+            "    transform.apply_patterns to %in_place {\n      \
+             transform.apply_patterns.tensor.fold_tensor_empty\n    \
+             } : !transform.any_op\n    \
+             transform.bufferization.eliminate_empty_tensors %in_place : !transform.any_op\n",
+        );
     }
     s
 }

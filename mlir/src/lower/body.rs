@@ -599,6 +599,26 @@ impl Body {
         )))
     }
 
+    /// `tensor.insert_slice piece into dest[offsets]` at unit strides, the piece's sizes.
+    pub fn insert_slice(&mut self, piece: &Val, dest: &Val, offsets: &[u64]) -> LResult<Val> {
+        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        let sizes = dims(&piece.ty)?;
+        let name = self.assign(format!(
+            "tensor.insert_slice {} into {}[{}] [{}] [{}] : {} into {}",
+            piece.name,
+            dest.name,
+            list(offsets),
+            list(&sizes),
+            list(&vec![1; sizes.len()]),
+            tensor_ty(&piece.ty)?,
+            tensor_ty(&dest.ty)?
+        ));
+        Ok(Val {
+            name,
+            ty: dest.ty.clone(),
+        })
+    }
+
     /// `tensor.extract_slice x[offsets] [sizes] [strides]` of type `to` (of lower rank than
     /// `x` for a rank-reducing slice): a view.
     pub fn extract_slice(

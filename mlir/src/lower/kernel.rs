@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 
 use tessera_ir::{Op, TensorType};
 
-use super::body::{Body, LResult, Val, dims, err, tensor_ty};
+use super::body::{Body, LResult, LowerError, Val, dims, err, tensor_ty};
 
 /// The kernels of a program, shared by all its steps and devices.
 #[derive(Default)]
@@ -185,23 +185,27 @@ pub fn make(
     let mut b = Body::default();
     let mut names = code(&mut b, &args)?;
     let dest_results;
-    let results = match dest {
-        None => results,
-        Some(d) => {
-            let [piece] = results else {
-                return err(format!(
-                    "a kernel with a destination has one result, not {}",
-                    results.len()
-                ));
-            };
+    let results = match (dest, results, &names[..]) {
+        (None, ..) => results,
+        (Some(d), [piece], [name]) => {
             let arg = Val {
                 name: format!("%arg{}", args.len()),
                 ty: d.ty.clone(),
             };
-            names = vec![insert_block(&mut b, &names, piece, &arg, &d.offsets)?];
+            let block = Val {
+                name: name.clone(),
+                ty: piece.clone(),
+            };
+            names = vec![insert_block(&mut b, &block, &arg, &d.offsets)?.name];
             args.push(arg);
             dest_results = [d.ty.clone()];
             &dest_results[..]
+        }
+        (Some(_), ..) => {
+            return err(format!(
+                "a kernel with a destination has one result, not {}",
+                results.len().max(names.len())
+            ));
         }
     };
     let lines = b.into_lines();
@@ -233,22 +237,14 @@ pub fn make(
     Ok(Some(kernels.intern(s, op)))
 }
 
-/// Writes `names`' one tensor of type `piece` into `dest` at `offsets` (unit strides);
-/// returns the result's name.
-pub fn insert_block(
-    b: &mut Body,
-    names: &[String],
-    piece: &TensorType,
-    dest: &Val,
-    offsets: &[u64],
-) -> LResult<String> {
-    let [name] = names else {
-        return err(format!(
-            "a kernel with a destination has one result, not {}",
-            names.len()
-        ));
-    };
-    let sizes = dims(piece)?;
+/// Writes `block` into `dest` at `offsets` (unit strides); returns the result.
+///
+/// A block written as an expansion (a convolution's result, computed on `[N, M, pixels]`)
+/// goes into the destination collapsed alike, where that keeps it one block: the op that
+/// computes it then writes into the destination (empty-tensor elimination needs the
+/// types to match).
+pub fn insert_block(b: &mut Body, block: &Val, dest: &Val, offsets: &[u64]) -> LResult<Val> {
+    let sizes = dims(&block.ty)?;
     if offsets.len() != sizes.len() {
         return err(format!(
             "a block of rank {} at offsets of rank {}",
@@ -256,62 +252,42 @@ pub fn insert_block(
             offsets.len()
         ));
     }
-    let list = |xs: &[u64]| xs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-    // A block written as an expansion (a convolution's result, computed on
-    // `[N, M, pixels]`) goes into the destination collapsed alike, where that keeps it one
-    // block: the op that computes it then writes into the destination
-    // (`eliminate-empty-tensors` needs the types to match).
     let whole = dims(&dest.ty)?;
-    let block = Val {
-        name: name.clone(),
-        ty: piece.clone(),
-    };
-    if let Some(e) = b.expansion(&block).cloned()
-        && e.groups.iter().all(|grp| {
+    let Some(e) = b.expansion(block).cloned().filter(|e| {
+        e.groups.iter().all(|grp| {
             grp.iter()
                 .skip(1)
                 .all(|&d| offsets[d] == 0 && sizes[d] == whole[d])
         })
-    {
-        let flat = b.collapse_shape(dest, &e.groups)?;
-        let inner = |xs: &[u64]| -> Vec<u64> {
-            e.groups
-                .iter()
-                .map(|grp| xs[grp[0]] * grp[1..].iter().map(|&d| whole[d]).product::<u64>())
-                .collect()
-        };
-        let sizes_in: Vec<u64> = e
-            .groups
-            .iter()
-            .map(|grp| grp.iter().map(|&d| sizes[d]).product())
-            .collect();
-        let ones = vec![1u64; sizes_in.len()];
-        let inserted = b.assign(format!(
-            "tensor.insert_slice {} into {}[{}] [{}] [{}] : {} into {}",
-            e.source.name,
-            flat.name,
-            list(&inner(offsets)),
-            list(&sizes_in),
-            list(&ones),
-            tensor_ty(&e.source.ty)?,
-            tensor_ty(&flat.ty)?
-        ));
-        let flat = Val {
-            name: inserted,
-            ty: flat.ty,
-        };
-        return b.expand_shape(&flat, &e.groups, &dest.ty);
-    }
-    let ones = vec![1u64; sizes.len()];
-    Ok(b.assign(format!(
-        "tensor.insert_slice {name} into {}[{}] [{}] [{}] : {} into {}",
-        dest.name,
-        list(offsets),
-        list(&sizes),
-        list(&ones),
-        tensor_ty(piece)?,
-        tensor_ty(&dest.ty)?
-    )))
+    }) else {
+        return b.insert_slice(block, dest, offsets);
+    };
+    let flat = b.collapse_shape(dest, &e.groups)?;
+    let at: Vec<u64> = e
+        .groups
+        .iter()
+        .map(|grp| offsets[grp[0]] * grp[1..].iter().map(|&d| whole[d]).product::<u64>())
+        .collect();
+    let flat = b.insert_slice(&e.source, &flat, &at)?;
+    let name = b.expand_shape(&flat, &e.groups, &dest.ty)?;
+    Ok(Val {
+        name,
+        ty: dest.ty.clone(),
+    })
+}
+
+/// Writes the call of function `name` (a kernel) of one result of type `ty` on `args`;
+/// returns the result.
+pub fn call_one(b: &mut Body, name: &str, args: &[Val], ty: &TensorType) -> LResult<Val> {
+    let names = call(b, name, args, std::slice::from_ref(ty))?;
+    let name = names
+        .into_iter()
+        .next()
+        .ok_or_else(|| LowerError("a call of one result made none".into()))?;
+    Ok(Val {
+        name,
+        ty: ty.clone(),
+    })
 }
 
 /// Writes the call of function `name` (a kernel, a step's part) on `args`; returns its

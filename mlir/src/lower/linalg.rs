@@ -627,25 +627,11 @@ pub(super) fn pad_for_windows(
     spread(b, x, &t, &axes, fill)
 }
 
-/// Whether a convolution of weight `wd` and result `od` in `groups` groups is lowered as
-/// [`depthwise`]: one input channel per output channel, at most [`DEPTHWISE_TAPS`] taps.
-/// (A result with no elements keeps the reduction form: a window's slice would start past
-/// the end of an empty input.)
-fn is_depthwise(wd: &[u64], od: &[u64], groups: u64) -> bool {
-    let taps: u64 = wd[2..].iter().product();
-    wd[1] == 1
-        && groups != 0
-        && wd[0] / groups == 1
-        && wd[0].is_multiple_of(groups)
-        && (1..=DEPTHWISE_TAPS).contains(&taps)
-        && !od.contains(&0)
-}
-
 /// The core of a convolution: `out[n, m, o...] = sum_{c, k...} x[n, g(m) * cg + c,
 /// o * stride + k * dil] * w[m, c, k...] (+ bias[m])` on an input already padded.
 fn conv_core(
     b: &mut Body,
-    x: &Source,
+    x: &Val,
     w: &Val,
     bias: Option<&Val>,
     g: &Geom,
@@ -664,16 +650,16 @@ fn conv_core(
     let e = out.elem;
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
-    let f32s = [&x.val().ty, &w.ty, out]
-        .iter()
-        .all(|t| t.elem == ElemType::F32);
-    let r = match x {
-        _ if is_depthwise(&wd, &od, groups) => depthwise(b, x, w, g, &wd[2..], &acc_ty)?,
-        Source::Padded(x) if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) => {
-            im2col(b, x, w, g, &acc_ty)?
-        }
-        Source::Padded(x) => grouped(b, x, w, g, cg, mg, groups, &acc_ty)?,
-        Source::Phases(..) => return err("a convolution of phases is depthwise"),
+    let taps: u64 = wd[2..].iter().product();
+    // (A result with no elements keeps the reduction form: a window's slice would start
+    // past the end of an empty input.)
+    let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
+    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
+        depthwise(b, x, w, g, &wd[2..], &acc_ty)?
+    } else if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) {
+        im2col(b, x, w, g, &acc_ty)?
+    } else {
+        grouped(b, x, w, g, cg, mg, groups, &acc_ty)?
     };
     let res = Val {
         name: r,
@@ -883,21 +869,12 @@ pub(super) fn taps(k: &[u64]) -> Vec<Vec<u64>> {
 
 /// The input of a windowed op (a max pooling's taps, a depthwise convolution), padded:
 /// as it is ([`pad_for_windows`]), or with its last axis deinterleaved in phases
-/// ([`phases`]).
+/// ([`phases`]; max poolings only: see `schedule`'s module doc).
 pub(super) enum Source {
     /// `[N, C, D...]`, padded.
     Padded(Val),
     /// `[N, C, D..., s, ceil(W / s)]`: the padded input's last axis in `s` phases.
     Phases(Val, u64),
-}
-
-impl Source {
-    /// The tensor.
-    fn val(&self) -> &Val {
-        match self {
-            Source::Padded(v) | Source::Phases(v, _) => v,
-        }
-    }
 }
 
 /// `x` padded for windows of extents `k` over a result of spatial extents `o`, as
@@ -1014,39 +991,25 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
     pd.extend(&need[..last]);
     pd.extend([s, wp.div_ceil(s)]);
     let pt = TensorType::fixed(e, &pd);
-    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     let ones = |n: usize| vec![1u64; n];
     let mut p = Val {
         name: b.empty(&pt)?,
         ty: pt.clone(),
-    };
-    // `piece` (of the block's type) into `p` at `at`.
-    let insert = |b: &mut Body, p: &Val, piece: &str, at: &[u64], size: &[u64]| -> LResult<Val> {
-        let bt = tensor_ty(&TensorType::fixed(e, size))?;
-        let name = b.assign(format!(
-            "tensor.insert_slice {piece} into {}[{}] [{}] [{}] : {bt} into {}",
-            p.name,
-            list(at),
-            list(size),
-            list(&ones(size.len())),
-            tensor_ty(&p.ty)?
-        ));
-        Ok(Val {
-            name,
-            ty: p.ty.clone(),
-        })
     };
     let fill_block = |b: &mut Body, p: &Val, at: &[u64], size: &[u64]| -> LResult<Val> {
         let bt = TensorType::fixed(e, size);
         let slab = b.extract_slice(p, at, size, &ones(size.len()), &bt)?;
         let c = b.scalar(e, fill);
         let ty = tensor_ty(&bt)?;
-        let filled = b.assign(format!(
-            "linalg.fill ins({c} : {}) outs({} : {ty}) -> {ty}",
-            super::body::elem(e),
-            slab.name
-        ));
-        insert(b, p, &filled, at, size)
+        let filled = Val {
+            name: b.assign(format!(
+                "linalg.fill ins({c} : {}) outs({} : {ty}) -> {ty}",
+                super::body::elem(e),
+                slab.name
+            )),
+            ty: bt,
+        };
+        b.insert_slice(&filled, p, at)
     };
     // Where the input's rows land: every leading axis at its offset, the kept extents.
     let mut inner_at = vec![0u64, 0];
@@ -1104,11 +1067,14 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
         };
         let dest = b.extract_slice(&p, &at, &size, &ones(r + 1), &unit_ty)?;
         let ut = tensor_ty(&unit_ty)?;
-        let copied = b.assign(format!(
-            "linalg.copy ins({} : {ut}) outs({} : {ut}) -> {ut}",
-            col.name, dest.name
-        ));
-        p = insert(b, &p, &copied, &at, &size)?;
+        let copied = Val {
+            name: b.assign(format!(
+                "linalg.copy ins({} : {ut}) outs({} : {ut}) -> {ut}",
+                col.name, dest.name
+            )),
+            ty: unit_ty,
+        };
+        p = b.insert_slice(&copied, &p, &at)?;
     }
     if groups > 0 {
         xs_at[r - 1] = first;
@@ -1136,11 +1102,15 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
                 val: &pairs,
                 map: affine_map(r + 1, &swapped),
             }],
-            &[(block_ty, identity_map(r + 1), Some(block.name))],
+            &[(block_ty.clone(), identity_map(r + 1), Some(block.name))],
             &vec!["parallel"; r + 1],
             |_, a| Ok(vec![a[0].clone()]),
         )?;
-        p = insert(b, &p, &t[0], &at, &size)?;
+        let t = Val {
+            name: t[0].clone(),
+            ty: block_ty,
+        };
+        p = b.insert_slice(&t, &p, &at)?;
     }
     Ok(p)
 }
@@ -1155,7 +1125,7 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
 /// innermost loop ran over the kernel's 3 columns.
 fn depthwise(
     b: &mut Body,
-    x: &Source,
+    x: &Val,
     w: &Val,
     g: &Geom,
     k: &[u64],
@@ -1167,7 +1137,7 @@ fn depthwise(
     // Each tap's window of the input, a strided slice the shape of the result, and its
     // weights, one per channel: a column of the filter, `[M]`.
     let od = dims(acc_ty)?;
-    let windows = windows(b, x, g, &taps, &od)?;
+    let windows = windows(b, &Source::Padded(x.clone()), g, &taps, &od)?;
     let wd = dims(&w.ty)?;
     let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
     let mut col_sizes = vec![wd[0]];
@@ -1190,7 +1160,7 @@ fn depthwise(
         });
     }
     let acc = acc_ty.elem;
-    let (xe, we) = (x.val().ty.elem, w.ty.elem);
+    let (xe, we) = (x.ty.elem, w.ty.elem);
     let n = taps.len();
     let r = b.generic(
         &ins,
@@ -1223,7 +1193,7 @@ fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LRes
         return err("conv needs [N, C, D...] operands with a weight of the same rank");
     }
     let g = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
-    let xp = Source::Padded(pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?);
+    let xp = pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?;
     conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out)
 }
 
@@ -1291,7 +1261,7 @@ fn conv_transpose(
         dils,
         pads: vec![0; 2 * s],
     };
-    conv_core(b, &Source::Padded(xu), &wf, args.get(2), &g, groups, out)
+    conv_core(b, &xu, &wf, args.get(2), &g, groups, out)
 }
 
 /// `einsum`: one generic with a loop per letter (the output's, then the summed ones in

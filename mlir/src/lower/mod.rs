@@ -1298,19 +1298,10 @@ fn lower_fused(
         .collect();
     if let Some((d, buffer)) = dest {
         args.push(buffer);
-        let tys = [d.ty.clone()];
-        let names = b.with_fused_loc(&locs, |b| kernel::call(b, &kname, &args, &tys))?;
-        let [name] = <[String; 1]>::try_from(names).map_err(|_| {
-            op_error(
-                g,
-                group[group.len() - 1],
-                LowerError("a call of one result made none".into()),
-            )
-        })?;
-        return Ok(Some(Val {
-            name,
-            ty: d.ty.clone(),
-        }));
+        let made = b.with_fused_loc(&locs, |b| kernel::call_one(b, &kname, &args, &d.ty));
+        return made
+            .map(Some)
+            .map_err(|e| op_error(g, group[group.len() - 1], e));
     }
     let names = b.with_fused_loc(&locs, |b| kernel::call(b, &kname, &args, &results))?;
     for ((&r, name), ty) in last.results.iter().zip(names).zip(results) {
@@ -1328,15 +1319,16 @@ struct Piece {
     dest: kernel::Dest,
 }
 
-/// A concatenation (`op`) whose result `so_far` holds the pieces in `placed`: the other
-/// pieces inserted into it by a kernel, or `so_far` itself when there are none.
+/// A concatenation (`op`) whose result `so_far` holds its operands among `pieces` (their
+/// kernels, before it, wrote them there): the other operands inserted into it by a kernel,
+/// or `so_far` itself when there are none.
 #[allow(clippy::too_many_arguments)]
 fn concat_rest(
     b: &mut Body,
     g: &Graph,
     op: OpId,
     so_far: Val,
-    placed: &BTreeSet<ValueId>,
+    pieces: &BTreeMap<ValueId, Piece>,
     env: &BTreeMap<ValueId, Val>,
     weight_args: &BTreeMap<ValueId, Val>,
     kernels: &mut Kernels,
@@ -1344,7 +1336,7 @@ fn concat_rest(
 ) -> LResult<Val> {
     let rest: Vec<(ValueId, Vec<u64>)> = concat_offsets(g, op)?
         .into_iter()
-        .filter(|(v, _)| !placed.contains(v))
+        .filter(|(v, _)| !pieces.contains_key(v))
         .collect();
     if rest.is_empty() {
         return Ok(so_far);
@@ -1390,13 +1382,8 @@ fn concat_rest(
     let mut args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
     let ty = so_far.ty.clone();
     args.push(so_far);
-    let loc = g.op(op).loc.clone();
-    let names = b.with_loc(loc.as_deref(), |b| {
-        kernel::call(b, &name, &args, std::slice::from_ref(&ty))
-    })?;
-    let [name] = <[String; 1]>::try_from(names)
-        .map_err(|_| LowerError("a call of one result made none".into()))?;
-    Ok(Val { name, ty })
+    let loc = g.op(op).loc.as_deref();
+    b.with_loc(loc, |b| kernel::call_one(b, &name, &args, &ty))
 }
 
 /// A concatenation's operands that have something along its axis, each with its offsets
@@ -1466,8 +1453,8 @@ fn in_place_pieces(
         let [out] = data.results[..] else { continue };
         let ty = g.ty(out).clone();
         for (v, offsets) in concat_offsets(g, c)? {
-            let once = data.operands.iter().filter(|&&x| x == v).count() == 1;
-            if once && readers.get(&v) == Some(&1) && sinks.contains(&v) && !returned.contains(&v) {
+            // One read in the step: the concatenation's, of this operand alone.
+            if readers.get(&v) == Some(&1) && sinks.contains(&v) && !returned.contains(&v) {
                 pieces.insert(
                     v,
                     Piece {
@@ -1614,7 +1601,6 @@ fn lower_function(
     };
     // Each concatenation's result so far, from the first of its pieces written in place.
     let mut buffers: BTreeMap<OpId, Val> = BTreeMap::new();
-    let mut placed: BTreeSet<ValueId> = BTreeSet::new();
     let buffer = |b: &mut Body, buffers: &BTreeMap<OpId, Val>, p: &Piece| -> LResult<Val> {
         match buffers.get(&p.concat) {
             Some(v) => Ok(v.clone()),
@@ -1627,12 +1613,12 @@ fn lower_function(
     for group in &groups {
         let sink = g.op(group[group.len() - 1]);
         let piece = match sink.results[..] {
-            [r] => pieces.get(&r).map(|p| (r, p)),
+            [r] => pieces.get(&r),
             _ => None,
         };
         if group.len() > 1 {
             let dest = match piece {
-                Some((_, p)) => Some((&p.dest, buffer(&mut b, &buffers, p)?)),
+                Some(p) => Some((&p.dest, buffer(&mut b, &buffers, p)?)),
                 None => None,
             };
             let made = lower_fused(
@@ -1645,9 +1631,8 @@ fn lower_function(
                 &mut used,
                 dest,
             )?;
-            if let (Some(v), Some((r, p))) = (made, piece) {
+            if let (Some(v), Some(p)) = (made, piece) {
                 buffers.insert(p.concat, v);
-                placed.insert(r);
             }
             continue;
         }
@@ -1661,7 +1646,7 @@ fn lower_function(
                 g,
                 op,
                 so_far.clone(),
-                &placed,
+                &pieces,
                 &env,
                 &weight_args,
                 kernels,
@@ -1709,7 +1694,7 @@ fn lower_function(
                     }
                 }
                 let tys: Vec<TensorType> = params.iter().map(|(_, p)| p.ty.clone()).collect();
-                let (kind, to) = (data.op.name(), piece.map(|(_, p)| &p.dest));
+                let (kind, to) = (data.op.name(), piece.map(|p| &p.dest));
                 let made = kernel::make(kernels, kind, &tys, &results, to, |kb, kargs| {
                     let mut inner: BTreeMap<ValueId, Val> = BTreeMap::new();
                     let mut args = Vec::new();
@@ -1731,7 +1716,7 @@ fn lower_function(
                     used.insert(n);
                     let mut args: Vec<Val> = params.into_iter().map(|(_, p)| p).collect();
                     return b.with_loc(data.loc.as_deref(), |b| match piece {
-                        Some((_, p)) => {
+                        Some(p) => {
                             args.push(buffer(b, &buffers, p)?);
                             kernel::call(b, &name, &args, std::slice::from_ref(&p.dest.ty))
                         }
@@ -1750,8 +1735,8 @@ fn lower_function(
             lower_op(b, g, op, &args, &results)
         };
         let names = lower_one(&mut b).map_err(|e| op_error(g, op, e))?;
-        if let Some((r, p)) = piece {
-            let [name] = <[String; 1]>::try_from(names).map_err(|_| {
+        if let Some(p) = piece {
+            let name = names.into_iter().next().ok_or_else(|| {
                 op_error(g, op, LowerError("a call of one result made none".into()))
             })?;
             buffers.insert(
@@ -1761,7 +1746,6 @@ fn lower_function(
                     ty: p.dest.ty.clone(),
                 },
             );
-            placed.insert(r);
             continue;
         }
         for ((&r, name), ty) in data.results.iter().zip(names).zip(results) {

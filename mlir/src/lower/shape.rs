@@ -455,7 +455,7 @@ pub fn concat_into(
             name: acc,
             ty: out.clone(),
         };
-        acc = super::kernel::insert_block(b, std::slice::from_ref(&x.name), &x.ty, &dest, offsets)?;
+        acc = super::kernel::insert_block(b, x, &dest, offsets)?.name;
     }
     Ok(acc)
 }
