@@ -6,7 +6,8 @@
 //! taps, reading the input through `o * stride + k * dilation` (the group's channel through
 //! `(m floordiv M/groups) * C/groups + c`), except two forms the CPU schedule makes fast:
 //! an ungrouped `f32` one is an im2col product ([`im2col`]) and a depthwise one sums its
-//! taps' windows without reduction loops ([`depthwise`]), in the same order. Padding is
+//! taps' windows without reduction loops ([`depthwise`]; a 2-D one with short rows as one
+//! row per channel, [`FlatGrid`]), in the same order. Padding is
 //! materialized first ([`spread`]: a zero-filled copy just large enough for every window).
 //! A transposed convolution is the
 //! convolution (stride 1) of the input spread out by its strides and padded by
@@ -628,7 +629,9 @@ pub(super) fn pad_for_windows(
 }
 
 /// The core of a convolution: `out[n, m, o...] = sum_{c, k...} x[n, g(m) * cg + c,
-/// o * stride + k * dil] * w[m, c, k...] (+ bias[m])` on an input already padded.
+/// o * stride + k * dil] * w[m, c, k...] (+ bias[m])` on an input already padded (or, for
+/// a depthwise one of the flat form, `flat`, padded as its flat rows).
+#[allow(clippy::too_many_arguments)]
 fn conv_core(
     b: &mut Body,
     x: &Val,
@@ -637,6 +640,7 @@ fn conv_core(
     g: &Geom,
     groups: u64,
     out: &TensorType,
+    flat: Option<&FlatGrid>,
 ) -> LResult<String> {
     let wd = dims(&w.ty)?;
     let od = dims(out)?;
@@ -655,7 +659,7 @@ fn conv_core(
     // past the end of an empty input.)
     let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
     let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
-        depthwise(b, x, w, g, &wd[2..], &acc_ty)?
+        depthwise(b, x, w, g, &wd[2..], &acc_ty, flat)?
     } else if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) {
         im2col(b, x, w, g, &acc_ty)?
     } else {
@@ -1122,7 +1126,9 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
 /// product in the order of the reduction loops [`grouped`] runs.
 /// The innermost loop then runs along a row of the output and the input (contiguous at
 /// stride 1), which the schedule vectorizes (`schedule::depthwise`); the reduction form's
-/// innermost loop ran over the kernel's 3 columns.
+/// innermost loop ran over the kernel's 3 columns. In the flat form (`flat`: `x` is then
+/// `[N, C, len]`, see [`FlatGrid`]) the loops are `[N, C, H·W]` and the result is their
+/// expansion to `[N, C, H, W]` (so what follows is written on the flat shape too).
 fn depthwise(
     b: &mut Body,
     x: &Val,
@@ -1130,14 +1136,52 @@ fn depthwise(
     g: &Geom,
     k: &[u64],
     acc_ty: &TensorType,
+    flat: Option<&FlatGrid>,
 ) -> LResult<String> {
     let s = k.len();
-    let nl = 2 + s;
     let taps = taps(k);
-    // Each tap's window of the input, a strided slice the shape of the result, and its
-    // weights, one per channel: a column of the filter, `[M]`.
+    // Each tap's window of the input, a strided slice the shape of the result (a row of
+    // each channel in the flat form), and its weights, one per channel: a column of the
+    // filter, `[M]`.
     let od = dims(acc_ty)?;
-    let windows = windows(b, &Source::Padded(x.clone()), g, &taps, &od)?;
+    let (windows, grid_ty) = match flat {
+        Some(f) => {
+            let gd = [od[0], od[1], f.pixels];
+            let ty = TensorType::fixed(x.ty.elem, &gd);
+            let wins = taps
+                .iter()
+                .map(|t| b.extract_slice(x, &[0, 0, f.start(t, g)], &gd, &[1; 3], &ty))
+                .collect::<LResult<Vec<_>>>()?;
+            (wins, TensorType::fixed(acc_ty.elem, &gd))
+        }
+        None => (
+            windows(b, &Source::Padded(x.clone()), g, &taps, &od)?,
+            acc_ty.clone(),
+        ),
+    };
+    let nl = grid_ty.rank();
+    // In the flat form, the column masks: per column shift that moves some column out of
+    // the row, which of the row's elements the tap reads from its own row (1) or wrapped
+    // from a neighbour's (0, read as zero).
+    let mut shifts: Vec<i64> = Vec::new();
+    let mut masks = Vec::new();
+    if let Some(f) = flat {
+        for t in &taps {
+            let c = f.shift(t, g);
+            if c != 0 && !shifts.contains(&c) {
+                shifts.push(c);
+                masks.push(f.mask(b, c)?);
+            }
+        }
+    }
+    // Each tap's mask among `masks`, if it has one.
+    let tap_mask: Vec<Option<usize>> = taps
+        .iter()
+        .map(|t| {
+            let c = flat.map_or(0, |f| f.shift(t, g));
+            shifts.iter().position(|&m| m == c)
+        })
+        .collect();
     let wd = dims(&w.ty)?;
     let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
     let mut col_sizes = vec![wd[0]];
@@ -1148,7 +1192,7 @@ fn depthwise(
         offs.extend(t);
         columns.push(b.extract_slice(w, &offs, &col_sizes, &vec![1; 2 + s], &col_ty)?);
     }
-    let mut ins = Vec::with_capacity(2 * taps.len());
+    let mut ins = Vec::with_capacity(2 * taps.len() + masks.len());
     for (win, col) in windows.iter().zip(&columns) {
         ins.push(In {
             val: win,
@@ -1159,17 +1203,39 @@ fn depthwise(
             map: affine_map(nl, &["d1".to_string()]),
         });
     }
+    for m in &masks {
+        ins.push(In {
+            val: m,
+            map: affine_map(nl, &["d2".to_string()]),
+        });
+    }
     let acc = acc_ty.elem;
     let (xe, we) = (x.ty.elem, w.ty.elem);
     let n = taps.len();
     let r = b.generic(
         &ins,
-        &[(acc_ty.clone(), identity_map(nl), None)],
+        &[(grid_ty.clone(), identity_map(nl), None)],
         &vec!["parallel"; nl],
         |b, a| {
+            // Each mask's lanes to read as zero.
+            let zero = (!masks.is_empty()).then(|| b.scalar(xe, 0.0));
+            let wrapped: Vec<String> = (0..masks.len())
+                .map(|i| {
+                    let z = zero.as_deref().unwrap_or_default();
+                    b.assign(format!("arith.cmpf oeq, {}, {z} : f32", a[2 * n + i]))
+                })
+                .collect();
             let mut sum: Option<String> = None;
             for t in 0..n {
-                let p = elementwise::cast(b, xe, acc, &a[2 * t]);
+                let v = match tap_mask[t] {
+                    Some(i) => {
+                        let z = zero.as_deref().unwrap_or_default();
+                        let x = &a[2 * t];
+                        b.assign(format!("arith.select {}, {z}, {x} : f32", wrapped[i]))
+                    }
+                    None => a[2 * t].clone(),
+                };
+                let p = elementwise::cast(b, xe, acc, &v);
                 let q = elementwise::cast(b, we, acc, &a[2 * t + 1]);
                 let m = elementwise::binary(b, &BinaryOp::Mul, acc, &p, &q)?;
                 sum = Some(match sum {
@@ -1180,7 +1246,100 @@ fn depthwise(
             Ok(vec![sum.expect("a depthwise convolution has taps")])
         },
     )?;
-    Ok(r[0].clone())
+    if flat.is_none() {
+        return Ok(r[0].clone());
+    }
+    let rows = Val {
+        name: r[0].clone(),
+        ty: grid_ty,
+    };
+    b.expand_shape(&rows, &[vec![0], vec![1], vec![2, 3]], acc_ty)
+}
+
+/// Rows of a depthwise convolution's result shorter than this take the flat form.
+const FLAT_ROW: u64 = 64;
+
+/// The flat form of a 2-D depthwise convolution of stride 1 whose result has its input's
+/// extents (`H × W`): each channel of the input one row of `H · W` elements, with zeros
+/// before and after it (`before`, and what the last tap reaches past it), and each tap's
+/// window that row read from the tap's offset (`(a · dil - pad_top) · W + c · dil -
+/// pad_left` for the tap at row `a`, column `c`). A window that starts a row up or down
+/// reads the zeros above or below the image; one shifted along the row reads the
+/// neighbouring row's first or last elements for the pixels it moves out of their row,
+/// which a mask per shift selects as zeros. The result is the convolution's, in its own
+/// layout: its rows are whole vectors, where the result's short rows (7, 14, 28 elements)
+/// were a vector each with its lanes masked, and nothing is cut off afterwards.
+struct FlatGrid {
+    /// The row length, `W`.
+    width: u64,
+    /// Elements per channel, `H · W`.
+    pixels: u64,
+    /// Zeros before the image (`pad_top · W + pad_left`).
+    before: u64,
+    /// The padded row's length.
+    len: u64,
+}
+
+impl FlatGrid {
+    /// The flat form of a convolution of kernel `k` and geometry `g` from an input of
+    /// spatial extents `x` to a result of spatial extents `o`, when it has one.
+    fn new(x: &[u64], k: &[u64], o: &[u64], g: &Geom) -> Option<FlatGrid> {
+        if k.len() != 2
+            || x != o
+            || k.contains(&0)
+            || o.contains(&0)
+            || g.strides.iter().any(|&t| t != 1)
+            || o[1] >= FLAT_ROW
+        {
+            return None;
+        }
+        let (h, w) = (x[0], x[1]);
+        let pixels = h.checked_mul(w)?;
+        let before = g.pads[0].checked_mul(w)?.checked_add(g.pads[1])?;
+        // The last tap's offset from the pixel it is for.
+        let below = ((k[0] - 1).checked_mul(g.dils[0])?.checked_mul(w)?)
+            .checked_add((k[1] - 1).checked_mul(g.dils[1])?)?;
+        let after = below.saturating_sub(before);
+        let len = before.checked_add(pixels)?.checked_add(after)?;
+        i64::try_from(len).ok()?;
+        Some(FlatGrid {
+            width: w,
+            pixels,
+            before,
+            len,
+        })
+    }
+
+    /// Where tap `t`'s window starts in the padded row.
+    fn start(&self, t: &[u64], g: &Geom) -> u64 {
+        t[0] * g.dils[0] * self.width + t[1] * g.dils[1]
+    }
+
+    /// How far tap `t` reads along a row from the pixel it is for.
+    fn shift(&self, t: &[u64], g: &Geom) -> i64 {
+        (t[1] * g.dils[1]) as i64 - g.pads[1] as i64
+    }
+
+    /// The mask of column shift `c`: `[H · W]`, 1 where a pixel's column moved by `c` is
+    /// in the row, 0 where not (exact `f32` bits).
+    fn mask(&self, b: &mut Body, c: i64) -> LResult<Val> {
+        let w = self.width as i64;
+        let mut hex = String::with_capacity(8 * self.pixels as usize);
+        for q in 0..self.pixels as i64 {
+            let j = q % w + c;
+            hex.push_str(if (0..w).contains(&j) {
+                "0000803F"
+            } else {
+                "00000000"
+            });
+        }
+        let ty = TensorType::fixed(ElemType::F32, &[self.pixels]);
+        let name = b.assign(format!(
+            "arith.constant dense<\"0x{hex}\"> : {}",
+            tensor_ty(&ty)?
+        ));
+        Ok(Val { name, ty })
+    }
 }
 
 /// Convolution (cross-correlation), see the module doc.
@@ -1193,8 +1352,27 @@ fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LRes
         return err("conv needs [N, C, D...] operands with a weight of the same rank");
     }
     let g = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
+    let xd = dims(&x.ty)?;
+    let taps: u64 = wd[2..].iter().product();
+    let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
+    let depthwise = wd[1] == 1
+        && attrs.groups == wd[0]
+        && (1..=DEPTHWISE_TAPS).contains(&taps)
+        && !od.contains(&0);
+    if let Some(f) = FlatGrid::new(&xd[2..], &wd[2..], &od[2..], &g).filter(|_| depthwise && f32s) {
+        // The flat form: each channel one row, the padding only before and after it.
+        let xf = b.collapse_shape(x, &[vec![0], vec![1], vec![2, 3]])?;
+        let t = TensorType::fixed(x.ty.elem, &[xd[0], xd[1], f.len]);
+        let axis = SpreadAxis {
+            axis: 2,
+            off: f.before as i64,
+            stride: 1,
+        };
+        let xp = spread(b, &xf, &t, &[axis], 0.0)?;
+        return conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out, Some(&f));
+    }
     let xp = pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?;
-    conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out)
+    conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out, None)
 }
 
 /// Transposed convolution, see the module doc.
@@ -1261,7 +1439,7 @@ fn conv_transpose(
         dils,
         pads: vec![0; 2 * s],
     };
-    conv_core(b, &xu, &wf, args.get(2), &g, groups, out)
+    conv_core(b, &xu, &wf, args.get(2), &g, groups, out, None)
 }
 
 /// `einsum`: one generic with a loop per letter (the output's, then the summed ones in
