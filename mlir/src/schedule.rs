@@ -72,15 +72,19 @@
 //! last two axes of `[.., columns, s]` ([`deinterleave`]): each tile reads `16 × s`
 //! contiguous floats and shuffles them ([`phases`]), and the taps' windows are then rows
 //! at stride 1 (SqueezeNet's three 3×3 pools of stride 2: 1.6 -> 0.9 ms, the whole model
-//! 8.4 -> 7.4 on one thread). A depthwise convolution of stride 2 is still LLVM's: with
-//! phases MobileNetV2's first one took 1.47 ms against 1.05 (the `[16, 2]` read is
-//! unrolled into 16 reads of 8 bytes, see `convert-vector-to-scf`). One of stride 1 with
-//! short rows comes in the lowering's flat form (`linalg.rs`'s `FlatGrid`: one row per
-//! channel, the windows at offsets along it, a mask operand per column shift), vectorized
-//! the same way along that row. Its epilogue, fused after the contraction sequence and
-//! expanded back to the image's short rows, is vectorized by the threads sequence
-//! ([`short_rows`]); LLVM unrolled it into scalar code. MobileNetV2 on one thread:
-//! 10.99 -> 9.27 ms (two threads 6.66 -> 5.34).
+//! 8.4 -> 7.4 on one thread). A depthwise convolution of stride 1 with short rows comes in
+//! the lowering's flat form (`linalg.rs`'s `FlatGrid`: one row per channel, the windows at
+//! offsets along it, a mask operand per column shift), vectorized the same way along that
+//! row. Its epilogue, fused after the contraction sequence and expanded back to the
+//! image's short rows, is vectorized by the threads sequence ([`short_rows`]); LLVM
+//! unrolled it into scalar code (MobileNetV2 on one thread: 11.0 -> 9.2 ms, two threads
+//! 6.7 -> 5.3). One of stride 2 over an even input takes the flat form from the input's
+//! four phases (`flat_phases`: a copy that moves both the row and the column phase out,
+//! which [`deinterleave`] picks too); MobileNetV2's four: 1.1 -> 1.0 ms, its first (96
+//! channels of 112 × 112, read from memory) unchanged. Other depthwise convolutions of
+//! stride 2 are LLVM's: with column phases only MobileNetV2's first took 1.47 ms against
+//! 1.05 (the `[16, 2]` read is unrolled into 16 reads of 8 bytes, see
+//! `convert-vector-to-scf`).
 //!
 //! A reduction along its innermost loop ([`row_reduction`]: softmax's maximum and sum,
 //! layer norm's sums, `Reduce*` over the last axis) keeps 16 partial results per row in a
@@ -1338,9 +1342,9 @@ enum Pick {
     /// A reduction along rows ([`row_reduction`]) of these extents and inputs, vectorized
     /// with partial results ([`reduce_rows`]).
     Rows(Vec<u64>, usize),
-    /// A deinterleaving copy ([`deinterleave`]) of these extents, vectorized along its
-    /// phases and columns together ([`phases`]).
-    Phases(Vec<u64>),
+    /// A deinterleaving copy ([`deinterleave`]) of these extents and phase loop, vectorized
+    /// along its phases and columns together ([`phases`]).
+    Phases(Vec<u64>, usize),
 }
 
 /// The ops that tile and vectorize the picked contractions (see the module doc), depthwise
@@ -1379,8 +1383,8 @@ fn contractions(gs: &[Generics<Pick>], parallel: bool) -> String {
                     reduce_rows(&mut s, &h, extents, *inputs, parallel);
                     continue;
                 }
-                Pick::Phases(extents) => {
-                    phases(&mut s, &h, extents, parallel);
+                Pick::Phases(extents, phase) => {
+                    phases(&mut s, &h, extents, *phase, parallel);
                     shuffled.push(format!("%c{i}_f"));
                     continue;
                 }
@@ -1861,12 +1865,14 @@ fn windowed<'c: 'a, 'a>(
     Some(out)
 }
 
-/// The extents of a deinterleaving copy as the lowering writes it (`linalg.rs`'s
-/// `phases`: a window's columns at a stride of 2 or more made rows at stride 1): an
-/// all-parallel generic of one static `f32` input and result, the result `[.., s, w]` with
-/// the identity map, the input `[.., w, s]` read with its last two axes swapped, the body
-/// the input's element.
-pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> {
+/// The extents and the phase loop of a deinterleaving copy as the lowering writes it
+/// (`linalg.rs`'s `phases`: a window's columns at a stride of 2 or more made rows at stride
+/// 1; `flat_phases`: a stride-2 depthwise convolution's input in four phases): an
+/// all-parallel generic of one static `f32` input and result, the result with the
+/// identity map, the input read by a permutation of the loops that ends with the result's
+/// last loop (its columns) and the phase loop (`[.., s, w]` from `[.., w, s]`; `[.., 2, 2,
+/// h, w]` from `[.., h, 2, w, 2]`), the body the input's element.
+pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<(Vec<u64>, usize)> {
     if op_name(op) != "linalg.generic" || op.operand_count() != 2 || op.result_count() != 1 {
         return None;
     }
@@ -1881,17 +1887,24 @@ pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u
     let out = f32_shape(op.result(0).ok()?.r#type())?;
     let input = f32_shape(op.operand(0).ok()?.r#type())?;
     let rank = out.len();
-    if rank < 2 || out.contains(&0) {
+    if rank < 2 || out.contains(&0) || input.len() != rank {
         return None;
     }
     let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
-    let mut swapped: Vec<usize> = (0..rank).collect();
-    swapped.swap(rank - 2, rank - 1);
-    let mut transposed = out.clone();
-    transposed.swap(rank - 2, rank - 1);
-    if map_dims(&maps.element(0).ok()?.to_string())? != swapped
-        || map_dims(&maps.element(1).ok()?.to_string())? != (0..rank).collect::<Vec<_>>()
-        || input != transposed
+    let read = map_dims(&maps.element(0).ok()?.to_string())?;
+    // The input read by a permutation of the loops whose last two are the result's row and
+    // the phase, swapped.
+    let phase = *read.last()?;
+    let mut seen = vec![false; rank];
+    for &d in &read {
+        if d >= rank || std::mem::replace(&mut seen[d], true) {
+            return None;
+        }
+    }
+    if map_dims(&maps.element(1).ok()?.to_string())? != (0..rank).collect::<Vec<_>>()
+        || read[rank - 2] != rank - 1
+        || phase == rank - 1
+        || read.iter().zip(&input).any(|(&d, &e)| out[d] != e)
     {
         return None;
     }
@@ -1900,7 +1913,7 @@ pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u
     let yields_input = op_name(&ret) == "linalg.yield"
         && ret.operand_count() == 1
         && ret.operand(0).ok()?.to_raw().ptr == block.argument(0).ok()?.to_raw().ptr;
-    yields_input.then_some(out)
+    yields_input.then_some((out, phase))
 }
 
 /// Columns of a deinterleaving copy per vector: one register of each phase (two, read as
@@ -1908,11 +1921,12 @@ pub fn deinterleave<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u
 const PHASE_COLUMNS: u64 = LANES;
 
 /// Writes the transform ops that vectorize the deinterleaving copy `%{h}` of `extents`
-/// (`[.., s, w]`, [`deinterleave`]): every loop but the last two tiled by 1 (with threads
-/// and at least [`PARALLEL_ITERATIONS`] of work, the outer two as an `scf.forall`), the
-/// columns in tiles of [`PHASE_COLUMNS`] (the rest a tile of its own), each tile one
-/// vector read of its `[columns, s]` block of the input, transposed.
-fn phases(s: &mut String, h: &str, extents: &[u64], parallel: bool) {
+/// (`[.., w]` with its phase loop `phase`, [`deinterleave`]): every loop but the phase and
+/// the columns tiled by 1 (with threads and at least [`PARALLEL_ITERATIONS`] of work, the
+/// outer two as an `scf.forall`), the columns in tiles of [`PHASE_COLUMNS`] (the rest a
+/// tile of its own), each tile one vector read of its `[columns, s]` block of the input,
+/// transposed.
+fn phases(s: &mut String, h: &str, extents: &[u64], phase: usize, parallel: bool) {
     let rank = extents.len();
     let lead = rank - 2;
     let columns = extents[rank - 1];
@@ -1927,9 +1941,9 @@ fn phases(s: &mut String, h: &str, extents: &[u64], parallel: bool) {
         pieces = vec![(format!("{h}_0"), true), (format!("{h}_1"), false)];
     }
     for (ph, tiled) in pieces {
-        let mut sizes: Vec<u64> = inner[..lead].iter().map(|&e| u64::from(e > 1)).collect();
-        sizes.push(0);
-        sizes.push(if tiled { PHASE_COLUMNS } else { 0 });
+        let mut sizes: Vec<u64> = inner.iter().map(|&e| u64::from(e > 1)).collect();
+        sizes[phase] = 0;
+        sizes[rank - 1] = if tiled { PHASE_COLUMNS } else { 0 };
         let op = tile_for(s, &ph, &sizes, None);
         let _ = writeln!(
             s,
@@ -2188,7 +2202,7 @@ pub fn apply(
                 Some(Pick::Stencil(extents, inputs))
             })
             .or_else(|| Some(Pick::Rows(row_reduction(op)?, inputs)))
-            .or_else(|| Some(Pick::Phases(deinterleave(op)?)))
+            .or_else(|| deinterleave(op).map(|(e, p)| Pick::Phases(e, p)))
     });
     let mut contracts = contractions(&picks, parallel);
     contracts.push_str(&in_place(&in_place_functions(module)));

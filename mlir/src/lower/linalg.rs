@@ -1000,21 +1000,8 @@ fn phases(b: &mut Body, x: &Val, k: &[u64], o: &[u64], g: &Geom, fill: f64) -> L
         name: b.empty(&pt)?,
         ty: pt.clone(),
     };
-    let fill_block = |b: &mut Body, p: &Val, at: &[u64], size: &[u64]| -> LResult<Val> {
-        let bt = TensorType::fixed(e, size);
-        let slab = b.extract_slice(p, at, size, &ones(size.len()), &bt)?;
-        let c = b.scalar(e, fill);
-        let ty = tensor_ty(&bt)?;
-        let filled = Val {
-            name: b.assign(format!(
-                "linalg.fill ins({c} : {}) outs({} : {ty}) -> {ty}",
-                super::body::elem(e),
-                slab.name
-            )),
-            ty: bt,
-        };
-        b.insert_slice(&filled, p, at)
-    };
+    let fill_block =
+        |b: &mut Body, p: &Val, at: &[u64], size: &[u64]| fill_slab(b, p, at, size, fill);
     // Where the input's rows land: every leading axis at its offset, the kept extents.
     let mut inner_at = vec![0u64, 0];
     inner_at.extend(&lo[..last]);
@@ -1256,6 +1243,78 @@ fn depthwise(
     b.expand_shape(&rows, &[vec![0], vec![1], vec![2, 3]], acc_ty)
 }
 
+/// `p` with its block at `at` of `size` filled with `fill` in place (a `linalg.fill` of
+/// that slice of it, inserted back).
+fn fill_slab(b: &mut Body, p: &Val, at: &[u64], size: &[u64], fill: f64) -> LResult<Val> {
+    let e = p.ty.elem;
+    let bt = TensorType::fixed(e, size);
+    let slab = b.extract_slice(p, at, size, &vec![1; size.len()], &bt)?;
+    let c = b.scalar(e, fill);
+    let ty = tensor_ty(&bt)?;
+    let filled = Val {
+        name: b.assign(format!(
+            "linalg.fill ins({c} : {}) outs({} : {ty}) -> {ty}",
+            super::body::elem(e),
+            slab.name
+        )),
+        ty: bt,
+    };
+    b.insert_slice(&filled, p, at)
+}
+
+/// The input `x` (`[N, C, 2H, 2W]`) of a depthwise convolution of stride 2 in the flat form
+/// ([`FlatGrid`]): its four phases, each one row of `H · W` elements with `f.before`
+/// zeros before it and the rest of `f.len` after, `[N, C, 4 · len]`. The zeros are filled
+/// first, then one generic reads the input as `[N, C, H, 2, W, 2]` and writes the phases as
+/// `[N, C, 2, 2, H, W]` into their place (the schedule vectorizes it, `deinterleave`:
+/// whole vectors of the input read and their lanes shuffled).
+fn flat_phases(b: &mut Body, x: &Val, f: &FlatGrid) -> LResult<Val> {
+    let xd = dims(&x.ty)?;
+    let e = x.ty.elem;
+    let (n, c, h, w) = (xd[0], xd[1], xd[2] / 2, xd[3] / 2);
+    let rows_ty = TensorType::fixed(e, &[n, c, 4, f.len]);
+    let mut p = Val {
+        name: b.empty(&rows_ty)?,
+        ty: rows_ty.clone(),
+    };
+    let ones = [1u64; 4];
+    for (from, to) in [(0, f.before), (f.before + f.pixels, f.len)] {
+        if from >= to {
+            continue;
+        }
+        p = fill_slab(b, &p, &[0, 0, 0, from], &[n, c, 4, to - from], 0.0)?;
+    }
+    let place_size = [n, c, 4, f.pixels];
+    let place_at = [0, 0, 0, f.before];
+    let place_ty = TensorType::fixed(e, &place_size);
+    let place = b.extract_slice(&p, &place_at, &place_size, &ones, &place_ty)?;
+    let phases_ty = TensorType::fixed(e, &[n, c, 2, 2, h, w]);
+    let split = [vec![0], vec![1], vec![2, 3], vec![4, 5]];
+    let init = b.expand_shape(&place, &split, &phases_ty)?;
+    let pairs_ty = TensorType::fixed(e, &[n, c, h, 2, w, 2]);
+    let pairs = Val {
+        name: b.expand_shape(x, &split, &pairs_ty)?,
+        ty: pairs_ty,
+    };
+    let d = |i: &[usize]| i.iter().map(|i| format!("d{i}")).collect::<Vec<_>>();
+    let r = b.generic(
+        &[In {
+            val: &pairs,
+            map: affine_map(6, &d(&[0, 1, 4, 2, 5, 3])),
+        }],
+        &[(phases_ty.clone(), identity_map(6), Some(init))],
+        &["parallel"; 6],
+        |_, a| Ok(vec![a[0].clone()]),
+    )?;
+    let phases = Val {
+        name: r[0].clone(),
+        ty: phases_ty,
+    };
+    let placed = b.collapse_shape(&phases, &[vec![0], vec![1], vec![2, 3], vec![4, 5]])?;
+    let p = b.insert_slice(&placed, &p, &place_at)?;
+    b.collapse_shape(&p, &[vec![0], vec![1], vec![2, 3]])
+}
+
 /// Rows of a depthwise convolution's result shorter than this take the flat form.
 const FLAT_ROW: u64 = 64;
 
@@ -1269,14 +1328,22 @@ const FLAT_ROW: u64 = 64;
 /// which a mask per shift selects as zeros. The result is the convolution's, in its own
 /// layout: its rows are whole vectors, where the result's short rows (7, 14, 28 elements)
 /// were a vector each with its lanes masked, and nothing is cut off afterwards.
+///
+/// Of stride 2, where the input's extents are twice the result's (`2H × 2W`): the input
+/// in four phases (`[N, C, 2, 2, H, W]`, phase `(r, c)` holding the input's pixels at rows
+/// `2i + r` and columns `2j + c`, [`flat_phases`]), each phase one such row; a tap at input
+/// offset `(y, z)` from `2 × ` its pixel reads phase `(y mod 2, z mod 2)` from offset
+/// `(y div 2, z div 2)` of the pixel, a stride-1 window of that phase's row.
 struct FlatGrid {
-    /// The row length, `W`.
+    /// The stride, 1 or 2 (on both axes).
+    stride: u64,
+    /// The result's row length, `W`.
     width: u64,
-    /// Elements per channel, `H · W`.
+    /// Elements per channel of the result, `H · W`.
     pixels: u64,
-    /// Zeros before the image (`pad_top · W + pad_left`).
+    /// Zeros before each row.
     before: u64,
-    /// The padded row's length.
+    /// Each padded row's length.
     len: u64,
 }
 
@@ -1284,40 +1351,70 @@ impl FlatGrid {
     /// The flat form of a convolution of kernel `k` and geometry `g` from an input of
     /// spatial extents `x` to a result of spatial extents `o`, when it has one.
     fn new(x: &[u64], k: &[u64], o: &[u64], g: &Geom) -> Option<FlatGrid> {
+        let stride = *g.strides.first()?;
         if k.len() != 2
-            || x != o
             || k.contains(&0)
             || o.contains(&0)
-            || g.strides.iter().any(|&t| t != 1)
+            || !(1..=2).contains(&stride)
+            || g.strides.iter().any(|&t| t != stride)
+            || x.iter()
+                .zip(o)
+                .any(|(&x, &o)| o.checked_mul(stride) != Some(x))
             || o[1] >= FLAT_ROW
         {
             return None;
         }
-        let (h, w) = (x[0], x[1]);
+        let (h, w) = (o[0], o[1]);
         let pixels = h.checked_mul(w)?;
-        let before = g.pads[0].checked_mul(w)?.checked_add(g.pads[1])?;
-        // The last tap's offset from the pixel it is for.
-        let below = ((k[0] - 1).checked_mul(g.dils[0])?.checked_mul(w)?)
-            .checked_add((k[1] - 1).checked_mul(g.dils[1])?)?;
-        let after = below.saturating_sub(before);
-        let len = before.checked_add(pixels)?.checked_add(after)?;
-        i64::try_from(len).ok()?;
-        Some(FlatGrid {
+        let mut grid = FlatGrid {
+            stride,
             width: w,
             pixels,
-            before,
-            len,
-        })
+            before: 0,
+            len: 0,
+        };
+        // The taps' offsets from the pixel they are for, the least and the most.
+        let (mut least, mut most) = (0i64, 0i64);
+        for t in taps(k) {
+            let (_, row, col) = grid.tap(&t, g)?;
+            let off = row.checked_mul(i64::try_from(w).ok()?)?.checked_add(col)?;
+            least = least.min(off);
+            most = most.max(off);
+        }
+        grid.before = least.unsigned_abs();
+        grid.len = grid
+            .before
+            .checked_add(pixels)?
+            .checked_add(most.unsigned_abs())?;
+        // Every phase's row, as one index.
+        i64::try_from(grid.len.checked_mul(stride * stride)?).ok()?;
+        Some(grid)
     }
 
-    /// Where tap `t`'s window starts in the padded row.
+    /// Tap `t`'s phase and its offset in rows and columns of the phase (or the input, of
+    /// stride 1) from the pixel it is for.
+    fn tap(&self, t: &[u64], g: &Geom) -> Option<(u64, i64, i64)> {
+        let s = self.stride as i64;
+        let at = |j: usize| -> Option<i64> {
+            i64::try_from(t[j].checked_mul(g.dils[j])?)
+                .ok()?
+                .checked_sub(i64::try_from(g.pads[j]).ok()?)
+        };
+        let (y, z) = (at(0)?, at(1)?);
+        let phase = y.rem_euclid(s) * s + z.rem_euclid(s);
+        Some((phase as u64, y.div_euclid(s), z.div_euclid(s)))
+    }
+
+    /// Where tap `t`'s window starts in the padded rows, one after another.
     fn start(&self, t: &[u64], g: &Geom) -> u64 {
-        t[0] * g.dils[0] * self.width + t[1] * g.dils[1]
+        let (phase, row, col) = self.tap(t, g).expect("checked by new");
+        let off = row * self.width as i64 + col;
+        phase * self.len + (self.before as i64 + off) as u64
     }
 
     /// How far tap `t` reads along a row from the pixel it is for.
     fn shift(&self, t: &[u64], g: &Geom) -> i64 {
-        (t[1] * g.dils[1]) as i64 - g.pads[1] as i64
+        self.tap(t, g).expect("checked by new").2
     }
 
     /// The mask of column shift `c`: `[H · W]`, 1 where a pixel's column moved by `c` is
@@ -1360,15 +1457,20 @@ fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LRes
         && (1..=DEPTHWISE_TAPS).contains(&taps)
         && !od.contains(&0);
     if let Some(f) = FlatGrid::new(&xd[2..], &wd[2..], &od[2..], &g).filter(|_| depthwise && f32s) {
-        // The flat form: each channel one row, the padding only before and after it.
-        let xf = b.collapse_shape(x, &[vec![0], vec![1], vec![2, 3]])?;
-        let t = TensorType::fixed(x.ty.elem, &[xd[0], xd[1], f.len]);
-        let axis = SpreadAxis {
-            axis: 2,
-            off: f.before as i64,
-            stride: 1,
+        // The flat form: each channel one row (a row per phase), the padding only before
+        // and after it.
+        let xp = if f.stride == 1 {
+            let xf = b.collapse_shape(x, &[vec![0], vec![1], vec![2, 3]])?;
+            let t = TensorType::fixed(x.ty.elem, &[xd[0], xd[1], f.len]);
+            let axis = SpreadAxis {
+                axis: 2,
+                off: f.before as i64,
+                stride: 1,
+            };
+            spread(b, &xf, &t, &[axis], 0.0)?
+        } else {
+            flat_phases(b, x, &f)?
         };
-        let xp = spread(b, &xf, &t, &[axis], 0.0)?;
         return conv_core(b, &xp, w, args.get(2), &g, attrs.groups, out, Some(&f));
     }
     let xp = pad_for_windows(b, x, &wd[2..], &od[2..], &g, 0.0)?;
