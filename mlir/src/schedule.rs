@@ -77,8 +77,8 @@
 //! offsets along it, a mask operand per column shift), vectorized the same way along that
 //! row. Its epilogue, fused after the contraction sequence and expanded back to the
 //! image's short rows, is vectorized by the threads sequence ([`short_rows`]); LLVM
-//! unrolled it into scalar code (MobileNetV2 on one thread: 11.0 -> 9.2 ms, two threads
-//! 6.7 -> 5.3). One of stride 2 over an even input takes the flat form from the input's
+//! unrolled it into scalar code (with the stride-2 form below, MobileNetV2 on an AMD EPYC:
+//! 9.65 -> 8.69 ms on one thread, 5.70 -> 5.09 on two). One of stride 2 over an even input takes the flat form from the input's
 //! four phases (`flat_phases`: a copy that moves both the row and the column phase out,
 //! which [`deinterleave`] picks too); MobileNetV2's four: 1.1 -> 1.0 ms, its first (96
 //! channels of 112 × 112, read from memory) unchanged. Other depthwise convolutions of
