@@ -532,3 +532,82 @@ fn large_ops_run_their_outer_loops_on_threads() {
         assert_eq!(module.matches("scf.forall (").count(), 3, "{module}");
     }
 }
+
+/// An im2col copy of stride 1 (`cols[n, c, kh, kw, oh, ow] = x[n, c, oh + kh, ow + kw]`) is
+/// vectorized along its rows: every loop but the row tiled by 1 (the batch and channels an
+/// `scf.forall` with threads and work enough), the unit loops folded away, each row one
+/// contiguous read and one write; LLVM had vectorized it across rows with gathers and
+/// scatters. One of stride 2 (`ow * 2 + kw`) is left to LLVM.
+#[test]
+fn im2col_copies_of_stride_one_are_vectorized_along_their_rows() {
+    let text = "#x = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4 + d2, d5 + d3)>
+#s = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4 * 2 + d2, d5 * 2 + d3)>
+#o = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4, d5)>
+module {
+  func.func @cols(%x: tensor<1x64x18x18xf32>) -> tensor<1x64x3x3x16x16xf32> {
+    %e = tensor.empty() : tensor<1x64x3x3x16x16xf32>
+    %r = linalg.generic {indexing_maps = [#x, #o], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%x : tensor<1x64x18x18xf32>) outs(%e : tensor<1x64x3x3x16x16xf32>) {
+    ^bb0(%a: f32, %b: f32):
+      linalg.yield %a : f32
+    } -> tensor<1x64x3x3x16x16xf32>
+    return %r : tensor<1x64x3x3x16x16xf32>
+  }
+  func.func @strided(%x: tensor<1x4x17x17xf32>) -> tensor<1x4x3x3x8x8xf32> {
+    %e = tensor.empty() : tensor<1x4x3x3x8x8xf32>
+    %r = linalg.generic {indexing_maps = [#s, #o], iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\"]} ins(%x : tensor<1x4x17x17xf32>) outs(%e : tensor<1x4x3x3x8x8xf32>) {
+    ^bb0(%a: f32, %b: f32):
+      linalg.yield %a : f32
+    } -> tensor<1x4x3x3x8x8xf32>
+    return %r : tensor<1x4x3x3x8x8xf32>
+  }
+}
+";
+    let mlir = Mlir::new();
+    for parallel in [true, false] {
+        let mut m = mlir.parse(text, "cols").expect("parses");
+        let body = schedule::apply(&mlir, &mut m, parallel, "cols").expect("applies");
+        mlir.verify(&m, "cols").expect("verifies");
+        let module = Mlir::print(&m);
+        let tiles = if parallel {
+            vec![
+                here("tile_using_forall %c0_0 tile_sizes [0, 1, 0, 0, 0, 0]"),
+                next("tile_using_for %c0_0_p tile_sizes [0, 0, 1, 1, 1, 0]"),
+                next("transform.apply_patterns to %c0_0_p_l2"),
+                next("transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices"),
+                here(
+                    "%c0_0_p_row = transform.structured.match ops{[\"linalg.generic\"]} in %c0_0_p_l2",
+                ),
+                next("transform.structured.vectorize %c0_0_p_row"),
+            ]
+        } else {
+            vec![
+                here("tile_using_for %c0_0 tile_sizes [0, 1, 1, 1, 1, 0]"),
+                next("transform.apply_patterns to %c0_0_l3"),
+                next("transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices"),
+                here(
+                    "%c0_0_row = transform.structured.match ops{[\"linalg.generic\"]} in %c0_0_l3",
+                ),
+                next("transform.structured.vectorize %c0_0_row"),
+            ]
+        };
+        let mut expected = vec![here("attributes{sym_name = \"cols\"}")];
+        expected.extend(tiles);
+        expected.push(not("\"strided\""));
+        check(&body, &expected).unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        check(
+            &module,
+            &[
+                here("func.func @cols("),
+                here("vector.transfer_read"),
+                here(": tensor<16xf32>, vector<16xf32>"),
+                here("vector.transfer_write"),
+                not("linalg.generic"),
+                here("func.func @strided("),
+                next("tensor.empty"),
+                next("linalg.generic"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("parallel {parallel}: {e}"));
+        assert_eq!(module.contains("scf.forall"), parallel, "{module}");
+    }
+}
