@@ -1793,7 +1793,7 @@ pub fn depthwise<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>
     }
     let (yield_op, body) = names.split_last()?;
     let mut products = 0;
-    let mut ops = body.iter().peekable();
+    let mut ops = body.iter();
     while let Some(name) = ops.next() {
         match name.as_str() {
             "arith.constant" | "arith.cmpf" | "arith.select" => {}

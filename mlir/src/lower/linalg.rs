@@ -654,11 +654,8 @@ fn conv_core(
     let e = out.elem;
     let acc = acc_type(e);
     let acc_ty = out.with_elem(acc);
-    let taps: u64 = wd[2..].iter().product();
-    // (A result with no elements keeps the reduction form: a window's slice would start
-    // past the end of an empty input.)
     let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
-    let r = if cg == 1 && mg == 1 && (1..=DEPTHWISE_TAPS).contains(&taps) && !od.contains(&0) {
+    let r = if is_depthwise(&wd, &od, groups) {
         depthwise(b, x, w, g, &wd[2..], &acc_ty, flat)?
     } else if groups == 1 && f32s && !od.contains(&0) && !wd.contains(&0) {
         im2col(b, x, w, g, &acc_ty)?
@@ -720,6 +717,20 @@ fn conv_core(
         }
         None => Ok(r[0].clone()),
     }
+}
+
+/// Whether a convolution of weight `wd` and result `od` in `groups` groups is lowered as
+/// [`depthwise`]: one input channel per output channel, at most [`DEPTHWISE_TAPS`] taps.
+/// (A result with no elements keeps the reduction form: a window's slice would start past
+/// the end of an empty input.)
+fn is_depthwise(wd: &[u64], od: &[u64], groups: u64) -> bool {
+    let taps: u64 = wd[2..].iter().product();
+    wd[1] == 1
+        && groups != 0
+        && wd[0] / groups == 1
+        && wd[0].is_multiple_of(groups)
+        && (1..=DEPTHWISE_TAPS).contains(&taps)
+        && !od.contains(&0)
 }
 
 /// Convolutions of more taps than this are not unrolled by [`depthwise`].
@@ -1150,25 +1161,26 @@ fn depthwise(
     // In the flat form, the column masks: per column shift that moves some column out of
     // the row, which of the row's elements the tap reads from its own row (1) or wrapped
     // from a neighbour's (0, read as zero).
+    // `tap_mask`: each tap's mask among `masks`, if it has one.
     let mut shifts: Vec<i64> = Vec::new();
     let mut masks = Vec::new();
+    let mut tap_mask: Vec<Option<usize>> = vec![None; taps.len()];
     if let Some(f) = flat {
-        for t in &taps {
+        for (t, m) in taps.iter().zip(&mut tap_mask) {
             let c = f.shift(t, g);
-            if c != 0 && !shifts.contains(&c) {
-                shifts.push(c);
-                masks.push(f.mask(b, c)?);
+            if c == 0 {
+                continue;
             }
+            *m = Some(match shifts.iter().position(|&s| s == c) {
+                Some(i) => i,
+                None => {
+                    shifts.push(c);
+                    masks.push(f.mask(b, c)?);
+                    masks.len() - 1
+                }
+            });
         }
     }
-    // Each tap's mask among `masks`, if it has one.
-    let tap_mask: Vec<Option<usize>> = taps
-        .iter()
-        .map(|t| {
-            let c = flat.map_or(0, |f| f.shift(t, g));
-            shifts.iter().position(|&m| m == c)
-        })
-        .collect();
     let wd = dims(&w.ty)?;
     let col_ty = TensorType::fixed(w.ty.elem, &[wd[0]]);
     let mut col_sizes = vec![wd[0]];
@@ -1450,12 +1462,8 @@ fn conv(b: &mut Body, args: &[Val], attrs: &ConvAttrs, out: &TensorType) -> LRes
     }
     let g = Geom::new(&attrs.strides, &attrs.pads, &attrs.dilations, s)?;
     let xd = dims(&x.ty)?;
-    let taps: u64 = wd[2..].iter().product();
     let f32s = [&x.ty, &w.ty, out].iter().all(|t| t.elem == ElemType::F32);
-    let depthwise = wd[1] == 1
-        && attrs.groups == wd[0]
-        && (1..=DEPTHWISE_TAPS).contains(&taps)
-        && !od.contains(&0);
+    let depthwise = is_depthwise(&wd, &od, attrs.groups);
     if let Some(f) = FlatGrid::new(&xd[2..], &wd[2..], &od[2..], &g).filter(|_| depthwise && f32s) {
         // The flat form: each channel one row (a row per phase), the padding only before
         // and after it.
