@@ -81,7 +81,10 @@
 //! row. Its epilogue, fused after the contraction sequence and expanded back to the
 //! image's short rows, is vectorized by the threads sequence ([`short_rows`]); LLVM
 //! unrolled it into scalar code (with the stride-2 form below, MobileNetV2 on an AMD EPYC:
-//! 9.65 -> 8.69 ms on one thread, 5.70 -> 5.09 on two). One of stride 2 over an even input takes the flat form from the input's
+//! 9.65 -> 8.69 ms on one thread, 5.70 -> 5.09 on two). So is any elementwise generic with
+//! rows of at most 16, which LLVM vectorized across rows with gathers and scatters (BERT
+//! tiny's softmax and attention transposes; with softmax's maximum by `maxnumf`, which x86
+//! folds in a few shuffles where `maximumf` took a scalar chain: 0.071 -> 0.064 ms). One of stride 2 over an even input takes the flat form from the input's
 //! four phases (`flat_phases`: a copy that moves both the row and the column phase out,
 //! which [`deinterleave`] picks too); MobileNetV2's four: 1.1 -> 1.0 ms, its first (96
 //! channels of 112 × 112, read from memory) unchanged. Other depthwise convolutions of
@@ -1681,15 +1684,17 @@ pub struct Spread {
     pub rows: Option<Vec<u64>>,
 }
 
-/// Rows shorter than this are vectorized by the threads sequence, not left to LLVM.
+/// Rows of up to this many elements are vectorized by the threads sequence, not left to
+/// LLVM. (LLVM vectorized rows of 16 across rows, with gathers and scatters: BERT tiny's
+/// softmax and attention transposes.)
 const SHORT_ROW: u64 = 16;
 
 /// The most elements of a short-row op's vector.
 const SHORT_ROW_VECTOR: u64 = 256;
 
-/// For an elementwise generic whose rows are short (fewer than [`SHORT_ROW`] elements, as a
+/// For an elementwise generic whose rows are short (at most [`SHORT_ROW`] elements, as a
 /// depthwise convolution's epilogue on a 14 × 14 image), which LLVM unrolls into scalar
-/// code: the tile sizes that leave its innermost loops whole (at most
+/// code or vectorizes across rows: the tile sizes that leave its innermost loops whole (at most
 /// [`SHORT_ROW_VECTOR`] elements) and run the others one at a time, to vectorize the tile
 /// whole. `None` for any other op: all loops parallel, the result's map the identity, every
 /// map plain loops, `f32` operands and a body of `arith` and `math` ops only.
@@ -1703,7 +1708,7 @@ fn short_rows<'c: 'a, 'a>(
     let rank = out.len();
     let row = *out.last()?;
     if op_name(op) != "linalg.generic"
-        || !(2..SHORT_ROW).contains(&row)
+        || !(2..=SHORT_ROW).contains(&row)
         || parallel.len() != rank
         || !parallel.iter().all(|&p| p)
         || out_map != (0..rank).collect::<Vec<_>>()
@@ -2070,7 +2075,7 @@ fn phases(s: &mut String, h: &str, extents: &[u64], phase: usize, parallel: bool
 /// the result that of the other loops in order (`(d0, d1, d2) -> (d0, d1)`), each input's
 /// map loops in increasing order (a row of every input that has the innermost loop is
 /// contiguous; one without it is read once per row), and whose body folds each element
-/// into the result by one `arith.addf`, `arith.mulf`, `arith.maximumf` or
+/// into the result by one `arith.addf`, `arith.mulf`, `arith.maximumf`, `arith.maxnumf` or
 /// `arith.minimumf` with the result's argument (a sum, a sum of squares, a maximum).
 /// Softmax, layer norm and `Reduce*` over the last axis lower to these; the schedule keeps
 /// [`LANES`] partial results per row in a vector ([`reduce_rows`]), which LLVM did not:
@@ -2122,6 +2127,7 @@ pub fn row_reduction<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<
         "arith.addf",
         "arith.mulf",
         "arith.maximumf",
+        "arith.maxnumf",
         "arith.minimumf",
     ];
     if op_name(&ret) != "linalg.yield"

@@ -539,8 +539,12 @@ pub fn softmax(b: &mut Body, x: &Val, axis: usize, log: bool) -> LResult<String>
     let e = x.ty.elem;
     let acc = acc_type(e);
     let rank = x.ty.rank();
+    // The row's maximum by `maxnumf`, not the `maximumf` of `ReduceMax`: the result is the
+    // same (a NaN in the row makes every output NaN either way, through `x - max` or the
+    // sum, and `exp` of either zero is 1), and x86 reduces a vector by `maxnumf` in a few
+    // shuffles where `maximumf`'s NaN and signed-zero rules took a scalar chain per element.
     let m = reduce_with(b, x, &[axis], acc, f64::NEG_INFINITY, |b, p, q| {
-        elementwise::binary(b, &BinaryOp::Max, acc, p, q)
+        Ok(b.assign(format!("arith.maxnumf {p}, {q} : {}", elem(acc))))
     })?;
     // `x - max` and its exponential in one parallel generic (LLVM vectorizes it), the
     // exponentials then summed in a reduction of plain adds: each `exp` is computed once,
