@@ -95,6 +95,22 @@ enum Command {
         tessera run build/ -i x=x.npy --repeat 20\n  \
         tessera run model.onnx --target mcm-2x2 -i input_ids=ids.npy")]
     Run(RunArgs),
+    /// Measure op times on a device and write a calibration file (`compile --calibration`).
+    ///
+    /// Each MODEL (.tir, or .onnx which is imported; symbolic dimensions bound with
+    /// `--input-shape`) is compiled for the target with every op on DEVICE, JIT-compiled on
+    /// this CPU with a mark after every kernel call, and run once to warm up and then
+    /// `--repeat` times on made-up inputs (floats in [-1, 1), integers zero). Each kernel
+    /// call's median time is shared among the ops it computes in proportion to their
+    /// modelled times; an op met several times with the same operand types gets the median
+    /// of its shares. Without MODEL, a standard set of op shapes is measured (products, a
+    /// convolution, softmax, layer norm, elementwise ops, a transpose). Only `cpu` devices
+    /// can be measured here.
+    #[command(after_help = "Examples:\n  \
+        tessera calibrate --target cpu --device cpu0 -o calib.toml\n  \
+        tessera calibrate --target cpu --device cpu0 -o calib.toml model.onnx --input-shape x=1x3x224x224\n  \
+        tessera compile model.onnx --target cpu --calibration calib.toml --input-shape x=1x3x224x224 -o build/")]
+    Calibrate(CalibrateArgs),
     /// Train: run N steps of a compiled training step, keeping its state between steps.
     ///
     /// DIR is the output of `tessera compile MODEL --train ... -o DIR`; or give the model and
@@ -658,8 +674,44 @@ struct RunArgs {
     target_path: Vec<PathBuf>,
     /// Run the compiled program N times (after a warm-up run when N > 1) and print the median
     /// time on standard error.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    repeat: usize,
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
+    /// Measure a compiled directory kernel by kernel: its modules are JIT-compiled with a
+    /// mark after every kernel call, run `--repeat` times (default 20 here) after a warm-up
+    /// run, and each kernel's and step's median time is set beside the compile's prediction
+    /// (its ops' modelled seconds): a table on standard error, and DIR/report.json's
+    /// `measured` (DIR/report.html draws it).
+    #[arg(long)]
+    profile: bool,
+    /// Threads for the compiled code's parallel loops (OpenMP): from 1 to 1024. Default:
+    /// `OMP_NUM_THREADS`, else one per core.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    #[command(flatten)]
+    shapes: ShapeArgs,
+}
+
+/// Arguments of `tessera calibrate`.
+#[derive(Debug, Args)]
+struct CalibrateArgs {
+    /// The models whose ops are measured (.tir, or .onnx); none: the standard set.
+    #[arg(value_name = "MODEL")]
+    models: Vec<PathBuf>,
+    /// The target (a built-in name or a target file).
+    #[arg(short, long, value_name = "TARGET")]
+    target: String,
+    /// A directory holding `<name>.toml` target files; repeatable.
+    #[arg(long = "target-path", value_name = "DIR")]
+    target_path: Vec<PathBuf>,
+    /// The device measured: one of the target's devices, of kind `cpu`.
+    #[arg(long, value_name = "DEVICE")]
+    device: String,
+    /// The calibration file written.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Timed runs of each model, after one warm-up run.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    repeat: u64,
     /// Threads for the compiled code's parallel loops (OpenMP): from 1 to 1024. Default:
     /// `OMP_NUM_THREADS`, else one per core.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -840,9 +892,22 @@ pub fn main_named(name: &str) -> ExitCode {
                 &crate::commands::run::Execution {
                     target: a.target.as_deref(),
                     target_path: &a.target_path,
-                    repeat: a.repeat,
+                    repeat: a.repeat.unwrap_or(if a.profile { 20 } else { 1 }),
+                    profile: a.profile,
+                    threads: a.threads,
                 },
             )
+        }),
+        Command::Calibrate(a) => set_threads(a.threads).and_then(|()| {
+            crate::commands::calibrate::run(&crate::commands::calibrate::CalibrateRequest {
+                models: &a.models,
+                target: &a.target,
+                target_path: &a.target_path,
+                device: &a.device,
+                output: &a.output,
+                repeat: usize::try_from(a.repeat).unwrap_or(usize::MAX),
+                shapes: &a.shapes.input_shapes,
+            })
         }),
         Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {
             input: a.file.as_deref(),

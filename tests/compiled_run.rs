@@ -1395,3 +1395,255 @@ fn a_packed_weight_is_stored_once_and_placed_ir_reads_it_back() {
         max_diff(&compiled, &want)
     );
 }
+
+/// The ops (`op6`) the comments of a compiled module's step functions name.
+fn commented_ops(module: &str) -> std::collections::BTreeSet<String> {
+    let mut in_step = false;
+    let mut ops = std::collections::BTreeSet::new();
+    for line in module.lines() {
+        let t = line.trim_start();
+        if t.starts_with("func.func") {
+            in_step = t.contains("@step");
+        } else if in_step && let Some(rest) = t.strip_prefix("// op") {
+            let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            ops.insert(format!("op{n}"));
+        }
+    }
+    ops
+}
+
+/// `tessera run DIR --profile` runs the program with a mark after every kernel call: the
+/// outputs are still right, every kernel call is measured and set beside the modelled
+/// seconds of the ops it computes, the steps and the run beside the prediction, in a table
+/// and in report.json's `measured`, which report.html draws.
+#[test]
+fn profile_measures_each_kernel_call_beside_the_prediction() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("build");
+    compile_gpt2(&dir, "cpu", &[]);
+    let before: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("report.json")).expect("report"))
+            .expect("json");
+    assert!(before.get("measured").is_none());
+    let op_seconds = before["op_seconds"]
+        .as_object()
+        .expect("op_seconds")
+        .clone();
+    let o = tessera()
+        .arg("run")
+        .arg(&dir)
+        .args([
+            "--input",
+            &format!("input_ids={GPT2}/input_0_input_ids.npy"),
+            "--profile",
+            "--repeat",
+            "3",
+            "--threads",
+            "1",
+            "-o",
+        ])
+        .arg(tmp.path().join("out"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("profile: 3 runs after a warm-up run; median run")
+            && err.contains("step  device")
+            && err.contains("kernel (longest 15 of")
+            && err.contains("profile: wrote"),
+        "{err}"
+    );
+    let got = tessera::npy::read(&tmp.path().join("out/logits.npy")).expect("output");
+    let d = max_diff(&got, &reference_logits());
+    assert!(d < 1e-4, "max |diff| {d} against onnxruntime");
+    let report: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("report.json")).expect("report"))
+            .expect("json");
+    let m = &report["measured"];
+    assert_eq!(m["runs"], 3);
+    assert_eq!(m["threads"], 1);
+    let predicted = m["predicted"].as_f64().expect("predicted");
+    let measured = m["measured"].as_f64().expect("measured");
+    assert_eq!(
+        predicted,
+        report["simulation"]["latency"].as_f64().expect("latency")
+    );
+    assert!(measured > 0.0, "{m}");
+    let error = m["error"].as_f64().expect("error");
+    assert!(
+        (error - (predicted - measured) / measured).abs() < 1e-12,
+        "{m}"
+    );
+    // Every op a step function computes is in exactly one kernel call's list, whose
+    // prediction is the sum of its ops' modelled seconds.
+    let kernels = m["kernels"].as_array().expect("kernels");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut total = 0.0;
+    for k in kernels {
+        let mut sum = 0.0;
+        for op in k["ops"].as_array().expect("ops") {
+            let id = op
+                .as_str()
+                .expect("op")
+                .split(' ')
+                .next()
+                .expect("id")
+                .to_string();
+            sum += op_seconds[&id].as_f64().expect("seconds");
+            assert!(seen.insert(id), "{k}");
+        }
+        let p = k["predicted"].as_f64().expect("predicted");
+        assert!((p - sum).abs() <= 1e-12 * sum.max(1.0), "{k}");
+        assert!(k["measured"].as_f64().expect("measured") >= 0.0);
+        assert!(k["start"].as_f64() <= k["end"].as_f64(), "{k}");
+        total += p;
+    }
+    let module = fs::read_to_string(dir.join("cpu0.mlir")).expect("module");
+    let views_at_the_end: Vec<String> = commented_ops(&module)
+        .into_iter()
+        .filter(|o| !seen.contains(o))
+        .collect();
+    assert!(
+        views_at_the_end.len() <= 2,
+        "ops in no kernel call's list: {views_at_the_end:?}"
+    );
+    let steps = m["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "{m}");
+    assert_eq!(steps[0]["device"], "cpu0");
+    let step_predicted = steps[0]["predicted"].as_f64().expect("step predicted");
+    assert!(
+        (step_predicted - total).abs() <= 1e-9 * total,
+        "{step_predicted} {total}"
+    );
+    let html = fs::read_to_string(dir.join("report.html")).expect("html");
+    assert!(html.contains("<h2>Predicted and measured</h2>"));
+    let first = kernels[0]["kernel"].as_str().expect("kernel");
+    assert!(html.contains(&format!("<code>{first}</code>")), "{first}");
+}
+
+/// `tessera calibrate` measures a model's ops on the CPU and writes a calibration file that
+/// reads back; a compile with it models each measured op at the measured time (and at
+/// other times without it).
+#[test]
+fn calibration_round_trip() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let calib = tmp.path().join("calib.toml");
+    let said = ok(tessera()
+        .args([
+            "calibrate",
+            "--target",
+            "cpu",
+            "--device",
+            "cpu0",
+            "--repeat",
+            "3",
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(&calib));
+    assert!(
+        said.contains("(4 measurements and 4 scales of testdata/models/mlp.tir on cpu0)"),
+        "{said}"
+    );
+    let text = fs::read_to_string(&calib).expect("calibration");
+    let file = tessera_targets::Calibration::parse(&text, "calib.toml").expect("reads back");
+    // The MLP's kernels (the passes make each product and its bias a gemm): the first
+    // gemm with its relu, the second, the softmax.
+    for op in ["op = \"gemm\"", "op = \"relu\"", "op = \"softmax\""] {
+        assert!(text.contains(op), "{op}\n{text}");
+    }
+    assert!(
+        text.contains("operands = [\"f32[4, 16]\", \"f32[16, 32]\", \"f32[32]\"]"),
+        "{text}"
+    );
+    assert_eq!(file.len(), 4, "{text}");
+    // A scale per op measured and one for any op, for the shapes not measured.
+    assert_eq!(file.scales(), 4, "{text}");
+    assert!(
+        text.contains("[[scale]]\ndevice = \"cpu0\"\nop = \"gemm\"\nfactor = "),
+        "{text}"
+    );
+    let measured: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("seconds = "))
+        .map(|s| s.parse().expect("seconds"))
+        .collect();
+    assert_eq!(measured.len(), file.len());
+    assert!(measured.iter().all(|&s| s > 0.0), "{text}");
+    let op_seconds = |extra: &[&std::ffi::OsStr], out: &str| {
+        let dir = tmp.path().join(out);
+        ok(tessera()
+            .args([
+                "compile",
+                "testdata/models/mlp.tir",
+                "--target",
+                "cpu",
+                "--input-shape",
+                "x=4x16",
+            ])
+            .args(extra)
+            .arg("-o")
+            .arg(&dir));
+        let report: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("report.json")).expect("report"))
+                .expect("json");
+        let mut v: Vec<f64> = report["op_seconds"]
+            .as_object()
+            .expect("op_seconds")
+            .values()
+            .map(|s| s.as_f64().expect("seconds"))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let calibrated = op_seconds(&["--calibration".as_ref(), calib.as_os_str()], "calibrated");
+    let modelled = op_seconds(&[], "modelled");
+    // (A time in op_seconds is a span of the simulated timeline: its end less its start.)
+    let among = |s: f64, v: &[f64]| v.iter().any(|&t| (t - s).abs() <= 1e-9 * s);
+    for &s in &measured {
+        assert!(among(s, &calibrated), "{s} not among {calibrated:?}");
+        assert!(
+            !among(s, &modelled),
+            "{s} among the roofline's {modelled:?}"
+        );
+    }
+}
+
+/// Profiling and calibration errors: `--profile` of a model, a device that is not the
+/// target's, a device that cannot run here.
+#[test]
+fn profile_and_calibrate_errors() {
+    let e = fails(tessera().args([
+        "run",
+        "testdata/models/mlp.tir",
+        "--input",
+        "x=testdata/models/mlp.input.npy",
+        "--profile",
+    ]));
+    assert!(
+        e.contains("--profile measures a compiled directory: compile it with `tessera compile testdata/models/mlp.tir -o DIR`"),
+        "{e}"
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("c.toml");
+    let calibrate = |target: &str, device: &str| {
+        let mut cmd = tessera();
+        cmd.args(["calibrate", "--target", target, "--device", device, "-o"])
+            .arg(&out);
+        fails(&mut cmd)
+    };
+    let e = calibrate("cpu", "gpu0");
+    assert!(
+        e.contains("--device gpu0: target cpu has no such device (its devices: cpu0)"),
+        "{e}"
+    );
+    let e = calibrate("hetero-cpu-gpu", "gpu1");
+    assert!(
+        e.contains("--device gpu1: a `gpu` device; only `cpu` devices can be measured here"),
+        "{e}"
+    );
+    assert!(!out.exists());
+}

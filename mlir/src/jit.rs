@@ -63,6 +63,20 @@ impl Jit {
         }
     }
 
+    /// JIT-compiles a module that [`crate::profile::instrument`] marked, its marks resolved
+    /// to [`crate::profile::tessera_mark`].
+    pub fn profiled(module: &Module<'_>, opt_level: usize) -> Jit {
+        let jit = Jit::new(module, opt_level);
+        if let Engine::Jit(e) = &jit.engine {
+            let mark: extern "C" fn(i64) = crate::profile::tessera_mark;
+            // SAFETY: the module declares the mark `(i64) -> ()`, which is the C ABI of
+            // `tessera_mark`, a function that lives as long as the process; registered before
+            // the first lookup, so before any code that calls it is materialized.
+            unsafe { e.register_symbol(crate::profile::MARK, mark as *mut ()) };
+        }
+        jit
+    }
+
     /// Loads a shared library of a module's steps ([`crate::native::shared_library`]).
     pub fn library(path: &std::path::Path) -> Result<Jit, Error> {
         // SAFETY: the library is tessera's own build of a module: loading it runs no

@@ -33,6 +33,7 @@ pub enum Error {
 pub mod lower;
 pub mod manifest;
 pub mod pipelines;
+pub mod profile;
 pub mod run;
 pub mod weights;
 

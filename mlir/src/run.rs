@@ -11,7 +11,7 @@ use tessera_ir::{Tensor, TensorType};
 
 use crate::jit::{ArgRef, Buffer};
 use crate::manifest::{Arg, Manifest};
-use crate::{Error, Jit, Mlir, PipelineOptions, pipelines};
+use crate::{Error, Jit, Mlir, PipelineOptions, pipelines, profile};
 
 /// The compiled, runnable form of a program: one compiled module per device (a loaded
 /// library or the JIT's).
@@ -71,6 +71,27 @@ fn jit(
     Ok(Jit::new(&m, opt_level))
 }
 
+/// Each device's module marked for profiling ([`profile::instrument`]) through the CPU
+/// pipeline and the JIT; the marks' sites, numbered across the devices in manifest order.
+fn jit_profiled(
+    mlir: &Mlir,
+    manifest: &Manifest,
+    text_of: &mut dyn FnMut(&crate::manifest::ManifestDevice) -> Result<String, Error>,
+    opt_level: usize,
+) -> Result<(BTreeMap<String, Jit>, Vec<profile::Site>), Error> {
+    let mut jits = BTreeMap::new();
+    let mut sites = Vec::new();
+    for d in &manifest.devices {
+        let (text, more) = profile::instrument(&text_of(d)?, &d.name, sites.len())?;
+        sites.extend(more);
+        let what = format!("{} ({}, marked for profiling)", d.module, d.name);
+        let mut m = mlir.parse(&text, &what)?;
+        mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
+        jits.insert(d.name.clone(), Jit::profiled(&m, opt_level));
+    }
+    Ok((jits, sites))
+}
+
 /// Parses a type in tessera's text form (`f32[1, 16]`).
 pub fn parse_type(s: &str) -> Result<TensorType, Error> {
     let bad = || Error::Run {
@@ -88,6 +109,31 @@ pub fn parse_type(s: &str) -> Result<TensorType, Error> {
             .collect::<Result<_, _>>()?
     };
     Ok(TensorType::fixed(elem, &dims))
+}
+
+fn read(p: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(p).map_err(|e| Error::Run {
+        message: format!("{}: {e}", p.display()),
+    })
+}
+
+/// A compiled directory's `manifest.json`, of the format this tessera reads.
+fn read_manifest(dir: &Path) -> Result<Manifest, Error> {
+    let mpath = dir.join("manifest.json");
+    let manifest: Manifest = serde_json::from_str(&read(&mpath)?).map_err(|e| Error::Run {
+        message: format!("{}: {e}", mpath.display()),
+    })?;
+    if manifest.format != crate::manifest::FORMAT {
+        return Err(Error::Run {
+            message: format!(
+                "{}: format `{}`, this tessera reads `{}`",
+                mpath.display(),
+                manifest.format,
+                crate::manifest::FORMAT
+            ),
+        });
+    }
+    Ok(manifest)
 }
 
 impl Runner {
@@ -112,6 +158,33 @@ impl Runner {
             .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
             .collect();
         Runner::with_engines(manifest, jits, weights, start)
+    }
+
+    /// [`Runner::new`] with every module marked for profiling; the marks' sites
+    /// ([`profile`]).
+    pub fn new_profiled(
+        mlir: &Mlir,
+        manifest: Manifest,
+        modules: &BTreeMap<String, String>,
+        weights: BTreeMap<String, Tensor>,
+        opt_level: usize,
+    ) -> Result<(Runner, Vec<profile::Site>), Error> {
+        let start = Instant::now();
+        let (jits, sites) = jit_profiled(
+            mlir,
+            &manifest,
+            &mut |d| {
+                modules.get(&d.name).cloned().ok_or_else(|| Error::Run {
+                    message: format!("no module for device {}", d.name),
+                })
+            },
+            opt_level,
+        )?;
+        let weights = weights
+            .iter()
+            .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
+            .collect();
+        Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))
     }
 
     /// The runner of compiled modules, one per device.
@@ -197,25 +270,7 @@ impl Runner {
     /// shared library, when the manifest names one built from the module as it is now, is
     /// loaded; the other modules are JIT-compiled, with an MLIR context made only then.
     pub fn load(dir: &Path, opt_level: usize) -> Result<Runner, Error> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| Error::Run {
-                message: format!("{}: {e}", p.display()),
-            })
-        };
-        let mpath = dir.join("manifest.json");
-        let manifest: Manifest = serde_json::from_str(&read(&mpath)?).map_err(|e| Error::Run {
-            message: format!("{}: {e}", mpath.display()),
-        })?;
-        if manifest.format != crate::manifest::FORMAT {
-            return Err(Error::Run {
-                message: format!(
-                    "{}: format `{}`, this tessera reads `{}`",
-                    mpath.display(),
-                    manifest.format,
-                    crate::manifest::FORMAT
-                ),
-            });
-        }
+        let manifest = read_manifest(dir)?;
         let start = Instant::now();
         let mut mlir: Option<Mlir> = None;
         let mut jits = BTreeMap::new();
@@ -246,6 +301,28 @@ impl Runner {
             None => BTreeMap::new(),
         };
         Runner::with_engines(manifest, jits, weights, start)
+    }
+
+    /// Loads a compiled directory with every device's module marked for profiling and
+    /// JIT-compiled (a library `compile -o` built has no marks); the marks' sites
+    /// ([`profile`]).
+    pub fn load_profiled(
+        dir: &Path,
+        opt_level: usize,
+    ) -> Result<(Runner, Vec<profile::Site>), Error> {
+        let manifest = read_manifest(dir)?;
+        let start = Instant::now();
+        let (jits, sites) = jit_profiled(
+            &Mlir::new(),
+            &manifest,
+            &mut |d| read(&dir.join(&d.module)),
+            opt_level,
+        )?;
+        let weights = match &manifest.weights {
+            Some(w) => crate::weights::map(&dir.join(w))?,
+            None => BTreeMap::new(),
+        };
+        Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))
     }
 
     /// How the runner got its code and how long that took, for messages: `JIT compile 391.1

@@ -1,6 +1,7 @@
 //! The subcommands, one file each, and what they share: loading a verified model (text IR or
 //! ONNX), `--input-shape`, and writing to standard output.
 
+pub mod calibrate;
 pub mod compile;
 pub mod emit;
 pub mod fmt;
@@ -10,6 +11,7 @@ pub mod outdir;
 pub mod passes;
 pub mod place;
 pub mod plugin;
+pub mod profile;
 pub mod report;
 pub mod run;
 pub mod targets;

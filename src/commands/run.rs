@@ -30,6 +30,10 @@ pub struct Execution<'a> {
     pub target_path: &'a [PathBuf],
     /// Run this many times and report the median time.
     pub repeat: usize,
+    /// Measure each kernel and step of a compiled directory (`--profile`).
+    pub profile: bool,
+    /// `--threads`, where given (recorded with a profile).
+    pub threads: Option<u16>,
 }
 
 /// Runs `tessera run`.
@@ -47,7 +51,18 @@ pub fn run(
                 path.display()
             );
         }
+        if exec.profile {
+            return super::profile::run_dir(path, bindings, output_dir, exec);
+        }
         return run_compiled(path, bindings, output_dir, exec);
+    }
+    if exec.profile {
+        bail!(
+            "{}: --profile measures a compiled directory: compile it with `tessera compile {} \
+             -o DIR`, then run `tessera run DIR --profile`",
+            path.display(),
+            path.display()
+        );
     }
     let (graph, inputs) = if tessera_onnx::is_onnx_path(path) {
         prepare_onnx(path, bindings, shapes)?
@@ -175,8 +190,20 @@ fn run_compiled(
     let runner = tessera_mlir::Runner::load(dir, 2)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
     drop(stages);
+    let inputs = compiled_inputs(&runner, bindings, output_dir)?;
+    let outputs =
+        time_runs(&runner, &inputs, exec).with_context(|| format!("{}: running", dir.display()))?;
+    show_compiled_outputs(&runner, output_dir, &outputs)
+}
+
+/// The inputs of a compiled program, matched by name against its manifest and read; the
+/// output directory made, where given, before anything runs.
+pub(crate) fn compiled_inputs(
+    runner: &tessera_mlir::Runner,
+    bindings: &[Binding],
+    output_dir: Option<&Path>,
+) -> Result<Vec<Tensor>> {
     let m = runner.manifest();
-    // The inputs, matched by name against the manifest.
     let mut stub = Graph::new(m.graph.clone());
     for i in &m.inputs {
         stub.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
@@ -187,10 +214,22 @@ fn run_compiled(
         std::fs::create_dir_all(d)
             .with_context(|| format!("cannot create output directory {}", d.display()))?;
     }
-    let outputs =
-        time_runs(&runner, &inputs, exec).with_context(|| format!("{}: running", dir.display()))?;
-    let labels: Vec<String> = m.outputs.iter().map(|o| o.name.clone()).collect();
-    show_outputs(output_dir, &labels, &outputs)
+    Ok(inputs)
+}
+
+/// Prints (or writes) a compiled program's outputs under their manifest names.
+pub(crate) fn show_compiled_outputs(
+    runner: &tessera_mlir::Runner,
+    output_dir: Option<&Path>,
+    outputs: &[Tensor],
+) -> Result<()> {
+    let labels: Vec<String> = runner
+        .manifest()
+        .outputs
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    show_outputs(output_dir, &labels, outputs)
 }
 
 /// `tessera run MODEL --target T`: compile (default pipeline, placement) and run the

@@ -316,6 +316,7 @@ pub fn render(inputs: &Page<'_>) -> String {
     summary(&mut h, inputs);
     topology(&mut h, d);
     timeline(&mut h, d, &ids);
+    measured(&mut h, d);
     memory(&mut h, d);
     placement(&mut h, inputs);
     ops(&mut h, inputs, &ids);
@@ -1508,6 +1509,98 @@ fn flops(f: f64) -> String {
     } else {
         format!("{v:.3} {unit}")
     }
+}
+
+/// The change from `predicted` to `measured` as the error of the prediction.
+fn error_text(predicted: Option<f64>, measured: f64) -> String {
+    match predicted {
+        Some(p) if measured > 0.0 => format!("{:+.1}%", 100.0 * (p - measured) / measured),
+        _ => "-".into(),
+    }
+}
+
+/// What `tessera run DIR --profile` measured, beside the prediction: the run, each step,
+/// each kernel call with a bar for each.
+fn measured(h: &mut String, d: &ReportData) {
+    let Some(m) = &d.measured else {
+        return;
+    };
+    let threads = m.threads.map_or_else(String::new, |t| {
+        format!(" on {t} thread{}", if t == 1 { "" } else { "s" })
+    });
+    let _ = writeln!(
+        h,
+        "<section id=\"measured\">\n<h2>Predicted and measured</h2>\n<p class=\"legend\">\
+         <code>tessera run DIR --profile</code>: {} runs after a warm-up run{threads}, the \
+         program JIT-compiled with a mark after each kernel call. Each call's time (from the \
+         mark before it: the views and copies of its arguments included) is the median over \
+         the runs, beside the modelled seconds of the ops it computes; the error is \
+         (predicted - measured) / measured. Measurements differ between runs and machines.</p>",
+        m.runs
+    );
+    h.push_str("<div class=\"cards\">");
+    card(h, "predicted (simulated latency)", &seconds(m.predicted));
+    card(h, "measured (median run)", &seconds(m.measured));
+    card(h, "error", &error_text(Some(m.predicted), m.measured));
+    h.push_str("</div>\n");
+    h.push_str(
+        "<table id=\"measured-steps\"><tr><th class=\"num\">step</th><th>device</th>\
+         <th class=\"num\">predicted</th><th class=\"num\">measured</th><th class=\"num\">error</th></tr>\n",
+    );
+    for s in &m.steps {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            s.step,
+            esc(&s.device),
+            s.predicted.map_or_else(|| "-".into(), seconds),
+            seconds(s.measured),
+            error_text(s.predicted, s.measured)
+        );
+    }
+    h.push_str("</table>\n");
+    // Bars on one scale: the longest prediction or measurement.
+    let longest = m
+        .kernels
+        .iter()
+        .flat_map(|k| [k.predicted.unwrap_or(0.0), k.measured])
+        .fold(0.0f64, f64::max);
+    const W: f64 = 240.0;
+    let width = |t: f64| {
+        if longest > 0.0 {
+            (W * t / longest).max(0.5)
+        } else {
+            0.0
+        }
+    };
+    h.push_str(
+        "<table id=\"measured-kernels\"><tr><th>kernel</th><th class=\"num\">step</th><th>ops</th>\
+         <th class=\"num\">predicted</th><th class=\"num\">measured</th><th class=\"num\">error</th>\
+         <th>predicted (grey) and measured (blue)</th></tr>\n",
+    );
+    for k in &m.kernels {
+        let _ = writeln!(
+            h,
+            "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td><svg width=\"{W}\" height=\"14\">\
+             <rect y=\"0\" height=\"6\" width=\"{:.1}\" fill=\"#adb5bd\"/>\
+             <rect y=\"7\" height=\"6\" width=\"{:.1}\" fill=\"#4dabf7\"/></svg></td></tr>",
+            if k.kernel.is_empty() {
+                "(step return)".to_string()
+            } else {
+                esc(&k.kernel)
+            },
+            k.step,
+            esc(&k.ops.join(", ")),
+            k.predicted.map_or_else(|| "-".into(), seconds),
+            seconds(k.measured),
+            error_text(k.predicted, k.measured),
+            width(k.predicted.unwrap_or(0.0)),
+            width(k.measured)
+        );
+    }
+    h.push_str("</table>\n</section>\n");
 }
 
 fn passes(h: &mut String, d: &ReportData) {

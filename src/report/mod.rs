@@ -78,6 +78,74 @@ pub struct ReportData {
     /// Ops past [`MAX_LISTED`] in the op list, whose reasons and costs are left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted_ops: usize,
+    /// Every placed op's modelled seconds on its device (the simulated first sample), by the
+    /// op's handle as the device modules' comments name it (`op6`): what `tessera run DIR
+    /// --profile` sets each kernel's measured time beside.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub op_seconds: BTreeMap<String, f64>,
+    /// The last `tessera run DIR --profile`: the program's steps and kernels measured on
+    /// this CPU, beside the prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
+}
+
+/// What `tessera run DIR --profile` measured, beside what the compile predicted.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Measured {
+    /// Timed runs (after one untimed warm-up run).
+    pub runs: usize,
+    /// `--threads`, where given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u16>,
+    /// The simulated latency of one sample, seconds: the prediction.
+    pub predicted: f64,
+    /// The median run's wall time, seconds.
+    pub measured: f64,
+    /// `(predicted - measured) / measured`.
+    pub error: f64,
+    /// Each step, in the manifest's order.
+    pub steps: Vec<MeasuredStep>,
+    /// Each kernel call, in the order the program makes them.
+    pub kernels: Vec<MeasuredKernel>,
+}
+
+/// One step of a profiled run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredStep {
+    /// The step's id in the manifest.
+    pub step: usize,
+    /// The device that runs it.
+    pub device: String,
+    /// Its ops' modelled seconds (`None` where one is not in [`ReportData::op_seconds`]).
+    pub predicted: Option<f64>,
+    /// The median over the runs of the time from its entry to its return, seconds.
+    pub measured: f64,
+}
+
+/// One kernel call of a profiled run (or a step's return, `kernel` empty: what follows its
+/// last call).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredKernel {
+    /// The step that makes the call.
+    pub step: usize,
+    /// The step's device.
+    pub device: String,
+    /// The kernel function called (`k12_matmul_div_etc`).
+    pub kernel: String,
+    /// The ops computed since the call before, as the module's comments name them
+    /// (`op6 layer-norm`).
+    pub ops: Vec<String>,
+    /// Their modelled seconds (`None` where one is not in [`ReportData::op_seconds`]).
+    pub predicted: Option<f64>,
+    /// The median over the runs of the seconds from the call before to this one's end.
+    pub measured: f64,
+    /// Its start and end in the median run, seconds from the run's start.
+    pub start: f64,
+    /// See `start`.
+    pub end: f64,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -515,6 +583,13 @@ impl ReportData {
             reasons.insert(key.clone(), e.reason.clone());
             costs.insert(key, e.costs.clone());
         }
+        // Each op's time in the first sample, by its handle.
+        let mut op_seconds = BTreeMap::new();
+        for s in trace.spans.iter().filter(|s| s.sample == 0) {
+            if let SpanKind::Op(op) | SpanKind::Collective(op) = s.kind {
+                *op_seconds.entry(op.to_string()).or_insert(0.0) += s.end - s.start;
+            }
+        }
         let passes = passes
             .runs
             .iter()
@@ -551,6 +626,8 @@ impl ReportData {
             reasons,
             costs,
             omitted_ops,
+            op_seconds,
+            measured: None,
         }
     }
 

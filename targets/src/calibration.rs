@@ -12,6 +12,20 @@
 //! exact operand types, then its name with any shapes, then its kind with the exact operand
 //! types, then its kind with any shapes. Two entries with the same key are an error, as is a
 //! device that the target does not have ([`Calibration::check`]).
+//!
+//! An op that no measurement matches takes its modelled time (the target's hook or the
+//! roofline) times a scale, where one matches:
+//!
+//! ```toml
+//! [[scale]]
+//! device = "cpu0"     # a device name or kind
+//! op = "matmul"       # optional: absent scales every op without a scale of its own
+//! factor = 14.2       # measured / modelled seconds (crate::limits::MIN_SCALE to MAX_SCALE)
+//! ```
+//!
+//! `tessera calibrate` writes one per op measured (the median of its measured / modelled
+//! ratios) and one for any op (the median of all), so that shapes it did not measure are
+//! modelled at the speed the device showed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,6 +35,7 @@ use toml::Spanned;
 
 use crate::file::Ctx;
 use crate::ir::{ElemType, Graph, OpId};
+use crate::limits::{MAX_SCALE, MIN_SCALE};
 use crate::{Device, TargetError, TargetSpec};
 
 #[derive(Deserialize)]
@@ -28,6 +43,16 @@ use crate::{Device, TargetError, TargetSpec};
 struct RawFile {
     #[serde(default)]
     measurement: Vec<RawMeasurement>,
+    #[serde(default)]
+    scale: Vec<RawScale>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScale {
+    device: Spanned<String>,
+    op: Option<Spanned<String>>,
+    factor: Spanned<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +73,8 @@ pub struct Calibration {
     file: String,
     /// Measurement and the line it came from.
     entries: BTreeMap<Key, (f64, usize)>,
+    /// Scales by `(device name or kind, op name or None for any)`, with their lines.
+    scales: BTreeMap<(String, Option<String>), (f64, usize)>,
 }
 
 impl Calibration {
@@ -93,9 +120,34 @@ impl Calibration {
                 ));
             }
         }
+        let mut scales = BTreeMap::new();
+        for sc in &raw.scale {
+            let device = cx.name(&sc.device, "scale.device")?;
+            let op = match &sc.op {
+                Some(op) => Some(cx.op_name(op, "scale.op")?),
+                None => None,
+            };
+            let factor = cx.number(&sc.factor, "scale.factor")?;
+            if !(MIN_SCALE..=MAX_SCALE).contains(&factor) {
+                return Err(cx.err(
+                    &sc.factor.span(),
+                    "scale.factor",
+                    format!("must be between {MIN_SCALE:e} and {MAX_SCALE:e}"),
+                ));
+            }
+            let line = cx.line(&sc.device.span());
+            if let Some((_, first)) = scales.insert((device, op), (factor, line)) {
+                return Err(cx.err(
+                    &sc.device.span(),
+                    "scale",
+                    format!("same device and op as the scale on line {first}"),
+                ));
+            }
+        }
         Ok(Calibration {
             file: file.to_string(),
             entries,
+            scales,
         })
     }
 
@@ -113,9 +165,29 @@ impl Calibration {
         self.entries.len()
     }
 
-    /// Whether there are no measurements.
+    /// Whether there are no measurements and no scales.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.scales.is_empty()
+    }
+
+    /// The number of scales.
+    pub fn scales(&self) -> usize {
+        self.scales.len()
+    }
+
+    /// The factor that scales the modelled time of `op` on `device` when no measurement
+    /// matches it: the device's name before its kind, the op's own scale before the scale of
+    /// any op.
+    pub fn scale(&self, graph: &Graph, op: OpId, device: &Device) -> Option<f64> {
+        let name = graph.op(op).op.name().to_string();
+        for who in [&device.name, &device.kind] {
+            for op in [Some(name.clone()), None] {
+                if let Some((f, _)) = self.scales.get(&(who.clone(), op)) {
+                    return Some(*f);
+                }
+            }
+        }
+        None
     }
 
     /// Checks that every measurement's device is a device name or kind of `spec`.
@@ -125,12 +197,21 @@ impl Calibration {
             .iter()
             .flat_map(|d| [d.name.as_str(), d.kind.as_str()])
             .collect();
-        for ((device, _, _), (_, line)) in &self.entries {
+        let devices = self
+            .entries
+            .iter()
+            .map(|((d, _, _), (_, line))| (d, line, "measurement.device"))
+            .chain(
+                self.scales
+                    .iter()
+                    .map(|((d, _), (_, line))| (d, line, "scale.device")),
+            );
+        for (device, line, field) in devices {
             if !known.contains(device.as_str()) {
                 return Err(TargetError::Invalid {
                     file: self.file.clone(),
                     line: *line,
-                    field: Some("measurement.device".to_string()),
+                    field: Some(field.to_string()),
                     message: format!(
                         "target `{}` has no device or device kind `{device}`",
                         spec.name

@@ -57,18 +57,22 @@ pub enum TimeSource {
     Target,
     /// A calibration file's measurement.
     Calibrated,
+    /// The target's hook or the roofline times a calibration file's scale.
+    Scaled,
     /// A `const` op (no time).
     Free,
 }
 
 impl TimeSource {
-    /// A short label for tables: `compute`, `memory`, `target`, `calibrated`, `free`.
+    /// A short label for tables: `compute`, `memory`, `target`, `calibrated`, `scaled`,
+    /// `free`.
     pub fn label(self) -> &'static str {
         match self {
             TimeSource::ComputeBound => "compute",
             TimeSource::MemoryBound => "memory",
             TimeSource::Target => "target",
             TimeSource::Calibrated => "calibrated",
+            TimeSource::Scaled => "scaled",
             TimeSource::Free => "free",
         }
     }
@@ -194,6 +198,14 @@ impl<'a> CostModel<'a> {
                 source: TimeSource::Calibrated,
             });
         }
+        let scale = self.calibration.and_then(|c| c.scale(graph, op, d));
+        let scaled = |t: OpTime| match (t, scale) {
+            (OpTime::Time { seconds, .. }, Some(f)) => OpTime::Time {
+                seconds: seconds * f,
+                source: TimeSource::Scaled,
+            },
+            (t, _) => t,
+        };
         let work = op_work(graph, op)?;
         if let Some(seconds) = self.target.op_time(graph, op, d, &work) {
             if !seconds.is_finite() || seconds < 0.0 {
@@ -204,12 +216,18 @@ impl<'a> CostModel<'a> {
                     d.name
                 )));
             }
-            return Ok(OpTime::Time {
+            return Ok(scaled(OpTime::Time {
                 seconds,
                 source: TimeSource::Target,
-            });
+            }));
         }
-        Ok(roofline(d, name, work.flops, work.bytes, work.elem.name()))
+        Ok(scaled(roofline(
+            d,
+            name,
+            work.flops,
+            work.bytes,
+            work.elem.name(),
+        )))
     }
 
     /// The time of `op` on `device` when it is split into `parts` equal pieces, one per

@@ -135,7 +135,7 @@ impl Ctx<'_> {
     }
 
     /// A finite number (integer or float).
-    fn number(&self, v: &Spanned<toml::Value>, field: &str) -> Result<f64, TargetError> {
+    pub(crate) fn number(&self, v: &Spanned<toml::Value>, field: &str) -> Result<f64, TargetError> {
         let x = match v.get_ref() {
             toml::Value::Integer(i) => *i as f64,
             toml::Value::Float(f) => *f,

@@ -10,6 +10,7 @@
 //! | times (latencies, `op_overhead`, measured and per-op seconds) | 0, or a normal number up to 1e6 ([`MAX_SECONDS`], 11.6 days) | s |
 //! | rates (memory and link bandwidths, peak compute) | `1 ..= 1e18` ([`MIN_RATE`], [`MAX_RATE`]) | per second |
 //! | efficiencies | `1e-6 ..= 1` ([`MIN_EFFICIENCY`]) | fraction of peak |
+//! | a calibration's scales | `1e-6 ..= 1e6` ([`MIN_SCALE`], [`MAX_SCALE`]) | measured / modelled |
 //! | bytes (memory capacities, an op's memory, a tensor) | `..= 2^60` ([`MAX_BYTES`], 1 EiB) | bytes |
 //!
 //! Why nothing overflows: a transfer takes at most `1e6 + 2^60 / 1` s, about 1.2e18 s, and a
@@ -26,6 +27,13 @@ pub const MIN_RATE: f64 = 1.0;
 
 /// The largest rate (bytes or operations per second) a target or problem may state.
 pub const MAX_RATE: f64 = 1e18;
+
+/// The smallest factor a calibration file may scale a modelled time by.
+pub const MIN_SCALE: f64 = 1e-6;
+
+/// The largest factor a calibration file may scale a modelled time by (a scaled roofline
+/// time stays below 1e25 s, far from overflow).
+pub const MAX_SCALE: f64 = 1e6;
 
 /// The smallest achievable fraction of peak (`efficiency`) a target may state.
 pub const MIN_EFFICIENCY: f64 = 1e-6;

@@ -714,6 +714,77 @@ seconds = 5e-3
     );
 }
 
+/// An op that no measurement matches takes its modelled time times the most specific
+/// scale: the device's name before its kind, the op's own before any op's; a measurement
+/// still wins.
+#[test]
+fn calibration_scales_the_shapes_it_did_not_measure() {
+    let spec = target(PAIR);
+    let cal = Calibration::parse(
+        r#"
+[[measurement]]
+device = "b"
+op = "relu"
+operands = ["f32[1000]"]
+seconds = 2e-3
+
+[[scale]]
+device = "b"
+op = "relu"
+factor = 4
+
+[[scale]]
+device = "acc"
+factor = 8
+
+[[scale]]
+device = "cpu"
+op = "relu"
+factor = 3
+"#,
+        "cal.toml",
+    )
+    .expect("parse");
+    assert_eq!((cal.len(), cal.scales()), (1, 3));
+    cal.check(&spec).expect("devices exist");
+    let g = graph(
+        r#"graph @g(%x: f32[1000], %y: f32[10]) {
+  %0 = relu %x : f32[1000]
+  %1 = relu %y : f32[10]
+  %2 = neg %y : f32[10]
+  return %0, %1, %2
+}"#,
+    );
+    let cost = CostModel::new(&spec, Some(&cal));
+    let plain = CostModel::new(&spec, None);
+    let time = |c: &CostModel<'_>, op: usize, device: usize| {
+        c.op_time(&g, nth_op(&g, op), device).expect("work")
+    };
+    // Measured.
+    assert_eq!(time(&cost, 0, 1).seconds(), Some(2e-3));
+    // b's relu scale for another shape; b's kind's scale for another op.
+    let roofline = |op: usize, device: usize| time(&plain, op, device).seconds().expect("time");
+    assert_eq!(
+        time(&cost, 1, 1),
+        OpTime::Time {
+            seconds: roofline(1, 1) * 4.0,
+            source: TimeSource::Scaled
+        }
+    );
+    assert_eq!(time(&cost, 2, 1).seconds(), Some(roofline(2, 1) * 8.0));
+    // a: its kind's relu scale; no scale for neg.
+    assert_eq!(time(&cost, 0, 0).seconds(), Some(roofline(0, 0) * 3.0));
+    assert_eq!(time(&cost, 2, 0), time(&plain, 2, 0));
+    // A scale's device must be the target's.
+    let other =
+        Calibration::parse("[[scale]]\ndevice = \"tpu\"\nfactor = 2\n", "cal.toml").expect("parse");
+    let e = other.check(&spec).expect_err("no tpu");
+    assert_eq!(
+        e.to_string(),
+        "cal.toml:2: scale.device: target `pair` has no device or device kind `tpu`"
+    );
+}
+
 #[test]
 fn calibration_errors_name_file_line_and_field() {
     let cases = [
@@ -745,6 +816,22 @@ fn calibration_errors_name_file_line_and_field() {
         (
             "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1\n[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 2\n",
             "cal.toml:6: measurement: same device, op and operands as the measurement on line 2",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nop = \"relu\"\nfactor = 0\n",
+            "cal.toml:4: scale.factor: must be between 1e-6 and 1e6",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nfactor = 1e7\n",
+            "cal.toml:3: scale.factor: must be between 1e-6 and 1e6",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nop = \"relux\"\nfactor = 2\n",
+            "cal.toml:3: scale.op: unknown op `relux`; did you mean `relu`?",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nfactor = 2\n[[scale]]\ndevice = \"b\"\nfactor = 3\n",
+            "cal.toml:5: scale: same device and op as the scale on line 2",
         ),
     ];
     for (src, expected) in cases {

@@ -1,0 +1,321 @@
+//! `tessera calibrate --target T --device D -o calib.toml [MODEL...]`: measures the ops of
+//! the given models (or of a standard set of op shapes) on device D and writes a
+//! calibration file, which `compile --calibration` reads.
+//!
+//! Each model is compiled as `compile` would (the default pass pipeline), every op pinned to
+//! D, and lowered; its modules are JIT-compiled with a mark after every kernel call
+//! ([`tessera_mlir::profile`]) and run once to warm up, then `--repeat` times, on made-up
+//! inputs (floats from a fixed sequence in [-1, 1), integers and booleans zero, so indices
+//! stay in range). A kernel call's median time is shared among the ops it computes in
+//! proportion to their modelled (uncalibrated) times, so an elementwise op fused into a
+//! product costs what it adds; an op met several times with the same operand types gets the
+//! median of its shares. Ops that no kernel computes (views) are not measured. For the
+//! shapes not measured, the file scales the modelled time: by each op's median measured /
+//! modelled ratio, and by the median of all ratios for ops not measured at all.
+//!
+//! Only CPU devices run here: a device of another kind needs its runtime.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use tessera_ir::{ElemType, Graph, OpId, Tensor};
+use tessera_targets::limits::{MAX_SCALE, MIN_SCALE};
+use tessera_targets::{Calibration, CostModel, Target};
+
+use super::InputShape;
+
+/// What `tessera calibrate` was asked.
+pub struct CalibrateRequest<'a> {
+    /// The models whose ops are measured; none: [`STANDARD`].
+    pub models: &'a [PathBuf],
+    /// The target.
+    pub target: &'a str,
+    /// `--target-path` directories.
+    pub target_path: &'a [PathBuf],
+    /// The device measured.
+    pub device: &'a str,
+    /// The calibration file written.
+    pub output: &'a Path,
+    /// Timed runs of each model.
+    pub repeat: usize,
+    /// `--input-shape`.
+    pub shapes: &'a [InputShape],
+}
+
+/// The standard set of op shapes, measured when no model is given: products, a
+/// convolution, softmax, layer norm, elementwise ops and a transpose, each on its own
+/// (every operand a graph input, every result an output, so nothing is fused).
+pub const STANDARD: &str = "graph @standard(%a: f32[128, 256], %b: f32[256, 256], %c: f32[256, 512], %d: f32[512, 512], %img: f32[1, 32, 56, 56], %w: f32[64, 32, 3, 3], %s: f32[64, 256], %t: f32[256, 1024], %g: f32[1024], %u: f32[8, 64, 128]) {
+  %mm = matmul %a, %b : f32[128, 256]
+  %mm.large = matmul %c, %d : f32[256, 512]
+  %bmm = matmul %u, %a : f32[8, 64, 256]
+  %conv = conv %img, %w {dilations = [1, 1], groups = 1, pads = [1, 1, 1, 1], strides = [1, 1]} : f32[1, 64, 56, 56]
+  %sm = softmax %s {axis = 1} : f32[64, 256]
+  %ln = layer-norm %t, %g {axis = 1, epsilon = 1e-5} : f32[256, 1024]
+  %add = add %t, %t : f32[256, 1024]
+  %mul = mul %t, %g : f32[256, 1024]
+  %relu = relu %t : f32[256, 1024]
+  %tanh = tanh %t : f32[256, 1024]
+  %tr = transpose %u {perm = [0, 2, 1]} : f32[8, 128, 64]
+  return %mm, %mm.large, %bmm, %conv, %sm, %ln, %add, %mul, %relu, %tanh, %tr
+}
+";
+
+/// Made-up inputs of the given types: floats from a fixed sequence in [-1, 1), everything
+/// else zero.
+fn inputs(graph: &Graph, what: &str) -> Result<Vec<Tensor>> {
+    let mut state: u32 = 0x9e37_79b9;
+    let mut next = || {
+        // xorshift32: a fixed, well-spread sequence.
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (f64::from(state) / f64::from(u32::MAX)) * 2.0 - 1.0
+    };
+    graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let ty = graph.ty(v);
+            let dims = ty.static_dims().ok_or_else(|| {
+                anyhow!("{what}: input {ty} is not static: bind its dimensions with --input-shape")
+            })?;
+            let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+            let n: usize = shape.iter().product();
+            let made = match ty.elem {
+                ElemType::F32 => {
+                    let bytes: Vec<u8> =
+                        (0..n).flat_map(|_| (next() as f32).to_le_bytes()).collect();
+                    Tensor::from_le_bytes(ty.elem, &shape, &bytes).map_err(|e| e.to_string())
+                }
+                ElemType::F64 => {
+                    let bytes: Vec<u8> = (0..n).flat_map(|_| next().to_le_bytes()).collect();
+                    Tensor::from_le_bytes(ty.elem, &shape, &bytes).map_err(|e| e.to_string())
+                }
+                e => Tensor::zeros(e, &shape).map_err(|e| e.to_string()),
+            };
+            made.map_err(|e| anyhow!("{what}: input {ty}: {e}"))
+        })
+        .collect()
+}
+
+/// This machine's CPU as `/proc/cpuinfo` names it, or `this CPU`.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, n)| n.trim().to_string())
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "this CPU".to_string())
+}
+
+/// `(device, op name, operand types)`.
+type Key = (String, String, Vec<String>);
+
+/// Each op's shares of its kernels' times, with the op's modelled (uncalibrated) seconds.
+type Shares = BTreeMap<Key, Vec<(f64, f64)>>;
+
+/// Runs `tessera calibrate`.
+pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
+    let target = super::targets::resolve(req.target, req.target_path).context("--target")?;
+    let spec = target.spec();
+    let Some(device) = spec.devices.iter().position(|d| d.name == req.device) else {
+        let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
+        bail!(
+            "--device {}: target {} has no such device (its devices: {})",
+            req.device,
+            spec.name,
+            names.join(", ")
+        );
+    };
+    let kind = &spec.devices[device].kind;
+    if kind != "cpu" {
+        bail!(
+            "--device {}: a `{kind}` device; only `cpu` devices can be measured here (a \
+             `{kind}` device's code needs its own runtime to run)",
+            req.device
+        );
+    }
+    let mut shares: Shares = BTreeMap::new();
+    let mut measured_models = Vec::new();
+    if req.models.is_empty() {
+        let graph = tessera_ir::text::parse(STANDARD, None)
+            .map_err(|e| anyhow!("the standard set: {e}"))?;
+        measure_model(
+            &graph,
+            "the standard set",
+            &*target,
+            device,
+            req,
+            &mut shares,
+        )?;
+        measured_models.push("the standard set".to_string());
+    }
+    for path in req.models {
+        let graph = super::load_model(path, req.shapes)?;
+        let what = path.display().to_string();
+        measure_model(&graph, &what, &*target, device, req, &mut shares)?;
+        measured_models.push(what);
+    }
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# tessera calibrate: measured on {} of target {} ({}), {} runs after a warm-up run,",
+        req.device,
+        spec.name,
+        cpu_name(),
+        req.repeat
+    );
+    let _ = writeln!(text, "# each op's median share of its kernel's median time");
+    let _ = writeln!(text, "# of: {}", measured_models.join(", "));
+    // Scales for the shapes not measured: each op's median measured / modelled ratio, and
+    // the median of every ratio for the ops not measured at all.
+    let mut ratios: BTreeMap<Option<String>, Vec<f64>> = BTreeMap::new();
+    for ((_, op, _), pairs) in &shares {
+        for &(share, modelled) in pairs {
+            if modelled > 0.0 && share > 0.0 {
+                let r = (share / modelled).clamp(MIN_SCALE, MAX_SCALE);
+                ratios.entry(Some(op.clone())).or_default().push(r);
+                ratios.entry(None).or_default().push(r);
+            }
+        }
+    }
+    for ((dev, op, operands), pairs) in shares {
+        let mut values: Vec<f64> = pairs.iter().map(|&(s, _)| s).collect();
+        let seconds = tessera_mlir::profile::median(&mut values);
+        let operands: Vec<String> = operands.iter().map(|o| format!("{o:?}")).collect();
+        let _ = write!(
+            text,
+            "\n[[measurement]]\ndevice = {dev:?}\nop = {op:?}\noperands = [{}]\nseconds = {seconds:e}\n",
+            operands.join(", ")
+        );
+    }
+    for (op, mut values) in ratios {
+        let factor = tessera_mlir::profile::median(&mut values);
+        let op = op.map_or_else(String::new, |op| format!("op = {op:?}\n"));
+        let _ = write!(
+            text,
+            "\n[[scale]]\ndevice = {:?}\n{op}factor = {factor:e}\n",
+            req.device
+        );
+    }
+    // What is written must read back.
+    let out = req.output.display().to_string();
+    let check = Calibration::parse(&text, &out)?;
+    check.check(spec)?;
+    super::write_atomically(req.output, text.as_bytes())?;
+    super::print_stdout(&format!(
+        "wrote {} ({} measurements and {} scales of {} on {})\n",
+        out,
+        check.len(),
+        check.scales(),
+        measured_models.join(", "),
+        req.device
+    ))
+}
+
+/// Compiles `graph` with every op on `device`, runs it marked, and adds each op's share of
+/// its kernel's median time to `shares`.
+fn measure_model(
+    graph: &Graph,
+    what: &str,
+    target: &dyn Target,
+    device: usize,
+    req: &CalibrateRequest<'_>,
+    shares: &mut Shares,
+) -> Result<()> {
+    let spec = target.spec();
+    let name = &spec.devices[device].name;
+    let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
+    let flags = crate::instrument::PassFlags::default();
+    let (mut graph, _) =
+        super::opt::run_pipeline(graph.clone(), &pipeline, &flags, Path::new(what))?;
+    let ops: Vec<OpId> = graph.ops().to_vec();
+    for op in ops {
+        graph.op_mut(op).device = Some(name.clone());
+    }
+    let compiled = super::compile::compile(
+        graph,
+        target,
+        None,
+        None,
+        &super::compile::PlaceSettings::default(),
+    )
+    .with_context(|| format!("{what}: compiling for {} on {name}", spec.name))?;
+    let placed = &compiled.graph;
+    let program = super::emit::lower_graph(placed, spec, Path::new(what), true)?;
+    let mlir = tessera_mlir::Mlir::new();
+    let weights = program
+        .weight_tensors()
+        .map_err(|e| anyhow!("{what}: {}", e.0))?;
+    let (runner, sites) = tessera_mlir::Runner::new_profiled(
+        &mlir,
+        program.manifest.clone(),
+        &program.module_map(),
+        weights,
+        2,
+    )
+    .with_context(|| format!("{what}: JIT-compiling"))?;
+    let stub = {
+        let mut g = Graph::new(what.to_string());
+        for i in &runner.manifest().inputs {
+            g.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
+        }
+        g
+    };
+    let inputs = inputs(&stub, what)?;
+    let (runs, _) = super::profile::measure(&runner, &inputs, &sites, req.repeat)
+        .with_context(|| format!("{what}: running"))?;
+    // Each op by the name the modules' comments give it, with its modelled time.
+    let cost = CostModel::new(target, None);
+    let by_name: BTreeMap<String, OpId> = placed
+        .ops()
+        .iter()
+        .map(|&op| (op.to_string(), op))
+        .collect();
+    for (n, site) in sites.iter().enumerate() {
+        if site.ops.is_empty() {
+            continue;
+        }
+        let mut values: Vec<f64> = runs.iter().map(|r| r.charged[n]).collect();
+        let seconds = tessera_mlir::profile::median(&mut values);
+        let ops: Vec<(OpId, f64)> = site
+            .ops
+            .iter()
+            .filter_map(|(o, _)| by_name.get(o).copied())
+            .map(|op| {
+                let t = cost
+                    .op_time(placed, op, device)
+                    .ok()
+                    .and_then(|t| t.seconds())
+                    .unwrap_or(0.0);
+                (op, t)
+            })
+            .collect();
+        let modelled: f64 = ops.iter().map(|(_, t)| t).sum();
+        for &(op, t) in &ops {
+            let share = if modelled > 0.0 {
+                seconds * t / modelled
+            } else {
+                seconds / ops.len() as f64
+            };
+            let data = placed.op(op);
+            let key = (
+                name.clone(),
+                data.op.name().to_string(),
+                data.operands
+                    .iter()
+                    .map(|&v| placed.ty(v).to_string())
+                    .collect(),
+            );
+            shares.entry(key).or_default().push((share, t));
+        }
+    }
+    Ok(())
+}
