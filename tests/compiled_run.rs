@@ -1448,7 +1448,7 @@ fn profile_measures_each_kernel_call_beside_the_prediction() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("profile: 3 runs after a warm-up run; median run")
+        err.contains("profile: 3 runs after a warm-up run; steps")
             && err.contains("step  device")
             && err.contains("kernel (longest 15 of")
             && err.contains("profile: wrote"),
@@ -1470,6 +1470,8 @@ fn profile_measures_each_kernel_call_beside_the_prediction() {
         report["simulation"]["latency"].as_f64().expect("latency")
     );
     assert!(measured > 0.0, "{m}");
+    // The steps' time is within the run's.
+    assert!(measured <= m["run"].as_f64().expect("run"), "{m}");
     let error = m["error"].as_f64().expect("error");
     assert!(
         (error - (predicted - measured) / measured).abs() < 1e-12,

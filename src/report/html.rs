@@ -1540,8 +1540,9 @@ fn measured(h: &mut String, d: &ReportData) {
     );
     h.push_str("<div class=\"cards\">");
     card(h, "predicted (simulated latency)", &seconds(m.predicted));
-    card(h, "measured (median run)", &seconds(m.measured));
+    card(h, "measured (the steps, median)", &seconds(m.measured));
     card(h, "error", &error_text(Some(m.predicted), m.measured));
+    card(h, "median run (with the runner's work)", &seconds(m.run));
     h.push_str("</div>\n");
     h.push_str(
         "<table id=\"measured-steps\"><tr><th class=\"num\">step</th><th>device</th>\

@@ -100,10 +100,14 @@ pub struct Measured {
     pub threads: Option<u16>,
     /// The simulated latency of one sample, seconds: the prediction.
     pub predicted: f64,
-    /// The median run's wall time, seconds.
+    /// The median over the runs of the steps' time (each from its entry to its return),
+    /// seconds: what the cost model predicts.
     pub measured: f64,
     /// `(predicted - measured) / measured`.
     pub error: f64,
+    /// The median run's wall time, seconds: the steps and the runner's work around them
+    /// (the inputs' copies, the outputs' buffers), which the model does not cover.
+    pub run: f64,
     /// Each step, in the manifest's order.
     pub steps: Vec<MeasuredStep>,
     /// Each kernel call, in the order the program makes them.

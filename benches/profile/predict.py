@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Predicted against measured model time on this CPU: the roofline, calibrated, and
+calibrated on other models.
+
+For every model folder (model.onnx + io.json + sample inputs) under the model roots this
+runs, with `--threads 1`:
+
+  roofline     `tessera compile MODEL --target cpu -o DIR` and `tessera run DIR --profile`:
+               the error of the simulated latency against the steps' measured time
+               ((predicted - measured) / measured, report.json's measured.error; the
+               median run's wall time, with the runner's copies of inputs and outputs,
+               is the `run` column);
+  calibrated   `tessera calibrate --target cpu --device cpu0 MODEL` first, then the same
+               with `--calibration`: the model's own shapes measured;
+  others       the calibration of every OTHER model and of the standard set (`tessera
+               calibrate` without a model), merged: the model's shapes mostly not measured,
+               so its time comes from the scales (measured / modelled per op kind) and the
+               shapes other models share with it. Merged: a measurement met in several files
+               takes the median of its seconds, a scale the median of its factors.
+
+Output: a markdown table on stdout and in --out. Needs only Python 3.11 (tomllib) and a
+release build of tessera.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_ROOT = REPO / "testdata" / "models" / "onnx"
+
+
+def model_dirs(roots):
+    for root in roots:
+        root = Path(root)
+        if (root / "io.json").is_file():
+            yield root
+            continue
+        for d in sorted(root.iterdir()):
+            if (d / "io.json").is_file() and (d / "model.onnx").is_file():
+                yield d
+
+
+def io_args(d):
+    io = json.loads((d / "io.json").read_text())
+    shapes, inputs = [], []
+    for i in io["inputs"]:
+        shape = i.get("sample_shape") or i["shape"]
+        shapes += ["--input-shape", f"{i['name']}=" + "x".join(str(x) for x in shape)]
+        inputs += ["--input", f"{i['name']}={d / i['file']}"]
+    return shapes, inputs
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))}\n{p.stderr[-2000:]}")
+    return p
+
+
+def profile_error(tessera, d, out, calibration, repeat):
+    shapes, inputs = io_args(d)
+    cmd = [tessera, "compile", d / "model.onnx", "--target", "cpu", *shapes, "-o", out]
+    if calibration:
+        cmd += ["--calibration", calibration]
+    run(cmd)
+    run([tessera, "run", out, *inputs, "--profile", "--repeat", str(repeat), "--threads", "1"])
+    m = json.loads((Path(out) / "report.json").read_text())["measured"]
+    return m["predicted"], m["measured"], m["error"], m["run"]
+
+
+def merge(files, out):
+    seconds, factors = {}, {}
+    for f in files:
+        data = tomllib.loads(Path(f).read_text())
+        for m in data.get("measurement", []):
+            key = (m["device"], m["op"], tuple(m.get("operands", [])))
+            seconds.setdefault(key, []).append(m["seconds"])
+        for s in data.get("scale", []):
+            key = (s["device"], s.get("op"))
+            factors.setdefault(key, []).append(s["factor"])
+    lines = []
+    for (dev, op, operands), v in sorted(seconds.items()):
+        ops = ", ".join(json.dumps(o) for o in operands)
+        lines.append(
+            f"[[measurement]]\ndevice = {json.dumps(dev)}\nop = {json.dumps(op)}\n"
+            f"operands = [{ops}]\nseconds = {statistics.median(v)!r}\n"
+        )
+    for (dev, op), v in sorted(factors.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        o = f"op = {json.dumps(op)}\n" if op else ""
+        lines.append(f"[[scale]]\ndevice = {json.dumps(dev)}\n{o}factor = {statistics.median(v)!r}\n")
+    Path(out).write_text("\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("roots", nargs="*", default=[DEFAULT_ROOT])
+    ap.add_argument("--tessera", default=str(REPO / "target" / "release" / "tessera"))
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    dirs = list(model_dirs(a.roots))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        calib = {}
+        std = tmp / "standard.toml"
+        run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0", "--threads", "1",
+             "--repeat", str(a.repeat), "-o", std])
+        for d in dirs:
+            shapes, _ = io_args(d)
+            f = tmp / f"{d.name}.toml"
+            print(f"[{d.name}] calibrating", file=sys.stderr)
+            run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0", "--threads",
+                 "1", "--repeat", str(a.repeat), d / "model.onnx", *shapes, "-o", f])
+            calib[d.name] = f
+        for d in dirs:
+            print(f"[{d.name}] profiling", file=sys.stderr)
+            others = tmp / f"others-{d.name}.toml"
+            merge([std] + [f for n, f in calib.items() if n != d.name], others)
+            row = [d.name]
+            for c in (None, calib[d.name], others):
+                row.append(profile_error(a.tessera, d, tmp / f"out-{d.name}", c, a.repeat))
+            rows.append(row)
+    head = ("| model | run ms | steps ms | roofline ms | error | calibrated ms | error "
+            "| calibrated on the others ms | error |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for name, r, c, o in rows:
+        lines.append(
+            f"| {name} | {c[3] * 1e3:.4g} | {c[1] * 1e3:.4g} | {r[0] * 1e3:.4g} | {100 * r[2]:+.1f}% "
+            f"| {c[0] * 1e3:.4g} | {100 * c[2]:+.1f}% | {o[0] * 1e3:.4g} | {100 * o[2]:+.1f}% |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
