@@ -100,7 +100,8 @@ enum Command {
     /// Each MODEL (.tir, or .onnx which is imported; symbolic dimensions bound with
     /// `--input-shape`) is compiled for the target with every op on DEVICE, JIT-compiled on
     /// this CPU with a mark after every kernel call, and run once to warm up and then
-    /// `--repeat` times on made-up inputs (floats in [-1, 1), integers zero). Each kernel
+    /// `--repeat` times on the inputs given with `--input` (one MODEL), else made-up ones
+    /// (floats in [-1, 1), integers and booleans one). Each kernel
     /// call's median time is shared among the ops it computes in proportion to their
     /// modelled times; an op met several times with the same operand types gets the median
     /// of its shares. Without MODEL, a standard set of op shapes is measured (products, a
@@ -709,6 +710,10 @@ struct CalibrateArgs {
     /// The calibration file written.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// Bind an input of the (one) model to a .npy file, as `run` does; repeat once per
+    /// input. Without it the inputs are made up.
+    #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    inputs: Vec<crate::commands::run::Binding>,
     /// Timed runs of each model, after one warm-up run.
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     repeat: u64,
@@ -907,6 +912,7 @@ pub fn main_named(name: &str) -> ExitCode {
                 output: &a.output,
                 repeat: usize::try_from(a.repeat).unwrap_or(usize::MAX),
                 shapes: &a.shapes.input_shapes,
+                bindings: &a.inputs,
             })
         }),
         Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {

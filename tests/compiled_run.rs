@@ -1524,6 +1524,13 @@ fn profile_measures_each_kernel_call_beside_the_prediction() {
     assert!(html.contains(&format!("<code>{first}</code>")), "{first}");
 }
 
+/// `tessera calibrate --target cpu --device cpu0`.
+fn calibrate_cpu() -> assert_cmd::Command {
+    let mut cmd = tessera();
+    cmd.args(["calibrate", "--target", "cpu", "--device", "cpu0"]);
+    cmd
+}
+
 /// `tessera calibrate` measures a model's ops on the CPU and writes a calibration file that
 /// reads back; a compile with it models each measured op at the measured time (and at
 /// other times without it).
@@ -1531,18 +1538,15 @@ fn profile_measures_each_kernel_call_beside_the_prediction() {
 fn calibration_round_trip() {
     let tmp = tempfile::tempdir().expect("tmp");
     let calib = tmp.path().join("calib.toml");
-    let said = ok(tessera()
+    let said = ok(calibrate_cpu()
         .args([
-            "calibrate",
-            "--target",
-            "cpu",
-            "--device",
-            "cpu0",
             "--repeat",
             "3",
             "testdata/models/mlp.tir",
             "--input-shape",
             "x=4x16",
+            "--input",
+            "x=testdata/models/mlp.input.npy",
             "-o",
         ])
         .arg(&calib));
@@ -1640,6 +1644,21 @@ fn profile_and_calibrate_errors() {
     let e = calibrate("cpu", "gpu0");
     assert!(
         e.contains("--device gpu0: target cpu has no such device (its devices: cpu0)"),
+        "{e}"
+    );
+    let e = fails(
+        calibrate_cpu()
+            .args([
+                "testdata/models/mlp.tir",
+                "testdata/models/mlp.tir",
+                "--input",
+                "x=testdata/models/mlp.input.npy",
+                "-o",
+            ])
+            .arg(&out),
+    );
+    assert!(
+        e.contains("--input gives one model's inputs: give exactly one MODEL with it (got 2)"),
         "{e}"
     );
     let e = calibrate("hetero-cpu-gpu", "gpu1");

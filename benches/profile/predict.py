@@ -10,8 +10,9 @@ runs, with `--threads 1`:
                ((predicted - measured) / measured, report.json's measured.error; the
                median run's wall time, with the runner's copies of inputs and outputs,
                is the `run` column);
-  calibrated   `tessera calibrate --target cpu --device cpu0 MODEL` first, then the same
-               with `--calibration`: the model's own shapes measured;
+  calibrated   `tessera calibrate --target cpu --device cpu0 MODEL --input ...` (the
+               sample inputs) first, then the same with `--calibration`: the model's own
+               shapes measured;
   others       the calibration of every OTHER model and of the standard set (`tessera
                calibrate` without a model), merged: the model's shapes mostly not measured,
                so its time comes from the scales (measured / modelled per op kind) and the
@@ -113,11 +114,11 @@ def main():
         run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0", "--threads", "1",
              "--repeat", str(a.repeat), "-o", std])
         for d in dirs:
-            shapes, _ = io_args(d)
+            shapes, inputs = io_args(d)
             f = tmp / f"{d.name}.toml"
             print(f"[{d.name}] calibrating", file=sys.stderr)
             run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0", "--threads",
-                 "1", "--repeat", str(a.repeat), d / "model.onnx", *shapes, "-o", f])
+                 "1", "--repeat", str(a.repeat), d / "model.onnx", *shapes, *inputs, "-o", f])
             calib[d.name] = f
         for d in dirs:
             print(f"[{d.name}] profiling", file=sys.stderr)

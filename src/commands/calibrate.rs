@@ -4,9 +4,9 @@
 //!
 //! Each model is compiled as `compile` would (the default pass pipeline), every op pinned to
 //! D, and lowered; its modules are JIT-compiled with a mark after every kernel call
-//! ([`tessera_mlir::profile`]) and run once to warm up, then `--repeat` times, on made-up
-//! inputs (floats from a fixed sequence in [-1, 1), integers and booleans zero, so indices
-//! stay in range). A kernel call's median time is shared among the ops it computes in
+//! ([`tessera_mlir::profile`]) and run once to warm up, then `--repeat` times, on the
+//! model's inputs (`--input`, one model) or made-up ones (floats from a fixed sequence in
+//! [-1, 1), integers and booleans one: indices in range, masks that keep everything). A kernel call's median time is shared among the ops it computes in
 //! proportion to their modelled (uncalibrated) times, so an elementwise op fused into a
 //! product costs what it adds; an op met several times with the same operand types gets the
 //! median of its shares. Ops that no kernel computes (views) are not measured. For the
@@ -25,6 +25,7 @@ use tessera_targets::limits::{MAX_SCALE, MIN_SCALE};
 use tessera_targets::{Calibration, CostModel, Target};
 
 use super::InputShape;
+use super::run::Binding;
 
 /// What `tessera calibrate` was asked.
 pub struct CalibrateRequest<'a> {
@@ -42,6 +43,8 @@ pub struct CalibrateRequest<'a> {
     pub repeat: usize,
     /// `--input-shape`.
     pub shapes: &'a [InputShape],
+    /// `--input`: the model's inputs (one model only) instead of made-up ones.
+    pub bindings: &'a [Binding],
 }
 
 /// The standard set of op shapes, measured when no model is given: products, a
@@ -63,8 +66,9 @@ pub const STANDARD: &str = "graph @standard(%a: f32[128, 256], %b: f32[256, 256]
 }
 ";
 
-/// Made-up inputs of the given types: floats from a fixed sequence in [-1, 1), everything
-/// else zero.
+/// Made-up inputs of the given types: floats from a fixed sequence in [-1, 1), integers
+/// and booleans one (an index in range of any axis longer than one; a mask that keeps
+/// everything), other types zero.
 fn inputs(graph: &Graph, what: &str) -> Result<Vec<Tensor>> {
     let mut state: u32 = 0x9e37_79b9;
     let mut next = || {
@@ -93,6 +97,12 @@ fn inputs(graph: &Graph, what: &str) -> Result<Vec<Tensor>> {
                 ElemType::F64 => {
                     let bytes: Vec<u8> = (0..n).flat_map(|_| next().to_le_bytes()).collect();
                     Tensor::from_le_bytes(ty.elem, &shape, &bytes).map_err(|e| e.to_string())
+                }
+                e if !e.is_float() => {
+                    let mut one = vec![0u8; e.size_bytes()];
+                    one[0] = 1;
+                    let bytes: Vec<u8> = (0..n).flat_map(|_| one.iter().copied()).collect();
+                    Tensor::from_le_bytes(e, &shape, &bytes).map_err(|e| e.to_string())
                 }
                 e => Tensor::zeros(e, &shape).map_err(|e| e.to_string()),
             };
@@ -140,6 +150,12 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
             "--device {}: a `{kind}` device; only `cpu` devices can be measured here (a \
              `{kind}` device's code needs its own runtime to run)",
             req.device
+        );
+    }
+    if !req.bindings.is_empty() && req.models.len() != 1 {
+        bail!(
+            "--input gives one model's inputs: give exactly one MODEL with it (got {})",
+            req.models.len()
         );
     }
     let mut shares: Shares = BTreeMap::new();
@@ -269,7 +285,11 @@ fn measure_model(
         }
         g
     };
-    let inputs = inputs(&stub, what)?;
+    let inputs = if req.bindings.is_empty() {
+        inputs(&stub, what)?
+    } else {
+        super::run::compiled_inputs(&runner, req.bindings, None)?
+    };
     let (runs, _) = super::profile::measure(&runner, &inputs, &sites, req.repeat)
         .with_context(|| format!("{what}: running"))?;
     // Each op by the name the modules' comments give it, with its modelled time.
