@@ -10,8 +10,9 @@
 //! proportion to their modelled (uncalibrated) times, so an elementwise op fused into a
 //! product costs what it adds; an op met several times with the same operand types gets the
 //! median of its shares. Ops that no kernel computes (views) are not measured. For the
-//! shapes not measured, the file scales the modelled time: by each op's median measured /
-//! modelled ratio, and by the median of all ratios for ops not measured at all.
+//! shapes not measured, the file scales the modelled time, `overhead + factor × modelled`,
+//! fitted per op kind to its measured shapes and, for ops not measured at all, to every
+//! shape ([`fit`]).
 //!
 //! Only CPU devices run here: a device of another kind needs its runtime.
 
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use tessera_ir::{ElemType, Graph, OpId, Tensor};
-use tessera_targets::limits::{MAX_SCALE, MIN_SCALE};
-use tessera_targets::{Calibration, CostModel, Target};
+use tessera_targets::limits::{MAX_SCALE, MAX_SECONDS, MIN_SCALE};
+use tessera_targets::{Calibration, CostModel, Scale, Target};
 
 use super::InputShape;
 use super::run::Binding;
@@ -47,12 +48,17 @@ pub struct CalibrateRequest<'a> {
     pub bindings: &'a [Binding],
 }
 
-/// The standard set of op shapes, measured when no model is given: products, a
-/// convolution, softmax, layer norm, elementwise ops and a transpose, each on its own
+/// The standard set of op shapes, measured when no model is given: products (square ones,
+/// and 8 rows against a 4 MiB matrix, which memory bounds; with a bias too, as the passes
+/// make most products), a convolution, softmax, layer norm, elementwise ops and a
+/// transpose, each on its own
 /// (every operand a graph input, every result an output, so nothing is fused).
-pub const STANDARD: &str = "graph @standard(%a: f32[128, 256], %b: f32[256, 256], %c: f32[256, 512], %d: f32[512, 512], %img: f32[1, 32, 56, 56], %w: f32[64, 32, 3, 3], %s: f32[64, 256], %t: f32[256, 1024], %g: f32[1024], %u: f32[8, 64, 128]) {
+pub const STANDARD: &str = "graph @standard(%a: f32[128, 256], %b: f32[256, 256], %c: f32[256, 512], %d: f32[512, 512], %img: f32[1, 32, 56, 56], %w: f32[64, 32, 3, 3], %s: f32[64, 256], %t: f32[256, 1024], %g: f32[1024], %u: f32[8, 64, 128], %r: f32[8, 1024], %k: f32[1024, 1024], %bias: f32[256]) {
   %mm = matmul %a, %b : f32[128, 256]
   %mm.large = matmul %c, %d : f32[256, 512]
+  %mm.rows = matmul %r, %k : f32[8, 1024]
+  %gemm = gemm %a, %b, %bias {alpha = 1.0, beta = 1.0, trans-a = false, trans-b = false} : f32[128, 256]
+  %gemm.rows = gemm %r, %k, %g {alpha = 1.0, beta = 1.0, trans-a = false, trans-b = false} : f32[8, 1024]
   %bmm = matmul %u, %a : f32[8, 64, 256]
   %conv = conv %img, %w {dilations = [1, 1], groups = 1, pads = [1, 1, 1, 1], strides = [1, 1]} : f32[1, 64, 56, 56]
   %sm = softmax %s {axis = 1} : f32[64, 256]
@@ -62,7 +68,7 @@ pub const STANDARD: &str = "graph @standard(%a: f32[128, 256], %b: f32[256, 256]
   %relu = relu %t : f32[256, 1024]
   %tanh = tanh %t : f32[256, 1024]
   %tr = transpose %u {perm = [0, 2, 1]} : f32[8, 128, 64]
-  return %mm, %mm.large, %bmm, %conv, %sm, %ln, %add, %mul, %relu, %tanh, %tr
+  return %mm, %mm.large, %mm.rows, %gemm, %gemm.rows, %bmm, %conv, %sm, %ln, %add, %mul, %relu, %tanh, %tr
 }
 ";
 
@@ -109,6 +115,41 @@ fn inputs(graph: &Graph, what: &str) -> Result<Vec<Tensor>> {
             made.map_err(|e| anyhow!("{what}: input {ty}: {e}"))
         })
         .collect()
+}
+
+/// The scale `overhead + factor × modelled` that fits `points` (`(modelled, measured)`
+/// seconds) with the least squared relative error, `Σ ((overhead + factor·x) / y - 1)²`,
+/// so that a small op's point counts as much as a large one's. Where that fit needs a
+/// negative overhead or factor, or the points do not tell the two apart (one shape), the
+/// median measured / modelled ratio alone.
+pub fn fit(points: &[(f64, f64)]) -> Scale {
+    let mut ratios: Vec<f64> = points.iter().map(|&(x, y)| y / x).collect();
+    let plain = Scale {
+        factor: tessera_mlir::profile::median(&mut ratios).clamp(MIN_SCALE, MAX_SCALE),
+        overhead: 0.0,
+    };
+    // Normal equations of min Σ (a·u + b·v - 1)², u = 1/y, v = x/y.
+    let (mut uu, mut uv, mut vv, mut u1, mut v1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        let (u, v) = (1.0 / y, x / y);
+        uu += u * u;
+        uv += u * v;
+        vv += v * v;
+        u1 += u;
+        v1 += v;
+    }
+    let det = uu * vv - uv * uv;
+    if points.len() < 2 || det.is_nan() || det <= 1e-9 * uu * vv {
+        return plain;
+    }
+    let overhead = (u1 * vv - v1 * uv) / det;
+    let factor = (uu * v1 - uv * u1) / det;
+    if !((0.0..=MAX_SECONDS).contains(&overhead) && (MIN_SCALE..=MAX_SCALE).contains(&factor)) {
+        return plain;
+    }
+    // (Below a picosecond, none: a subnormal would not read back as seconds.)
+    let overhead = if overhead < 1e-12 { 0.0 } else { overhead };
+    Scale { factor, overhead }
 }
 
 /// This machine's CPU as `/proc/cpuinfo` names it, or `this CPU`.
@@ -190,16 +231,19 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
     );
     let _ = writeln!(text, "# each op's median share of its kernel's median time");
     let _ = writeln!(text, "# of: {}", measured_models.join(", "));
-    // Scales for the shapes not measured: each op's median measured / modelled ratio, and
-    // the median of every ratio for the ops not measured at all.
-    let mut ratios: BTreeMap<Option<String>, Vec<f64>> = BTreeMap::new();
+    // Scales for the shapes not measured, fitted per op kind and for any op: each op's
+    // share against its modelled time, one point per shape (the median share).
+    let mut points: BTreeMap<Option<String>, Vec<(f64, f64)>> = BTreeMap::new();
     for ((_, op, _), pairs) in &shares {
-        for &(share, modelled) in pairs {
-            if modelled > 0.0 && share > 0.0 {
-                let r = (share / modelled).clamp(MIN_SCALE, MAX_SCALE);
-                ratios.entry(Some(op.clone())).or_default().push(r);
-                ratios.entry(None).or_default().push(r);
-            }
+        let mut values: Vec<f64> = pairs.iter().map(|&(s, _)| s).collect();
+        let share = tessera_mlir::profile::median(&mut values);
+        let modelled = pairs.first().map_or(0.0, |&(_, m)| m);
+        if modelled > 0.0 && share > 0.0 {
+            points
+                .entry(Some(op.clone()))
+                .or_default()
+                .push((modelled, share));
+            points.entry(None).or_default().push((modelled, share));
         }
     }
     for ((dev, op, operands), pairs) in shares {
@@ -212,13 +256,13 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
             operands.join(", ")
         );
     }
-    for (op, mut values) in ratios {
-        let factor = tessera_mlir::profile::median(&mut values);
+    for (op, points) in points {
+        let scale = fit(&points);
         let op = op.map_or_else(String::new, |op| format!("op = {op:?}\n"));
         let _ = write!(
             text,
-            "\n[[scale]]\ndevice = {:?}\n{op}factor = {factor:e}\n",
-            req.device
+            "\n[[scale]]\ndevice = {:?}\n{op}factor = {:e}\noverhead = {:e}\n",
+            req.device, scale.factor, scale.overhead
         );
     }
     // What is written must read back.
@@ -338,4 +382,38 @@ fn measure_model(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_an_overhead_and_a_factor() {
+        let points: Vec<(f64, f64)> = [1e-7, 1e-6, 1e-5, 1e-4]
+            .iter()
+            .map(|&x| (x, 2e-7 + 5.0 * x))
+            .collect();
+        let s = fit(&points);
+        assert!((s.overhead - 2e-7).abs() < 1e-12, "{s:?}");
+        assert!((s.factor - 5.0).abs() < 1e-6, "{s:?}");
+        // One shape: the ratio alone.
+        assert_eq!(
+            fit(&[(1e-6, 3e-6)]),
+            Scale {
+                factor: 3.0,
+                overhead: 0.0
+            }
+        );
+        // A fit that wants a negative overhead: the median ratio (of 1, 2, 3).
+        let s = fit(&[(1e-6, 1e-6), (2e-6, 4e-6), (3e-6, 9e-6)]);
+        assert_eq!(s.overhead, 0.0, "{s:?}");
+        assert_eq!(s.factor, 2.0);
+    }
+
+    #[test]
+    fn the_standard_set_parses() {
+        let g = tessera_ir::text::parse(STANDARD, None).expect("parses");
+        assert_eq!(g.outputs().len(), 14);
+    }
 }

@@ -13,19 +13,20 @@
 //! types, then its kind with any shapes. Two entries with the same key are an error, as is a
 //! device that the target does not have ([`Calibration::check`]).
 //!
-//! An op that no measurement matches takes its modelled time (the target's hook or the
-//! roofline) times a scale, where one matches:
+//! An op that no measurement matches takes `overhead + factor × modelled` (the modelled
+//! time being the target's hook's or the roofline's), where a scale matches:
 //!
 //! ```toml
 //! [[scale]]
 //! device = "cpu0"     # a device name or kind
 //! op = "matmul"       # optional: absent scales every op without a scale of its own
 //! factor = 14.2       # measured / modelled seconds (crate::limits::MIN_SCALE to MAX_SCALE)
+//! overhead = 2e-7     # optional (0): seconds every call takes besides
 //! ```
 //!
-//! `tessera calibrate` writes one per op measured (the median of its measured / modelled
-//! ratios) and one for any op (the median of all), so that shapes it did not measure are
-//! modelled at the speed the device showed.
+//! `tessera calibrate` writes one per op measured (fitted to its measured shapes) and one
+//! for any op, so that shapes it did not measure are modelled at the speed the device
+//! showed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -53,6 +54,23 @@ struct RawScale {
     device: Spanned<String>,
     op: Option<Spanned<String>>,
     factor: Spanned<toml::Value>,
+    overhead: Option<Spanned<toml::Value>>,
+}
+
+/// A calibration's scale: `overhead + factor × modelled` seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    /// Measured / modelled seconds.
+    pub factor: f64,
+    /// Seconds every call takes besides.
+    pub overhead: f64,
+}
+
+impl Scale {
+    /// The scaled time of an op modelled at `seconds`.
+    pub fn apply(self, seconds: f64) -> f64 {
+        self.overhead + self.factor * seconds
+    }
 }
 
 #[derive(Deserialize)]
@@ -74,7 +92,7 @@ pub struct Calibration {
     /// Measurement and the line it came from.
     entries: BTreeMap<Key, (f64, usize)>,
     /// Scales by `(device name or kind, op name or None for any)`, with their lines.
-    scales: BTreeMap<(String, Option<String>), (f64, usize)>,
+    scales: BTreeMap<(String, Option<String>), (Scale, usize)>,
 }
 
 impl Calibration {
@@ -135,8 +153,13 @@ impl Calibration {
                     format!("must be between {MIN_SCALE:e} and {MAX_SCALE:e}"),
                 ));
             }
+            let overhead = match &sc.overhead {
+                Some(v) => cx.seconds(v, "scale.overhead")?,
+                None => 0.0,
+            };
             let line = cx.line(&sc.device.span());
-            if let Some((_, first)) = scales.insert((device, op), (factor, line)) {
+            let scale = Scale { factor, overhead };
+            if let Some((_, first)) = scales.insert((device, op), (scale, line)) {
                 return Err(cx.err(
                     &sc.device.span(),
                     "scale",
@@ -175,10 +198,9 @@ impl Calibration {
         self.scales.len()
     }
 
-    /// The factor that scales the modelled time of `op` on `device` when no measurement
-    /// matches it: the device's name before its kind, the op's own scale before the scale of
-    /// any op.
-    pub fn scale(&self, graph: &Graph, op: OpId, device: &Device) -> Option<f64> {
+    /// The scale of the modelled time of `op` on `device` when no measurement matches it:
+    /// the device's name before its kind, the op's own scale before the scale of any op.
+    pub fn scale(&self, graph: &Graph, op: OpId, device: &Device) -> Option<Scale> {
         let name = graph.op(op).op.name().to_string();
         for who in [&device.name, &device.kind] {
             for op in [Some(name.clone()), None] {

@@ -201,7 +201,7 @@ impl<'a> CostModel<'a> {
         let scale = self.calibration.and_then(|c| c.scale(graph, op, d));
         let scaled = |t: OpTime| match (t, scale) {
             (OpTime::Time { seconds, .. }, Some(f)) => OpTime::Time {
-                seconds: seconds * f,
+                seconds: f.apply(seconds),
                 source: TimeSource::Scaled,
             },
             (t, _) => t,

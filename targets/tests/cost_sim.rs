@@ -715,7 +715,7 @@ seconds = 5e-3
 }
 
 /// An op that no measurement matches takes its modelled time times the most specific
-/// scale: the device's name before its kind, the op's own before any op's; a measurement
+/// scale's factor, plus its overhead: the device's name before its kind, the op's own before any op's; a measurement
 /// still wins.
 #[test]
 fn calibration_scales_the_shapes_it_did_not_measure() {
@@ -736,6 +736,7 @@ factor = 4
 [[scale]]
 device = "acc"
 factor = 8
+overhead = 1e-3
 
 [[scale]]
 device = "cpu"
@@ -771,7 +772,10 @@ factor = 3
             source: TimeSource::Scaled
         }
     );
-    assert_eq!(time(&cost, 2, 1).seconds(), Some(roofline(2, 1) * 8.0));
+    assert_eq!(
+        time(&cost, 2, 1).seconds(),
+        Some(1e-3 + roofline(2, 1) * 8.0)
+    );
     // a: its kind's relu scale; no scale for neg.
     assert_eq!(time(&cost, 0, 0).seconds(), Some(roofline(0, 0) * 3.0));
     assert_eq!(time(&cost, 2, 0), time(&plain, 2, 0));
@@ -828,6 +832,10 @@ fn calibration_errors_name_file_line_and_field() {
         (
             "[[scale]]\ndevice = \"b\"\nop = \"relux\"\nfactor = 2\n",
             "cal.toml:3: scale.op: unknown op `relux`; did you mean `relu`?",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nfactor = 2\noverhead = -1\n",
+            "cal.toml:4: scale.overhead: must not be negative",
         ),
         (
             "[[scale]]\ndevice = \"b\"\nfactor = 2\n[[scale]]\ndevice = \"b\"\nfactor = 3\n",
