@@ -1,9 +1,9 @@
 //! Measuring a compiled program kernel by kernel (`tessera run DIR --profile`, `tessera
 //! calibrate`).
 //!
-//! [`instrument`] adds a mark to a device module as the lowering wrote it: at the entry and
-//! before the return of each step function, and after every kernel call in a step function
-//! or one of its parts. A mark is a call of `@tessera_mark(i64)` with the mark's number, a
+//! [`instrument`] adds a mark to a device module as the lowering wrote it: at the entry of
+//! each step function, before the return of each step function and part, and after every
+//! kernel call in them. A mark is a call of `@tessera_mark(i64)` with the mark's number, a
 //! function the JIT resolves to [`tessera_mark`], which records the number and the time.
 //! Everything between two marks (the views and copies of the arguments at a call, the call)
 //! is charged to the later one, so a step's kernels add up to the step. The kernels
@@ -29,7 +29,8 @@ pub enum SiteKind {
     Entry,
     /// A call of the kernel of this name.
     Kernel(String),
-    /// The return of a step function.
+    /// The return of a step function or part (what follows its last kernel call: views
+    /// written inline, the return).
     Exit,
 }
 
@@ -151,7 +152,7 @@ pub fn instrument(module: &str, device: &str, first: usize) -> Result<(String, V
             declared = true;
             continue;
         }
-        let Some((f, id, top)) = &current else {
+        let Some((f, id, _)) = &current else {
             out.push_str(line);
             out.push('\n');
             continue;
@@ -159,7 +160,7 @@ pub fn instrument(module: &str, device: &str, first: usize) -> Result<(String, V
         if let Some(op) = op_comment(line) {
             ops.push(op);
         }
-        let returns = *top && line.trim_start().starts_with("return");
+        let returns = line.trim_start().starts_with("return");
         if returns {
             let site = Site {
                 device: device.to_string(),
@@ -285,6 +286,7 @@ mod tests {
     %v0 = func.call @k0_add(%arg0) : (tensor<4xf32>) -> (tensor<4xf32>) loc(fused[\"node_a\", \"node_b\"])
     // op3 reshape \"node_c\"
     %v1 = func.call @k0_add(%v0) : (tensor<4xf32>) -> (tensor<4xf32>) loc(\"node_c\")
+    // op4 reshape \"node_d\"
     return %v1 : tensor<4xf32>
   }
   func.func @step0(%arg0: tensor<4xf32>) -> (tensor<4xf32>) attributes {llvm.emit_c_interface} {
@@ -313,6 +315,7 @@ mod tests {
             [
                 ("step0_part0", &k("k0_add"), vec!["op1", "op2"]),
                 ("step0_part0", &k("k0_add"), vec!["op3"]),
+                ("step0_part0", &SiteKind::Exit, vec!["op4"]),
                 ("step0", &SiteKind::Entry, vec![]),
                 ("step0", &SiteKind::Exit, vec![]),
             ]
@@ -335,14 +338,17 @@ mod tests {
     %v1 = func.call @k0_add(%v0) : (tensor<4xf32>) -> (tensor<4xf32>) loc(\"node_c\")
     %tessera_mark6 = arith.constant 6 : i64
     func.call @tessera_mark(%tessera_mark6) : (i64) -> ()
+    // op4 reshape \"node_d\"
+    %tessera_mark7 = arith.constant 7 : i64
+    func.call @tessera_mark(%tessera_mark7) : (i64) -> ()
     return %v1 : tensor<4xf32>
   }
   func.func @step0(%arg0: tensor<4xf32>) -> (tensor<4xf32>) attributes {llvm.emit_c_interface} {
-    %tessera_mark7 = arith.constant 7 : i64
-    func.call @tessera_mark(%tessera_mark7) : (i64) -> ()
-    %v0 = func.call @step0_part0(%arg0) : (tensor<4xf32>) -> (tensor<4xf32>)
     %tessera_mark8 = arith.constant 8 : i64
     func.call @tessera_mark(%tessera_mark8) : (i64) -> ()
+    %v0 = func.call @step0_part0(%arg0) : (tensor<4xf32>) -> (tensor<4xf32>)
+    %tessera_mark9 = arith.constant 9 : i64
+    func.call @tessera_mark(%tessera_mark9) : (i64) -> ()
     return %v0 : tensor<4xf32>
   }
 }
@@ -353,28 +359,35 @@ mod tests {
     #[test]
     fn intervals_are_charged_to_the_mark_that_ends_them() {
         let (_, sites) = instrument(MODULE, "cpu0", 0).expect("instruments");
-        // Execution order: the entry (2), the two kernels (0, 1), the exit (3).
+        // Execution order: the entry (3), the two kernels (0, 1), the part's return (2),
+        // the step's (4).
         let t0 = Instant::now();
         let at = |us: u64| t0 + std::time::Duration::from_micros(us);
-        let marks = [(2, at(10)), (0, at(40)), (1, at(45)), (3, at(46))];
+        let marks = [
+            (3, at(10)),
+            (0, at(40)),
+            (1, at(45)),
+            (2, at(46)),
+            (4, at(47)),
+        ];
         let run = charge(&sites, &marks, t0, at(50)).expect("charges");
         let us: Vec<i64> = run
             .charged
             .iter()
             .map(|s| (s * 1e6).round() as i64)
             .collect();
-        assert_eq!(us, [30, 5, 0, 1]);
+        assert_eq!(us, [30, 5, 1, 0, 1]);
         assert_eq!((run.total * 1e6).round(), 50.0);
         let spans: Vec<(usize, i64, i64)> = run
             .spans
             .iter()
             .map(|&(s, a, b)| (s, (a * 1e6).round() as i64, (b * 1e6).round() as i64))
             .collect();
-        assert_eq!(spans, [(0, 10, 40), (1, 40, 45), (3, 45, 46)]);
+        assert_eq!(spans, [(0, 10, 40), (1, 40, 45), (2, 45, 46), (4, 46, 47)]);
         let e = charge(&sites, &[(9, at(1))], t0, at(2)).expect_err("not a mark");
         assert!(
             e.to_string()
-                .contains("mark 9 is not one of the program's 4 marks"),
+                .contains("mark 9 is not one of the program's 5 marks"),
             "{e}"
         );
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);

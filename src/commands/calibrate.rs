@@ -9,7 +9,7 @@
 //! [-1, 1), integers and booleans one: indices in range, masks that keep everything). A kernel call's median time is shared among the ops it computes in
 //! proportion to their modelled (uncalibrated) times, so an elementwise op fused into a
 //! product costs what it adds; an op met several times with the same operand types gets the
-//! median of its shares. Ops that no kernel computes (views) are not measured. For the
+//! median of its shares. Ops modelled at no time (views) are not measured. For the
 //! shapes not measured, the file scales the modelled time, `overhead + factor × modelled`,
 //! fitted per op kind to its measured shapes and, for ops not measured at all, to every
 //! shape ([`fit`]).
@@ -152,6 +152,11 @@ pub fn fit(points: &[(f64, f64)]) -> Scale {
     Scale { factor, overhead }
 }
 
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
 /// This machine's CPU as `/proc/cpuinfo` names it, or `this CPU`.
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
@@ -230,7 +235,13 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
         req.repeat
     );
     let _ = writeln!(text, "# each op's median share of its kernel's median time");
-    let _ = writeln!(text, "# of: {}", measured_models.join(", "));
+    // (A path's control characters would end the comment.)
+    let named: String = measured_models
+        .join(", ")
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let _ = writeln!(text, "# of: {named}");
     // Scales for the shapes not measured, fitted per op kind and for any op: each op's
     // share against its modelled time, one point per shape (the median share).
     let mut points: BTreeMap<Option<String>, Vec<(f64, f64)>> = BTreeMap::new();
@@ -249,20 +260,30 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
     for ((dev, op, operands), pairs) in shares {
         let mut values: Vec<f64> = pairs.iter().map(|&(s, _)| s).collect();
         let seconds = tessera_mlir::profile::median(&mut values);
-        let operands: Vec<String> = operands.iter().map(|o| format!("{o:?}")).collect();
+        let operands: Vec<String> = operands.iter().map(|o| toml_string(o)).collect();
+        // (A subnormal time would not read back as seconds.)
+        let seconds = if seconds < f64::MIN_POSITIVE {
+            0.0
+        } else {
+            seconds
+        };
         let _ = write!(
             text,
-            "\n[[measurement]]\ndevice = {dev:?}\nop = {op:?}\noperands = [{}]\nseconds = {seconds:e}\n",
+            "\n[[measurement]]\ndevice = {}\nop = {}\noperands = [{}]\nseconds = {seconds:e}\n",
+            toml_string(&dev),
+            toml_string(&op),
             operands.join(", ")
         );
     }
     for (op, points) in points {
         let scale = fit(&points);
-        let op = op.map_or_else(String::new, |op| format!("op = {op:?}\n"));
+        let op = op.map_or_else(String::new, |op| format!("op = {}\n", toml_string(&op)));
         let _ = write!(
             text,
-            "\n[[scale]]\ndevice = {:?}\n{op}factor = {:e}\noverhead = {:e}\n",
-            req.device, scale.factor, scale.overhead
+            "\n[[scale]]\ndevice = {}\n{op}factor = {:e}\noverhead = {:e}\n",
+            toml_string(req.device),
+            scale.factor,
+            scale.overhead
         );
     }
     // What is written must read back.
@@ -362,13 +383,14 @@ fn measure_model(
                 (op, t)
             })
             .collect();
+        // Ops modelled at no time (views) take no share, and a call of nothing else is not
+        // measured.
         let modelled: f64 = ops.iter().map(|(_, t)| t).sum();
-        for &(op, t) in &ops {
-            let share = if modelled > 0.0 {
-                seconds * t / modelled
-            } else {
-                seconds / ops.len() as f64
-            };
+        if modelled <= 0.0 {
+            continue;
+        }
+        for &(op, t) in ops.iter().filter(|(_, t)| *t > 0.0) {
+            let share = seconds * t / modelled;
             let data = placed.op(op);
             let key = (
                 name.clone(),

@@ -6,7 +6,10 @@
 //! call's median time is compared with the modelled seconds of the ops it computes (the
 //! compile's `report.json` `op_seconds`), each step's with its ops', and the steps' total
 //! with the simulated latency (the runner's work around the steps, copying inputs and
-//! handing out outputs, is reported beside it: the model does not cover it). The result is printed and written into DIR/report.json
+//! handing out outputs, is reported beside it: the model does not cover it). A program of
+//! several devices runs here one step after another, every device's code on this CPU, so
+//! its total is not the simulated latency's equal (devices overlap there, and transfers and
+//! collectives take time no mark measures): compare its kernels and steps. The result is printed and written into DIR/report.json
 //! (`measured`), and DIR/report.html is drawn again with it.
 
 use std::collections::BTreeMap;
@@ -161,14 +164,21 @@ fn pct(p: Option<f64>, m: f64) -> String {
 /// The printed table: the run, each step, the longest kernels.
 pub fn table(m: &Measured) -> String {
     let mut t = String::new();
+    let predicted = if m.predicted > 0.0 {
+        format!(
+            "predicted {} us ({:+.1}%)",
+            us(m.predicted),
+            100.0 * m.error
+        )
+    } else {
+        "nothing predicted".to_string()
+    };
     let _ = writeln!(
         t,
-        "profile: {} runs after a warm-up run; steps {} us (median), predicted {} us \
-         ({:+.1}%); median run {} us with the runner's work",
+        "profile: {} runs after a warm-up run; steps {} us (median), {predicted}; median run \
+         {} us with the runner's work",
         m.runs,
         us(m.measured),
-        us(m.predicted),
-        100.0 * m.error,
         us(m.run)
     );
     let _ = writeln!(

@@ -78,9 +78,9 @@ pub struct ReportData {
     /// Ops past [`MAX_LISTED`] in the op list, whose reasons and costs are left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted_ops: usize,
-    /// Every placed op's modelled seconds on its device (the simulated first sample), by the
-    /// op's handle as the device modules' comments name it (`op6`): what `tessera run DIR
-    /// --profile` sets each kernel's measured time beside.
+    /// Every placed op's modelled seconds on its device (the simulated first sample; a mesh
+    /// op's on one of its devices), by the op's handle as the device modules' comments name
+    /// it (`op6`): what `tessera run DIR --profile` sets each kernel's measured time beside.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub op_seconds: BTreeMap<String, f64>,
     /// The last `tessera run DIR --profile`: the program's steps and kernels measured on
@@ -108,7 +108,7 @@ pub struct Measured {
     /// The median run's wall time, seconds: the steps and the runner's work around them
     /// (the inputs' copies, the outputs' buffers), which the model does not cover.
     pub run: f64,
-    /// Each step, in the manifest's order.
+    /// Each step, device by device in the manifest's order.
     pub steps: Vec<MeasuredStep>,
     /// Each kernel call, in the order the program makes them.
     pub kernels: Vec<MeasuredKernel>,
@@ -587,11 +587,13 @@ impl ReportData {
             reasons.insert(key.clone(), e.reason.clone());
             costs.insert(key, e.costs.clone());
         }
-        // Each op's time in the first sample, by its handle.
-        let mut op_seconds = BTreeMap::new();
+        // Each op's time in the first sample, by its handle: on one device (a mesh op has a
+        // span per mesh device, a collective one per channel; the longest).
+        let mut op_seconds: BTreeMap<String, f64> = BTreeMap::new();
         for s in trace.spans.iter().filter(|s| s.sample == 0) {
             if let SpanKind::Op(op) | SpanKind::Collective(op) = s.kind {
-                *op_seconds.entry(op.to_string()).or_insert(0.0) += s.end - s.start;
+                let t = op_seconds.entry(op.to_string()).or_insert(0.0);
+                *t = t.max(s.end - s.start);
             }
         }
         let passes = passes

@@ -199,12 +199,13 @@ impl Calibration {
     }
 
     /// The scale of the modelled time of `op` on `device` when no measurement matches it:
-    /// the device's name before its kind, the op's own scale before the scale of any op.
+    /// the op's own scale before the scale of any op, each the device's name before its
+    /// kind.
     pub fn scale(&self, graph: &Graph, op: OpId, device: &Device) -> Option<Scale> {
         let name = graph.op(op).op.name().to_string();
-        for who in [&device.name, &device.kind] {
-            for op in [Some(name.clone()), None] {
-                if let Some((f, _)) = self.scales.get(&(who.clone(), op)) {
+        for op in [Some(name), None] {
+            for who in [&device.name, &device.kind] {
+                if let Some((f, _)) = self.scales.get(&(who.clone(), op.clone())) {
                     return Some(*f);
                 }
             }

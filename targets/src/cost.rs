@@ -259,6 +259,31 @@ impl<'a> CostModel<'a> {
                     work.elem.name(),
                 )
             }
+            // A scaled time's overhead is every piece's; its factor scales the piece.
+            OpTime::Time {
+                source: TimeSource::Scaled,
+                ..
+            } => {
+                let d = &self.spec().devices[device];
+                let scale = self.calibration.and_then(|c| c.scale(graph, op, d));
+                let work = op_work(graph, op)?;
+                let piece = match self.target.op_time(graph, op, d, &work) {
+                    Some(t) => t / p,
+                    None => roofline(
+                        d,
+                        graph.op(op).op.name(),
+                        work.flops / p,
+                        work.bytes / p,
+                        work.elem.name(),
+                    )
+                    .seconds()
+                    .unwrap_or(0.0),
+                };
+                OpTime::Time {
+                    seconds: scale.map_or(piece, |f| f.apply(piece)),
+                    source: TimeSource::Scaled,
+                }
+            }
             OpTime::Time { seconds, source } => OpTime::Time {
                 seconds: seconds / p,
                 source,

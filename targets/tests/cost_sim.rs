@@ -715,8 +715,8 @@ seconds = 5e-3
 }
 
 /// An op that no measurement matches takes its modelled time times the most specific
-/// scale's factor, plus its overhead: the device's name before its kind, the op's own before any op's; a measurement
-/// still wins.
+/// scale's factor, plus its overhead: the op's own scale before any op's, each the
+/// device's name before its kind; a measurement still wins.
 #[test]
 fn calibration_scales_the_shapes_it_did_not_measure() {
     let spec = target(PAIR);
@@ -742,11 +742,15 @@ overhead = 1e-3
 device = "cpu"
 op = "relu"
 factor = 3
+
+[[scale]]
+device = "a"
+factor = 5
 "#,
         "cal.toml",
     )
     .expect("parse");
-    assert_eq!((cal.len(), cal.scales()), (1, 3));
+    assert_eq!((cal.len(), cal.scales()), (1, 4));
     cal.check(&spec).expect("devices exist");
     let g = graph(
         r#"graph @g(%x: f32[1000], %y: f32[10]) {
@@ -776,9 +780,9 @@ factor = 3
         time(&cost, 2, 1).seconds(),
         Some(1e-3 + roofline(2, 1) * 8.0)
     );
-    // a: its kind's relu scale; no scale for neg.
+    // a: its kind's relu scale before its name's scale of any op, which neg takes.
     assert_eq!(time(&cost, 0, 0).seconds(), Some(roofline(0, 0) * 3.0));
-    assert_eq!(time(&cost, 2, 0), time(&plain, 2, 0));
+    assert_eq!(time(&cost, 2, 0).seconds(), Some(roofline(2, 0) * 5.0));
     // A scale's device must be the target's.
     let other =
         Calibration::parse("[[scale]]\ndevice = \"tpu\"\nfactor = 2\n", "cal.toml").expect("parse");
