@@ -780,6 +780,19 @@ factor = 5
         time(&cost, 2, 1).seconds(),
         Some(1e-3 + roofline(2, 1) * 8.0)
     );
+    // Split into 4 pieces: the overhead whole, the factor on a piece's roofline.
+    let piece = plain
+        .op_time_sharded(&g, nth_op(&g, 2), 1, 4)
+        .expect("work")
+        .seconds()
+        .expect("time");
+    assert_eq!(
+        cost.op_time_sharded(&g, nth_op(&g, 2), 1, 4).expect("work"),
+        OpTime::Time {
+            seconds: 1e-3 + piece * 8.0,
+            source: TimeSource::Scaled
+        }
+    );
     // a: its kind's relu scale before its name's scale of any op, which neg takes.
     assert_eq!(time(&cost, 0, 0).seconds(), Some(roofline(0, 0) * 3.0));
     assert_eq!(time(&cost, 2, 0).seconds(), Some(roofline(2, 0) * 5.0));
