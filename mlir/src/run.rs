@@ -58,6 +58,13 @@ fn unusable(
     }
 }
 
+/// A module's text through the CPU pipeline; `what` names it in errors.
+fn lowered<'c>(mlir: &'c Mlir, text: &str, what: &str) -> Result<melior::ir::Module<'c>, Error> {
+    let mut m = mlir.parse(text, what)?;
+    mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), what)?;
+    Ok(m)
+}
+
 /// A device's module through the CPU pipeline and the JIT.
 fn jit(
     mlir: &Mlir,
@@ -65,10 +72,34 @@ fn jit(
     text: &str,
     opt_level: usize,
 ) -> Result<Jit, Error> {
-    let what = format!("{} ({})", d.module, d.name);
-    let mut m = mlir.parse(text, &what)?;
-    mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
+    let m = lowered(mlir, text, &format!("{} ({})", d.module, d.name))?;
     Ok(Jit::new(&m, opt_level))
+}
+
+/// The module of device `d` in `modules`.
+fn module_of<'m>(
+    modules: &'m BTreeMap<String, String>,
+    d: &crate::manifest::ManifestDevice,
+) -> Result<&'m String, Error> {
+    modules.get(&d.name).ok_or_else(|| Error::Run {
+        message: format!("no module for device {}", d.name),
+    })
+}
+
+/// Weights as the runner's buffers.
+fn buffers(weights: &BTreeMap<String, Tensor>) -> BTreeMap<String, Buffer> {
+    weights
+        .iter()
+        .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
+        .collect()
+}
+
+/// A compiled directory's weights file, mapped (none where the manifest names none).
+fn dir_weights(dir: &Path, manifest: &Manifest) -> Result<BTreeMap<String, Buffer>, Error> {
+    match &manifest.weights {
+        Some(w) => crate::weights::map(&dir.join(w)),
+        None => Ok(BTreeMap::new()),
+    }
 }
 
 /// Each device's module marked for profiling ([`profile::instrument`]) through the CPU
@@ -85,8 +116,7 @@ fn jit_profiled(
         let (text, more) = profile::instrument(&text_of(d)?, &d.name, sites.len())?;
         sites.extend(more);
         let what = format!("{} ({}, marked for profiling)", d.module, d.name);
-        let mut m = mlir.parse(&text, &what)?;
-        mlir.run_pipeline(&mut m, pipelines::CPU, &PipelineOptions::default(), &what)?;
+        let m = lowered(mlir, &text, &what)?;
         jits.insert(d.name.clone(), Jit::profiled(&m, opt_level));
     }
     Ok((jits, sites))
@@ -148,16 +178,12 @@ impl Runner {
         let start = Instant::now();
         let mut jits = BTreeMap::new();
         for d in &manifest.devices {
-            let text = modules.get(&d.name).ok_or_else(|| Error::Run {
-                message: format!("no module for device {}", d.name),
-            })?;
-            jits.insert(d.name.clone(), jit(mlir, d, text, opt_level)?);
+            jits.insert(
+                d.name.clone(),
+                jit(mlir, d, module_of(modules, d)?, opt_level)?,
+            );
         }
-        let weights = weights
-            .iter()
-            .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
-            .collect();
-        Runner::with_engines(manifest, jits, weights, start)
+        Runner::with_engines(manifest, jits, buffers(&weights), start)
     }
 
     /// [`Runner::new`] with every module marked for profiling; the marks' sites
@@ -173,18 +199,13 @@ impl Runner {
         let (jits, sites) = jit_profiled(
             mlir,
             &manifest,
-            &mut |d| {
-                modules.get(&d.name).cloned().ok_or_else(|| Error::Run {
-                    message: format!("no module for device {}", d.name),
-                })
-            },
+            &mut |d| module_of(modules, d).cloned(),
             opt_level,
         )?;
-        let weights = weights
-            .iter()
-            .map(|(n, t)| (n.clone(), Buffer::from_tensor(t)))
-            .collect();
-        Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))
+        Ok((
+            Runner::with_engines(manifest, jits, buffers(&weights), start)?,
+            sites,
+        ))
     }
 
     /// The runner of compiled modules, one per device.
@@ -296,10 +317,7 @@ impl Runner {
                 stale.join(", ")
             );
         }
-        let weights = match &manifest.weights {
-            Some(w) => crate::weights::map(&dir.join(w))?,
-            None => BTreeMap::new(),
-        };
+        let weights = dir_weights(dir, &manifest)?;
         Runner::with_engines(manifest, jits, weights, start)
     }
 
@@ -318,10 +336,7 @@ impl Runner {
             &mut |d| read(&dir.join(&d.module)),
             opt_level,
         )?;
-        let weights = match &manifest.weights {
-            Some(w) => crate::weights::map(&dir.join(w))?,
-            None => BTreeMap::new(),
-        };
+        let weights = dir_weights(dir, &manifest)?;
         Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))
     }
 

@@ -210,7 +210,7 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
         let graph = tessera_ir::text::parse(STANDARD, None)
             .map_err(|e| anyhow!("the standard set: {e}"))?;
         measure_model(
-            &graph,
+            graph,
             "the standard set",
             &*target,
             device,
@@ -222,7 +222,7 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
     for path in req.models {
         let graph = super::load_model(path, req.shapes)?;
         let what = path.display().to_string();
-        measure_model(&graph, &what, &*target, device, req, &mut shares)?;
+        measure_model(graph, &what, &*target, device, req, &mut shares)?;
         measured_models.push(what);
     }
     let mut text = String::new();
@@ -304,7 +304,7 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
 /// Compiles `graph` with every op on `device`, runs it marked, and adds each op's share of
 /// its kernel's median time to `shares`.
 fn measure_model(
-    graph: &Graph,
+    graph: Graph,
     what: &str,
     target: &dyn Target,
     device: usize,
@@ -313,43 +313,15 @@ fn measure_model(
 ) -> Result<()> {
     let spec = target.spec();
     let name = &spec.devices[device].name;
-    let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
-    let flags = crate::instrument::PassFlags::default();
-    let (mut graph, _) =
-        super::opt::run_pipeline(graph.clone(), &pipeline, &flags, Path::new(what))?;
+    let mut graph = super::run::default_passes(graph, Path::new(what))?;
     let ops: Vec<OpId> = graph.ops().to_vec();
     for op in ops {
         graph.op_mut(op).device = Some(name.clone());
     }
-    let compiled = super::compile::compile(
-        graph,
-        target,
-        None,
-        None,
-        &super::compile::PlaceSettings::default(),
-    )
-    .with_context(|| format!("{what}: compiling for {} on {name}", spec.name))?;
-    let placed = &compiled.graph;
-    let program = super::emit::lower_graph(placed, spec, Path::new(what), true)?;
-    let mlir = tessera_mlir::Mlir::new();
-    let weights = program
-        .weight_tensors()
-        .map_err(|e| anyhow!("{what}: {}", e.0))?;
-    let (runner, sites) = tessera_mlir::Runner::new_profiled(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        weights,
-        2,
-    )
-    .with_context(|| format!("{what}: JIT-compiling"))?;
-    let stub = {
-        let mut g = Graph::new(what.to_string());
-        for i in &runner.manifest().inputs {
-            g.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
-        }
-        g
-    };
+    let (placed, runner, sites) = super::run::jit_marked(graph, target, Path::new(what), 2, true)
+        .with_context(|| format!("{what}: with every op on {name}"))?;
+    let placed = &placed;
+    let stub = super::run::manifest_inputs(&runner)?;
     let inputs = if req.bindings.is_empty() {
         inputs(&stub, what)?
     } else {

@@ -15,16 +15,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use tessera_ir::Tensor;
 use tessera_mlir::Runner;
-use tessera_mlir::jit::Buffer;
 use tessera_mlir::profile::{self, RunTimes, Site, SiteKind};
 
 use super::run::{Binding, Execution};
-use crate::report::{self, Measured, MeasuredKernel, MeasuredStep, ReportData};
+use crate::report::{self, Measured, MeasuredKernel, MeasuredStep};
 
 /// Kernels the printed table lists (the longest); `report.json` has all.
 const LISTED: usize = 15;
@@ -37,25 +35,19 @@ pub fn measure(
     sites: &[Site],
     runs: usize,
 ) -> Result<(Vec<RunTimes>, Vec<Tensor>)> {
-    tessera_mlir::jit::retain_freed_memory();
-    let encoded: Vec<Buffer> = inputs.iter().map(Buffer::from_tensor).collect();
-    profile::start(0);
-    runner.run_buffers(&mut encoded.clone())?;
-    let mut times = Vec::with_capacity(runs);
-    let mut last = None;
-    for _ in 0..runs.max(1) {
-        let mut args = encoded.clone();
-        profile::start(2 * sites.len() + 16);
-        let start = Instant::now();
-        let outs = runner.run_buffers(&mut args)?;
-        let end = Instant::now();
-        times.push(profile::charge(sites, &profile::take(), start, end)?);
-        last = Some((args, outs));
+    // Room for every call's marks (the warm-up's too), so that recording does not allocate.
+    profile::start((runs.max(1) + 1) * (2 * sites.len() + 16));
+    let (clocks, outputs) = super::run::call_runs(runner, inputs, runs, true)?;
+    let marks = profile::take();
+    // Each timed call's marks: those between its start and end (the warm-up's come before).
+    let mut rest = &marks[..];
+    let mut times = Vec::with_capacity(clocks.len());
+    for &(start, end) in &clocks {
+        let from = rest.partition_point(|&(_, t)| t < start);
+        let to = from + rest[from..].partition_point(|&(_, t)| t <= end);
+        times.push(profile::charge(sites, &rest[from..to], start, end)?);
+        rest = &rest[to..];
     }
-    let outputs = match &last {
-        Some((args, outs)) => Runner::decode(args, outs)?,
-        None => Vec::new(),
-    };
     Ok((times, outputs))
 }
 
@@ -251,37 +243,34 @@ pub fn run_dir(
     let inputs = super::run::compiled_inputs(&runner, bindings, output_dir)?;
     let (runs, outputs) = measure(&runner, &inputs, &sites, exec.repeat)
         .with_context(|| format!("{}: running", dir.display()))?;
-    // The prediction: the compile's report, where there is one.
+    // The prediction: the compile's report (and the files its page is drawn from), where
+    // there is one.
     let data_path = dir.join(report::DATA_FILE);
-    let data: Option<ReportData> = if data_path.is_file() {
-        let text = std::fs::read_to_string(&data_path)
-            .with_context(|| format!("cannot read {}", data_path.display()))?;
-        Some(
-            serde_json::from_str(&text)
-                .with_context(|| format!("{}: not a tessera report", data_path.display()))?,
-        )
+    let report = if data_path.is_file() {
+        Some(report::Inputs::load(dir)?)
     } else {
         None
     };
     let empty = BTreeMap::new();
-    let (op_seconds, predicted) = match &data {
-        Some(d) => (&d.op_seconds, d.simulation.latency),
+    let (op_seconds, predicted) = match &report {
+        Some(r) => (&r.data.op_seconds, r.data.simulation.latency),
         None => (&empty, 0.0),
     };
     let measured = summarize(&sites, &runs, op_seconds, predicted, exec.threads);
     eprint!("{}", table(&measured));
-    match data {
-        Some(mut d) => {
-            if d.op_seconds.is_empty() {
+    match report {
+        Some(mut r) => {
+            if r.data.op_seconds.is_empty() {
                 eprintln!(
                     "note: {} has no op_seconds (compiled by an older tessera): kernels are \
                      not compared with the model",
                     data_path.display()
                 );
             }
-            d.measured = Some(measured);
-            super::write_atomically(&data_path, d.to_json()?.as_bytes())?;
-            let html = report::write_dir(dir)?;
+            r.data.measured = Some(measured);
+            super::write_atomically(&data_path, r.data.to_json()?.as_bytes())?;
+            let html = dir.join(report::HTML_FILE);
+            super::write_atomically(&html, r.render().as_bytes())?;
             eprintln!(
                 "profile: wrote {} and {}",
                 data_path.display(),

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use tessera_ir::{Dim, Graph, Tensor, ValueId, interp};
@@ -138,27 +139,11 @@ fn time_runs(
     inputs: &[Tensor],
     exec: &Execution<'_>,
 ) -> Result<Vec<Tensor>> {
-    tessera_mlir::jit::retain_freed_memory();
-    let encoded: Vec<tessera_mlir::jit::Buffer> = inputs
+    let (clocks, outputs) = call_runs(runner, inputs, exec.repeat, exec.repeat > 1)?;
+    let mut times: Vec<f64> = clocks
         .iter()
-        .map(tessera_mlir::jit::Buffer::from_tensor)
+        .map(|(start, end)| end.duration_since(*start).as_secs_f64() * 1e3)
         .collect();
-    if exec.repeat > 1 {
-        runner.run_buffers(&mut encoded.clone())?;
-    }
-    let mut times = Vec::new();
-    let mut last = None;
-    for _ in 0..exec.repeat.max(1) {
-        let mut args = encoded.clone();
-        let t = std::time::Instant::now();
-        let outs = runner.run_buffers(&mut args)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        last = Some((args, outs));
-    }
-    let outputs = match &last {
-        Some((args, outs)) => tessera_mlir::Runner::decode(args, outs)?,
-        None => Vec::new(),
-    };
     times.sort_by(f64::total_cmp);
     if times.len() == 1 {
         eprintln!(
@@ -175,6 +160,42 @@ fn time_runs(
         );
     }
     Ok(outputs)
+}
+
+/// A call's start and end.
+pub(crate) type Clock = (Instant, Instant);
+
+/// Calls `runner` `runs` times (at least once; after one untimed warm-up call when
+/// `warm_up`), each on a fresh copy of `inputs` made before its clock starts: each call's
+/// start and end, and the last call's outputs.
+pub(crate) fn call_runs(
+    runner: &tessera_mlir::Runner,
+    inputs: &[Tensor],
+    runs: usize,
+    warm_up: bool,
+) -> Result<(Vec<Clock>, Vec<Tensor>)> {
+    tessera_mlir::jit::retain_freed_memory();
+    let encoded: Vec<tessera_mlir::jit::Buffer> = inputs
+        .iter()
+        .map(tessera_mlir::jit::Buffer::from_tensor)
+        .collect();
+    if warm_up {
+        runner.run_buffers(&mut encoded.clone())?;
+    }
+    let mut clocks = Vec::with_capacity(runs.max(1));
+    let mut last = None;
+    for _ in 0..runs.max(1) {
+        let mut args = encoded.clone();
+        let start = Instant::now();
+        let outs = runner.run_buffers(&mut args)?;
+        clocks.push((start, Instant::now()));
+        last = Some((args, outs));
+    }
+    let outputs = match &last {
+        Some((args, outs)) => tessera_mlir::Runner::decode(args, outs)?,
+        None => Vec::new(),
+    };
+    Ok((clocks, outputs))
 }
 
 /// `tessera run DIR`: the compiled program in DIR, its libraries loaded (or its modules
@@ -203,11 +224,7 @@ pub(crate) fn compiled_inputs(
     bindings: &[Binding],
     output_dir: Option<&Path>,
 ) -> Result<Vec<Tensor>> {
-    let m = runner.manifest();
-    let mut stub = Graph::new(m.graph.clone());
-    for i in &m.inputs {
-        stub.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
-    }
+    let stub = manifest_inputs(runner)?;
     let files = match_inputs(&stub, bindings)?;
     let inputs = read_inputs(&stub, &files)?;
     if let Some(d) = output_dir {
@@ -215,6 +232,16 @@ pub(crate) fn compiled_inputs(
             .with_context(|| format!("cannot create output directory {}", d.display()))?;
     }
     Ok(inputs)
+}
+
+/// A graph of a compiled program's inputs only (its manifest's names and types).
+pub(crate) fn manifest_inputs(runner: &tessera_mlir::Runner) -> Result<Graph> {
+    let m = runner.manifest();
+    let mut stub = Graph::new(m.graph.clone());
+    for i in &m.inputs {
+        stub.add_input(Some(i.name.clone()), tessera_mlir::run::parse_type(&i.ty)?);
+    }
+    Ok(stub)
 }
 
 /// Prints (or writes) a compiled program's outputs under their manifest names.
@@ -244,19 +271,18 @@ fn run_model_jit(
 ) -> Result<()> {
     let target = super::targets::resolve(target, exec.target_path).context("--target")?;
     tessera_targets::set_default_target(Some(target.clone()));
-    let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
-    let flags = crate::instrument::PassFlags::default();
-    let (graph, _) = super::opt::run_pipeline(graph, &pipeline, &flags, path)?;
+    let graph = default_passes(graph, path)?;
     let (_, runner) = jit(graph, &*target, path, 2)?;
     let outputs =
         time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
-    let labels: Vec<String> = runner
-        .manifest()
-        .outputs
-        .iter()
-        .map(|o| o.name.clone())
-        .collect();
-    show_outputs(output_dir, &labels, &outputs)
+    show_compiled_outputs(&runner, output_dir, &outputs)
+}
+
+/// `graph` through `compile`'s default pass pipeline; `path` names the model in messages.
+pub(crate) fn default_passes(graph: Graph, path: &Path) -> Result<Graph> {
+    let pipeline = tessera_passes::Pipeline::parse(super::compile::DEFAULT_PIPELINE)?;
+    let flags = crate::instrument::PassFlags::default();
+    Ok(super::opt::run_pipeline(graph, &pipeline, &flags, path)?.0)
 }
 
 /// Places `graph` (the pass pipeline already run) on `target`, lowers it and JIT-compiles
@@ -268,6 +294,23 @@ pub(crate) fn jit(
     path: &Path,
     opt_level: usize,
 ) -> Result<(Graph, tessera_mlir::Runner)> {
+    let (graph, runner, _) = jit_marked(graph, target, path, opt_level, false)?;
+    Ok((graph, runner))
+}
+
+/// [`jit`], with every module marked for profiling where `profiled`
+/// ([`tessera_mlir::profile`]); the marks' sites too (none unmarked).
+pub(crate) fn jit_marked(
+    graph: Graph,
+    target: &dyn tessera_targets::Target,
+    path: &Path,
+    opt_level: usize,
+    profiled: bool,
+) -> Result<(
+    Graph,
+    tessera_mlir::Runner,
+    Vec<tessera_mlir::profile::Site>,
+)> {
     let compiled = super::compile::compile(
         graph,
         target,
@@ -278,16 +321,17 @@ pub(crate) fn jit(
     .with_context(|| format!("{}: compiling for {}", path.display(), target.spec().name))?;
     let program = super::emit::lower_graph(&compiled.graph, target.spec(), path, true)?;
     let mlir = tessera_mlir::Mlir::new();
-    let runner = tessera_mlir::Runner::new(
-        &mlir,
-        program.manifest.clone(),
-        &program.module_map(),
-        program
-            .weight_tensors()
-            .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?,
-        opt_level,
-    )?;
-    Ok((compiled.graph, runner))
+    let weights = program
+        .weight_tensors()
+        .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?;
+    let (manifest, modules) = (program.manifest.clone(), program.module_map());
+    let (runner, sites) = if profiled {
+        tessera_mlir::Runner::new_profiled(&mlir, manifest, &modules, weights, opt_level)?
+    } else {
+        let runner = tessera_mlir::Runner::new(&mlir, manifest, &modules, weights, opt_level)?;
+        (runner, Vec::new())
+    };
+    Ok((compiled.graph, runner, sites))
 }
 
 /// Reads one `.npy` file per graph input, checked against the input's type, and checks
