@@ -187,18 +187,24 @@ struct Tiles {
     mt: u64,
 }
 
-/// The dimensions of an affine map's results if each is a plain `dN`
-/// (`affine_map<(d0, d1, d2) -> (d0, d2)>`), `None` otherwise.
-fn map_dims(map: &str) -> Option<Vec<usize>> {
+/// The result expressions of an affine map's text (`affine_map<(d0, d1) -> (d0 + d1, d1)>`:
+/// `["d0 + d1", "d1"]`).
+fn map_results(map: &str) -> Option<Vec<&str>> {
     let results = map.split_once("->")?.1.trim();
     let results = results.strip_suffix('>')?.trim();
     let inner = results.strip_prefix('(')?.strip_suffix(')')?;
     if inner.trim().is_empty() {
         return Some(Vec::new());
     }
-    inner
-        .split(',')
-        .map(|r| r.trim().strip_prefix('d')?.parse().ok())
+    Some(inner.split(',').map(str::trim).collect())
+}
+
+/// The dimensions of an affine map's results if each is a plain `dN`
+/// (`affine_map<(d0, d1, d2) -> (d0, d2)>`), `None` otherwise.
+fn map_dims(map: &str) -> Option<Vec<usize>> {
+    map_results(map)?
+        .iter()
+        .map(|r| r.strip_prefix('d')?.parse().ok())
         .collect()
 }
 
@@ -1973,13 +1979,7 @@ pub fn patches<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Vec<u64>> 
     if map_dims(&read).is_some() {
         return None;
     }
-    let results = read.split_once("->")?.1.trim().strip_suffix('>')?.trim();
-    let exprs: Vec<&str> = results
-        .strip_prefix('(')?
-        .strip_suffix(')')?
-        .split(',')
-        .map(str::trim)
-        .collect();
+    let exprs = map_results(&read)?;
     let last = format!("d{}", rank - 1);
     let plain = |e: &str| {
         e.strip_prefix('d')
