@@ -688,6 +688,11 @@ struct RunArgs {
     /// `OMP_NUM_THREADS`, else one per core.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    /// Run the program's NVIDIA GPU devices on this machine's GPUs (the CUDA driver, loaded
+    /// at run time; the n-th GPU device on GPU n). Without it, every device's module runs on
+    /// this CPU.
+    #[arg(long)]
+    gpu: bool,
     #[command(flatten)]
     shapes: ShapeArgs,
 }
@@ -900,6 +905,11 @@ pub fn main_named(name: &str) -> ExitCode {
                     repeat: a.repeat.unwrap_or(if a.profile { 20 } else { 1 }),
                     profile: a.profile,
                     threads: a.threads,
+                    gpus: if a.gpu {
+                        tessera_mlir::GpuDevices::OnGpu
+                    } else {
+                        tessera_mlir::GpuDevices::OnCpu
+                    },
                 },
             )
         }),

@@ -1659,10 +1659,151 @@ fn profile_and_calibrate_errors() {
         e.contains("--input gives one model's inputs: give exactly one MODEL with it (got 2)"),
         "{e}"
     );
-    let e = calibrate("hetero-cpu-gpu", "gpu1");
+    let e = calibrate("mcm-2x2", "chip0");
     assert!(
-        e.contains("--device gpu1: a `gpu` device; only `cpu` devices can be measured here"),
+        e.contains(
+            "--device chip0: a `chiplet` device of lowering `chiplet`; only `cpu` devices (on \
+             this CPU) and NVIDIA GPUs (`nvptx`, on this machine's GPU) can be measured"
+        ),
         "{e}"
     );
     assert!(!out.exists());
+    // An NVIDIA GPU is measured on this machine's GPU: where there is none, the error
+    // names what is missing, before anything is compiled; where there is one, the file
+    // is written.
+    let run = tessera()
+        .args([
+            "calibrate",
+            "--target",
+            "hetero-cpu-gpu",
+            "--device",
+            "gpu1",
+            "-o",
+        ])
+        .arg(&out)
+        .args([
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "--repeat",
+            "2",
+        ])
+        .output()
+        .expect("runs");
+    let e = String::from_utf8_lossy(&run.stderr);
+    if run.status.success() {
+        let text = fs::read_to_string(&out).expect("calibration");
+        assert!(text.contains("device = \"gpu1\""), "{text}");
+    } else {
+        assert_eq!(run.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("--device gpu1: an NVIDIA GPU, measured on one") && no_gpu(&e),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// Whether an error says this machine has no NVIDIA GPU to run on (no driver library,
+/// or a driver without a device).
+fn no_gpu(e: &str) -> bool {
+    e.contains("no NVIDIA GPU driver: the CUDA driver library (libcuda.so.1")
+        || e.contains("no usable NVIDIA GPU")
+        || e.contains("no NVIDIA GPU: the driver is installed but finds no device")
+}
+
+/// `tessera run DIR --gpu` runs the NVIDIA devices' parts on this machine's GPU and the
+/// rest on this CPU, matching onnxruntime; with no GPU here it says what is missing (exit
+/// 1, no output written); a program without an NVIDIA device is refused.
+#[test]
+fn gpu_parts_run_on_the_gpu_or_the_error_says_what_is_missing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mlp");
+    ok(tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=4x32",
+            "--target",
+            "hetero-cpu-gpu",
+            "--strategy",
+            "round-robin",
+            "-o",
+        ])
+        .arg(&dir));
+    let manifest = read_manifest(&dir);
+    let archs: Vec<(String, String)> = manifest["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .filter_map(|d| {
+            Some((
+                d["name"].as_str()?.to_string(),
+                d["arch"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    // Each GPU device's architecture is in the manifest; the CPU has none.
+    assert_eq!(
+        archs,
+        [
+            ("gpu0".to_string(), "sm_80".to_string()),
+            ("gpu1".to_string(), "sm_70".to_string())
+        ]
+    );
+    let out = tmp.path().join("out");
+    let input = format!(
+        "x={}",
+        model("testdata/models/onnx/mlp").replace("model.onnx", "input_0_x.npy")
+    );
+    let run = tessera()
+        .arg("run")
+        .arg(&dir)
+        .args(["--input", &input, "--gpu", "--output-dir"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = String::from_utf8_lossy(&run.stderr);
+    if run.status.success() {
+        let got = tessera::npy::read(&out.join("probs.npy")).expect("output");
+        let want = tessera::npy::read(&repo().join("testdata/models/onnx/mlp/output_0_probs.npy"))
+            .expect("reference");
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "max |diff| {d} against onnxruntime");
+    } else {
+        assert_eq!(run.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("device gpu0 (sm_80) runs on an NVIDIA GPU here (--gpu): ") && no_gpu(&e),
+            "{e}"
+        );
+        assert!(!out.join("probs.npy").exists());
+    }
+    // Without --gpu every device runs on this CPU, as before.
+    ok(tessera()
+        .arg("run")
+        .arg(&dir)
+        .args(["--input", &input, "--output-dir"])
+        .arg(&out));
+    assert!(out.join("probs.npy").is_file());
+    // A program with no NVIDIA device.
+    let cpu = tmp.path().join("cpu");
+    ok(tessera()
+        .args([
+            "compile",
+            "testdata/models/mlp.tir",
+            "--input-shape",
+            "x=4x16",
+            "-o",
+        ])
+        .arg(&cpu));
+    let e = fails(tessera().arg("run").arg(&cpu).args([
+        "--input",
+        "x=testdata/models/mlp.input.npy",
+        "--gpu",
+    ]));
+    assert!(
+        e.contains("--gpu: the program has no NVIDIA GPU device (its devices: cpu0 (cpu))"),
+        "{e}"
+    );
 }

@@ -100,6 +100,7 @@ fn models_on(target_name: &str) {
             &program.module_map(),
             weights,
             0,
+            tessera_mlir::GpuDevices::OnCpu,
         )
         .unwrap_or_else(|e| panic!("{what}: {e}"));
         let outputs = runner

@@ -180,6 +180,13 @@ impl Mlir {
         options: &PipelineOptions,
         what: &str,
     ) -> Result<String, Error> {
+        if let Some((loops, kernels)) = crate::pipelines::gpu_stages(pipeline) {
+            crate::gpu::stage_constants(self, module, what)?;
+            self.run_passes(module, &loops, options, what)?;
+            crate::gpu::map_loops(self, module, what)?;
+            self.run_passes(module, &kernels, options, what)?;
+            return Ok(String::new());
+        }
         if !crate::pipelines::scheduled(pipeline) {
             self.run_passes(module, pipeline, options, what)?;
             return Ok(String::new());
@@ -257,6 +264,48 @@ impl Mlir {
             *module = self.parse(&text, what)?;
         }
         Ok(())
+    }
+
+    /// Runs a textual pipeline anchored on `func.func` (`func.func(...)`) on one function
+    /// of a module in-process.
+    pub(crate) fn run_on_function(
+        &self,
+        function: &melior::ir::operation::OperationRef<'_, '_>,
+        pipeline: &str,
+        what: &str,
+    ) -> Result<(), Error> {
+        use melior::ir::operation::OperationLike;
+        self.diagnostics.borrow_mut().clear();
+        let fail = |message: String| Error::Mlir {
+            what: what.to_string(),
+            stage: "pipeline".into(),
+            message,
+        };
+        // SAFETY: the pass manager is made, used and destroyed here; the function is a
+        // live op of this context.
+        #[allow(unsafe_code)]
+        let ok = unsafe {
+            let pm = mlir_sys::mlirPassManagerCreateOnOperation(
+                self.context.to_raw(),
+                melior::StringRef::new("func.func").to_raw(),
+            );
+            let opm = mlir_sys::mlirPassManagerGetAsOpPassManager(pm);
+            let parsed = mlir_sys::mlirParsePassPipeline(
+                opm,
+                melior::StringRef::new(pipeline).to_raw(),
+                None,
+                std::ptr::null_mut(),
+            );
+            let ok = parsed.value != 0
+                && mlir_sys::mlirPassManagerRunOnOp(pm, function.to_raw()).value != 0;
+            mlir_sys::mlirPassManagerDestroy(pm);
+            ok
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(fail(format!("{pipeline}: {}", self.take_diagnostics())))
+        }
     }
 
     /// Applies the transform dialect's named sequence `entry` of `schedule` to `module`

@@ -24,6 +24,28 @@ use crate::Error;
 /// ([`crate::native::shared_library`]). Both are called the same way.
 pub struct Jit {
     engine: Engine,
+    /// The GPU whose kernels it launches ([`Jit::on_gpu`]), its arguments staged there.
+    gpu: Option<Staging>,
+}
+
+/// What a GPU module's calls need: the GPU, and the read-only buffers of mapped files
+/// (weights) already copied into its managed memory, by their address and length.
+struct Staging {
+    gpu: &'static crate::cuda::Gpu,
+    weights: std::sync::Mutex<std::collections::BTreeMap<(usize, usize), usize>>,
+}
+
+impl Drop for Jit {
+    fn drop(&mut self) {
+        if let Some(s) = &self.gpu {
+            let _ = s.gpu.make_current();
+            let weights = s.weights.lock().unwrap_or_else(|e| e.into_inner());
+            for &p in weights.values() {
+                // SAFETY: staged by `stage`, freed once, here.
+                unsafe { crate::cuda::release(p as *mut u8) };
+            }
+        }
+    }
 }
 
 enum Engine {
@@ -60,7 +82,30 @@ impl Jit {
         let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
         Jit {
             engine: Engine::Jit(ExecutionEngine::new(module, opt_level, &libs, false, false)),
+            gpu: None,
         }
+    }
+
+    /// This JIT-compiled module (lowered by [`crate::pipelines::NVPTX`]) run on `gpu`: MLIR's
+    /// GPU runtime functions and the allocation functions resolved to [`crate::cuda`]'s,
+    /// each call's arguments staged into the GPU's managed memory (a mapped file's once,
+    /// kept), its results copied out and freed there. Called before the first call (the
+    /// kernels' modules load at the first lookup).
+    pub fn on_gpu(mut self, gpu: &'static crate::cuda::Gpu) -> Jit {
+        if let Engine::Jit(e) = &self.engine {
+            for (name, f) in crate::cuda::symbols() {
+                // SAFETY: each function has the C signature the lowering's host code
+                // declares for the name (MLIR's GPU runtime interface and the generic
+                // allocation functions) and lives as long as the process; registered
+                // before the first lookup.
+                unsafe { e.register_symbol(name, f) };
+            }
+            self.gpu = Some(Staging {
+                gpu,
+                weights: Default::default(),
+            });
+        }
+        self
     }
 
     /// JIT-compiles a module that [`crate::profile::instrument`] marked, its marks resolved
@@ -91,6 +136,7 @@ impl Jit {
             })?;
         Ok(Jit {
             engine: Engine::Library(lib, Default::default()),
+            gpu: None,
         })
     }
 
@@ -141,10 +187,17 @@ impl Jit {
     ) -> Result<Vec<Buffer>, Error> {
         let mut descs: Vec<Vec<i64>> = Vec::with_capacity(args.len());
         let mut arg_ptrs: Vec<i64> = Vec::with_capacity(args.len());
+        // A GPU module's arguments, copied into managed memory for this call.
+        let mut staged: Vec<Staged> = Vec::new();
+        if let Some(s) = &self.gpu {
+            s.gpu.make_current()?;
+            crate::cuda::take_fault();
+        }
         for a in args.iter_mut() {
-            let ptr = match a {
-                ArgRef::Read(b) => b.as_ptr() as i64,
-                ArgRef::Write(b) => b.as_mut_bytes().as_mut_ptr() as i64,
+            let ptr = match (&mut *a, &self.gpu) {
+                (ArgRef::Read(b), None) => b.as_ptr() as i64,
+                (ArgRef::Write(b), None) => b.as_mut_bytes().as_mut_ptr() as i64,
+                (a, Some(s)) => s.stage(a, &mut staged)? as i64,
             };
             arg_ptrs.push(ptr);
             let a = a.buffer();
@@ -181,9 +234,20 @@ impl Jit {
         // the C interface's for the declared types; the compiled code only reads arguments
         // (`bufferization.writable = false`) except the `Write` ones, which are borrowed
         // mutably and hold exactly their type's bytes; the buffers outlive the call.
-        unsafe { self.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
+        let called = unsafe { self.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
             message: format!("calling `{name}`: {e}"),
-        })?;
+        });
+        if let Some(s) = &self.gpu {
+            let fault = crate::cuda::take_fault();
+            s.unstage(args, staged, called.is_ok() && fault.is_none());
+            if let Some(f) = fault {
+                self.release_results(&out, &result_shapes, &arg_ptrs);
+                return Err(Error::Run {
+                    message: format!("`{name}` on GPU {} ({}): {f}", s.gpu.ordinal, s.gpu.name),
+                });
+            }
+        }
+        called?;
         let mut buffers = Vec::with_capacity(results.len());
         let mut allocations: Vec<i64> = Vec::new();
         let mut at = 0;
@@ -241,16 +305,114 @@ impl Jit {
             }
             buffers.push(buf);
         }
+        self.free_allocations(allocations, &arg_ptrs);
+        Ok(buffers)
+    }
+
+    /// Frees the buffers of a call's results without reading them (a failed GPU call).
+    fn release_results(&self, out: &[i64], shapes: &[Vec<u64>], arg_ptrs: &[i64]) {
+        let mut at = 0;
+        let mut allocations = Vec::new();
+        for dims in shapes {
+            if let Some(&p) = out.get(at) {
+                allocations.push(p);
+            }
+            at += 3 + 2 * dims.len();
+        }
+        self.free_allocations(allocations, arg_ptrs);
+    }
+
+    /// Frees each allocation of a call's results once: not an argument's, not a global's.
+    fn free_allocations(&self, mut allocations: Vec<i64>, arg_ptrs: &[i64]) {
         allocations.sort_unstable();
         allocations.dedup();
         for p in allocations {
             if p != 0 && p != GLOBAL_MARKER && !arg_ptrs.contains(&p) {
-                // SAFETY: the compiled code allocated `p` with `malloc` and handed it to the
-                // caller (see the module doc); it is freed once, after its data was copied.
-                unsafe { free(p as *mut std::ffi::c_void) };
+                // SAFETY: the compiled code allocated `p` (with `malloc`, or on a GPU with
+                // the managed allocation function) and handed it to the caller (see the
+                // module doc); it is freed once, after its data was copied.
+                unsafe {
+                    if self.gpu.is_some() {
+                        crate::cuda::release(p as *mut u8);
+                    } else {
+                        free(p as *mut std::ffi::c_void);
+                    }
+                }
             }
         }
-        Ok(buffers)
+    }
+}
+
+/// An argument copied into a GPU's managed memory for one call: its index among the
+/// arguments, the copy, and whether the copy is freed after the call (a weight's stays).
+struct Staged {
+    arg: usize,
+    ptr: *mut u8,
+    temporary: bool,
+}
+
+impl Staging {
+    /// The managed-memory copy of an argument: a mapped file's (a weight's) made once and
+    /// kept, any other made for this call (`staged` records it).
+    fn stage(&self, a: &ArgRef<'_>, staged: &mut Vec<Staged>) -> Result<*mut u8, Error> {
+        let b = a.buffer();
+        let arg = staged.len();
+        let key = (b.as_ptr() as usize, b.len);
+        let kept = matches!((a, &b.store), (ArgRef::Read(_), Store::Mapped(..)));
+        if kept
+            && let Some(&p) = self
+                .weights
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+        {
+            staged.push(Staged {
+                arg,
+                ptr: p as *mut u8,
+                temporary: false,
+            });
+            return Ok(p as *mut u8);
+        }
+        let p = crate::cuda::managed(b.len).ok_or_else(|| Error::Run {
+            message: format!(
+                "GPU {} ({}): {}",
+                self.gpu.ordinal,
+                self.gpu.name,
+                crate::cuda::take_fault().unwrap_or_else(|| "cannot allocate".into())
+            ),
+        })?;
+        // SAFETY: `p` holds at least `len` bytes (managed memory the host may write), the
+        // buffer `len` initialized bytes; they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), p, b.len) };
+        if kept {
+            self.weights
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, p as usize);
+        }
+        staged.push(Staged {
+            arg,
+            ptr: p,
+            temporary: !kept,
+        });
+        Ok(p)
+    }
+
+    /// After a call: each donated argument's new value copied back (when the call
+    /// succeeded), each temporary copy freed.
+    fn unstage(&self, args: &mut [ArgRef<'_>], staged: Vec<Staged>, written: bool) {
+        for s in staged {
+            if written && let Some(ArgRef::Write(b)) = args.get_mut(s.arg) {
+                let dst = b.as_mut_bytes();
+                // SAFETY: the copy holds the argument's `len` bytes, which the call
+                // updated in place; the kernels are done (every launch is waited for).
+                unsafe { std::ptr::copy_nonoverlapping(s.ptr, dst.as_mut_ptr(), dst.len()) };
+            }
+            if s.temporary {
+                // SAFETY: made by `stage` for this call; freed once.
+                unsafe { crate::cuda::release(s.ptr) };
+            }
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 
 pub mod canonical;
 pub mod context;
+pub mod cuda;
 pub mod dealloc;
+pub mod gpu;
 pub mod jit;
 
 pub use context::{Mlir, PipelineOptions};
@@ -37,7 +39,7 @@ pub mod profile;
 pub mod run;
 pub mod weights;
 
-pub use run::{OutBuf, Runner};
+pub use run::{GpuDevices, OutBuf, Runner};
 pub mod mpi;
 pub mod native;
 pub mod schedule;

@@ -142,6 +142,9 @@ pub struct ManifestDevice {
     pub kind: String,
     /// Its lowering (`cpu`, `nvptx`, ...), which picks the MLIR pipeline.
     pub lowering: String,
+    /// Its GPU architecture (`sm_80`), for an NVIDIA GPU: what its kernels are compiled for.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub arch: Option<String>,
     /// Its module file (relative to the manifest).
     pub module: String,
     /// Its index in the target, the MPI rank that runs it.

@@ -278,7 +278,7 @@ pub fn ptx_for_arch(
 }
 
 /// The (binary name, decoded string) of every `gpu.object` in a printed module.
-fn gpu_objects(printed: &str) -> Vec<(String, String)> {
+pub(crate) fn gpu_objects(printed: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for line in printed.lines() {
         let Some(rest) = line.trim_start().strip_prefix("gpu.binary @") else {

@@ -119,10 +119,34 @@ pub const CPU_MPI_BUFFERS: &str = "builtin.module(convert-elementwise-to-linalg,
 /// which the program's C driver defines to count each rank's bytes.
 pub const CPU_MPI_LOWER: &str = "builtin.module(convert-bufferization-to-memref,func.func(convert-linalg-to-loops),convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-vector-to-llvm{reassociate-fp-reductions=1},finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,reconcile-unrealized-casts,symbol-dce)";
 
-/// NVIDIA GPUs: bufferize, map linalg's parallel loops to GPU blocks and threads, outline
-/// kernels, lower them to NVVM and serialize them as PTX text (`cubin-format=isa`: no CUDA
-/// toolkit needed). The host side stays in the GPU dialect's runtime calls.
-pub const NVPTX: &str = "builtin.module(one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},convert-bufferization-to-memref,func.func(convert-linalg-to-parallel-loops,gpu-map-parallel-loops,convert-parallel-loops-to-gpu),gpu-kernel-outlining,lower-affine,convert-scf-to-cf,gpu-lower-to-nvvm-pipeline{cubin-chip=sm_80 cubin-features=+ptx80 cubin-format=isa})";
+/// NVIDIA GPUs: fuse elementwise ops and bufferize as [`CPU`] does (function boundaries
+/// with identity layouts, a kernel's destination written in place, what is no longer used
+/// freed), make each linalg op a parallel loop and each loop a kernel launch (in-process,
+/// [`GPU_LOOPS`] is [`crate::gpu::map_loops`]: each loop's dimensions innermost first,
+/// tiled into blocks of threads by the function's [`crate::gpu::thread_tile`]), outline the
+/// kernels, lower them to NVVM and serialize them as PTX text (`format=isa`: no CUDA
+/// toolkit needed), and lower the host code to LLVM: buffers come from the generic
+/// allocation functions (`_mlir_memref_to_llvm_alloc`, `_free`), which
+/// [`crate::cuda`] gives managed memory, and each launch calls MLIR's GPU runtime
+/// interface (`mgpuLaunchKernel`). In-process, the tensor constants are first staged into
+/// buffers ([`crate::gpu::stage_constants`]). `mlir-opt` runs this string with every loop
+/// tiled 64x4 in its own order and the constants left as host globals.
+pub const NVPTX: &str = "builtin.module(linalg-fuse-elementwise-ops,convert-math-to-funcs,one-shot-bufferize{allow-return-allocs-from-loops=1 bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,drop-equivalent-buffer-results,cse,expand-realloc,canonicalize,ownership-based-buffer-deallocation,canonicalize,bufferization-lower-deallocations,cse,canonicalize,convert-bufferization-to-memref,func.func(convert-linalg-to-parallel-loops,scf-parallel-loop-tiling{parallel-loop-tile-sizes=64,4 no-min-max-bounds=1},gpu-map-parallel-loops,convert-parallel-loops-to-gpu),gpu-kernel-outlining,expand-strided-metadata,lower-affine,convert-scf-to-cf,nvvm-attach-target{chip=sm_80 features=+ptx80 O=3},gpu.module(convert-gpu-to-nvvm,canonicalize,cse,reconcile-unrealized-casts),finalize-memref-to-llvm{use-generic-functions=1},convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,gpu-to-llvm,gpu-module-to-binary{format=isa},canonicalize,cse,reconcile-unrealized-casts)";
+
+/// The passes of [`NVPTX`] that [`crate::Mlir::run_pipeline`] runs as
+/// `convert-linalg-to-parallel-loops` then [`crate::gpu::map_loops`].
+pub const GPU_LOOPS: &str = "func.func(convert-linalg-to-parallel-loops,scf-parallel-loop-tiling{parallel-loop-tile-sizes=64,4 no-min-max-bounds=1},gpu-map-parallel-loops,convert-parallel-loops-to-gpu)";
+
+/// A pipeline with [`GPU_LOOPS`] as the pipelines before and after it, the first ending
+/// with `convert-linalg-to-parallel-loops`; `None` for any other pipeline.
+pub fn gpu_stages(pipeline: &str) -> Option<(String, String)> {
+    let (before, after) = pipeline.split_once(&format!(",{GPU_LOOPS}"))?;
+    let after = after.strip_prefix(',')?;
+    Some((
+        format!("{before},func.func(convert-linalg-to-parallel-loops))"),
+        format!("builtin.module({after}"),
+    ))
+}
 
 /// The GPU architecture [`NVPTX`] compiles for, and `nvptx` devices without an `arch`.
 pub const DEFAULT_NVPTX_ARCH: &str = "sm_80";
@@ -141,12 +165,18 @@ pub fn ptx_version(arch: &str) -> &'static str {
 }
 
 /// The NVIDIA pipeline ([`NVPTX`]) for the GPU architecture `arch` (`sm_70`; a target
-/// file's `arch`, validated there), [`DEFAULT_NVPTX_ARCH`] when `None`.
+/// file's `arch`, validated there), [`DEFAULT_NVPTX_ARCH`] when `None`, with libdevice
+/// ([`crate::gpu::libdevice`]) linked into the kernels where this machine has it (the
+/// kernels' `math` ops call its functions; without it they stay undefined in the PTX,
+/// which the driver then cannot load).
 pub fn nvptx(arch: Option<&str>) -> String {
     let arch = arch.unwrap_or(DEFAULT_NVPTX_ARCH);
+    let link = crate::gpu::libdevice()
+        .map(|p| format!(" l={}", p.display()))
+        .unwrap_or_default();
     NVPTX.replace(
-        "cubin-chip=sm_80 cubin-features=+ptx80",
-        &format!("cubin-chip={arch} cubin-features=+{}", ptx_version(arch)),
+        "chip=sm_80 features=+ptx80 O=3",
+        &format!("chip={arch} features=+{} O=3{link}", ptx_version(arch)),
     )
 }
 

@@ -58,6 +58,17 @@ fn unusable(
     }
 }
 
+/// Where a program's NVIDIA GPU devices (lowering `nvptx`) run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuDevices {
+    /// On this CPU, their modules through the CPU pipeline like every other device's.
+    #[default]
+    OnCpu,
+    /// On this machine's NVIDIA GPUs ([`crate::cuda`]): their modules through the NVIDIA
+    /// pipeline, the kernels' PTX loaded by the driver.
+    OnGpu,
+}
+
 /// A module's text through the CPU pipeline; `what` names it in errors.
 fn lowered<'c>(mlir: &'c Mlir, text: &str, what: &str) -> Result<melior::ir::Module<'c>, Error> {
     let mut m = mlir.parse(text, what)?;
@@ -65,15 +76,130 @@ fn lowered<'c>(mlir: &'c Mlir, text: &str, what: &str) -> Result<melior::ir::Mod
     Ok(m)
 }
 
-/// A device's module through the CPU pipeline and the JIT.
-fn jit(
+/// The GPU device `d` of `manifest` runs on: the n-th NVIDIA device of the manifest takes
+/// this machine's GPU n (GPUs shared round-robin where the machine has fewer), which must
+/// run its architecture's PTX.
+fn gpu_for(
+    manifest: &Manifest,
+    d: &crate::manifest::ManifestDevice,
+) -> Result<&'static crate::cuda::Gpu, Error> {
+    let gpus = crate::cuda::gpus().map_err(|e| Error::Run {
+        message: format!(
+            "device {} ({}) runs on an NVIDIA GPU here (--gpu): {e}",
+            d.name,
+            d.arch.as_deref().unwrap_or(pipelines::DEFAULT_NVPTX_ARCH)
+        ),
+    })?;
+    let n = manifest
+        .devices
+        .iter()
+        .filter(|m| m.lowering == "nvptx")
+        .position(|m| m.name == d.name)
+        .unwrap_or(0);
+    let gpu = &gpus[n % gpus.len()];
+    let arch = d.arch.as_deref().unwrap_or(pipelines::DEFAULT_NVPTX_ARCH);
+    if !crate::cuda::runs(gpu, arch) {
+        return Err(Error::Run {
+            message: format!(
+                "device {}'s kernels are for {arch}; GPU {} ({}, {}) cannot run them",
+                d.name,
+                gpu.ordinal,
+                gpu.name,
+                gpu.arch()
+            ),
+        });
+    }
+    Ok(gpu)
+}
+
+/// A GPU device's module through the NVIDIA pipeline for its architecture, checked for
+/// functions its kernels call and nothing defines (libdevice's, where it was not found).
+fn lowered_gpu<'c>(
+    mlir: &'c Mlir,
+    d: &crate::manifest::ManifestDevice,
+    text: &str,
+    what: &str,
+) -> Result<melior::ir::Module<'c>, Error> {
+    let mut m = mlir.parse(text, what)?;
+    let pipeline = pipelines::nvptx(d.arch.as_deref());
+    mlir.run_pipeline(&mut m, &pipeline, &PipelineOptions::default(), what)?;
+    let missing = crate::gpu::undefined_functions(&Mlir::print(&m));
+    if !missing.is_empty() {
+        return Err(Error::Run {
+            message: format!(
+                "{what}: its kernels call {}, which libdevice defines (the CUDA toolkit's \
+                 nvvm/libdevice/libdevice.10.bc), and none was found: set TESSERA_LIBDEVICE \
+                 to the file, or CUDA_HOME to the toolkit",
+                missing.join(", ")
+            ),
+        });
+    }
+    Ok(m)
+}
+
+/// A device's module through its pipeline and the JIT: an NVIDIA device's for its GPU
+/// under [`GpuDevices::OnGpu`], every other for this CPU; marked for profiling where
+/// `profiled`.
+fn jit_device(
     mlir: &Mlir,
+    manifest: &Manifest,
     d: &crate::manifest::ManifestDevice,
     text: &str,
     opt_level: usize,
+    gpus: GpuDevices,
+    profiled: bool,
 ) -> Result<Jit, Error> {
-    let m = lowered(mlir, text, &format!("{} ({})", d.module, d.name))?;
-    Ok(Jit::new(&m, opt_level))
+    let marked = if profiled {
+        " marked for profiling"
+    } else {
+        ""
+    };
+    let what = format!("{} ({}{marked})", d.module, d.name);
+    let make = |m: &melior::ir::Module<'_>| {
+        if profiled {
+            Jit::profiled(m, opt_level)
+        } else {
+            Jit::new(m, opt_level)
+        }
+    };
+    if gpus == GpuDevices::OnGpu && d.lowering == "nvptx" {
+        let gpu = gpu_for(manifest, d)?;
+        let m = lowered_gpu(mlir, d, text, &what)?;
+        return Ok(make(&m).on_gpu(gpu));
+    }
+    let m = lowered(mlir, text, &what)?;
+    Ok(make(&m))
+}
+
+/// A device's module through the CPU pipeline and the JIT (the GPU's under
+/// [`GpuDevices::OnGpu`]).
+fn jit(
+    mlir: &Mlir,
+    manifest: &Manifest,
+    d: &crate::manifest::ManifestDevice,
+    text: &str,
+    opt_level: usize,
+    gpus: GpuDevices,
+) -> Result<Jit, Error> {
+    jit_device(mlir, manifest, d, text, opt_level, gpus, false)
+}
+
+/// With [`GpuDevices::OnGpu`], the program must have an NVIDIA device.
+fn check_gpus(manifest: &Manifest, gpus: GpuDevices) -> Result<(), Error> {
+    if gpus == GpuDevices::OnGpu && !manifest.devices.iter().any(|d| d.lowering == "nvptx") {
+        return Err(Error::Run {
+            message: format!(
+                "--gpu: the program has no NVIDIA GPU device (its devices: {})",
+                manifest
+                    .devices
+                    .iter()
+                    .map(|d| format!("{} ({})", d.name, d.lowering))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The module of device `d` in `modules`.
@@ -109,15 +235,16 @@ fn jit_profiled(
     manifest: &Manifest,
     text_of: &mut dyn FnMut(&crate::manifest::ManifestDevice) -> Result<String, Error>,
     opt_level: usize,
+    gpus: GpuDevices,
 ) -> Result<(BTreeMap<String, Jit>, Vec<profile::Site>), Error> {
+    check_gpus(manifest, gpus)?;
     let mut jits = BTreeMap::new();
     let mut sites = Vec::new();
     for d in &manifest.devices {
         let (text, more) = profile::instrument(&text_of(d)?, &d.name, sites.len())?;
         sites.extend(more);
-        let what = format!("{} ({}, marked for profiling)", d.module, d.name);
-        let m = lowered(mlir, &text, &what)?;
-        jits.insert(d.name.clone(), Jit::profiled(&m, opt_level));
+        let jit = jit_device(mlir, manifest, d, &text, opt_level, gpus, true)?;
+        jits.insert(d.name.clone(), jit);
     }
     Ok((jits, sites))
 }
@@ -174,14 +301,15 @@ impl Runner {
         modules: &BTreeMap<String, String>,
         weights: BTreeMap<String, Tensor>,
         opt_level: usize,
+        gpus: GpuDevices,
     ) -> Result<Runner, Error> {
         let start = Instant::now();
+        check_gpus(&manifest, gpus)?;
         let mut jits = BTreeMap::new();
         for d in &manifest.devices {
-            jits.insert(
-                d.name.clone(),
-                jit(mlir, d, module_of(modules, d)?, opt_level)?,
-            );
+            let text = module_of(modules, d)?;
+            let jit = jit(mlir, &manifest, d, text, opt_level, gpus)?;
+            jits.insert(d.name.clone(), jit);
         }
         Runner::with_engines(manifest, jits, buffers(&weights), start)
     }
@@ -194,6 +322,7 @@ impl Runner {
         modules: &BTreeMap<String, String>,
         weights: BTreeMap<String, Tensor>,
         opt_level: usize,
+        gpus: GpuDevices,
     ) -> Result<(Runner, Vec<profile::Site>), Error> {
         let start = Instant::now();
         let (jits, sites) = jit_profiled(
@@ -201,6 +330,7 @@ impl Runner {
             &manifest,
             &mut |d| module_of(modules, d).cloned(),
             opt_level,
+            gpus,
         )?;
         Ok((
             Runner::with_engines(manifest, jits, buffers(&weights), start)?,
@@ -290,8 +420,9 @@ impl Runner {
     /// Loads a compiled directory (`manifest.json`, the modules, the weights). A device's
     /// shared library, when the manifest names one built from the module as it is now, is
     /// loaded; the other modules are JIT-compiled, with an MLIR context made only then.
-    pub fn load(dir: &Path, opt_level: usize) -> Result<Runner, Error> {
+    pub fn load(dir: &Path, opt_level: usize, gpus: GpuDevices) -> Result<Runner, Error> {
         let manifest = read_manifest(dir)?;
+        check_gpus(&manifest, gpus)?;
         let start = Instant::now();
         let mut mlir: Option<Mlir> = None;
         let mut jits = BTreeMap::new();
@@ -299,15 +430,20 @@ impl Runner {
         let cpu = crate::native::host_cpu();
         for d in &manifest.devices {
             let text = read(&dir.join(&d.module))?;
+            let on_gpu = gpus == GpuDevices::OnGpu && d.lowering == "nvptx";
             let engine = match &d.library {
-                Some(lib) => match unusable(lib, dir, d, &text, &cpu, opt_level) {
+                Some(lib) if !on_gpu => match unusable(lib, dir, d, &text, &cpu, opt_level) {
                     None => Jit::library(&dir.join(&lib.file))?,
                     Some(why) => {
                         stale.push(format!("{} ({why})", lib.file));
-                        jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?
+                        let mlir = mlir.get_or_insert_with(Mlir::new);
+                        jit(mlir, &manifest, d, &text, opt_level, gpus)?
                     }
                 },
-                None => jit(mlir.get_or_insert_with(Mlir::new), d, &text, opt_level)?,
+                _ => {
+                    let mlir = mlir.get_or_insert_with(Mlir::new);
+                    jit(mlir, &manifest, d, &text, opt_level, gpus)?
+                }
             };
             jits.insert(d.name.clone(), engine);
         }
@@ -327,6 +463,7 @@ impl Runner {
     pub fn load_profiled(
         dir: &Path,
         opt_level: usize,
+        gpus: GpuDevices,
     ) -> Result<(Runner, Vec<profile::Site>), Error> {
         let manifest = read_manifest(dir)?;
         let start = Instant::now();
@@ -335,6 +472,7 @@ impl Runner {
             &manifest,
             &mut |d| read(&dir.join(&d.module)),
             opt_level,
+            gpus,
         )?;
         let weights = dir_weights(dir, &manifest)?;
         Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))

@@ -190,13 +190,21 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
             names.join(", ")
         );
     };
-    let kind = &spec.devices[device].kind;
-    if kind != "cpu" {
+    let (kind, lowering) = (&spec.devices[device].kind, &spec.devices[device].lowering);
+    let gpus = if lowering == "nvptx" {
+        tessera_mlir::GpuDevices::OnGpu
+    } else if kind == "cpu" {
+        tessera_mlir::GpuDevices::OnCpu
+    } else {
         bail!(
-            "--device {}: a `{kind}` device; only `cpu` devices can be measured here (a \
-             `{kind}` device's code needs its own runtime to run)",
+            "--device {}: a `{kind}` device of lowering `{lowering}`; only `cpu` devices (on \
+             this CPU) and NVIDIA GPUs (`nvptx`, on this machine's GPU) can be measured",
             req.device
         );
+    };
+    if gpus == tessera_mlir::GpuDevices::OnGpu {
+        tessera_mlir::cuda::gpus()
+            .with_context(|| format!("--device {}: an NVIDIA GPU, measured on one", req.device))?;
     }
     if !req.bindings.is_empty() && req.models.len() != 1 {
         bail!(
@@ -313,13 +321,19 @@ fn measure_model(
 ) -> Result<()> {
     let spec = target.spec();
     let name = &spec.devices[device].name;
+    let gpus = if spec.devices[device].lowering == "nvptx" {
+        tessera_mlir::GpuDevices::OnGpu
+    } else {
+        tessera_mlir::GpuDevices::OnCpu
+    };
     let mut graph = super::run::default_passes(graph, Path::new(what))?;
     let ops: Vec<OpId> = graph.ops().to_vec();
     for op in ops {
         graph.op_mut(op).device = Some(name.clone());
     }
-    let (placed, runner, sites) = super::run::jit_marked(graph, target, Path::new(what), 2, true)
-        .with_context(|| format!("{what}: with every op on {name}"))?;
+    let (placed, runner, sites) =
+        super::run::jit_marked(graph, target, Path::new(what), 2, true, gpus)
+            .with_context(|| format!("{what}: with every op on {name}"))?;
     let placed = &placed;
     let stub = super::run::manifest_inputs(&runner)?;
     let inputs = if req.bindings.is_empty() {

@@ -238,7 +238,7 @@ pub fn run_dir(
     output_dir: Option<&Path>,
     exec: &Execution<'_>,
 ) -> Result<()> {
-    let (runner, sites) = Runner::load_profiled(dir, 2)
+    let (runner, sites) = Runner::load_profiled(dir, 2, exec.gpus)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
     let inputs = super::run::compiled_inputs(&runner, bindings, output_dir)?;
     let (runs, outputs) = measure(&runner, &inputs, &sites, exec.repeat)

@@ -35,6 +35,8 @@ pub struct Execution<'a> {
     pub profile: bool,
     /// `--threads`, where given (recorded with a profile).
     pub threads: Option<u16>,
+    /// Where the NVIDIA GPU devices run (`--gpu`: on this machine's GPUs).
+    pub gpus: tessera_mlir::GpuDevices,
 }
 
 /// Runs `tessera run`.
@@ -208,7 +210,7 @@ fn run_compiled(
 ) -> Result<()> {
     let stages = crate::instrument::Stages::new();
     stages.stage(format!("loading {}", dir.display()));
-    let runner = tessera_mlir::Runner::load(dir, 2)
+    let runner = tessera_mlir::Runner::load(dir, 2, exec.gpus)
         .with_context(|| format!("{}: loading the compiled program", dir.display()))?;
     drop(stages);
     let inputs = compiled_inputs(&runner, bindings, output_dir)?;
@@ -272,7 +274,7 @@ fn run_model_jit(
     let target = super::targets::resolve(target, exec.target_path).context("--target")?;
     tessera_targets::set_default_target(Some(target.clone()));
     let graph = default_passes(graph, path)?;
-    let (_, runner) = jit(graph, &*target, path, 2)?;
+    let (_, runner) = jit(graph, &*target, path, 2, exec.gpus)?;
     let outputs =
         time_runs(&runner, inputs, exec).with_context(|| format!("{}: running", path.display()))?;
     show_compiled_outputs(&runner, output_dir, &outputs)
@@ -293,8 +295,9 @@ pub(crate) fn jit(
     target: &dyn tessera_targets::Target,
     path: &Path,
     opt_level: usize,
+    gpus: tessera_mlir::GpuDevices,
 ) -> Result<(Graph, tessera_mlir::Runner)> {
-    let (graph, runner, _) = jit_marked(graph, target, path, opt_level, false)?;
+    let (graph, runner, _) = jit_marked(graph, target, path, opt_level, false, gpus)?;
     Ok((graph, runner))
 }
 
@@ -306,6 +309,7 @@ pub(crate) fn jit_marked(
     path: &Path,
     opt_level: usize,
     profiled: bool,
+    gpus: tessera_mlir::GpuDevices,
 ) -> Result<(
     Graph,
     tessera_mlir::Runner,
@@ -326,9 +330,10 @@ pub(crate) fn jit_marked(
         .map_err(|e| anyhow!("{}: {}", path.display(), e.0))?;
     let (manifest, modules) = (program.manifest.clone(), program.module_map());
     let (runner, sites) = if profiled {
-        tessera_mlir::Runner::new_profiled(&mlir, manifest, &modules, weights, opt_level)?
+        tessera_mlir::Runner::new_profiled(&mlir, manifest, &modules, weights, opt_level, gpus)?
     } else {
-        let runner = tessera_mlir::Runner::new(&mlir, manifest, &modules, weights, opt_level)?;
+        let runner =
+            tessera_mlir::Runner::new(&mlir, manifest, &modules, weights, opt_level, gpus)?;
         (runner, Vec::new())
     };
     Ok((compiled.graph, runner, sites))

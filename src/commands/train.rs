@@ -166,7 +166,7 @@ fn load_dir(req: &TrainRequest<'_>) -> Result<Step> {
     } else {
         tessera_mlir::jit::retain_freed_memory();
         Exec::Jit(
-            tessera_mlir::Runner::load(dir, req.opt_level)
+            tessera_mlir::Runner::load(dir, req.opt_level, tessera_mlir::GpuDevices::OnCpu)
                 .with_context(|| format!("{}: loading the compiled program", dir.display()))?,
         )
     };
@@ -212,7 +212,13 @@ fn build_from_model(req: &TrainRequest<'_>) -> Result<Step> {
             source,
         });
     }
-    let (graph, runner) = super::run::jit(graph, &*target, path, req.opt_level)?;
+    let (graph, runner) = super::run::jit(
+        graph,
+        &*target,
+        path,
+        req.opt_level,
+        tessera_mlir::GpuDevices::OnCpu,
+    )?;
     Ok(Step {
         graph,
         exec: Exec::Jit(runner),

@@ -806,6 +806,11 @@ pub fn lower(g: &Graph, opts: &LowerOptions<'_>) -> Result<Program, LowerError> 
             name: d.name.clone(),
             kind: d.kind.clone(),
             lowering: d.lowering.clone(),
+            arch: (d.lowering == "nvptx").then(|| {
+                d.arch
+                    .clone()
+                    .unwrap_or_else(|| crate::pipelines::DEFAULT_NVPTX_ARCH.to_string())
+            }),
             module: format!("{}.mlir", d.name),
             rank: target.device_index(&d.name).unwrap_or(0),
             library: None,

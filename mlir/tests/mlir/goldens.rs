@@ -148,6 +148,7 @@ fn lowering_goldens() {
                 &program.module_map(),
                 weights,
                 0,
+                tessera_mlir::GpuDevices::OnCpu,
             )
             .and_then(|r| r.run(&xs));
             match got {
@@ -191,6 +192,7 @@ fn jit(mlir: &Mlir, program: &Program) -> Runner {
         &program.module_map(),
         program.weight_tensors().expect("weights"),
         0,
+        tessera_mlir::GpuDevices::OnCpu,
     )
     .expect("compiles")
 }

@@ -50,6 +50,7 @@ fn jit(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
             &program.module_map(),
             weights,
             0,
+            tessera_mlir::GpuDevices::OnCpu,
         )
         .map_err(|e| format!("mlir: {e}"))?;
         runner.run(inputs).map_err(|e| format!("run: {e}"))
