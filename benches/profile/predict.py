@@ -19,13 +19,21 @@ runs, with `--threads 1`:
                shapes other models share with it. Merged: a measurement met in several files
                takes the median of its seconds, a scale the median of its factors.
 
+  other shape  the model's own calibration (its sample shapes measured) for the model at
+               another shape: its first symbolic dimension (a batch, GPT-2's positions)
+               times --scale, the sample inputs tiled along it; none for a model of
+               static shapes. The shapes are not measured, so the time comes from the
+               scales, as for a model compiled at a new batch size.
+
 Output: a markdown table on stdout and in --out. Needs only Python 3.11 (tomllib) and a
 release build of tessera.
 """
 
 import argparse
+import ast
 import json
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -57,6 +65,49 @@ def io_args(d):
     return shapes, inputs
 
 
+def read_npy(path):
+    """(header dict, raw little-endian data) of a version 1 .npy file."""
+    b = Path(path).read_bytes()
+    n = struct.unpack("<H", b[8:10])[0]
+    return ast.literal_eval(b[10:10 + n].decode("latin1")), b[10 + n:]
+
+
+def write_npy(path, header, data):
+    h = repr(header).encode("latin1")
+    pad = 64 - (10 + len(h) + 1) % 64
+    h += b" " * (pad % 64) + b"\n"
+    Path(path).write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + data)
+
+
+def scaled_io(d, tmp, factor):
+    """The model's --input-shape and --input arguments with its first symbolic dimension
+    times `factor` (every input dimension of that name), the sample inputs tiled along
+    it; None for a model without one."""
+    io = json.loads((d / "io.json").read_text())
+    names = [s for i in io["inputs"] for s in i["shape"] if isinstance(s, str)]
+    if not names:
+        return None
+    name = names[0]
+    shapes, inputs = [], []
+    for i in io["inputs"]:
+        shape = list(i.get("sample_shape") or i["shape"])
+        header, data = read_npy(d / i["file"])
+        assert list(header["shape"]) == shape, (d, i["name"])
+        for ax in [k for k, s in enumerate(i["shape"]) if s == name]:
+            outer = 1
+            for e in shape[:ax]:
+                outer *= e
+            block = len(data) // max(outer, 1)
+            data = b"".join(data[k * block:(k + 1) * block] * factor for k in range(outer))
+            shape[ax] *= factor
+        header = dict(header, shape=tuple(shape))
+        f = tmp / f"{d.name}-{i['name']}-x{factor}.npy"
+        write_npy(f, header, data)
+        shapes += ["--input-shape", f"{i['name']}=" + "x".join(str(x) for x in shape)]
+        inputs += ["--input", f"{i['name']}={f}"]
+    return shapes, inputs
+
+
 def run(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -64,8 +115,8 @@ def run(cmd):
     return p
 
 
-def profile_error(tessera, d, out, calibration, repeat):
-    shapes, inputs = io_args(d)
+def profile_error(tessera, d, out, calibration, repeat, io=None):
+    shapes, inputs = io or io_args(d)
     cmd = [tessera, "compile", d / "model.onnx", "--target", "cpu", *shapes, "-o", out]
     if calibration:
         cmd += ["--calibration", calibration]
@@ -103,6 +154,7 @@ def main():
     ap.add_argument("roots", nargs="*", default=[DEFAULT_ROOT])
     ap.add_argument("--tessera", default=str(REPO / "target" / "release" / "tessera"))
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--scale", type=int, default=4)
     ap.add_argument("--out")
     a = ap.parse_args()
     dirs = list(model_dirs(a.roots))
@@ -127,14 +179,28 @@ def main():
             row = [d.name]
             for c in (None, calib[d.name], others):
                 row.append(profile_error(a.tessera, d, tmp / f"out-{d.name}", c, a.repeat))
+            io = scaled_io(d, tmp, a.scale)
+            if io is None:
+                row.append(None)
+            else:
+                print(f"[{d.name}] profiling at another shape", file=sys.stderr)
+                row.append((io[0][1::2], profile_error(
+                    a.tessera, d, tmp / f"out-{d.name}-x", calib[d.name], a.repeat, io)))
             rows.append(row)
     head = ("| model | run ms | steps ms | roofline ms | error | calibrated ms | error "
-            "| calibrated on the others ms | error |\n|---|---|---|---|---|---|---|---|---|")
+            "| calibrated on the others ms | error | other shape | steps ms "
+            "| calibrated ms | error |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
-    for name, r, c, o in rows:
+    for name, r, c, o, x in rows:
+        other = "| static shapes | | | "
+        if x is not None:
+            shapes, m = x
+            other = (f"| {', '.join(shapes)} | {m[1] * 1e3:.4g} | {m[0] * 1e3:.4g} "
+                     f"| {100 * m[2]:+.1f}% ")
         lines.append(
             f"| {name} | {c[3] * 1e3:.4g} | {c[1] * 1e3:.4g} | {r[0] * 1e3:.4g} | {100 * r[2]:+.1f}% "
-            f"| {c[0] * 1e3:.4g} | {100 * c[2]:+.1f}% | {o[0] * 1e3:.4g} | {100 * o[2]:+.1f}% |"
+            f"| {c[0] * 1e3:.4g} | {100 * c[2]:+.1f}% | {o[0] * 1e3:.4g} | {100 * o[2]:+.1f}% "
+            f"{other}|"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -283,6 +283,7 @@ impl Mlir {
         };
         // SAFETY: the pass manager is made, used and destroyed here; the function is a
         // live op of this context.
+        let mut parse_error = String::new();
         #[allow(unsafe_code)]
         let ok = unsafe {
             let pm = mlir_sys::mlirPassManagerCreateOnOperation(
@@ -293,8 +294,8 @@ impl Mlir {
             let parsed = mlir_sys::mlirParsePassPipeline(
                 opm,
                 melior::StringRef::new(pipeline).to_raw(),
-                None,
-                std::ptr::null_mut(),
+                Some(append_text),
+                (&mut parse_error as *mut String).cast(),
             );
             let ok = parsed.value != 0
                 && mlir_sys::mlirPassManagerRunOnOp(pm, function.to_raw()).value != 0;
@@ -304,7 +305,10 @@ impl Mlir {
         if ok {
             Ok(())
         } else {
-            Err(fail(format!("{pipeline}: {}", self.take_diagnostics())))
+            Err(fail(format!(
+                "{pipeline}: {parse_error}{}",
+                self.take_diagnostics()
+            )))
         }
     }
 
@@ -545,6 +549,17 @@ fn parse_pipeline(pm: &PassManager<'_>, pipeline: &str, what: &str) -> Result<()
         stage: "pipeline".into(),
         message: format!("bad pipeline `{pipeline}`: {e}"),
     })
+}
+
+/// An MLIR string callback that appends to the `String` its user data points to.
+#[allow(unsafe_code)]
+unsafe extern "C" fn append_text(text: mlir_sys::MlirStringRef, data: *mut std::ffi::c_void) {
+    // SAFETY: MLIR passes `length` bytes at `data`, and the user data is the `String` the
+    // caller gave, alive for the call.
+    unsafe {
+        let bytes = std::slice::from_raw_parts(text.data as *const u8, text.length);
+        (*(data as *mut String)).push_str(&String::from_utf8_lossy(bytes));
+    }
 }
 
 /// The symbol name of a `func.func`, `None` for any other op.

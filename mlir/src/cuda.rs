@@ -9,7 +9,7 @@
 //! (`mgpuModuleGetFunction`, `mgpuStreamCreate`, `mgpuLaunchKernel`,
 //! `mgpuStreamSynchronize`, `mgpuStreamDestroy`). Its buffers come from the generic
 //! allocation functions (`_mlir_memref_to_llvm_alloc` and `_free`). This module defines
-//! all of them over the driver API, and [`crate::jit::Jit::gpu`] registers them with the
+//! all of them over the driver API, and [`crate::jit::Jit::on_gpu`] registers them with the
 //! JIT in place of MLIR's CUDA runtime library, which would link `libcuda` at build time.
 //!
 //! Buffers are CUDA managed memory (`cuMemAllocManaged`): the kernels and the host code
@@ -18,12 +18,14 @@
 //! before the host code goes on.
 //!
 //! The functions are called from compiled code, so they never unwind: a driver error is
-//! kept ([`take_fault`]) and turns later launches into no-ops; the runner reports it after
-//! the call. A failed allocation falls back to host memory (so the host code does not
-//! write through a null pointer) and is reported the same way.
+//! kept ([`take_fault`], per thread: the compiled code calls them on the thread that called
+//! it) and turns later launches into no-ops; the runner reports it after the call. A failed
+//! allocation falls back to host memory (so the host code does not write through a null
+//! pointer) and is reported the same way.
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -41,8 +43,11 @@ pub struct Gpu {
     pub name: String,
     /// Its compute capability (major, minor): (9, 0) is `sm_90`.
     pub capability: (u32, u32),
-    /// Its primary context, retained for the process's life.
-    context: Context,
+    /// The driver's handle.
+    device: cu::CUdevice,
+    /// Its primary context, retained when first made current and kept for the process's
+    /// life (a GPU that is never used is never touched: another job may hold it).
+    context: OnceLock<Result<Context, String>>,
 }
 
 /// A CUDA context handle. Contexts may be made current on any thread.
@@ -62,11 +67,25 @@ impl Gpu {
     }
 
     /// Makes this GPU's context the calling thread's, for the launches and allocations
-    /// that follow.
+    /// that follow (retaining it the first time).
     pub fn make_current(&self) -> Result<(), Error> {
-        // SAFETY: the context was retained by `init` and is never released.
-        let r = unsafe { cu::cuCtxSetCurrent(self.context.0) };
-        check(r, "cuCtxSetCurrent").map_err(|message| Error::Run { message })
+        let context = self.context.get_or_init(|| {
+            let mut ctx: cu::CUcontext = std::ptr::null_mut();
+            // SAFETY: the driver is loaded (this GPU was listed by `init`); an out-pointer
+            // to a local.
+            check(
+                unsafe { cu::cuDevicePrimaryCtxRetain(&mut ctx, self.device) },
+                "cuDevicePrimaryCtxRetain",
+            )
+            .map(|()| Context(ctx))
+        });
+        let fail = |e: &str| Error::Run {
+            message: format!("GPU {} ({}): {e}", self.ordinal, self.name),
+        };
+        let context = context.as_ref().map_err(|e| fail(e))?;
+        // SAFETY: a retained context, never released.
+        let r = unsafe { cu::cuCtxSetCurrent(context.0) };
+        check(r, "cuCtxSetCurrent").map_err(|e| fail(&e))
     }
 }
 
@@ -122,16 +141,12 @@ fn init() -> Result<Vec<Gpu>, String> {
                 attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor =
                 attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-            let mut ctx: cu::CUcontext = std::ptr::null_mut();
-            check(
-                cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                "cuDevicePrimaryCtxRetain",
-            )?;
             gpus.push(Gpu {
                 ordinal: ordinal as usize,
                 name,
                 capability: (major, minor),
-                context: Context(ctx),
+                device: dev,
+                context: OnceLock::new(),
             });
         }
         Ok(gpus)
@@ -150,9 +165,17 @@ pub fn capability_of(arch: &str) -> Option<(u32, u32)> {
 }
 
 /// Whether `gpu` runs PTX written for `arch`: PTX is compiled by the driver for the GPU
-/// at hand, so any GPU of the same or a later compute capability runs it.
+/// at hand, so any GPU of the same or a later compute capability runs it; PTX for an
+/// architecture's own features (`sm_90a`) runs on that architecture only.
 pub fn runs(gpu: &Gpu, arch: &str) -> bool {
-    capability_of(arch).is_some_and(|c| c <= gpu.capability)
+    let specific = arch.ends_with(|c: char| c.is_ascii_alphabetic());
+    capability_of(arch).is_some_and(|c| {
+        if specific {
+            c == gpu.capability
+        } else {
+            c <= gpu.capability
+        }
+    })
 }
 
 /// The driver's name of a result (`CUDA_ERROR_NO_DEVICE`).
@@ -176,17 +199,22 @@ fn check(r: cu::CUresult, call: &str) -> Result<(), String> {
     }
 }
 
-/// The first error of the runtime functions since the last [`take_fault`].
-static FAULT: Mutex<Option<String>> = Mutex::new(None);
+thread_local! {
+    /// The first error of the runtime functions on this thread since the last
+    /// [`take_fault`].
+    static FAULT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
 
 /// Host allocations made where managed memory was refused (freed with `free`).
 static HOST_FALLBACK: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
 fn fault(message: String) {
-    let mut f = FAULT.lock().unwrap_or_else(|e| e.into_inner());
-    if f.is_none() {
-        *f = Some(message);
-    }
+    FAULT.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            *f = Some(message);
+        }
+    });
 }
 
 /// Whether the driver is loaded and a GPU found; otherwise the fault says why. Every
@@ -203,12 +231,12 @@ fn ready() -> bool {
 }
 
 fn faulted() -> bool {
-    FAULT.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    FAULT.with(|f| f.borrow().is_some())
 }
 
-/// The first error the runtime functions met since the last call, cleared.
+/// The first error the runtime functions met on this thread since the last call, cleared.
 pub fn take_fault() -> Option<String> {
-    FAULT.lock().unwrap_or_else(|e| e.into_inner()).take()
+    FAULT.with(|f| f.borrow_mut().take())
 }
 
 /// The size of the buffer the PTX compiler's error log is written into.
@@ -299,7 +327,8 @@ extern "C" fn stream_create() -> cu::CUstream {
     }
     let mut s: cu::CUstream = std::ptr::null_mut();
     // SAFETY: an out-pointer to a local.
-    let r = unsafe { cu::cuStreamCreate(&mut s, 0) };
+    let r =
+        unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
     if let Err(e) = check(r, "cuStreamCreate") {
         fault(e);
         return std::ptr::null_mut();
@@ -349,6 +378,10 @@ extern "C" fn launch_kernel(
         return;
     }
     let dims = [gx, gy, gz, bx, by, bz];
+    if dims.contains(&0) {
+        // An empty loop (a tensor with no elements): nothing to launch.
+        return;
+    }
     let Ok(d) = dims
         .map(u32::try_from)
         .into_iter()
@@ -387,23 +420,9 @@ extern "C" fn launch_kernel(
 /// reach.
 extern "C" fn alloc(bytes: u64) -> *mut c_void {
     let size = (bytes as usize).max(1);
-    if ready() {
-        let mut p: cu::CUdeviceptr = 0;
-        // SAFETY: an out-pointer to a local.
-        let r = unsafe {
-            cu::cuMemAllocManaged(
-                &mut p,
-                size,
-                cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
-            )
-        };
-        if r == cu::CUresult::CUDA_SUCCESS && p != 0 {
-            return p as *mut c_void;
-        }
-        fault(format!(
-            "cuMemAllocManaged of {bytes} bytes: {}",
-            error_name(r)
-        ));
+    match try_managed(size) {
+        Ok(p) => return p,
+        Err(e) => fault(e),
     }
     // SAFETY: plain `malloc`; freed by `free` below, which knows it by its address.
     let host = unsafe { libc::malloc(size) };
@@ -434,11 +453,34 @@ extern "C" fn free(p: *mut c_void) {
     }
 }
 
-/// A managed buffer of `bytes` bytes ([`release`] frees it); `None` where the driver
-/// refuses (the fault says why).
-pub fn managed(bytes: usize) -> Option<*mut u8> {
-    let p = alloc(bytes as u64);
-    (!p.is_null()).then_some(p as *mut u8)
+/// `bytes` (at least one) of managed memory, or why not.
+fn try_managed(bytes: usize) -> Result<*mut c_void, String> {
+    if !ready() {
+        return Err(take_fault().unwrap_or_else(|| "no NVIDIA GPU".into()));
+    }
+    let mut p: cu::CUdeviceptr = 0;
+    // SAFETY: an out-pointer to a local.
+    let r = unsafe {
+        cu::cuMemAllocManaged(
+            &mut p,
+            bytes.max(1),
+            cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
+        )
+    };
+    if r == cu::CUresult::CUDA_SUCCESS && p != 0 {
+        Ok(p as *mut c_void)
+    } else {
+        Err(format!(
+            "cuMemAllocManaged of {bytes} bytes: {}",
+            error_name(r)
+        ))
+    }
+}
+
+/// A managed buffer of `bytes` bytes ([`release`] frees it), never host memory in its
+/// place; the error says why the driver refused.
+pub fn managed(bytes: usize) -> Result<*mut u8, String> {
+    try_managed(bytes).map(|p| p as *mut u8)
 }
 
 /// Frees what [`managed`] or the compiled code's allocation returned.
@@ -508,15 +550,19 @@ mod tests {
 
     #[test]
     fn a_gpu_runs_ptx_of_its_own_or_an_older_architecture() {
-        let h200 = Gpu {
+        let gpu = |capability| Gpu {
             ordinal: 0,
             name: "NVIDIA H200".into(),
-            capability: (9, 0),
-            context: Context(std::ptr::null_mut()),
+            capability,
+            device: 0,
+            context: OnceLock::new(),
         };
+        let h200 = gpu((9, 0));
         assert_eq!(h200.arch(), "sm_90");
         assert!(runs(&h200, "sm_70") && runs(&h200, "sm_80") && runs(&h200, "sm_90"));
         assert!(!runs(&h200, "sm_100") && !runs(&h200, "bogus"));
+        // Architecture-specific PTX runs on its own architecture only.
+        assert!(runs(&h200, "sm_90a") && !runs(&gpu((10, 0)), "sm_90a"));
     }
 
     #[test]

@@ -70,14 +70,29 @@ pub fn grid(extents: &[u64], tile: [u64; 3]) -> [u64; 3] {
     ]
 }
 
-/// The launch shape of a function's loops, the largest loop's (by its elements).
-fn function_tile(loops: &[Vec<u64>]) -> [u64; 3] {
+/// The thread tile of a function's loops (extents innermost first): the largest loop's
+/// (by its elements), its y and z widened where another loop's blocks would pass the
+/// grid's limits; `None` where no tile within a block's limits covers them all.
+fn function_tile(loops: &[Vec<u64>]) -> Option<[u64; 3]> {
     let largest = loops
         .iter()
         .max_by_key(|e| e.iter().product::<u64>())
         .cloned()
         .unwrap_or_default();
-    thread_tile(&largest).unwrap_or([BLOCK_THREADS, 1, 1])
+    let [x, mut y, mut z] = thread_tile(&largest)?;
+    for e in loops {
+        let least = |d: usize| {
+            e.get(d)
+                .copied()
+                .unwrap_or(1)
+                .max(1)
+                .div_ceil(GRID_YZ)
+                .next_power_of_two()
+        };
+        y = y.max(least(1));
+        z = z.max(least(2));
+    }
+    (z <= BLOCK_Z && x * y * z <= 1024).then_some([x, y, z])
 }
 
 /// Stages every tensor constant of `module`'s functions into a fresh buffer
@@ -209,6 +224,20 @@ unsafe fn reverse(op: mlir_sys::MlirOperation) -> Vec<Option<u64>> {
     }
 }
 
+/// Whether an op has an `scf.parallel` inside it.
+fn has_nested_parallel(op: &OperationRef<'_, '_>) -> bool {
+    let mut found = false;
+    let root = op.to_raw().ptr;
+    op.walk(melior::ir::operation::WalkOrder::PreOrder, |o| {
+        if o.to_raw().ptr != root && o.name().as_string_ref().as_str() == Ok("scf.parallel") {
+            found = true;
+            return melior::ir::operation::WalkResult::Interrupt;
+        }
+        melior::ir::operation::WalkResult::Advance
+    });
+    found
+}
+
 /// The passes [`map_loops`] runs on each function, for its thread tile.
 pub fn function_passes(tile: [u64; 3]) -> String {
     format!(
@@ -231,10 +260,10 @@ pub fn map_loops(mlir: &Mlir, module: &mut Module<'_>, what: &str) -> Result<(),
         {
             continue;
         }
-        let mut loops: Vec<mlir_sys::MlirOperation> = Vec::new();
+        let mut loops: Vec<(mlir_sys::MlirOperation, bool)> = Vec::new();
         f.walk(melior::ir::operation::WalkOrder::PreOrder, |o| {
             if o.name().as_string_ref().as_str() == Ok("scf.parallel") {
-                loops.push(o.to_raw());
+                loops.push((o.to_raw(), !has_nested_parallel(&o)));
                 // Its nested loops stay as they are.
                 return melior::ir::operation::WalkResult::Skip;
             }
@@ -243,13 +272,36 @@ pub fn map_loops(mlir: &Mlir, module: &mut Module<'_>, what: &str) -> Result<(),
         if loops.is_empty() {
             continue;
         }
-        let mut extents = Vec::with_capacity(loops.len());
-        for l in loops {
+        let name = crate::context::func_name(&f).unwrap_or_default();
+        let fail = |message: String| Error::Mlir {
+            what: what.to_string(),
+            stage: "GPU launches".into(),
+            message: format!("@{name}: {message}"),
+        };
+        let mut tiled = Vec::with_capacity(loops.len());
+        for (l, innermost) in loops {
             // SAFETY: an `scf.parallel` of the module, from linalg: no reductions.
-            let e = unsafe { reverse(l) };
-            extents.push(e.into_iter().map(|e| e.unwrap_or(1 << 20)).collect());
+            let e: Vec<u64> = unsafe { reverse(l) }
+                .into_iter()
+                .map(|e| e.unwrap_or(1 << 20))
+                .collect();
+            if innermost {
+                tiled.push(e);
+            } else if e.iter().skip(1).take(2).any(|&n| n > GRID_YZ) {
+                // A loop with a parallel loop inside (a reduction between parallel
+                // dimensions) is not tiled: each iteration is a block.
+                return Err(fail(format!(
+                    "a loop of {e:?} iterations around another is more blocks than CUDA's \
+                     grid takes ({GRID_YZ} along y and z)"
+                )));
+            }
         }
-        let tile = function_tile(&extents);
+        let tile = function_tile(&tiled).ok_or_else(|| {
+            fail(format!(
+                "loops of {tiled:?} iterations need more than 1,024 threads a block to stay \
+                 within CUDA's grid ({GRID_YZ} blocks along y and z)"
+            ))
+        })?;
         mlir.run_on_function(&f, &function_passes(tile), what)?;
     }
     mlir.verify(module, what)
@@ -359,8 +411,35 @@ mod tests {
     #[test]
     fn a_function_takes_its_largest_loops_tile() {
         // A fill of 16 rows and a product's 16x768 result: the result's tile.
-        assert_eq!(function_tile(&[vec![16], vec![768, 16]]), [256, 1, 1]);
-        assert_eq!(function_tile(&[]), [1, 1, 1]);
+        assert_eq!(function_tile(&[vec![16], vec![768, 16]]), Some([256, 1, 1]));
+        assert_eq!(function_tile(&[]), Some([1, 1, 1]));
+        // A smaller loop of many rows widens y so that its blocks fit the grid.
+        let loops = [vec![512, 512], vec![1, 100_000]];
+        let t = function_tile(&loops).expect("fits");
+        assert_eq!(t, [256, 2, 1]);
+        for e in &loops {
+            let g = grid(e, t);
+            assert!(g[1] <= GRID_YZ && g[2] <= GRID_YZ, "{e:?} {g:?}");
+        }
+        // None where no block can cover them.
+        assert_eq!(function_tile(&[vec![256, 1], vec![1, 1 << 40]]), None);
+    }
+
+    #[test]
+    fn a_bad_function_pipeline_is_an_error_not_an_abort() {
+        let mlir = Mlir::new();
+        let m = mlir
+            .parse("func.func @f() {\n  return\n}\n", "f")
+            .expect("parses");
+        let body = m.body();
+        let f = melior::ir::BlockLike::first_operation(&body).expect("a function");
+        let e = mlir
+            .run_on_function(&f, "func.func(no-such-pass)", "f")
+            .expect_err("no such pass")
+            .to_string();
+        assert!(e.contains("no-such-pass"), "{e}");
+        mlir.run_on_function(&f, &function_passes([64, 4, 1]), "f")
+            .expect("runs");
     }
 
     #[test]

@@ -28,8 +28,9 @@ pub struct Jit {
     gpu: Option<Staging>,
 }
 
-/// What a GPU module's calls need: the GPU, and the read-only buffers of mapped files
-/// (weights) already copied into its managed memory, by their address and length.
+/// What a GPU module's calls need: the GPU, and the constant arguments (weights,
+/// [`ArgRef::Constant`]) already copied into its managed memory, by their address and
+/// length.
 struct Staging {
     gpu: &'static crate::cuda::Gpu,
     weights: std::sync::Mutex<std::collections::BTreeMap<(usize, usize), usize>>,
@@ -88,7 +89,7 @@ impl Jit {
 
     /// This JIT-compiled module (lowered by [`crate::pipelines::NVPTX`]) run on `gpu`: MLIR's
     /// GPU runtime functions and the allocation functions resolved to [`crate::cuda`]'s,
-    /// each call's arguments staged into the GPU's managed memory (a mapped file's once,
+    /// each call's arguments staged into the GPU's managed memory (a constant's once,
     /// kept), its results copied out and freed there. Called before the first call (the
     /// kernels' modules load at the first lookup).
     pub fn on_gpu(mut self, gpu: &'static crate::cuda::Gpu) -> Jit {
@@ -185,6 +186,15 @@ impl Jit {
         args: &mut [ArgRef<'_>],
         results: &[TensorType],
     ) -> Result<Vec<Buffer>, Error> {
+        let mut result_shapes = Vec::with_capacity(results.len());
+        let mut out_len = 0;
+        for t in results {
+            let dims = t.static_dims().ok_or_else(|| Error::Run {
+                message: format!("{name}: result type {t} is not static"),
+            })?;
+            out_len += 3 + 2 * dims.len();
+            result_shapes.push(dims);
+        }
         let mut descs: Vec<Vec<i64>> = Vec::with_capacity(args.len());
         let mut arg_ptrs: Vec<i64> = Vec::with_capacity(args.len());
         // A GPU module's arguments, copied into managed memory for this call.
@@ -195,9 +205,15 @@ impl Jit {
         }
         for a in args.iter_mut() {
             let ptr = match (&mut *a, &self.gpu) {
-                (ArgRef::Read(b), None) => b.as_ptr() as i64,
+                (ArgRef::Read(b) | ArgRef::Constant(b), None) => b.as_ptr() as i64,
                 (ArgRef::Write(b), None) => b.as_mut_bytes().as_mut_ptr() as i64,
-                (a, Some(s)) => s.stage(a, &mut staged)? as i64,
+                (a, Some(s)) => match s.stage(a, &mut staged) {
+                    Ok(p) => p as i64,
+                    Err(e) => {
+                        s.unstage(args, staged, false);
+                        return Err(e);
+                    }
+                },
             };
             arg_ptrs.push(ptr);
             let a = a.buffer();
@@ -210,15 +226,6 @@ impl Jit {
             );
             d.extend(contiguous_strides(&a.shape()));
             descs.push(d);
-        }
-        let mut result_shapes = Vec::with_capacity(results.len());
-        let mut out_len = 0;
-        for t in results {
-            let dims = t.static_dims().ok_or_else(|| Error::Run {
-                message: format!("{name}: result type {t} is not static"),
-            })?;
-            out_len += 3 + 2 * dims.len();
-            result_shapes.push(dims);
         }
         let mut out = vec![0i64; out_len.max(1)];
         let mut out_ptr: *mut i64 = out.as_mut_ptr();
@@ -234,92 +241,31 @@ impl Jit {
         // the C interface's for the declared types; the compiled code only reads arguments
         // (`bufferization.writable = false`) except the `Write` ones, which are borrowed
         // mutably and hold exactly their type's bytes; the buffers outlive the call.
-        let called = unsafe { self.invoke_packed(name, &mut packed) }.map_err(|e| Error::Run {
-            message: format!("calling `{name}`: {e}"),
-        });
-        if let Some(s) = &self.gpu {
-            let fault = crate::cuda::take_fault();
-            s.unstage(args, staged, called.is_ok() && fault.is_none());
-            if let Some(f) = fault {
-                self.release_results(&out, &result_shapes, &arg_ptrs);
-                return Err(Error::Run {
+        let called = unsafe { self.invoke_packed(name, &mut packed) }
+            .map_err(|e| Error::Run {
+                message: format!("calling `{name}`: {e}"),
+            })
+            .and_then(|()| match (&self.gpu, crate::cuda::take_fault()) {
+                (Some(s), Some(f)) => Err(Error::Run {
                     message: format!("`{name}` on GPU {} ({}): {f}", s.gpu.ordinal, s.gpu.name),
-                });
-            }
+                }),
+                _ => Ok(()),
+            });
+        // The results are read before the staged arguments are freed (a result may be one).
+        let copied = called.and_then(|()| copy_results(name, results, &result_shapes, &out));
+        if let Some(s) = &self.gpu {
+            s.unstage(args, staged, copied.is_ok());
         }
-        called?;
-        let mut buffers = Vec::with_capacity(results.len());
-        let mut allocations: Vec<i64> = Vec::new();
+        let mut allocations = Vec::with_capacity(result_shapes.len());
         let mut at = 0;
-        for (t, dims) in results.iter().zip(&result_shapes) {
-            let rank = dims.len();
-            let d = &out[at..at + 3 + 2 * rank];
-            at += 3 + 2 * rank;
-            allocations.push(d[0]);
-            let eb = elem_bytes(t.elem);
-            let sizes: Vec<usize> = d[3..3 + rank].iter().map(|&s| s as usize).collect();
-            if sizes.iter().zip(dims).any(|(&a, &b)| a as u64 != b) {
-                return Err(Error::Run {
-                    message: format!("{name}: a result came back as {sizes:?}, expected {dims:?}"),
-                });
-            }
-            let strides: Vec<i64> = d[3 + rank..].to_vec();
-            let n: usize = sizes.iter().product();
-            let mut buf = Buffer::zeroed(t.clone(), n * eb);
-            let dst = buf.as_mut_bytes().as_mut_ptr();
-            let base = d[1] as *const u8;
-            let offset = d[2];
-            if strides == contiguous_strides(&sizes) {
-                // SAFETY: a contiguous result of `n` elements starts at `offset`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        base.offset(offset as isize * eb as isize),
-                        dst,
-                        n * eb,
-                    );
-                }
-            } else {
-                let mut idx = vec![0usize; rank];
-                for k in 0..n {
-                    let mut e = offset;
-                    for (i, &s) in idx.iter().zip(&strides) {
-                        e += *i as i64 * s;
-                    }
-                    // SAFETY: element `e` is in the result's buffer by its own sizes and
-                    // strides; `dst` holds `n * eb` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            base.offset(e as isize * eb as isize),
-                            dst.add(k * eb),
-                            eb,
-                        );
-                    }
-                    for ax in (0..rank).rev() {
-                        idx[ax] += 1;
-                        if idx[ax] < sizes[ax] {
-                            break;
-                        }
-                        idx[ax] = 0;
-                    }
-                }
-            }
-            buffers.push(buf);
-        }
-        self.free_allocations(allocations, &arg_ptrs);
-        Ok(buffers)
-    }
-
-    /// Frees the buffers of a call's results without reading them (a failed GPU call).
-    fn release_results(&self, out: &[i64], shapes: &[Vec<u64>], arg_ptrs: &[i64]) {
-        let mut at = 0;
-        let mut allocations = Vec::new();
-        for dims in shapes {
+        for dims in &result_shapes {
             if let Some(&p) = out.get(at) {
                 allocations.push(p);
             }
             at += 3 + 2 * dims.len();
         }
-        self.free_allocations(allocations, arg_ptrs);
+        self.free_allocations(allocations, &arg_ptrs);
+        copied
     }
 
     /// Frees each allocation of a call's results once: not an argument's, not a global's.
@@ -343,6 +289,72 @@ impl Jit {
     }
 }
 
+/// The results of a call, copied out of the descriptors `out` that the compiled code wrote
+/// (types `results`, extents `shapes`), each checked against its static extents.
+fn copy_results(
+    name: &str,
+    results: &[TensorType],
+    shapes: &[Vec<u64>],
+    out: &[i64],
+) -> Result<Vec<Buffer>, Error> {
+    let mut buffers = Vec::with_capacity(results.len());
+    let mut at = 0;
+    for (t, dims) in results.iter().zip(shapes) {
+        let rank = dims.len();
+        let d = &out[at..at + 3 + 2 * rank];
+        at += 3 + 2 * rank;
+        let eb = elem_bytes(t.elem);
+        let sizes: Vec<usize> = d[3..3 + rank].iter().map(|&s| s as usize).collect();
+        if sizes.iter().zip(dims).any(|(&a, &b)| a as u64 != b) {
+            return Err(Error::Run {
+                message: format!("{name}: a result came back as {sizes:?}, expected {dims:?}"),
+            });
+        }
+        let strides: Vec<i64> = d[3 + rank..].to_vec();
+        let n: usize = sizes.iter().product();
+        let mut buf = Buffer::zeroed(t.clone(), n * eb);
+        let dst = buf.as_mut_bytes().as_mut_ptr();
+        let base = d[1] as *const u8;
+        let offset = d[2];
+        if strides == contiguous_strides(&sizes) {
+            // SAFETY: a contiguous result of `n` elements starts at `offset`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    base.offset(offset as isize * eb as isize),
+                    dst,
+                    n * eb,
+                );
+            }
+        } else {
+            let mut idx = vec![0usize; rank];
+            for k in 0..n {
+                let mut e = offset;
+                for (i, &s) in idx.iter().zip(&strides) {
+                    e += *i as i64 * s;
+                }
+                // SAFETY: element `e` is in the result's buffer by its own sizes and
+                // strides; `dst` holds `n * eb` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.offset(e as isize * eb as isize),
+                        dst.add(k * eb),
+                        eb,
+                    );
+                }
+                for ax in (0..rank).rev() {
+                    idx[ax] += 1;
+                    if idx[ax] < sizes[ax] {
+                        break;
+                    }
+                    idx[ax] = 0;
+                }
+            }
+        }
+        buffers.push(buf);
+    }
+    Ok(buffers)
+}
+
 /// An argument copied into a GPU's managed memory for one call: its index among the
 /// arguments, the copy, and whether the copy is freed after the call (a weight's stays).
 struct Staged {
@@ -358,7 +370,7 @@ impl Staging {
         let b = a.buffer();
         let arg = staged.len();
         let key = (b.as_ptr() as usize, b.len);
-        let kept = matches!((a, &b.store), (ArgRef::Read(_), Store::Mapped(..)));
+        let kept = matches!(a, ArgRef::Constant(_));
         if kept
             && let Some(&p) = self
                 .weights
@@ -373,13 +385,8 @@ impl Staging {
             });
             return Ok(p as *mut u8);
         }
-        let p = crate::cuda::managed(b.len).ok_or_else(|| Error::Run {
-            message: format!(
-                "GPU {} ({}): {}",
-                self.gpu.ordinal,
-                self.gpu.name,
-                crate::cuda::take_fault().unwrap_or_else(|| "cannot allocate".into())
-            ),
+        let p = crate::cuda::managed(b.len).map_err(|e| Error::Run {
+            message: format!("GPU {} ({}): {e}", self.gpu.ordinal, self.gpu.name),
         })?;
         // SAFETY: `p` holds at least `len` bytes (managed memory the host may write), the
         // buffer `len` initialized bytes; they do not overlap.
@@ -420,6 +427,9 @@ impl Staging {
 pub enum ArgRef<'a> {
     /// Read only.
     Read(&'a Buffer),
+    /// Read only, and neither changed nor freed while the [`Jit`] lives (a weight the
+    /// runner holds): a GPU module copies it into its memory once and keeps the copy.
+    Constant(&'a Buffer),
     /// Donated: the function writes its new value into it.
     Write(&'a mut Buffer),
 }
@@ -427,7 +437,7 @@ pub enum ArgRef<'a> {
 impl ArgRef<'_> {
     fn buffer(&self) -> &Buffer {
         match self {
-            ArgRef::Read(b) => b,
+            ArgRef::Read(b) | ArgRef::Constant(b) => b,
             ArgRef::Write(b) => b,
         }
     }

@@ -650,12 +650,19 @@ impl Runner {
                         match donated {
                             Some(k) => args
                                 .push(ArgRef::Write(writes[k].take().ok_or_else(|| missing(a))?)),
-                            None => args.push(ArgRef::Read(
-                                lookup(
+                            None => {
+                                let b = lookup(
                                     a, dev, &by_name, inputs, blocks, weights, mesh_index, &results,
                                 )
-                                .ok_or_else(|| missing(a))?,
-                            )),
+                                .ok_or_else(|| missing(a))?;
+                                // Weights and mesh indices live as long as the runner.
+                                args.push(match a {
+                                    Arg::Weight { .. } | Arg::MeshIndex { .. } => {
+                                        ArgRef::Constant(b)
+                                    }
+                                    _ => ArgRef::Read(b),
+                                });
+                            }
                         }
                     }
                     if writes.iter().any(Option::is_some) {

@@ -117,3 +117,35 @@ fn the_pipeline_runs_in_two_parts_around_the_loop_mapping() {
         mlir.expand_pipeline(p, "nvptx").expect("parses");
     }
 }
+
+/// A sum over the middle dimension of 4x300x8: a parallel loop with a sequential loop and a
+/// parallel loop inside. The outer loop is not tiled (each of its iterations a block) and
+/// the program still lowers; its launch stays within the grid.
+#[test]
+fn a_reduction_between_parallel_dimensions_lowers() {
+    let module = r#"
+func.func @step(%a: tensor<4x300x8xf32>) -> tensor<4x8xf32> attributes {llvm.emit_c_interface} {
+  %z0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x8xf32>
+  %f = linalg.fill ins(%z0 : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i,k,j)->(i,k,j)>, affine_map<(i,k,j)->(i,j)>], iterator_types = ["parallel","reduction","parallel"]} ins(%a : tensor<4x300x8xf32>) outs(%f : tensor<4x8xf32>) {
+  ^bb0(%x: f32, %z: f32):
+    %s = arith.addf %x, %z : f32
+    linalg.yield %s : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+"#;
+    let mlir = Mlir::new();
+    let mut m = mlir.parse(module, "gpu module").expect("parses");
+    let pipeline = pipelines::nvptx(None);
+    mlir.run_pipeline(&mut m, &pipeline, &PipelineOptions::default(), "gpu module")
+        .expect("lowers");
+    let ll = mlir.to_llvm_ir(&m, "gpu module").expect("translates");
+    let l = launches(&ll);
+    assert!(!l.is_empty(), "{ll}");
+    for (grid, block) in &l {
+        assert!(grid[1] <= 65_535 && grid[2] <= 65_535, "{l:?}");
+        assert!(block.iter().product::<u64>() <= 1024, "{l:?}");
+    }
+}
