@@ -13,6 +13,13 @@
 #   OUT      a scratch folder (default build/gpu-check)
 # The kernels' math calls libdevice: set TESSERA_LIBDEVICE (or CUDA_HOME) where the CUDA
 # toolkit is not installed in a standard place. Needs python3 (no packages) to compare.
+#
+# On a machine without the toolchain (the lent device machines): the release binary is
+# 257 MB, 195 MB stripped, 40 MB as `strip` then `zstd -19` (under a 64 MiB carry);
+# carry it with MLIR's runner utilities (libmlir_c_runner_utils.so, libomp.so, in a
+# folder's lib/, named by TESSERA_LLVM_PREFIX) and libdevice.10.bc (PyPI's
+# nvidia-cuda-nvcc-cu12 wheel has it under nvidia/cuda_nvcc/nvvm/libdevice/), then
+# `zstd -d` the binary and pass it as TESSERA.
 set -u
 T=${1:-target/release/tessera}
 OUT=${2:-build/gpu-check}
