@@ -256,22 +256,7 @@ fn emit_lowered_llvm_object_and_ptx() {
 
     // NVIDIA GPUs get PTX; round-robin puts work on both of them.
     let gpu = tmp.path().join("gpu");
-    ok(tessera()
-        .args([
-            "compile",
-            &model("testdata/models/onnx/mlp"),
-            "--input-shape",
-            "x=4x32",
-        ])
-        .args([
-            "--target",
-            "hetero-cpu-gpu",
-            "--strategy",
-            "round-robin",
-            "-o",
-        ])
-        .arg(&gpu)
-        .args(["--emit", "ptx"]));
+    compile_mlp_on_gpus(&gpu, &["--emit", "ptx"]);
     // Each GPU gets code for its own architecture: gpu0 is an A100, gpu1 a V100.
     for (d, arch) in [("gpu0", "sm_80"), ("gpu1", "sm_70")] {
         let ptx = fs::read_to_string(gpu.join(format!("{d}.ptx"))).expect("ptx");
@@ -281,6 +266,25 @@ fn emit_lowered_llvm_object_and_ptx() {
         );
     }
     assert!(!gpu.join("cpu0.ptx").exists());
+}
+
+/// `tessera compile -o out` of the ONNX MLP (`x` 4x32) for `hetero-cpu-gpu`, round-robin
+/// (work on both GPUs), with `extra` arguments.
+fn compile_mlp_on_gpus(out: &Path, extra: &[&str]) {
+    ok(tessera()
+        .args([
+            "compile",
+            &model("testdata/models/onnx/mlp"),
+            "--input-shape",
+            "x=4x32",
+            "--target",
+            "hetero-cpu-gpu",
+            "--strategy",
+            "round-robin",
+            "-o",
+        ])
+        .arg(out)
+        .args(extra));
 }
 
 /// `mpirun -np K PROGRAM INPUT OUTDIR`.
@@ -1719,19 +1723,7 @@ fn no_gpu(e: &str) -> bool {
 fn gpu_parts_run_on_the_gpu_or_the_error_says_what_is_missing() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("mlp");
-    ok(tessera()
-        .args([
-            "compile",
-            &model("testdata/models/onnx/mlp"),
-            "--input-shape",
-            "x=4x32",
-            "--target",
-            "hetero-cpu-gpu",
-            "--strategy",
-            "round-robin",
-            "-o",
-        ])
-        .arg(&dir));
+    compile_mlp_on_gpus(&dir, &[]);
     let manifest = read_manifest(&dir);
     let archs: Vec<(String, String)> = manifest["devices"]
         .as_array()

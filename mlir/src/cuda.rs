@@ -420,8 +420,8 @@ extern "C" fn launch_kernel(
 /// reach.
 extern "C" fn alloc(bytes: u64) -> *mut c_void {
     let size = (bytes as usize).max(1);
-    match try_managed(size) {
-        Ok(p) => return p,
+    match managed(size) {
+        Ok(p) => return p.cast(),
         Err(e) => fault(e),
     }
     // SAFETY: plain `malloc`; freed by `free` below, which knows it by its address.
@@ -453,8 +453,9 @@ extern "C" fn free(p: *mut c_void) {
     }
 }
 
-/// `bytes` (at least one) of managed memory, or why not.
-fn try_managed(bytes: usize) -> Result<*mut c_void, String> {
+/// A managed buffer of `bytes` bytes (at least one; [`release`] frees it), never host
+/// memory in its place; the error says why the driver refused.
+pub fn managed(bytes: usize) -> Result<*mut u8, String> {
     if !ready() {
         return Err(take_fault().unwrap_or_else(|| "no NVIDIA GPU".into()));
     }
@@ -468,19 +469,13 @@ fn try_managed(bytes: usize) -> Result<*mut c_void, String> {
         )
     };
     if r == cu::CUresult::CUDA_SUCCESS && p != 0 {
-        Ok(p as *mut c_void)
+        Ok(p as *mut u8)
     } else {
         Err(format!(
             "cuMemAllocManaged of {bytes} bytes: {}",
             error_name(r)
         ))
     }
-}
-
-/// A managed buffer of `bytes` bytes ([`release`] frees it), never host memory in its
-/// place; the error says why the driver refused.
-pub fn managed(bytes: usize) -> Result<*mut u8, String> {
-    try_managed(bytes).map(|p| p as *mut u8)
 }
 
 /// Frees what [`managed`] or the compiled code's allocation returned.

@@ -46,28 +46,33 @@ const BLOCK_Z: u64 = 64;
 /// blocks would pass the grid's limit; `None` where even that cannot fit (more than 1,024
 /// threads a block).
 pub fn thread_tile(extents: &[u64]) -> Option<[u64; 3]> {
-    let extent = |d: usize| extents.get(d).copied().unwrap_or(1).max(1);
-    let x = extent(0).next_power_of_two().min(BLOCK_THREADS);
+    let x = extent(extents, 0).next_power_of_two().min(BLOCK_THREADS);
     let y = if extents.len() > 1 {
-        extent(1).next_power_of_two().min(BLOCK_THREADS / x)
+        extent(extents, 1)
+            .next_power_of_two()
+            .min(BLOCK_THREADS / x)
     } else {
         1
     };
     // Each of y and z at least what keeps its blocks under the grid's limit.
-    let least = |d: usize| extent(d).div_ceil(GRID_YZ).next_power_of_two();
-    let y = y.max(least(1));
-    let z = least(2);
+    let y = y.max(least_tile(extents, 1));
+    let z = least_tile(extents, 2);
     (z <= BLOCK_Z && x * y * z <= 1024).then_some([x, y, z])
+}
+
+/// Dimension `d` of a loop nest's extents (one past its rank).
+fn extent(extents: &[u64], d: usize) -> u64 {
+    extents.get(d).copied().unwrap_or(1).max(1)
+}
+
+/// The least tile of dimension `d` (1 or 2) that keeps its blocks within the grid's limit.
+fn least_tile(extents: &[u64], d: usize) -> u64 {
+    extent(extents, d).div_ceil(GRID_YZ).next_power_of_two()
 }
 
 /// The grid (x, y, z) of a loop nest, extents innermost first, tiled by `tile`.
 pub fn grid(extents: &[u64], tile: [u64; 3]) -> [u64; 3] {
-    let extent = |d: usize| extents.get(d).copied().unwrap_or(1).max(1);
-    [
-        extent(0).div_ceil(tile[0]),
-        extent(1).div_ceil(tile[1]),
-        extent(2).div_ceil(tile[2]),
-    ]
+    [0, 1, 2].map(|d| extent(extents, d).div_ceil(tile[d]))
 }
 
 /// The thread tile of a function's loops (extents innermost first): the largest loop's
@@ -81,16 +86,8 @@ fn function_tile(loops: &[Vec<u64>]) -> Option<[u64; 3]> {
         .unwrap_or_default();
     let [x, mut y, mut z] = thread_tile(&largest)?;
     for e in loops {
-        let least = |d: usize| {
-            e.get(d)
-                .copied()
-                .unwrap_or(1)
-                .max(1)
-                .div_ceil(GRID_YZ)
-                .next_power_of_two()
-        };
-        y = y.max(least(1));
-        z = z.max(least(2));
+        y = y.max(least_tile(e, 1));
+        z = z.max(least_tile(e, 2));
     }
     (z <= BLOCK_Z && x * y * z <= 1024).then_some([x, y, z])
 }

@@ -245,11 +245,14 @@ impl Jit {
             .map_err(|e| Error::Run {
                 message: format!("calling `{name}`: {e}"),
             })
-            .and_then(|()| match (&self.gpu, crate::cuda::take_fault()) {
-                (Some(s), Some(f)) => Err(Error::Run {
-                    message: format!("`{name}` on GPU {} ({}): {f}", s.gpu.ordinal, s.gpu.name),
-                }),
-                _ => Ok(()),
+            .and_then(|()| {
+                let Some(s) = &self.gpu else { return Ok(()) };
+                match crate::cuda::take_fault() {
+                    Some(f) => Err(Error::Run {
+                        message: format!("`{name}` on GPU {} ({}): {f}", s.gpu.ordinal, s.gpu.name),
+                    }),
+                    None => Ok(()),
+                }
             });
         // The results are read before the staged arguments are freed (a result may be one).
         let copied = called.and_then(|()| copy_results(name, results, &result_shapes, &out));
@@ -355,20 +358,18 @@ fn copy_results(
     Ok(buffers)
 }
 
-/// An argument copied into a GPU's managed memory for one call: its index among the
-/// arguments, the copy, and whether the copy is freed after the call (a weight's stays).
+/// An argument copied into a GPU's managed memory for one call (the n-th staged is the
+/// n-th argument's): the copy, and whether it is freed after the call (a weight's stays).
 struct Staged {
-    arg: usize,
     ptr: *mut u8,
     temporary: bool,
 }
 
 impl Staging {
-    /// The managed-memory copy of an argument: a mapped file's (a weight's) made once and
+    /// The managed-memory copy of an argument: a constant's (a weight's) made once and
     /// kept, any other made for this call (`staged` records it).
     fn stage(&self, a: &ArgRef<'_>, staged: &mut Vec<Staged>) -> Result<*mut u8, Error> {
         let b = a.buffer();
-        let arg = staged.len();
         let key = (b.as_ptr() as usize, b.len);
         let kept = matches!(a, ArgRef::Constant(_));
         if kept
@@ -379,7 +380,6 @@ impl Staging {
                 .get(&key)
         {
             staged.push(Staged {
-                arg,
                 ptr: p as *mut u8,
                 temporary: false,
             });
@@ -398,7 +398,6 @@ impl Staging {
                 .insert(key, p as usize);
         }
         staged.push(Staged {
-            arg,
             ptr: p,
             temporary: !kept,
         });
@@ -408,8 +407,8 @@ impl Staging {
     /// After a call: each donated argument's new value copied back (when the call
     /// succeeded), each temporary copy freed.
     fn unstage(&self, args: &mut [ArgRef<'_>], staged: Vec<Staged>, written: bool) {
-        for s in staged {
-            if written && let Some(ArgRef::Write(b)) = args.get_mut(s.arg) {
+        for (a, s) in args.iter_mut().zip(staged) {
+            if written && let ArgRef::Write(b) = a {
                 let dst = b.as_mut_bytes();
                 // SAFETY: the copy holds the argument's `len` bytes, which the call
                 // updated in place; the kernels are done (every launch is waited for).

@@ -171,19 +171,6 @@ fn jit_device(
     Ok(make(&m))
 }
 
-/// A device's module through the CPU pipeline and the JIT (the GPU's under
-/// [`GpuDevices::OnGpu`]).
-fn jit(
-    mlir: &Mlir,
-    manifest: &Manifest,
-    d: &crate::manifest::ManifestDevice,
-    text: &str,
-    opt_level: usize,
-    gpus: GpuDevices,
-) -> Result<Jit, Error> {
-    jit_device(mlir, manifest, d, text, opt_level, gpus, false)
-}
-
 /// With [`GpuDevices::OnGpu`], the program must have an NVIDIA device.
 fn check_gpus(manifest: &Manifest, gpus: GpuDevices) -> Result<(), Error> {
     if gpus == GpuDevices::OnGpu && !manifest.devices.iter().any(|d| d.lowering == "nvptx") {
@@ -228,22 +215,28 @@ fn dir_weights(dir: &Path, manifest: &Manifest) -> Result<BTreeMap<String, Buffe
     }
 }
 
-/// Each device's module marked for profiling ([`profile::instrument`]) through the CPU
-/// pipeline and the JIT; the marks' sites, numbered across the devices in manifest order.
-fn jit_profiled(
+/// Each device's module through its pipeline and the JIT ([`jit_device`]), marked for
+/// profiling ([`profile::instrument`]) where `profiled`; the marks' sites, numbered
+/// across the devices in manifest order (none unmarked).
+fn jit_all(
     mlir: &Mlir,
     manifest: &Manifest,
     text_of: &mut dyn FnMut(&crate::manifest::ManifestDevice) -> Result<String, Error>,
     opt_level: usize,
     gpus: GpuDevices,
+    profiled: bool,
 ) -> Result<(BTreeMap<String, Jit>, Vec<profile::Site>), Error> {
     check_gpus(manifest, gpus)?;
     let mut jits = BTreeMap::new();
     let mut sites = Vec::new();
     for d in &manifest.devices {
-        let (text, more) = profile::instrument(&text_of(d)?, &d.name, sites.len())?;
-        sites.extend(more);
-        let jit = jit_device(mlir, manifest, d, &text, opt_level, gpus, true)?;
+        let mut text = text_of(d)?;
+        if profiled {
+            let (marked, more) = profile::instrument(&text, &d.name, sites.len())?;
+            sites.extend(more);
+            text = marked;
+        }
+        let jit = jit_device(mlir, manifest, d, &text, opt_level, gpus, profiled)?;
         jits.insert(d.name.clone(), jit);
     }
     Ok((jits, sites))
@@ -304,13 +297,14 @@ impl Runner {
         gpus: GpuDevices,
     ) -> Result<Runner, Error> {
         let start = Instant::now();
-        check_gpus(&manifest, gpus)?;
-        let mut jits = BTreeMap::new();
-        for d in &manifest.devices {
-            let text = module_of(modules, d)?;
-            let jit = jit(mlir, &manifest, d, text, opt_level, gpus)?;
-            jits.insert(d.name.clone(), jit);
-        }
+        let (jits, _) = jit_all(
+            mlir,
+            &manifest,
+            &mut |d| module_of(modules, d).cloned(),
+            opt_level,
+            gpus,
+            false,
+        )?;
         Runner::with_engines(manifest, jits, buffers(&weights), start)
     }
 
@@ -325,12 +319,13 @@ impl Runner {
         gpus: GpuDevices,
     ) -> Result<(Runner, Vec<profile::Site>), Error> {
         let start = Instant::now();
-        let (jits, sites) = jit_profiled(
+        let (jits, sites) = jit_all(
             mlir,
             &manifest,
             &mut |d| module_of(modules, d).cloned(),
             opt_level,
             gpus,
+            true,
         )?;
         Ok((
             Runner::with_engines(manifest, jits, buffers(&weights), start)?,
@@ -437,12 +432,12 @@ impl Runner {
                     Some(why) => {
                         stale.push(format!("{} ({why})", lib.file));
                         let mlir = mlir.get_or_insert_with(Mlir::new);
-                        jit(mlir, &manifest, d, &text, opt_level, gpus)?
+                        jit_device(mlir, &manifest, d, &text, opt_level, gpus, false)?
                     }
                 },
                 _ => {
                     let mlir = mlir.get_or_insert_with(Mlir::new);
-                    jit(mlir, &manifest, d, &text, opt_level, gpus)?
+                    jit_device(mlir, &manifest, d, &text, opt_level, gpus, false)?
                 }
             };
             jits.insert(d.name.clone(), engine);
@@ -467,12 +462,13 @@ impl Runner {
     ) -> Result<(Runner, Vec<profile::Site>), Error> {
         let manifest = read_manifest(dir)?;
         let start = Instant::now();
-        let (jits, sites) = jit_profiled(
+        let (jits, sites) = jit_all(
             &Mlir::new(),
             &manifest,
             &mut |d| read(&dir.join(&d.module)),
             opt_level,
             gpus,
+            true,
         )?;
         let weights = dir_weights(dir, &manifest)?;
         Ok((Runner::with_engines(manifest, jits, weights, start)?, sites))

@@ -221,7 +221,7 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
             graph,
             "the standard set",
             &*target,
-            device,
+            (device, gpus),
             req,
             &mut shares,
         )?;
@@ -230,7 +230,7 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
     for path in req.models {
         let graph = super::load_model(path, req.shapes)?;
         let what = path.display().to_string();
-        measure_model(graph, &what, &*target, device, req, &mut shares)?;
+        measure_model(graph, &what, &*target, (device, gpus), req, &mut shares)?;
         measured_models.push(what);
     }
     let mut text = String::new();
@@ -309,23 +309,18 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
     ))
 }
 
-/// Compiles `graph` with every op on `device`, runs it marked, and adds each op's share of
-/// its kernel's median time to `shares`.
+/// Compiles `graph` with every op on `device` (run where `gpus` says), runs it marked, and
+/// adds each op's share of its kernel's median time to `shares`.
 fn measure_model(
     graph: Graph,
     what: &str,
     target: &dyn Target,
-    device: usize,
+    (device, gpus): (usize, tessera_mlir::GpuDevices),
     req: &CalibrateRequest<'_>,
     shares: &mut Shares,
 ) -> Result<()> {
     let spec = target.spec();
     let name = &spec.devices[device].name;
-    let gpus = if spec.devices[device].lowering == "nvptx" {
-        tessera_mlir::GpuDevices::OnGpu
-    } else {
-        tessera_mlir::GpuDevices::OnCpu
-    };
     let mut graph = super::run::default_passes(graph, Path::new(what))?;
     let ops: Vec<OpId> = graph.ops().to_vec();
     for op in ops {
