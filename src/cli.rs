@@ -99,14 +99,16 @@ enum Command {
     ///
     /// Each MODEL (.tir, or .onnx which is imported; symbolic dimensions bound with
     /// `--input-shape`) is compiled for the target with every op on DEVICE, JIT-compiled on
-    /// this CPU with a mark after every kernel call, and run once to warm up and then
-    /// `--repeat` times on the inputs given with `--input` (one MODEL), else made-up ones
-    /// (floats in [-1, 1), integers and booleans one). Each kernel
-    /// call's median time is shared among the ops it computes in proportion to their
-    /// modelled times; an op met several times with the same operand types gets the median
-    /// of its shares. Without MODEL, a standard set of op shapes is measured (products, a
-    /// convolution, softmax, layer norm, elementwise ops, a transpose). Only `cpu` devices
-    /// can be measured here.
+    /// this CPU (an NVIDIA GPU device: on this machine's GPU) with a mark after every kernel
+    /// call, and run to warm up (once, then for 50 ms) and then `--repeat` times on the
+    /// inputs given with `--input` (one MODEL), else made-up ones (floats in [-1, 1),
+    /// integers and booleans one); a model with symbolic dimensions again with each of them
+    /// doubled, and all of them. Each kernel call's median time is shared among the ops it
+    /// computes in proportion to their modelled times; an op met several times with the same
+    /// operand types gets the mean of its shares. Each op kind, operand pattern (an op's
+    /// types with the doubled extents `?`) and any op gets a scale in FLOPs and bytes for
+    /// the shapes not measured. Without MODEL, a standard set of op shapes is measured
+    /// (products, convolutions, softmax, layer norm, elementwise ops, a transpose).
     #[command(after_help = "Examples:\n  \
         tessera calibrate --target cpu --device cpu0 -o calib.toml\n  \
         tessera calibrate --target cpu --device cpu0 -o calib.toml model.onnx --input-shape x=1x3x224x224\n  \
@@ -673,13 +675,13 @@ struct RunArgs {
     /// A directory holding `<name>.toml` target files; repeatable.
     #[arg(long = "target-path", value_name = "DIR")]
     target_path: Vec<PathBuf>,
-    /// Run the compiled program N times (after a warm-up run when N > 1) and print the median
+    /// Run the compiled program N times (after warm-up runs when N > 1: a first one, then 50 ms of them) and print the median
     /// time on standard error.
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
     /// Measure a compiled directory kernel by kernel: its modules are JIT-compiled with a
-    /// mark after every kernel call, run `--repeat` times (default 20 here) after a warm-up
-    /// run, and each kernel's and step's median time is set beside the compile's prediction
+    /// mark after every kernel call, run `--repeat` times (default 20 here) after warm-up
+    /// runs (a first one, then 50 ms of them), and each kernel's and step's median time is set beside the compile's prediction
     /// (its ops' modelled seconds): a table on standard error, and DIR/report.json's
     /// `measured` (DIR/report.html draws it).
     #[arg(long)]
@@ -719,9 +721,22 @@ struct CalibrateArgs {
     /// input. Without it the inputs are made up.
     #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
     inputs: Vec<crate::commands::run::Binding>,
-    /// Timed runs of each model, after one warm-up run.
+    /// Timed runs of each model, after warm-up runs (a first one, then 50 ms of them).
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     repeat: u64,
+    /// Measure each model at its given shapes only. By default a model with symbolic
+    /// dimensions is measured again with each of them doubled (the inputs of `--input`
+    /// tiled along them, each block twice), so that the scales see how its ops' times grow
+    /// with them; a model that does not compile at those shapes is measured at the given
+    /// ones only, with a warning.
+    #[arg(long = "one-shape")]
+    one_shape: bool,
+    /// Measure nothing: merge the measurements of DEVICE in these calibration files (one
+    /// met in several takes the median of their seconds) and fit the scales again to all
+    /// of them (those that give their op's work, as `calibrate` writes them), the files'
+    /// operand patterns among them; repeatable.
+    #[arg(long, value_name = "FILE")]
+    merge: Vec<PathBuf>,
     /// Threads for the compiled code's parallel loops (OpenMP): from 1 to 1024. Default:
     /// `OMP_NUM_THREADS`, else one per core.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -923,6 +938,8 @@ pub fn main_named(name: &str) -> ExitCode {
                 repeat: usize::try_from(a.repeat).unwrap_or(usize::MAX),
                 shapes: &a.shapes.input_shapes,
                 bindings: &a.inputs,
+                one_shape: a.one_shape,
+                merge: &a.merge,
             })
         }),
         Command::Opt(a) => crate::commands::opt::run(&crate::commands::opt::OptRequest {

@@ -1452,7 +1452,7 @@ fn profile_measures_each_kernel_call_beside_the_prediction() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("profile: 3 runs after a warm-up run; steps")
+        err.contains("profile: 3 runs after a warm-up; steps")
             && err.contains("step  device")
             && err.contains("kernel (longest 15 of")
             && err.contains("profile: wrote"),
@@ -1533,47 +1533,64 @@ fn calibrate_cpu() -> assert_cmd::Command {
     cmd
 }
 
-/// `tessera calibrate` measures a model's ops on the CPU and writes a calibration file that
-/// reads back; a compile with it models each measured op at the measured time (and at
-/// other times without it).
+/// `tessera calibrate` measures a model's ops on the CPU, at its given shapes and with its
+/// symbolic dimension doubled, and writes a calibration file that reads back; a compile
+/// with it models each measured op at the measured time (and at other times without it),
+/// and an op at a shape not measured by the scale of its operand pattern. `--one-shape`
+/// measures the given shapes only; `--merge` merges files and fits the scales again.
 #[test]
 fn calibration_round_trip() {
     let tmp = tempfile::tempdir().expect("tmp");
     let calib = tmp.path().join("calib.toml");
-    let said = ok(calibrate_cpu()
-        .args([
-            "--repeat",
-            "3",
-            "testdata/models/mlp.tir",
-            "--input-shape",
-            "x=4x16",
-            "--input",
-            "x=testdata/models/mlp.input.npy",
-            "-o",
-        ])
-        .arg(&calib));
+    let mlp = [
+        "--repeat",
+        "3",
+        "testdata/models/mlp.tir",
+        "--input-shape",
+        "x=4x16",
+        "--input",
+        "x=testdata/models/mlp.input.npy",
+        "-o",
+    ];
+    let said = ok(calibrate_cpu().args(mlp).arg(&calib));
     assert!(
-        said.contains("(4 measurements and 4 scales of testdata/models/mlp.tir on cpu0)"),
+        said.contains(
+            "(8 measurements and 6 scales of testdata/models/mlp.tir, testdata/models/mlp.tir \
+             at x=8x16 on cpu0)"
+        ),
         "{said}"
     );
     let text = fs::read_to_string(&calib).expect("calibration");
     let file = tessera_targets::Calibration::parse(&text, "calib.toml").expect("reads back");
     // The MLP's kernels (the passes make each product and its bias a gemm): the first
-    // gemm with its relu, the second, the softmax.
+    // gemm with its relu, the second, the softmax; each at 4 and 8 rows.
     for op in ["op = \"gemm\"", "op = \"relu\"", "op = \"softmax\""] {
         assert!(text.contains(op), "{op}\n{text}");
     }
+    for rows in [4, 8] {
+        let operands = format!("operands = [\"f32[{rows}, 16]\", \"f32[16, 32]\", \"f32[32]\"]");
+        assert!(text.contains(&operands), "{text}");
+    }
+    assert_eq!(file.len(), 8, "{text}");
+    // Each measurement with its op's work: the first gemm's 2·4·16·32 FLOPs and its bias's
+    // 4·32, its operands' and result's 4·(4·16 + 16·32 + 32 + 4·32) bytes.
     assert!(
-        text.contains("operands = [\"f32[4, 16]\", \"f32[16, 32]\", \"f32[32]\"]"),
+        text.contains("seconds = ") && text.contains("flops = 4.224e3\nbytes = 2.944e3\n"),
         "{text}"
     );
-    assert_eq!(file.len(), 4, "{text}");
-    // A scale per op measured and one for any op, for the shapes not measured.
-    assert_eq!(file.scales(), 4, "{text}");
-    assert!(
-        text.contains("[[scale]]\ndevice = \"cpu0\"\nop = \"gemm\"\nfactor = "),
-        "{text}"
-    );
+    // A scale per op measured and one for any op, and one per gemm's operand pattern (the
+    // relu and the softmax have one each, whose scale is their op's).
+    assert_eq!(file.scales(), 6, "{text}");
+    let parsed: toml::Value = toml::from_str(&text).expect("toml");
+    let scales = parsed["scale"].as_array().expect("scales");
+    let gemm16 = scales
+        .iter()
+        .find(|s| {
+            s.get("operands")
+                .is_some_and(|o| o.as_array().expect("operands")[0].as_str() == Some("f32[?, 16]"))
+        })
+        .unwrap_or_else(|| panic!("no [?, 16] gemm scale\n{text}"));
+    let term = |k: &str| gemm16[k].as_float().expect(k);
     let measured: Vec<f64> = text
         .lines()
         .filter_map(|l| l.strip_prefix("seconds = "))
@@ -1581,17 +1598,25 @@ fn calibration_round_trip() {
         .collect();
     assert_eq!(measured.len(), file.len());
     assert!(measured.iter().all(|&s| s > 0.0), "{text}");
-    let op_seconds = |extra: &[&std::ffi::OsStr], out: &str| {
+    // The measurements at 4 rows.
+    let at4: Vec<f64> = parsed["measurement"]
+        .as_array()
+        .expect("measurements")
+        .iter()
+        .filter(|m| {
+            m["operands"].as_array().expect("operands")[0]
+                .as_str()
+                .is_some_and(|t| t.starts_with("f32[4,"))
+        })
+        .map(|m| m["seconds"].as_float().expect("seconds"))
+        .collect();
+    assert_eq!(at4.len(), 4, "{text}");
+    let op_seconds = |rows: u32, extra: &[&std::ffi::OsStr], out: &str| {
         let dir = tmp.path().join(out);
         ok(tessera()
-            .args([
-                "compile",
-                "testdata/models/mlp.tir",
-                "--target",
-                "cpu",
-                "--input-shape",
-                "x=4x16",
-            ])
+            .args(["compile", "testdata/models/mlp.tir", "--target", "cpu"])
+            .arg("--input-shape")
+            .arg(format!("x={rows}x16"))
             .args(extra)
             .arg("-o")
             .arg(&dir));
@@ -1607,17 +1632,78 @@ fn calibration_round_trip() {
         v.sort_by(f64::total_cmp);
         v
     };
-    let calibrated = op_seconds(&["--calibration".as_ref(), calib.as_os_str()], "calibrated");
-    let modelled = op_seconds(&[], "modelled");
+    let with = ["--calibration".as_ref(), calib.as_os_str()];
+    let calibrated = op_seconds(4, &with, "calibrated");
+    let modelled = op_seconds(4, &[], "modelled");
     // (A time in op_seconds is a span of the simulated timeline: its end less its start.)
     let among = |s: f64, v: &[f64]| v.iter().any(|&t| (t - s).abs() <= 1e-9 * s);
-    for &s in &measured {
+    for &s in &at4 {
         assert!(among(s, &calibrated), "{s} not among {calibrated:?}");
         assert!(
             !among(s, &modelled),
             "{s} among the roofline's {modelled:?}"
         );
     }
+    // At 12 rows, not measured: the first gemm by its pattern's scale, its work 2·12·16·32
+    // + 12·32 FLOPs and 4·(12·16 + 16·32 + 32 + 12·32) bytes.
+    let at12 = op_seconds(12, &with, "at12");
+    let expected =
+        term("overhead") + term("flop_seconds") * 12672.0 + term("byte_seconds") * 4480.0;
+    assert!(
+        among(expected, &at12),
+        "{expected} not among {at12:?}\n{text}"
+    );
+    // --one-shape: the given shapes only.
+    let one = tmp.path().join("one.toml");
+    let said = ok(calibrate_cpu().arg("--one-shape").args(mlp).arg(&one));
+    assert!(
+        said.contains("(4 measurements and 4 scales of testdata/models/mlp.tir on cpu0)"),
+        "{said}"
+    );
+    // --merge: every measurement of both (those met twice at the median of the two: the
+    // upper one), the scales fitted again, the operand patterns among them.
+    let merged = tmp.path().join("merged.toml");
+    let said = ok(calibrate_cpu()
+        .arg("--merge")
+        .arg(&calib)
+        .arg("--merge")
+        .arg(&one)
+        .arg("-o")
+        .arg(&merged));
+    assert!(said.contains("(8 measurements and 6 scales of "), "{said}");
+    let text = fs::read_to_string(&merged).expect("merged");
+    assert!(
+        text.contains("op = \"gemm\"\noperands = [\"f32[?,16]\", \"f32[16,32]\", \"f32[32]\"]"),
+        "{text}"
+    );
+    let seconds = |path: &std::path::Path| -> Vec<f64> {
+        let v: toml::Value =
+            toml::from_str(&fs::read_to_string(path).expect("read")).expect("toml");
+        v["measurement"]
+            .as_array()
+            .expect("measurements")
+            .iter()
+            .map(|m| m["seconds"].as_float().expect("seconds"))
+            .collect()
+    };
+    let (a, b, m) = (seconds(&calib), seconds(&one), seconds(&merged));
+    // The first measurement (the first gemm at 4 rows) is in both.
+    assert_eq!(m[0], a[0].max(b[0]), "{a:?} {b:?} {m:?}");
+    assert_eq!(m.len(), 8);
+    let e = fails(
+        calibrate_cpu()
+            .arg("--merge")
+            .arg(&one)
+            .args(["testdata/models/mlp.tir", "-o"])
+            .arg(tmp.path().join("x.toml")),
+    );
+    assert!(
+        e.contains(
+            "--merge reads calibration files and measures nothing: give no MODEL, --input or \
+             --one-shape with it"
+        ),
+        "{e}"
+    );
 }
 
 /// Profiling and calibration errors: `--profile` of a model, a device that is not the

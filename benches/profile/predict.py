@@ -11,33 +11,37 @@ runs, with `--threads 1`:
                median run's wall time, with the runner's copies of inputs and outputs,
                is the `run` column);
   calibrated   `tessera calibrate --target cpu --device cpu0 MODEL --input ...` (the
-               sample inputs) first, then the same with `--calibration`: the model's own
-               shapes measured;
+               sample inputs; --runs times, merged: each op's median) first, then the same
+               with `--calibration`: the model's own shapes measured;
   others       the calibration of every OTHER model and of the standard set (`tessera
-               calibrate` without a model), merged: the model's shapes mostly not measured,
-               so its time comes from the scales (measured / modelled per op kind) and the
-               shapes other models share with it. Merged: a measurement met in several files
-               takes the median of its seconds, a scale the median of its factors.
+               calibrate` without a model), merged (`tessera calibrate --merge`: a
+               measurement met in several files takes the median of its seconds, and the
+               scales are fitted again to them all): the model's shapes mostly not
+               measured, so its time comes from the scales (per op kind, its FLOPs and
+               bytes) and the shapes other models share with it.
 
   other shape  the model's own calibration (its sample shapes measured) for the model at
                another shape: its first symbolic dimension (a batch, GPT-2's positions)
                times --scale, the sample inputs tiled along it; none for a model of
-               static shapes. The shapes are not measured, so the time comes from the
-               scales, as for a model compiled at a new batch size.
+               static shapes. The shapes are not measured (`calibrate` measures the model
+               at its sample shapes and with every symbolic dimension doubled, x2, not
+               x4), so the time comes from the scales, as for a model compiled at a new
+               batch size.
 
-Output: a markdown table on stdout and in --out. Needs only Python 3.11 (tomllib) and a
+Each compiled model is profiled --runs times, each in a process of its own, and the
+median steps' time counts: this machine's speed moves between processes.
+
+Output: a markdown table on stdout and in --out. Needs only Python 3 and a
 release build of tessera.
 """
 
 import argparse
 import ast
 import json
-import statistics
 import struct
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,38 +119,27 @@ def run(cmd):
     return p
 
 
-def profile_error(tessera, d, out, calibration, repeat, io=None):
+def profile_error(tessera, d, out, calibration, repeat, runs, io=None):
+    """(predicted, measured, error, run) seconds of the compiled model: the median of
+    `runs` profiles' steps (each a process of its own), the run time of that profile."""
     shapes, inputs = io or io_args(d)
     cmd = [tessera, "compile", d / "model.onnx", "--target", "cpu", *shapes, "-o", out]
     if calibration:
         cmd += ["--calibration", calibration]
     run(cmd)
-    run([tessera, "run", out, *inputs, "--profile", "--repeat", str(repeat), "--threads", "1"])
-    m = json.loads((Path(out) / "report.json").read_text())["measured"]
+    each = []
+    for _ in range(runs):
+        run([tessera, "run", out, *inputs, "--profile", "--repeat", str(repeat), "--threads",
+             "1"])
+        each.append(json.loads((Path(out) / "report.json").read_text())["measured"])
+    each.sort(key=lambda m: m["measured"])
+    m = each[len(each) // 2]
     return m["predicted"], m["measured"], m["error"], m["run"]
 
 
-def merge(files, out):
-    seconds, factors = {}, {}
-    for f in files:
-        data = tomllib.loads(Path(f).read_text())
-        for m in data.get("measurement", []):
-            key = (m["device"], m["op"], tuple(m.get("operands", [])))
-            seconds.setdefault(key, []).append(m["seconds"])
-        for s in data.get("scale", []):
-            key = (s["device"], s.get("op"))
-            factors.setdefault(key, []).append(s["factor"])
-    lines = []
-    for (dev, op, operands), v in sorted(seconds.items()):
-        ops = ", ".join(json.dumps(o) for o in operands)
-        lines.append(
-            f"[[measurement]]\ndevice = {json.dumps(dev)}\nop = {json.dumps(op)}\n"
-            f"operands = [{ops}]\nseconds = {statistics.median(v)!r}\n"
-        )
-    for (dev, op), v in sorted(factors.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        o = f"op = {json.dumps(op)}\n" if op else ""
-        lines.append(f"[[scale]]\ndevice = {json.dumps(dev)}\n{o}factor = {statistics.median(v)!r}\n")
-    Path(out).write_text("\n".join(lines))
+def merge(tessera, files, out):
+    args = [x for f in files for x in ("--merge", f)]
+    run([tessera, "calibrate", "--target", "cpu", "--device", "cpu0", *args, "-o", out])
 
 
 def main():
@@ -155,6 +148,10 @@ def main():
     ap.add_argument("--tessera", default=str(REPO / "target" / "release" / "tessera"))
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--scale", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3,
+                    help="profiles of each compiled model (processes of their own; the "
+                         "median steps' time counts): this machine's speed moves between "
+                         "processes")
     ap.add_argument("--out")
     a = ap.parse_args()
     dirs = list(model_dirs(a.roots))
@@ -169,23 +166,30 @@ def main():
             shapes, inputs = io_args(d)
             f = tmp / f"{d.name}.toml"
             print(f"[{d.name}] calibrating", file=sys.stderr)
-            run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0", "--threads",
-                 "1", "--repeat", str(a.repeat), d / "model.onnx", *shapes, *inputs, "-o", f])
+            each = []
+            for k in range(a.runs):
+                each.append(tmp / f"{d.name}-{k}.toml")
+                run([a.tessera, "calibrate", "--target", "cpu", "--device", "cpu0",
+                     "--threads", "1", "--repeat", str(a.repeat), d / "model.onnx", *shapes,
+                     *inputs, "-o", each[-1]])
+            merge(a.tessera, each, f)
             calib[d.name] = f
         for d in dirs:
             print(f"[{d.name}] profiling", file=sys.stderr)
             others = tmp / f"others-{d.name}.toml"
-            merge([std] + [f for n, f in calib.items() if n != d.name], others)
+            merge(a.tessera, [std] + [f for n, f in calib.items() if n != d.name], others)
             row = [d.name]
             for c in (None, calib[d.name], others):
-                row.append(profile_error(a.tessera, d, tmp / f"out-{d.name}", c, a.repeat))
+                row.append(profile_error(a.tessera, d, tmp / f"out-{d.name}", c, a.repeat,
+                                         a.runs))
             io = scaled_io(d, tmp, a.scale)
             if io is None:
                 row.append(None)
             else:
                 print(f"[{d.name}] profiling at another shape", file=sys.stderr)
                 row.append((io[0][1::2], profile_error(
-                    a.tessera, d, tmp / f"out-{d.name}-x", calib[d.name], a.repeat, io)))
+                    a.tessera, d, tmp / f"out-{d.name}-x", calib[d.name], a.repeat, a.runs,
+                    io)))
             rows.append(row)
     head = ("| model | run ms | steps ms | roofline ms | error | calibrated ms | error "
             "| calibrated on the others ms | error | other shape | steps ms "

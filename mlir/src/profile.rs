@@ -211,6 +211,10 @@ pub fn start(capacity: usize) {
     let mut marks = MARKS.lock().unwrap_or_else(|e| e.into_inner());
     marks.clear();
     marks.reserve(capacity);
+    // Touched now, so that no mark takes a page fault.
+    let now = Instant::now();
+    marks.resize(capacity, (0, now));
+    marks.clear();
 }
 
 /// The marks recorded since [`start`], in order.

@@ -87,6 +87,24 @@ pub fn load_model_for(path: &Path, shapes: &[InputShape], training: bool) -> Res
     verified(graph, path, " after --input-shape")
 }
 
+/// A model's inputs as the file declares them (before `--input-shape` binds anything):
+/// each one's name and type.
+pub fn declared_inputs(path: &Path) -> Result<Vec<(String, TensorType)>> {
+    check_readable(path)?;
+    if tessera_onnx::is_onnx_path(path) {
+        return Ok(tessera_onnx::model_inputs(path)?.1);
+    }
+    let graph = text::load(path)?;
+    Ok(graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let name = graph.value(v).name.clone().unwrap_or_else(|| v.to_string());
+            (name, graph.ty(v).clone())
+        })
+        .collect())
+}
+
 /// Adds to a failure the inputs whose extents are still symbolic, when there are any: an
 /// unbound dimension is the usual cause of a shape error or an unsized buffer, and the user
 /// may not know that `--input-shape` exists.

@@ -2,7 +2,8 @@
 //! and set beside the compile's prediction.
 //!
 //! Every device module of DIR is JIT-compiled with a mark after each kernel call
-//! ([`tessera_mlir::profile`]), run once to warm up and then `--repeat` times; each kernel
+//! ([`tessera_mlir::profile`]), run to warm up (once, then for 50 ms: a program of microseconds
+//! runs steadily only after hundreds of calls) and then `--repeat` times; each kernel
 //! call's median time is compared with the modelled seconds of the ops it computes (the
 //! compile's `report.json` `op_seconds`), each step's with its ops', and the steps' total
 //! with the simulated latency (the runner's work around the steps, copying inputs and
@@ -27,7 +28,7 @@ use crate::report::{self, Measured, MeasuredKernel, MeasuredStep};
 /// Kernels the printed table lists (the longest); `report.json` has all.
 const LISTED: usize = 15;
 
-/// Runs a marked program once to warm up, then `runs` times: each timed run's times, and
+/// Runs a marked program to warm up ([`super::run::WARM_UP`]), then `runs` times: each timed run's times, and
 /// the last run's outputs.
 pub fn measure(
     runner: &Runner,
@@ -35,11 +36,13 @@ pub fn measure(
     sites: &[Site],
     runs: usize,
 ) -> Result<(Vec<RunTimes>, Vec<Tensor>)> {
-    // Room for every call's marks (the warm-up's too), so that recording does not allocate.
-    profile::start((runs.max(1) + 1) * (2 * sites.len() + 16));
-    let (clocks, outputs) = super::run::call_runs(runner, inputs, runs, true)?;
+    // The warm-up's marks are forgotten; room for every timed call's, so that recording
+    // does not allocate.
+    let (clocks, outputs) = super::run::call_runs(runner, inputs, runs, true, &mut || {
+        profile::start(runs.max(1) * (2 * sites.len() + 16));
+    })?;
     let marks = profile::take();
-    // Each timed call's marks: those between its start and end (the warm-up's come before).
+    // Each timed call's marks: those between its start and end.
     let mut rest = &marks[..];
     let mut times = Vec::with_capacity(clocks.len());
     for &(start, end) in &clocks {
@@ -167,7 +170,7 @@ pub fn table(m: &Measured) -> String {
     };
     let _ = writeln!(
         t,
-        "profile: {} runs after a warm-up run; steps {} us (median), {predicted}; median run \
+        "profile: {} runs after a warm-up; steps {} us (median), {predicted}; median run \
          {} us with the runner's work",
         m.runs,
         us(m.measured),

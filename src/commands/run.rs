@@ -130,8 +130,9 @@ fn show_outputs(output_dir: Option<&Path>, labels: &[String], outputs: &[Tensor]
     }
 }
 
-/// Runs a JIT runner `exec.repeat` times (after one untimed warm-up run when repeating: the
-/// JIT materializes code on first call); prints the timing on stderr. What is timed is the
+/// Runs a JIT runner `exec.repeat` times (after untimed warm-up runs when repeating: the
+/// JIT materializes code on first call, and caches, branch predictors and the clock
+/// frequency settle over the next; see [`WARM_UP`]); prints the timing on stderr. What is timed is the
 /// call on inputs already in the program's buffers, its outputs left in its own, as
 /// `iree-benchmark-module` times a function: each run gets a fresh copy of the inputs (a
 /// step that donates its state writes them), made before its clock starts, and only the
@@ -141,7 +142,7 @@ fn time_runs(
     inputs: &[Tensor],
     exec: &Execution<'_>,
 ) -> Result<Vec<Tensor>> {
-    let (clocks, outputs) = call_runs(runner, inputs, exec.repeat, exec.repeat > 1)?;
+    let (clocks, outputs) = call_runs(runner, inputs, exec.repeat, exec.repeat > 1, &mut || {})?;
     let mut times: Vec<f64> = clocks
         .iter()
         .map(|(start, end)| end.duration_since(*start).as_secs_f64() * 1e3)
@@ -167,14 +168,20 @@ fn time_runs(
 /// A call's start and end.
 pub(crate) type Clock = (Instant, Instant);
 
-/// Calls `runner` `runs` times (at least once; after one untimed warm-up call when
-/// `warm_up`), each on a fresh copy of `inputs` made before its clock starts: each call's
-/// start and end, and the last call's outputs.
+/// How long untimed runs go on before the timed ones (at least one run): a program of a few
+/// microseconds runs steadily only after hundreds of calls (its first ones take twice as
+/// long on a 2-core Xeon), one of many milliseconds after one.
+pub(crate) const WARM_UP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Calls `runner` `runs` times (at least once; after [`WARM_UP`] of untimed calls when
+/// `warm_up`, then `ready`), each on a fresh copy of `inputs` made before its clock starts:
+/// each call's start and end, and the last call's outputs.
 pub(crate) fn call_runs(
     runner: &tessera_mlir::Runner,
     inputs: &[Tensor],
     runs: usize,
     warm_up: bool,
+    ready: &mut dyn FnMut(),
 ) -> Result<(Vec<Clock>, Vec<Tensor>)> {
     tessera_mlir::jit::retain_freed_memory();
     let encoded: Vec<tessera_mlir::jit::Buffer> = inputs
@@ -182,8 +189,14 @@ pub(crate) fn call_runs(
         .map(tessera_mlir::jit::Buffer::from_tensor)
         .collect();
     if warm_up {
+        // The first call JIT-compiles; the warm-up's clock starts after it.
         runner.run_buffers(&mut encoded.clone())?;
+        let start = Instant::now();
+        while start.elapsed() < WARM_UP {
+            runner.run_buffers(&mut encoded.clone())?;
+        }
     }
+    ready();
     let mut clocks = Vec::with_capacity(runs.max(1));
     let mut last = None;
     for _ in 0..runs.max(1) {

@@ -1531,7 +1531,7 @@ fn measured(h: &mut String, d: &ReportData) {
     let _ = writeln!(
         h,
         "<section id=\"measured\">\n<h2>Predicted and measured</h2>\n<p class=\"legend\">\
-         <code>tessera run DIR --profile</code>: {} runs after a warm-up run{threads}, the \
+         <code>tessera run DIR --profile</code>: {} runs after a warm-up (a first run, then 50 ms of runs){threads}, the \
          program JIT-compiled with a mark after each kernel call. Each call's time (from the \
          mark before it: the views and copies of its arguments included) is the median over \
          the runs, beside the modelled seconds of the ops it computes; the error is \

@@ -93,7 +93,7 @@ pub struct ReportData {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Measured {
-    /// Timed runs (after one untimed warm-up run).
+    /// Timed runs (after untimed warm-up runs: a first one, then 50 ms of them).
     pub runs: usize,
     /// `--threads`, where given.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,7 +8,9 @@
 //!   the device's peak for the op's element type (falling back to its `f32` rate, as a device
 //!   without a 16-bit unit upcasts), `efficiency` the device's factor for the op name (1 when
 //!   absent) and `overhead` its per-op `op_overhead`. `const` ops cost nothing: weights are
-//!   resident where they are used. Nor do communication ops as ops: a `transfer`'s time is
+//!   resident where they are used. A calibration's scale, where no measurement matches,
+//!   turns the hook's or roofline's time `t` into `overhead + factor × t + flop_seconds ×
+//!   FLOPs + byte_seconds × bytes` ([`crate::Scale`]). Nor do communication ops as ops: a `transfer`'s time is
 //!   the link transfer into it (charged by the simulator on the edge from `from` to `to`),
 //!   and a collective's is [`CostModel::collective_time`]; on one device they are free. A device cannot run an op that is outside its
 //!   `supported_ops`, whose element type it has no rate for (nor `f32`), or that the target's
@@ -30,7 +32,8 @@
 //!   algorithm taken sends ([`CostModel::collective_loads`]).
 //! - **Sharded ops** ([`CostModel::op_time_sharded`]): an op split into `parts` equal pieces
 //!   does `1/parts` of the work on each device: the roofline with FLOPs and bytes divided
-//!   (the per-op overhead is paid in full), or a measured or target-given time divided.
+//!   (the per-op overhead is paid in full; a scale's work terms take the piece's work, its
+//!   overhead paid in full too), or a measured or target-given time divided.
 //! - **Mesh collectives** ([`CostModel::collective_time`]): an `all-reduce`, `all-gather`,
 //!   `reduce-scatter` or `all-to-all` over mesh axes runs one ring per group of devices along
 //!   those axes ([`Mesh::groups`]), all groups at once; their transfers share links as in one
@@ -199,14 +202,14 @@ impl<'a> CostModel<'a> {
             });
         }
         let scale = self.calibration.and_then(|c| c.scale(graph, op, d));
+        let work = op_work(graph, op)?;
         let scaled = |t: OpTime| match (t, scale) {
             (OpTime::Time { seconds, .. }, Some(f)) => OpTime::Time {
-                seconds: f.apply(seconds),
+                seconds: f.apply(seconds, work.flops, work.bytes),
                 source: TimeSource::Scaled,
             },
             (t, _) => t,
         };
-        let work = op_work(graph, op)?;
         if let Some(seconds) = self.target.op_time(graph, op, d, &work) {
             if !seconds.is_finite() || seconds < 0.0 {
                 return Ok(OpTime::Unsupported(format!(
@@ -259,7 +262,8 @@ impl<'a> CostModel<'a> {
                     work.elem.name(),
                 )
             }
-            // A scaled time's overhead is every piece's; its factor scales the piece.
+            // A scaled time's overhead is every piece's; its factor and work terms scale
+            // the piece.
             OpTime::Time {
                 source: TimeSource::Scaled,
                 ..
@@ -280,7 +284,8 @@ impl<'a> CostModel<'a> {
                     .unwrap_or(0.0),
                 };
                 OpTime::Time {
-                    seconds: scale.map_or(piece, |f| f.apply(piece)),
+                    seconds: scale
+                        .map_or(piece, |f| f.apply(piece, work.flops / p, work.bytes / p)),
                     source: TimeSource::Scaled,
                 }
             }

@@ -11,6 +11,8 @@
 //! | rates (memory and link bandwidths, peak compute) | `1 ..= 1e18` ([`MIN_RATE`], [`MAX_RATE`]) | per second |
 //! | efficiencies | `1e-6 ..= 1` ([`MIN_EFFICIENCY`]) | fraction of peak |
 //! | a calibration's scales | `1e-6 ..= 1e6` ([`MIN_SCALE`], [`MAX_SCALE`]) | measured / modelled |
+//! | a measurement's work (FLOPs, bytes) | `0 ..= 1e24` ([`MAX_WORK`]) | FLOPs, bytes |
+//! | a calibration's work terms (per FLOP, per byte) | 0, or a normal number up to 1 ([`MAX_WORK_SECONDS`]: the reciprocal of [`MIN_RATE`]) | s |
 //! | bytes (memory capacities, an op's memory, a tensor) | `..= 2^60` ([`MAX_BYTES`], 1 EiB) | bytes |
 //!
 //! Why nothing overflows: a transfer takes at most `1e6 + 2^60 / 1` s, about 1.2e18 s, and a
@@ -34,6 +36,13 @@ pub const MIN_SCALE: f64 = 1e-6;
 /// The largest factor a calibration file may scale a modelled time by (a scaled roofline
 /// time stays below 1e25 s, far from overflow).
 pub const MAX_SCALE: f64 = 1e6;
+
+/// The most seconds per FLOP or per byte a calibration's scale may state: the time of one
+/// unit of work at [`MIN_RATE`].
+pub const MAX_WORK_SECONDS: f64 = 1.0 / MIN_RATE;
+
+/// The most FLOPs or bytes a calibration's measurement may state as its op's work.
+pub const MAX_WORK: f64 = 1e24;
 
 /// The smallest achievable fraction of peak (`efficiency`) a target may state.
 pub const MIN_EFFICIENCY: f64 = 1e-6;

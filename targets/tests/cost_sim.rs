@@ -806,6 +806,94 @@ factor = 5
     );
 }
 
+/// A scale's work terms (seconds per FLOP and per byte) price the op's own work; a scale
+/// with operand patterns applies to the ops whose operand types fit (the fewest `?`
+/// first), before the op's scale for any operands; a measurement's work reads back.
+#[test]
+fn calibration_work_terms_and_operand_patterns() {
+    let spec = target(PAIR);
+    let cal = Calibration::parse(
+        r#"
+[[measurement]]
+device = "b"
+op = "relu"
+operands = ["f32[1000]"]
+seconds = 2e-3
+flops = 1000
+bytes = 8000
+
+[[scale]]
+device = "b"
+op = "relu"
+overhead = 1e-6
+flop_seconds = 1e-9
+
+[[scale]]
+device = "b"
+op = "add"
+operands = ["f32[?, 10]", "f32[?, 10]"]
+byte_seconds = 1e-10
+
+[[scale]]
+device = "b"
+op = "add"
+operands = ["f32[4, 10]", "f32[?, 10]"]
+overhead = 5e-6
+byte_seconds = 1e-10
+
+[[scale]]
+device = "b"
+op = "add"
+factor = 2
+"#,
+        "cal.toml",
+    )
+    .expect("parse");
+    assert_eq!((cal.len(), cal.scales()), (1, 4));
+    cal.check(&spec).expect("devices exist");
+    let m: Vec<_> = cal.measurements().collect();
+    assert_eq!(m[0].work, Some((1000.0, 8000.0)));
+    assert_eq!(m[0].operands, Some(&["f32[1000]".to_string()][..]));
+    let g = graph(
+        r#"graph @g(%x: f32[10], %y: f32[4, 10], %z: f32[8, 10], %w: f32[8, 12]) {
+  %0 = relu %x : f32[10]
+  %1 = add %y, %y : f32[4, 10]
+  %2 = add %z, %z : f32[8, 10]
+  %3 = add %w, %w : f32[8, 12]
+  return %0, %1, %2, %3
+}"#,
+    );
+    let cost = CostModel::new(&spec, Some(&cal));
+    let plain = CostModel::new(&spec, None);
+    let time = |op: usize| {
+        cost.op_time(&g, nth_op(&g, op), 1)
+            .expect("work")
+            .seconds()
+            .expect("time")
+    };
+    let work = |op: usize| tessera_targets::op_work(&g, nth_op(&g, op)).expect("work");
+    // relu's scale: its overhead and its FLOPs.
+    assert_close(time(0), 1e-6 + 1e-9 * work(0).flops);
+    // [4, 10] fits both patterns: the one with fewer `?`.
+    assert_close(time(1), 5e-6 + 1e-10 * work(1).bytes);
+    // [8, 10] fits one; [8, 12] none: add's scale for any operands.
+    assert_close(time(2), 1e-10 * work(2).bytes);
+    let roofline = plain
+        .op_time(&g, nth_op(&g, 3), 1)
+        .expect("work")
+        .seconds()
+        .expect("time");
+    assert_close(time(3), 2.0 * roofline);
+    // Split into 2 pieces: the work terms on a piece's work, the overhead whole.
+    assert_close(
+        cost.op_time_sharded(&g, nth_op(&g, 0), 1, 2)
+            .expect("work")
+            .seconds()
+            .expect("time"),
+        1e-6 + 1e-9 * work(0).flops / 2.0,
+    );
+}
+
 #[test]
 fn calibration_errors_name_file_line_and_field() {
     let cases = [
@@ -856,7 +944,35 @@ fn calibration_errors_name_file_line_and_field() {
         ),
         (
             "[[scale]]\ndevice = \"b\"\nfactor = 2\n[[scale]]\ndevice = \"b\"\nfactor = 3\n",
-            "cal.toml:5: scale: same device and op as the scale on line 2",
+            "cal.toml:5: scale: same device, op and operands as the scale on line 2",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\noverhead = 1e-6\n",
+            "cal.toml:2: scale: needs a `factor`, a `flop_seconds` or a `byte_seconds`",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nflop_seconds = -1e-9\n",
+            "cal.toml:3: scale.flop_seconds: must be 0 or a normal number up to 1e0",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nbyte_seconds = 2\n",
+            "cal.toml:3: scale.byte_seconds: must be 0 or a normal number up to 1e0",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\noperands = [\"f32[?]\"]\nfactor = 2\n",
+            "cal.toml:2: scale.operands: operand patterns need the scale's `op`",
+        ),
+        (
+            "[[scale]]\ndevice = \"b\"\nop = \"relu\"\noperands = [\"f32[N]\"]\nfactor = 2\n",
+            "cal.toml:4: scale.operands: `f32[N]` is not a tensor type pattern like `f32[?, 512]` (`?`: any extent)",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1e-6\nflops = 10\n",
+            "cal.toml:5: measurement: `flops` and `bytes` go together: give both or neither",
+        ),
+        (
+            "[[measurement]]\ndevice = \"b\"\nop = \"relu\"\nseconds = 1e-6\nflops = 10\nbytes = -1\n",
+            "cal.toml:6: measurement.bytes: must be between 0 and 1e24",
         ),
     ];
     for (src, expected) in cases {
