@@ -1534,3 +1534,11 @@ proptest! {
         all_rules_on(seed, cube)?;
     }
 }
+
+/// A zero that is its own product by constants and the negation of products (seed 398724
+/// of the property test above): neg-mul and mul-const-assoc once made -(x*c), -(x*c*c),
+/// ... without end there; all the rules saturate on it.
+#[test]
+fn a_class_that_is_its_own_product_saturates() {
+    all_rules_on(398724, false).expect("saturates and keeps the values");
+}

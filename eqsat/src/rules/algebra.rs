@@ -11,6 +11,7 @@ use super::{
 };
 use crate::analysis::TEGraph;
 use crate::ir::{BinaryOp, ElemType, Op, UnaryOp};
+use crate::lang::TNode;
 
 /// The algebra rules.
 pub fn rules() -> Vec<Rule> {
@@ -255,6 +256,12 @@ pub fn rules() -> Vec<Rule> {
                 if is_known(eg, class) {
                     return None;
                 }
+                // A class that is its own product (`-x` times y equal to `-x`: y is one
+                // there, or `-x` zero) would give -(x*y), -(x*y*y), ... without end.
+                let negated = eg.lookup(TNode::Op("neg", vec![var(s, "?x")?]))?;
+                if eg.find(negated) == eg.find(class) {
+                    return None;
+                }
                 let product = add_op(
                     eg,
                     Op::Binary(BinaryOp::Mul),
@@ -330,7 +337,14 @@ pub fn rules() -> Vec<Rule> {
             "(x * c1) * c2 => x * (c1 * c2) for known c1, c2 (cheaper: one multiply, the \
              constants fold; equal within rounding)",
             "(mul (mul ?x ?c1) ?c2)",
-            |eg, _, s| fold_pair(eg, s, BinaryOp::Mul, BinaryOp::Mul, false),
+            |eg, class, s| {
+                // (A class that is its own product by c2 folds into new constants only.)
+                let inner = eg.lookup(TNode::Op("mul", vec![var(s, "?x")?, var(s, "?c1")?]))?;
+                if eg.find(inner) == eg.find(class) {
+                    return None;
+                }
+                fold_pair(eg, s, BinaryOp::Mul, BinaryOp::Mul, false)
+            },
         ),
         rule(
             "add-sub-const",
