@@ -1699,8 +1699,8 @@ fn calibration_round_trip() {
     );
     assert!(
         e.contains(
-            "--merge reads calibration files and measures nothing: give no MODEL, --input or \
-             --one-shape with it"
+            "--merge reads calibration files and measures nothing: give no MODEL, --input, \
+             --input-shape or --one-shape with it"
         ),
         "{e}"
     );

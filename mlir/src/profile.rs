@@ -198,15 +198,27 @@ pub fn instrument(module: &str, device: &str, first: usize) -> Result<(String, V
 /// The marks recorded since [`start`]: each mark's number and time.
 static MARKS: Mutex<Vec<(u32, Instant)>> = Mutex::new(Vec::new());
 
-/// What a mark calls: records its number and the time.
+/// Whether marks are recorded ([`start`] to [`pause`]).
+static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// What a mark calls: records its number and the time (while recording; it reads the
+/// clock either way, so that a warm-up run costs what a timed one does).
 pub extern "C" fn tessera_mark(n: i64) {
     let now = Instant::now();
+    if !RECORDING.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let mut marks = MARKS.lock().unwrap_or_else(|e| e.into_inner());
     marks.push((u32::try_from(n).unwrap_or(u32::MAX), now));
 }
 
-/// Forgets the marks recorded so far (and keeps room for `capacity` more, so that recording
-/// does not allocate).
+/// Stops recording marks until the next [`start`] (for warm-up runs).
+pub fn pause() {
+    RECORDING.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Forgets the marks recorded so far and records from now on (with room for `capacity`
+/// more, touched, so that recording neither allocates nor faults).
 pub fn start(capacity: usize) {
     let mut marks = MARKS.lock().unwrap_or_else(|e| e.into_inner());
     marks.clear();
@@ -215,6 +227,7 @@ pub fn start(capacity: usize) {
     let now = Instant::now();
     marks.resize(capacity, (0, now));
     marks.clear();
+    RECORDING.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The marks recorded since [`start`], in order.

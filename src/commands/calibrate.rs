@@ -145,8 +145,9 @@ pub struct Point {
 /// error `Σ (predicted / measured - 1)²` (a small op's point counts as much as a large
 /// one's) and no term negative. Each subset of the three terms is fitted by least squares
 /// and the best fit whose terms are all non-negative is kept (the non-negative least
-/// squares solution: with three terms, trying every subset is exact); between fits as good
-/// as each other, the one with fewer terms, then work before overhead, FLOPs before bytes:
+/// squares solution: with three terms, trying every subset is exact); a fit with more terms
+/// only where its error is a hundredth less, and between fits as good as each other, the
+/// one with fewer terms, then work before overhead, FLOPs before bytes:
 /// one shape is fitted by its FLOPs alone (or bytes, where it has none), two by an overhead
 /// and one kind of work. `None` without points.
 pub fn fit(points: &[Point]) -> Option<Scale> {
@@ -169,8 +170,10 @@ pub fn fit(points: &[Point]) -> Option<Scale> {
                 (predicted / p.seconds - 1.0).powi(2)
             })
             .sum();
-        // Better only by more than round-off: an exact fit with fewer terms stays.
-        if best.is_none_or(|(_, r)| residual < r - 1e-12 * (1.0 + r)) {
+        // A fit with more terms only where it is better by a hundredth (and more than
+        // round-off): an exact or near fit with fewer terms stays, rather than terms that
+        // few points cannot tell apart.
+        if best.is_none_or(|(_, r)| residual < 0.99 * r - 1e-12) {
             best = Some((coef, residual));
         }
     }
@@ -229,7 +232,7 @@ fn least_squares(
     // others (nearly) make.
     for col in 0..n {
         let pivot = (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
-        if a[pivot][col].abs() < 1e-9 {
+        if a[pivot][col].abs() < 1e-6 {
             return None;
         }
         a.swap(col, pivot);
@@ -355,7 +358,16 @@ pub fn run(req: &CalibrateRequest<'_>) -> Result<()> {
             symbols.push(symbols.concat());
         }
         for which in symbols {
-            let (shapes, tiled) = doubled(&declared, &which, &given.fed, !req.bindings.is_empty())?;
+            let tile = !req.bindings.is_empty();
+            let (shapes, tiled) = match doubled(&declared, &which, &given.fed, tile) {
+                Ok(Some(d)) => d,
+                Ok(None) => continue,
+                Err(e) => {
+                    let which = which.join(", ");
+                    eprintln!("warning: {what} with {which} doubled: {e:#}; not measured");
+                    continue;
+                }
+            };
             let at = format!("{what} at {}", shapes_text(&shapes));
             let again = super::load_model(path, &shapes).and_then(|graph| {
                 let feed = tiled.map_or(Feed::MadeUp, Feed::These);
@@ -417,10 +429,11 @@ type Measured = BTreeMap<MeasuredKey, (f64, Option<Work>)>;
 /// several takes the median of their seconds. The scales are fitted again to them all, the
 /// files' operand patterns among them.
 fn run_merge(req: &CalibrateRequest<'_>, spec: &tessera_targets::TargetSpec) -> Result<()> {
-    if !req.models.is_empty() || !req.bindings.is_empty() || req.one_shape {
+    if !req.models.is_empty() || !req.bindings.is_empty() || !req.shapes.is_empty() || req.one_shape
+    {
         bail!(
-            "--merge reads calibration files and measures nothing: give no MODEL, --input \
-             or --one-shape with it"
+            "--merge reads calibration files and measures nothing: give no MODEL, --input, \
+             --input-shape or --one-shape with it"
         );
     }
     // Each measurement's seconds in every file, and its work; the operand patterns.
@@ -433,6 +446,18 @@ fn run_merge(req: &CalibrateRequest<'_>, spec: &tessera_targets::TargetSpec) -> 
             if device == req.device {
                 operand_patterns.insert((device.to_string(), op.to_string(), patterns.to_vec()));
             }
+        }
+        let without = calibration
+            .measurements()
+            .filter(|m| m.device == req.device && m.work.is_none())
+            .count();
+        if without > 0 {
+            eprintln!(
+                "warning: {}: {without} measurements of {} give no work (flops and bytes): \
+                 the scales are fitted without them",
+                path.display(),
+                req.device
+            );
         }
         for m in calibration
             .measurements()
@@ -613,30 +638,32 @@ fn shapes_text(shapes: &[InputShape]) -> String {
 
 /// The shapes of a model's inputs (`declared` as the file declares them) with each
 /// symbolic dimension named in `which` twice its extent in `fed` (the inputs it was
-/// measured on, by name), and, where `tile`, those inputs tiled along the doubled axes
-/// (each block twice).
+/// measured on, by name; every input with a symbolic dimension is bound, at its extents
+/// in `fed` where not doubled), and, where `tile`, those inputs tiled along the doubled
+/// axes (each block twice). `None` where no extent doubles.
 fn doubled(
     declared: &[(String, tessera_ir::TensorType)],
     which: &[&str],
     fed: &[(String, Tensor)],
     tile: bool,
-) -> Result<Doubled> {
+) -> Result<Option<Doubled>> {
     let mut shapes = Vec::new();
     let mut tiled = Vec::new();
+    let mut any = false;
     for (name, tensor) in fed {
-        let axes: Vec<usize> = declared
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, ty)| {
+        let declared = declared.iter().find(|(n, _)| n == name).map(|(_, ty)| ty);
+        let symbolic = |pick: &dyn Fn(&str) -> bool| -> Vec<usize> {
+            declared.map_or_else(Vec::new, |ty| {
                 (ty.shape.iter().enumerate())
-                    .filter(|(_, d)| matches!(d, tessera_ir::Dim::Sym(s) if which.contains(&s.as_str())))
+                    .filter(|(_, d)| matches!(d, tessera_ir::Dim::Sym(s) if pick(s)))
                     .map(|(k, _)| k)
                     .filter(|&k| k < tensor.shape().len())
                     .collect()
             })
-            .unwrap_or_default();
+        };
+        let axes = symbolic(&|s| which.contains(&s));
         let mut t = tensor.clone();
-        if !axes.is_empty() {
+        if !symbolic(&|_| true).is_empty() {
             let dims: Vec<u64> = (tensor.shape().iter().enumerate())
                 .map(|(k, &d)| d as u64 * if axes.contains(&k) { 2 } else { 1 })
                 .collect();
@@ -644,20 +671,21 @@ fn doubled(
                 name: name.clone(),
                 dims,
             });
-            if tile {
-                for &k in &axes {
-                    t = twice_along(&t, k)
-                        .with_context(|| format!("input `{name}` tiled along axis {k}"))?;
-                }
+        }
+        any |= !axes.is_empty();
+        if tile {
+            for &k in &axes {
+                t = twice_along(&t, k)
+                    .with_context(|| format!("input `{name}` tiled along axis {k}"))?;
             }
         }
         tiled.push(t);
     }
-    Ok((shapes, tile.then_some(tiled)))
+    Ok(any.then(|| (shapes, tile.then_some(tiled))))
 }
 
-/// A model's input shapes with its symbolic dimensions doubled, and its inputs tiled to
-/// them where it was given inputs.
+/// A model's input shapes with some of its symbolic dimensions doubled, and its inputs
+/// tiled to them where it was given inputs.
 type Doubled = (Vec<InputShape>, Option<Vec<Tensor>>);
 
 /// `t` with each of its blocks along `axis` twice (`numpy.concatenate([t, t], axis)`).

@@ -36,8 +36,9 @@ pub fn measure(
     sites: &[Site],
     runs: usize,
 ) -> Result<(Vec<RunTimes>, Vec<Tensor>)> {
-    // The warm-up's marks are forgotten; room for every timed call's, so that recording
-    // does not allocate.
+    // The warm-up's marks are not recorded; room for every timed call's, so that
+    // recording does not allocate.
+    profile::pause();
     let (clocks, outputs) = super::run::call_runs(runner, inputs, runs, true, &mut || {
         profile::start(runs.max(1) * (2 * sites.len() + 16));
     })?;

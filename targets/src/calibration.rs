@@ -511,10 +511,14 @@ fn matches(pattern: &str, ty: &str) -> bool {
     let (Some((pe, pd)), Some((te, td))) = (dims(pattern), dims(ty)) else {
         return false;
     };
-    pe == te
-        && pd.split(',').count() == td.split(',').count()
-        && pd
-            .split(',')
-            .zip(td.split(','))
-            .all(|(p, t)| p == "?" || p == t)
+    // (`f32[]` has no extents, not one empty one.)
+    let extents = |d: &str| -> Vec<String> {
+        if d.is_empty() {
+            Vec::new()
+        } else {
+            d.split(',').map(str::to_string).collect()
+        }
+    };
+    let (pd, td) = (extents(&pd), extents(&td));
+    pe == te && pd.len() == td.len() && pd.iter().zip(&td).all(|(p, t)| p == "?" || p == t)
 }

@@ -851,6 +851,12 @@ factor = 2
     .expect("parse");
     assert_eq!((cal.len(), cal.scales()), (1, 4));
     cal.check(&spec).expect("devices exist");
+    // A pattern's extents: `?` any one, a rank of its own (a scalar has none).
+    assert!(tessera_targets::type_fits("f32[?, 10]", "f32[4, 10]"));
+    assert!(tessera_targets::type_fits("f32[]", "f32[ ]"));
+    assert!(!tessera_targets::type_fits("f32[?]", "f32[]"));
+    assert!(!tessera_targets::type_fits("f32[?, 10]", "f32[4]"));
+    assert!(!tessera_targets::type_fits("f32[?]", "i64[4]"));
     let m: Vec<_> = cal.measurements().collect();
     assert_eq!(m[0].work, Some((1000.0, 8000.0)));
     assert_eq!(m[0].operands, Some(&["f32[1000]".to_string()][..]));
