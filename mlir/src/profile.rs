@@ -221,11 +221,9 @@ pub fn pause() {
 /// more, touched, so that recording neither allocates nor faults).
 pub fn start(capacity: usize) {
     let mut marks = MARKS.lock().unwrap_or_else(|e| e.into_inner());
+    // Room for `capacity`, touched now, so that no mark takes a page fault.
     marks.clear();
-    marks.reserve(capacity);
-    // Touched now, so that no mark takes a page fault.
-    let now = Instant::now();
-    marks.resize(capacity, (0, now));
+    marks.resize(capacity, (0, Instant::now()));
     marks.clear();
     RECORDING.store(true, std::sync::atomic::Ordering::Relaxed);
 }

@@ -151,12 +151,11 @@ pub struct Point {
 /// one shape is fitted by its FLOPs alone (or bytes, where it has none), two by an overhead
 /// and one kind of work. `None` without points.
 pub fn fit(points: &[Point]) -> Option<Scale> {
-    let terms = |p: &Point| [p.flops, p.bytes, 1.0];
     // Subsets of the terms (flops, bytes, overhead), fewest first.
     const SUBSETS: [&[usize]; 7] = [&[0], &[1], &[2], &[0, 2], &[1, 2], &[0, 1], &[0, 1, 2]];
     let mut best: Option<([f64; 3], f64)> = None;
     for subset in SUBSETS {
-        let Some(coef) = least_squares(points, subset, &terms) else {
+        let Some(coef) = least_squares(points, subset) else {
             continue;
         };
         if coef.iter().any(|c| !c.is_finite() || *c < 0.0) {
@@ -195,15 +194,16 @@ pub fn fit(points: &[Point]) -> Option<Scale> {
     })
 }
 
-/// The least-squares coefficients of the terms in `subset` (indices into `terms(point)`,
-/// the others 0) for `Σ (Σ_k c_k · x_k / y - 1)²`, or `None` where the terms do not tell
-/// the coefficients apart. The columns are normalized first, so that FLOPs, bytes and a
+/// A point's terms: its FLOPs, its bytes and 1 (the overhead's).
+fn terms(p: &Point) -> [f64; 3] {
+    [p.flops, p.bytes, 1.0]
+}
+
+/// The least-squares coefficients of the terms in `subset` (indices into [`terms`], the
+/// others 0) for `Σ (Σ_k c_k · x_k / y - 1)²`, or `None` where the terms do not tell the
+/// coefficients apart. The columns are normalized first, so that FLOPs, bytes and a
 /// constant compare.
-fn least_squares(
-    points: &[Point],
-    subset: &[usize],
-    terms: &dyn Fn(&Point) -> [f64; 3],
-) -> Option<[f64; 3]> {
+fn least_squares(points: &[Point], subset: &[usize]) -> Option<[f64; 3]> {
     let n = subset.len();
     let rows: Vec<Vec<f64>> = points
         .iter()
@@ -447,18 +447,7 @@ fn run_merge(req: &CalibrateRequest<'_>, spec: &tessera_targets::TargetSpec) -> 
                 operand_patterns.insert((device.to_string(), op.to_string(), patterns.to_vec()));
             }
         }
-        let without = calibration
-            .measurements()
-            .filter(|m| m.device == req.device && m.work.is_none())
-            .count();
-        if without > 0 {
-            eprintln!(
-                "warning: {}: {without} measurements of {} give no work (flops and bytes): \
-                 the scales are fitted without them",
-                path.display(),
-                req.device
-            );
-        }
+        let mut without = 0;
         for m in calibration
             .measurements()
             .filter(|m| m.device == req.device)
@@ -471,6 +460,15 @@ fn run_merge(req: &CalibrateRequest<'_>, spec: &tessera_targets::TargetSpec) -> 
             let entry = all.entry(key).or_insert((Vec::new(), m.work));
             entry.0.push(m.seconds);
             entry.1 = entry.1.or(m.work);
+            without += usize::from(m.work.is_none());
+        }
+        if without > 0 {
+            eprintln!(
+                "warning: {}: {without} measurements of {} give no work (flops and bytes): \
+                 the scales are fitted without them",
+                path.display(),
+                req.device
+            );
         }
     }
     let files: Vec<String> = req.merge.iter().map(|p| p.display().to_string()).collect();
@@ -550,13 +548,9 @@ fn write(
             .filter(|((d, o, operands), _)| {
                 d == &dev
                     && o == &op
-                    && operands.as_ref().is_some_and(|types| {
-                        types.len() == patterns.len()
-                            && patterns
-                                .iter()
-                                .zip(types)
-                                .all(|(p, t)| tessera_targets::type_fits(p, t))
-                    })
+                    && operands
+                        .as_ref()
+                        .is_some_and(|types| tessera_targets::operands_fit(&patterns, types))
             })
             .filter_map(|(_, &(seconds, work))| {
                 let (flops, bytes) = work?;

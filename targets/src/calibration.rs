@@ -375,7 +375,10 @@ impl Calibration {
     /// fewest `?`, then the first in order), before the op's own scale for any operands,
     /// before the scale of any op; each the device's name before its kind.
     pub fn scale(&self, graph: &Graph, op: OpId, device: &Device) -> Option<Scale> {
-        let (name, operands) = op_key(graph, op);
+        let name = graph.op(op).op.name().to_string();
+        // The operand types as text only where the op has patterned scales (this runs for
+        // every op the cost model times).
+        let mut operands: Option<Vec<String>> = None;
         for who in [&device.name, &device.kind] {
             let from = (who.clone(), Some(name.clone()), Some(Vec::new()));
             let best = self
@@ -384,8 +387,8 @@ impl Calibration {
                 .take_while(|((w, o, _), _)| w == who && o.as_deref() == Some(name.as_str()))
                 .filter_map(|((_, _, patterns), (f, _))| {
                     let patterns = patterns.as_ref()?;
-                    let fits = patterns.len() == operands.len()
-                        && patterns.iter().zip(&operands).all(|(p, t)| matches(p, t));
+                    let types = operands.get_or_insert_with(|| op_key(graph, op).1);
+                    let fits = fits_all(patterns, types, matches);
                     let wild: usize = patterns.iter().map(|p| p.matches('?').count()).sum();
                     fits.then_some((wild, *f))
                 })
@@ -494,6 +497,17 @@ pub fn type_fits(pattern: &str, ty: &str) -> bool {
         (Some(p), Some(t)) => matches(&p, &t),
         _ => false,
     }
+}
+
+/// Whether the operand types `types` fit the operand patterns `patterns`, one by one
+/// ([`type_fits`]), as a scale's `operands` match.
+pub fn operands_fit(patterns: &[String], types: &[String]) -> bool {
+    fits_all(patterns, types, type_fits)
+}
+
+/// Whether `types` are as many as `patterns` and each fits its pattern by `fits`.
+fn fits_all(patterns: &[String], types: &[String], fits: fn(&str, &str) -> bool) -> bool {
+    patterns.len() == types.len() && patterns.iter().zip(types).all(|(p, t)| fits(p, t))
 }
 
 /// `f32[8, 512]` normalized ([`normalize`]), or `None` when it is not a static tensor type.

@@ -29,7 +29,7 @@ pub mod sim;
 mod target;
 mod work;
 
-pub use calibration::{Calibration, Measurement, Scale, type_fits};
+pub use calibration::{Calibration, Measurement, Scale, operands_fit, type_fits};
 pub use cost::{CostModel, OpTime, TimeSource, hierarchical_phases, two_levels};
 pub use error::TargetError;
 pub use file::{BUILTIN_LOWERINGS, MAX_LINKS, NVPTX_ARCHS, load_file, parse_target};
